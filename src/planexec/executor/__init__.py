@@ -1,0 +1,21 @@
+"""Executors: how steps are carried out, and how their results are judged."""
+
+from planexec.executor._acceptance import Acceptance, PredicateFn
+from planexec.executor._base import Executor, StepContext, StepFailure
+from planexec.executor._model import ModelExecutor
+from planexec.executor._outcome import CheckResult, ErrorKind, StepError, Verdict
+from planexec.executor._tools import ToolExecutor
+
+__all__ = [
+    "Acceptance",
+    "CheckResult",
+    "ErrorKind",
+    "Executor",
+    "ModelExecutor",
+    "PredicateFn",
+    "StepContext",
+    "StepError",
+    "StepFailure",
+    "ToolExecutor",
+    "Verdict",
+]

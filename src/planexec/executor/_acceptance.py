@@ -1,0 +1,121 @@
+"""Acceptance: a verdict on every step's output, from deterministic checks and, when asked, a
+model rubric against the step's success criteria."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+
+from planexec.executor._base import StepContext
+from planexec.executor._outcome import PASSED, CheckResult, Verdict
+from planexec.models._base import Message, Model, ModelRequest, OutputSpec
+from planexec.models._registry import resolve_model
+from planexec.plan._bindings import render_text
+from planexec.plan._step import Contains, FitsSchema, Matches, NonEmpty, Predicate, Step
+
+__all__ = ["Acceptance", "PredicateFn"]
+
+PredicateFn = Callable[[Step, Any], bool | str | None]
+"""A predicate accepts an output by returning True or None, and rejects it by returning False
+or a string that says why."""
+
+_JUDGE_SCHEMA = {
+    "type": "object",
+    "properties": {"passed": {"type": "boolean"}, "reason": {"type": "string"}},
+    "required": ["passed", "reason"],
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Acceptance:
+    """How step results are judged.
+
+    ``predicates`` are named checks a plan can refer to (``{"kind": "predicate", "name": ...}``);
+    ``accept`` is a predicate applied to every step; ``judge`` is a model that grades outputs of
+    steps with ``expected`` criteria (``judge_all`` grades every step).
+    """
+
+    predicates: Mapping[str, PredicateFn] = field(default_factory=dict)
+    accept: PredicateFn | None = None
+    judge: Model | str | None = None
+    judge_all: bool = False
+
+    async def verdict(self, step: Step, output: Any, ctx: StepContext) -> Verdict:
+        if not step.checks and step.output_schema is None and self.accept is None and not self._judges(step):
+            return PASSED
+        results: list[CheckResult] = []
+        if step.output_schema is not None:
+            results.append(_schema_check("output_schema", step.output_schema, output))
+        for check in step.checks:
+            results.append(self._check(check, step, output))
+        if self.accept is not None:
+            results.append(_predicate("accept", self.accept, step, output))
+        if self._judges(step) and all(r.passed for r in results):
+            results.append(await self._judge(step, output, ctx))
+        return Verdict(passed=all(r.passed for r in results), checks=tuple(results))
+
+    def _judges(self, step: Step) -> bool:
+        return self.judge is not None and (self.judge_all or step.expected is not None)
+
+    def _check(self, check: Any, step: Step, output: Any) -> CheckResult:
+        if isinstance(check, NonEmpty):
+            empty = output is None or (isinstance(output, str | list | dict | tuple) and len(output) == 0)
+            return CheckResult(name="non_empty", passed=not empty, detail="the output is empty" if empty else "")
+        if isinstance(check, Contains):
+            ok = check.text in render_text(output)
+            return CheckResult(name="contains", passed=ok, detail="" if ok else f"the output lacks {check.text!r}")
+        if isinstance(check, Matches):
+            ok = re.search(check.pattern, render_text(output)) is not None
+            return CheckResult(name="matches", passed=ok, detail="" if ok else f"no match for {check.pattern!r}")
+        if isinstance(check, FitsSchema):
+            return _schema_check("schema", check.json_schema, output)
+        assert isinstance(check, Predicate)
+        fn = self.predicates.get(check.name)
+        if fn is None:
+            return CheckResult(name=f"predicate:{check.name}", passed=False, detail="unknown predicate")
+        return _predicate(f"predicate:{check.name}", fn, step, output)
+
+    async def _judge(self, step: Step, output: Any, ctx: StepContext) -> CheckResult:
+        assert self.judge is not None
+        model = resolve_model(self.judge)
+        criteria = step.expected or step.description
+        request = ModelRequest(
+            messages=(
+                Message(
+                    role="system",
+                    content="You check one step's result against its success criteria. "
+                    "Reply with passed (true or false) and a one-sentence reason.",
+                ),
+                Message(
+                    role="user",
+                    content=f"Step: {step.description}\nSuccess criteria: {criteria}\nResult: {render_text(output)}",
+                ),
+            ),
+            output=OutputSpec(name="verdict", json_schema=_JUDGE_SCHEMA),
+            purpose="judge",
+        )
+        response = await ctx.call_model(model, request)
+        parsed = response.parsed
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("passed"), bool):
+            return CheckResult(name="rubric", passed=False, detail=f"the judge's reply was unreadable: {response.text[:200]!r}")
+        return CheckResult(name="rubric", passed=parsed["passed"], detail=str(parsed.get("reason", "")))
+
+
+def _schema_check(name: str, schema: Mapping[str, Any], output: Any) -> CheckResult:
+    errors = [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(output)]
+    return CheckResult(name=name, passed=not errors, detail="; ".join(errors))
+
+
+def _predicate(name: str, fn: PredicateFn, step: Step, output: Any) -> CheckResult:
+    try:
+        result = fn(step, output)
+    except Exception as e:
+        return CheckResult(name=name, passed=False, detail=f"the predicate raised {type(e).__name__}: {e}")
+    if result is None or result is True:
+        return CheckResult(name=name, passed=True)
+    return CheckResult(name=name, passed=False, detail=result if isinstance(result, str) else "rejected")

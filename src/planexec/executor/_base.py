@@ -1,0 +1,67 @@
+"""Executors carry out steps. What they may ask of the run is in :class:`StepContext`."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from planexec.executor._outcome import StepError
+from planexec.models._base import Model, ModelRequest, ModelResponse, ToolCall
+from planexec.plan._step import Step
+from planexec.tools._tool import Tool
+from planexec.tools._toolset import Toolset
+
+__all__ = ["Executor", "StepContext", "StepFailure"]
+
+
+class StepFailure(Exception):
+    """Raised by an executor to fail the step with an error of a known kind."""
+
+    def __init__(self, error: StepError) -> None:
+        self.error = error
+        super().__init__(str(error))
+
+
+class StepContext(Protocol):
+    """What the run offers an executor while it carries out one step.
+
+    Every call goes through the run: budgets are checked before it, and an event records it.
+    """
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def step(self) -> Step: ...
+
+    @property
+    def tools(self) -> Toolset: ...
+
+    async def call_tool(self, tool: Tool, args: dict[str, Any], *, call_id: str | None = None) -> Any:
+        """Call ``tool`` with validated ``args``: timeout, retries and output check included.
+
+        ``call_id`` None means the step's own call (attempts are recorded on the step); a model
+        executor passes the model's call id. Raises :class:`StepFailure` when the call fails.
+        """
+        ...
+
+    def refuse_tool_call(self, call: ToolCall, error: StepError) -> None:
+        """Record a model's tool call that was refused (unknown tool, invalid arguments)."""
+        ...
+
+    async def call_model(self, model: Model, request: ModelRequest) -> ModelResponse: ...
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Carries out the steps routed to it by name."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> Literal["tools", "model"]: ...
+
+    @property
+    def max_concurrency(self) -> int | None: ...
+
+    async def run(self, step: Step, args: dict[str, Any], ctx: StepContext) -> Any: ...

@@ -1,0 +1,125 @@
+"""The model executor: a cheaper model runs a bounded tool-using loop for one step."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import jsonschema
+
+from planexec._errors import UnknownToolError
+from planexec.executor._base import StepContext, StepFailure
+from planexec.executor._outcome import StepError
+from planexec.models._base import Message, Model, ModelRequest, ModelResponse, OutputSpec, ToolCall, ToolSpec
+from planexec.models._registry import resolve_model
+from planexec.plan._step import Step
+
+__all__ = ["ModelExecutor"]
+
+DEFAULT_INSTRUCTIONS = (
+    "You carry out one step of a larger plan. Use the tools offered when they help; call several "
+    "at once when they are independent. When the step is done, reply with its result only."
+)
+
+
+@dataclass(kw_only=True)
+class ModelExecutor:
+    """Runs steps that name no tool: ``model`` reasons and calls tools for at most ``max_turns``.
+
+    ``tools`` limits which tools it may call (None: every tool of the agent).
+    """
+
+    model: Model | str
+    name: str = "model"
+    tools: Sequence[str] | None = None
+    max_turns: int = 6
+    max_concurrency: int | None = None
+    instructions: str = DEFAULT_INSTRUCTIONS
+    _resolved: Model | None = field(default=None, init=False, repr=False)
+
+    @property
+    def kind(self) -> Literal["model"]:
+        return "model"
+
+    def resolved_model(self) -> Model:
+        if self._resolved is None:
+            self._resolved = resolve_model(self.model)
+        return self._resolved
+
+    async def run(self, step: Step, args: dict[str, Any], ctx: StepContext) -> Any:
+        model = self.resolved_model()
+        allowed = ctx.tools if self.tools is None else ctx.tools.subset(self.tools)
+        specs = tuple(ToolSpec(name=t.name, description=t.description, parameters=t.parameters) for t in allowed)
+        output = OutputSpec(name="step_result", json_schema=step.output_schema) if step.output_schema else None
+        messages: list[Message] = [
+            Message(role="system", content=self.instructions),
+            Message(role="user", content=_describe(step, args)),
+        ]
+        for _turn in range(self.max_turns):
+            response = await ctx.call_model(
+                model, ModelRequest(messages=tuple(messages), tools=specs, output=output, purpose="executor")
+            )
+            if response.refusal is not None or response.finish_reason == "refusal":
+                raise StepFailure(StepError(kind="executor", message=f"the model refused: {response.refusal or ''}"))
+            if response.tool_calls:
+                messages.append(Message(role="assistant", content=response.text, tool_calls=response.tool_calls))
+                results = await asyncio.gather(*(self._call(c, ctx, allowed.names) for c in response.tool_calls))
+                messages += [
+                    Message(role="tool", content=text, tool_call_id=c.id)
+                    for c, text in zip(response.tool_calls, results, strict=True)
+                ]
+                continue
+            if output is None:
+                return response.text
+            value, problem = _structured(response, output.json_schema)
+            if problem is None:
+                return value
+            messages.append(Message(role="assistant", content=response.text))
+            messages.append(Message(role="user", content=f"That result does not fit the schema: {problem}. Reply again."))
+        raise StepFailure(
+            StepError(kind="executor", message=f"executor {self.name!r} gave no result within {self.max_turns} turns")
+        )
+
+    async def _call(self, call: ToolCall, ctx: StepContext, allowed: tuple[str, ...]) -> str:
+        try:
+            if call.name not in allowed:
+                raise UnknownToolError(call.name, allowed)
+            tool = ctx.tools.get(call.name)
+        except UnknownToolError as e:
+            ctx.refuse_tool_call(call, StepError(kind="unknown_tool", message=str(e)))
+            return f"error: {e}"
+        validated, problems = tool.check_args(call.arguments)
+        if validated is None:
+            error = StepError(kind="invalid_arguments", message="; ".join(map(str, problems)), problems=tuple(problems))
+            ctx.refuse_tool_call(call, error)
+            return f"error: invalid arguments: {error.message}"
+        try:
+            result = await ctx.call_tool(tool, validated, call_id=call.id)
+        except StepFailure as f:
+            return f"error: {f.error}"
+        return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
+
+
+def _describe(step: Step, args: dict[str, Any]) -> str:
+    lines = [f"Step {step.id}: {step.description}"]
+    if args:
+        lines.append("Inputs: " + json.dumps(args, ensure_ascii=False, default=str))
+    if step.expected:
+        lines.append(f"Expected: {step.expected}")
+    if step.output_schema:
+        lines.append("Reply with JSON that fits: " + json.dumps(step.output_schema, separators=(",", ":")))
+    return "\n".join(lines)
+
+
+def _structured(response: ModelResponse, schema: Any) -> tuple[Any, str | None]:
+    value = response.parsed
+    if value is None:
+        try:
+            value = json.loads(response.text)
+        except ValueError as e:
+            return None, f"not valid JSON ({e})"
+    errors = [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(value)]
+    return (value, None) if not errors else (None, "; ".join(errors))

@@ -1,0 +1,44 @@
+"""The tool executor: a step that names a tool is one validated, retried, timed call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from planexec._errors import UnknownToolError
+from planexec.executor._base import StepContext, StepFailure
+from planexec.executor._outcome import StepError
+from planexec.plan._step import Step
+
+__all__ = ["ToolExecutor"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolExecutor:
+    """Runs tool steps. Name extra ones (``ToolExecutor(name="sql", max_concurrency=1)``) to give
+    a group of steps its own concurrency limit."""
+
+    name: str = "tools"
+    max_concurrency: int | None = None
+
+    @property
+    def kind(self) -> Literal["tools"]:
+        return "tools"
+
+    async def run(self, step: Step, args: dict[str, Any], ctx: StepContext) -> Any:
+        if step.tool is None:
+            raise StepFailure(StepError(kind="unknown_tool", message="the step names no tool"))
+        try:
+            tool = ctx.tools.get(step.tool)
+        except UnknownToolError as e:
+            raise StepFailure(StepError(kind="unknown_tool", message=str(e), problems=e.problems)) from None
+        validated, problems = tool.check_args(args)
+        if validated is None:
+            raise StepFailure(
+                StepError(
+                    kind="invalid_arguments",
+                    message="; ".join(str(p) for p in problems),
+                    problems=tuple(problems),
+                )
+            )
+        return await ctx.call_tool(tool, validated)

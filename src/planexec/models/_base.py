@@ -1,0 +1,175 @@
+"""The neutral model interface: one required async method, and the values it speaks.
+
+A model is anything with a ``name`` and ``async request(ModelRequest) -> ModelResponse``.
+Streaming and token counting are optional capabilities; ``stream_request`` and
+``count_tokens`` fail with a clear "not supported by X" where a model has neither.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from planexec._errors import UsageError
+
+__all__ = [
+    "Message",
+    "Model",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelSettings",
+    "NotSupported",
+    "OutputSpec",
+    "ToolCall",
+    "ToolSpec",
+    "Usage",
+    "estimate_tokens",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+FinishReason = Literal["stop", "tool_calls", "length", "refusal", "error"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCall:
+    """A model's request to call a tool."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Message:
+    """One message in a conversation with a model, in planexec's own neutral form."""
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    """For ``role="tool"``: which call this message answers."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolSpec:
+    """A tool as offered to a model."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OutputSpec:
+    """Ask for structured output: JSON that fits ``json_schema``."""
+
+    name: str
+    json_schema: Mapping[str, Any]
+    strict: bool = True
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelSettings:
+    temperature: float | None = None
+    max_tokens: int | None = None
+    timeout: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelRequest:
+    """Everything a model is asked in one call."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    output: OutputSpec | None = None
+    settings: ModelSettings = field(default_factory=ModelSettings)
+    purpose: str = ""
+    """Who is asking and why (``planner.propose``, ``executor``, ``judge`` …); for logs and test doubles."""
+
+    @property
+    def chars(self) -> int:
+        """Characters of message text sent, the measure the economy benchmarks report."""
+        return sum(len(m.content) for m in self.messages)
+
+    @property
+    def last_user_text(self) -> str:
+        for m in reversed(self.messages):
+            if m.role == "user":
+                return m.content
+        return ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Usage:
+    """Tokens used by one or more model calls."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    requests: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            requests=self.requests + other.requests,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelResponse:
+    """What a model answered: text, tool calls, parsed structured output, usage and cost."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    parsed: Any = None
+    """The structured output as JSON data, when the request asked for it and the model parsed it."""
+    usage: Usage = field(default_factory=Usage)
+    cost: float | None = None
+    """Cost in US dollars, when known."""
+    model: str = ""
+    finish_reason: FinishReason = "stop"
+    refusal: str | None = None
+
+
+@runtime_checkable
+class Model(Protocol):
+    """Anything that can answer a :class:`ModelRequest`."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def request(self, request: ModelRequest) -> ModelResponse: ...
+
+
+class NotSupported(UsageError):
+    """An optional model capability was asked of a model that does not have it."""
+
+
+async def stream_request(model: Model, request: ModelRequest) -> AsyncIterator[str]:
+    """Stream a response's text, where the model supports streaming."""
+    stream = getattr(model, "stream", None)
+    if stream is None:
+        raise NotSupported(f"streaming is not supported by {model.name}")
+    async for chunk in stream(request):
+        yield chunk
+
+
+def count_tokens(model: Model, request: ModelRequest) -> int:
+    """Count a request's input tokens, where the model can."""
+    counter = getattr(model, "count_tokens", None)
+    if counter is None:
+        raise NotSupported(f"token counting is not supported by {model.name}")
+    return int(counter(request))
+
+
+def estimate_tokens(text: str) -> int:
+    """A provider-free estimate: about four characters a token."""
+    return math.ceil(len(text) / 4)

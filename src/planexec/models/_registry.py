@@ -1,0 +1,108 @@
+"""Model strings: ``provider:name`` resolved to a model object.
+
+Built in:
+
+* ``scripted:PATH`` — a ScriptedModel whose replies are read from a JSON file: a list of
+  replies, or ``{"replies": [...], "latency": seconds}``. An object reply becomes structured
+  output, a string reply text, and ``{"$tool_calls": [{"name": ..., "arguments": {...}}]}``
+  a request to call tools.
+* ``object:package.module:attribute`` — any model object importable from Python (or a
+  function of no arguments that returns one).
+
+Providers register themselves with :func:`register_provider`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from planexec._errors import ModelNotFound, Problem
+from planexec.models._base import Model, ModelResponse
+from planexec.models._scripted import Reply, ScriptedModel, tool_calls
+
+__all__ = ["known_providers", "register_provider", "resolve_model"]
+
+ProviderFactory = Callable[[str], Model]
+_providers: dict[str, ProviderFactory] = {}
+
+
+def register_provider(name: str, factory: ProviderFactory) -> None:
+    """Make ``name:model`` strings resolve through ``factory(model)``."""
+    _providers[name] = factory
+
+
+def known_providers() -> tuple[str, ...]:
+    return tuple(sorted(_providers))
+
+
+def resolve_model(spec: str | Model) -> Model:
+    """A model from a ``provider:name`` string, or the model itself."""
+    if not isinstance(spec, str):
+        if isinstance(spec, Model):
+            return spec
+        raise ModelNotFound(f"{spec!r} is not a model: it needs a name and an async request() method")
+    provider, sep, rest = spec.partition(":")
+    if not sep or not rest:
+        raise ModelNotFound(
+            f"model string {spec!r} is not of the form provider:name",
+            [Problem(code="model_string", where=spec, message=f"known providers: {', '.join(known_providers())}")],
+        )
+    factory = _providers.get(provider)
+    if factory is None:
+        raise ModelNotFound(
+            f"unknown model provider {provider!r}",
+            [Problem(code="unknown_provider", where=spec, message=f"known providers: {', '.join(known_providers())}")],
+        )
+    return factory(rest)
+
+
+def _scripted_reply(item: Any) -> Reply:
+    if isinstance(item, dict) and "$tool_calls" in item:
+        return tool_calls(*((c["name"], c.get("arguments", {})) for c in item["$tool_calls"]))
+    if isinstance(item, dict) and "$text" in item:
+        return ModelResponse(text=str(item["$text"]))
+    if isinstance(item, dict | list | str):
+        return item
+    raise ModelNotFound(f"a scripted reply must be an object, a list or a string, not {type(item).__name__}")
+
+
+def _scripted_from_file(path: str) -> Model:
+    file = Path(path)
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ModelNotFound(
+            f"cannot read the script {path!r}", [Problem(code="script_file", where=path, message=str(e))]
+        ) from e
+    latency = 0.0
+    if isinstance(data, dict):
+        latency = float(data.get("latency", 0.0))
+        data = data.get("replies")
+    if not isinstance(data, list):
+        raise ModelNotFound(f"the script {path!r} must be a list of replies or {{\"replies\": [...]}}")
+    return ScriptedModel([_scripted_reply(x) for x in data], name=f"scripted:{file.name}", latency=latency)
+
+
+def _import_object(ref: str) -> Model:
+    module_name, sep, attr = ref.partition(":")
+    if not sep:
+        raise ModelNotFound(f"object model {ref!r} needs the form package.module:attribute")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise ModelNotFound(f"cannot import {ref!r}", [Problem(code="import", where=ref, message=str(e))]) from e
+    if not isinstance(obj, Model) and callable(obj):
+        obj = obj()
+    if not isinstance(obj, Model):
+        raise ModelNotFound(f"{ref!r} is not a model: it needs a name and an async request() method")
+    return obj
+
+
+register_provider("scripted", _scripted_from_file)
+register_provider("object", _import_object)

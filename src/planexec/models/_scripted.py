@@ -1,0 +1,165 @@
+"""Deterministic test doubles that ship with planexec: no network, no real model.
+
+``ScriptedModel`` answers from a list, in order, records every request, fails loudly on a call
+its script does not cover, and can assert that it was fully used. ``FunctionModel`` answers
+every request with a function of it. Both can simulate latency, token usage and cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from typing import Any, TypeAlias
+
+from planexec._errors import Problem, UnexpectedModelCall
+from planexec.models._base import ModelRequest, ModelResponse, ToolCall, Usage, estimate_tokens
+
+__all__ = ["FunctionModel", "Reply", "ScriptedModel", "tool_calls"]
+
+Reply: TypeAlias = "ModelResponse | dict[str, Any] | list[Any] | str | BaseException | Callable[[ModelRequest], Reply | Awaitable[Reply]]"
+"""One scripted answer: a response; JSON data (becomes ``parsed`` and ``text``); text; an exception
+to raise; or a function of the request returning any of these."""
+
+
+def tool_calls(*calls: tuple[str, dict[str, Any]]) -> ModelResponse:
+    """A response that asks for tool calls: ``tool_calls(("search", {"q": "x"}), ...)``."""
+    return ModelResponse(
+        tool_calls=tuple(ToolCall(id=f"call_{i}", name=n, arguments=a) for i, (n, a) in enumerate(calls, 1)),
+        finish_reason="tool_calls",
+    )
+
+
+class _Simulated:
+    """Shared by the doubles: simulated latency, usage and cost, and the record of calls."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        latency: float | Callable[[ModelRequest], float],
+        usage: Usage | None,
+        cost_per_million: tuple[float, float] | None,
+    ) -> None:
+        self._name = name
+        self._latency = latency
+        self._usage = usage
+        self._prices = cost_per_million
+        self.calls: list[ModelRequest] = []
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def _answer(self, request: ModelRequest, reply: Any) -> ModelResponse:
+        latency = self._latency(request) if callable(self._latency) else self._latency
+        if latency > 0:
+            await asyncio.sleep(latency)
+        while callable(reply) and not isinstance(reply, ModelResponse):
+            reply = reply(request)
+            if inspect.isawaitable(reply):
+                reply = await reply
+        if isinstance(reply, BaseException):
+            raise reply
+        response = self._to_response(request, reply)
+        usage = response.usage
+        if usage.requests == 0:
+            usage = self._usage or Usage(
+                input_tokens=estimate_tokens("".join(m.content for m in request.messages)),
+                output_tokens=max(1, estimate_tokens(response.text)),
+            )
+            usage = replace(usage, requests=1)
+        cost = response.cost
+        if cost is None and self._prices is not None:
+            cost = (usage.input_tokens * self._prices[0] + usage.output_tokens * self._prices[1]) / 1e6
+        return replace(response, usage=usage, cost=cost, model=response.model or self._name)
+
+    @staticmethod
+    def _to_response(request: ModelRequest, reply: Any) -> ModelResponse:
+        if isinstance(reply, ModelResponse):
+            return reply
+        if isinstance(reply, dict | list):
+            return ModelResponse(text=json.dumps(reply, ensure_ascii=False), parsed=reply)
+        if isinstance(reply, str):
+            parsed = None
+            if request.output is not None:
+                try:
+                    parsed = json.loads(reply)
+                except ValueError:
+                    parsed = None
+            return ModelResponse(text=reply, parsed=parsed)
+        raise UnexpectedModelCall(
+            "a scripted reply has an unsupported type",
+            [Problem(code="scripted_reply", where=type(reply).__name__, message="use a ModelResponse, JSON data or text")],
+        )
+
+
+class ScriptedModel(_Simulated):
+    """Answers from ``script`` in order; an extra call raises ``UnexpectedModelCall``.
+
+    ``latency`` (seconds, or a function of the request) is awaited before each answer; usage is
+    the reply's own, else ``usage`` when given, else estimated from the characters; cost comes
+    from ``cost_per_million=(input_price, output_price)`` when given.
+    """
+
+    def __init__(
+        self,
+        script: Sequence[Reply],
+        *,
+        name: str = "scripted",
+        latency: float | Callable[[ModelRequest], float] = 0.0,
+        usage: Usage | None = None,
+        cost_per_million: tuple[float, float] | None = None,
+    ) -> None:
+        super().__init__(name=name, latency=latency, usage=usage, cost_per_million=cost_per_million)
+        self._script = list(script)
+
+    @property
+    def remaining(self) -> int:
+        return len(self._script) - len(self.calls)
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        index = len(self.calls)
+        self.calls.append(request)
+        if index >= len(self._script):
+            raise UnexpectedModelCall(
+                f"scripted model {self._name!r} got call #{index + 1}, but its script has {len(self._script)}",
+                [
+                    Problem(
+                        code="unexpected_call",
+                        where=request.purpose or "request",
+                        message=f"last user message: {request.last_user_text[:300]!r}",
+                    )
+                ],
+            )
+        return await self._answer(request, self._script[index])
+
+    def assert_consumed(self) -> None:
+        """Raise ``UnexpectedModelCall`` unless every scripted reply was used."""
+        if self.remaining:
+            raise UnexpectedModelCall(
+                f"scripted model {self._name!r} was called {len(self.calls)} time(s); "
+                f"{self.remaining} scripted repl(ies) were never used"
+            )
+
+
+class FunctionModel(_Simulated):
+    """Answers every request with ``function(request)`` (sync or async)."""
+
+    def __init__(
+        self,
+        function: Callable[[ModelRequest], Reply | Awaitable[Reply]],
+        *,
+        name: str = "function",
+        latency: float | Callable[[ModelRequest], float] = 0.0,
+        usage: Usage | None = None,
+        cost_per_million: tuple[float, float] | None = None,
+    ) -> None:
+        super().__init__(name=name, latency=latency, usage=usage, cost_per_million=cost_per_million)
+        self._function = function
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        self.calls.append(request)
+        return await self._answer(request, self._function)

@@ -1,0 +1,47 @@
+"""Plans: the typed, versioned contract between the planner and the executors.
+
+Bindings — how a step uses an earlier step's output in its arguments:
+
+* ``"${fetch}"`` — exactly one binding: the whole output, with its type kept.
+* ``"${fetch.items.0.name}"`` — a path: object fields by name, list items by index.
+* ``"Found ${count} rows"`` — inside a longer string: rendered as text (JSON for non-strings).
+* ``"$${"`` — a literal ``${``.
+
+A bound step must be among the step's dependencies.
+"""
+
+from planexec.plan._bindings import BindingError, CompiledArgs, Ref, compile_args, render_text
+from planexec.plan._checks import CheckContext, check_steps, validate_steps
+from planexec.plan._plan import (
+    PLAN_SCHEMA_VERSION,
+    FinalAnswer,
+    Plan,
+    PlanDraft,
+    Turn,
+    plan_json_schema,
+)
+from planexec.plan._step import Check, Contains, FitsSchema, Matches, NonEmpty, Predicate, Step
+
+__all__ = [
+    "PLAN_SCHEMA_VERSION",
+    "BindingError",
+    "Check",
+    "CheckContext",
+    "CompiledArgs",
+    "Contains",
+    "FinalAnswer",
+    "FitsSchema",
+    "Matches",
+    "NonEmpty",
+    "Plan",
+    "PlanDraft",
+    "Predicate",
+    "Ref",
+    "Step",
+    "Turn",
+    "check_steps",
+    "compile_args",
+    "plan_json_schema",
+    "render_text",
+    "validate_steps",
+]

@@ -1,0 +1,95 @@
+"""Steps and their acceptance checks: the unit of work a plan is made of."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+STEP_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
+
+Effect = Literal["read", "write"]
+"""``read``: no side effects, safe to repeat. ``write``: changes something outside the run."""
+
+ApprovalPolicy = Literal["auto", "always", "never"]
+"""``auto``: ask a human for sensitive tools when an approver is configured; ``always``: never
+run without a human's yes; ``never``: do not ask. The confidence gate applies in every case."""
+
+
+class _Value(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NonEmpty(_Value):
+    """The output is not None, an empty string, an empty list or an empty object."""
+
+    kind: Literal["non_empty"] = "non_empty"
+
+
+class Contains(_Value):
+    """The output, rendered as text, contains ``text``."""
+
+    kind: Literal["contains"] = "contains"
+    text: str
+
+
+class Matches(_Value):
+    """The output, rendered as text, matches the regular expression ``pattern`` (search)."""
+
+    kind: Literal["matches"] = "matches"
+    pattern: str
+
+
+class FitsSchema(_Value):
+    """The output validates against the JSON Schema ``json_schema``."""
+
+    kind: Literal["schema"] = "schema"
+    json_schema: dict[str, Any]
+
+
+class Predicate(_Value):
+    """A named Python predicate from the run's acceptance settings accepts the output."""
+
+    kind: Literal["predicate"] = "predicate"
+    name: str
+
+
+Check = Annotated[NonEmpty | Contains | Matches | FitsSchema | Predicate, Field(discriminator="kind")]
+
+
+class Step(_Value):
+    """One unit of work: a tool call, or a task for a model-driven executor.
+
+    ``args`` may bind earlier outputs with ``${step_id}`` (the whole output, type kept) or
+    ``${step_id.field.0}`` (a path into it); see :mod:`planexec.plan` for the syntax.
+    """
+
+    id: str = Field(pattern=STEP_ID_PATTERN, description="Unique id; letters, digits, _ and -.")
+    description: str = Field(description="What the step does, in a sentence.")
+    tool: str | None = Field(default=None, description="The tool this step calls.")
+    executor: str | None = Field(
+        default=None,
+        description="A named executor: a model-driven one for steps with no tool, or a tool "
+        "executor with its own limits.",
+    )
+    args: dict[str, Any] = Field(default_factory=dict, description="Arguments; may bind outputs.")
+    depends_on: tuple[str, ...] = Field(default=(), description="Ids of steps that must finish first.")
+    expected: str | None = Field(
+        default=None, description="The expected output or success criteria, in words."
+    )
+    checks: tuple[Check, ...] = Field(default=(), description="Deterministic acceptance checks.")
+    output_schema: dict[str, Any] | None = Field(
+        default=None, description="JSON Schema the output must fit (model steps are asked for it)."
+    )
+    effect: Effect = "read"
+    approval: ApprovalPolicy = "auto"
+    thought: str | None = Field(default=None, description="Why this step (step-by-step policy).")
+    confidence: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="The planner's confidence in this step, 0 to 1."
+    )
+
+    @model_validator(mode="after")
+    def _unique_dependencies(self) -> Step:
+        if len(set(self.depends_on)) != len(self.depends_on):
+            raise ValueError(f"depends_on of step {self.id!r} lists a step twice")
+        return self

@@ -1,0 +1,202 @@
+"""The planner: turns the goal and the execution record into plans, patches, turns and answers.
+
+It never calls tools. Its output is structured, parsed, validated and statically checked; on any
+problem the whole list goes back to the model, for at most ``max_repairs`` repairs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from planexec._errors import Problem
+from planexec.models._base import Message, Model, ModelRequest, ModelResponse, OutputSpec
+from planexec.models._registry import resolve_model
+from planexec.plan._checks import CheckContext, check_steps
+from planexec.plan._plan import FinalAnswer, PlanDraft, Turn
+from planexec.planner import _prompt
+from planexec.tools._toolset import Toolset
+
+if TYPE_CHECKING:
+    from planexec.runtime._state import RunState
+
+__all__ = ["Planner", "PlannerGaveUp", "PlanningContext", "PolicyName", "ReplanPolicy"]
+
+PolicyName = Literal["upfront", "step"]
+ReplanPolicy = Literal["on_failure", "after_each_step", "never"]
+
+T = TypeVar("T", bound=BaseModel)
+
+
+class PlannerGaveUp(Exception):
+    """The planner's output was still invalid after every repair allowed."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(map(str, problems)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanningContext:
+    """What the run gives the planner for one planning round."""
+
+    goal: str
+    constraints: tuple[str, ...]
+    state: RunState
+    tools: Toolset
+    executors: Mapping[str, str]
+    checks: CheckContext
+    budget_left: Mapping[str, Any]
+    call: Callable[[Model, ModelRequest], Awaitable[ModelResponse]]
+    rejected: Callable[[int, list[Problem]], None]
+
+
+@dataclass(kw_only=True)
+class Planner:
+    """A planning model and how it plans.
+
+    ``policy``: ``upfront`` (the whole DAG at once) or ``step`` (one next step per turn).
+    ``replan``: when the plan is patched — ``on_failure`` (default), ``after_each_step``, ``never``.
+    ``record_chars``: how much of each step's output the planner sees in the record.
+    """
+
+    model: Model | str
+    policy: PolicyName = "upfront"
+    replan: ReplanPolicy = "on_failure"
+    max_repairs: int = 2
+    instructions: str = ""
+    record_chars: int = 600
+    _resolved: Model | None = field(default=None, init=False, repr=False)
+
+    def resolved_model(self) -> Model:
+        if self._resolved is None:
+            self._resolved = resolve_model(self.model)
+        return self._resolved
+
+    # -- the four planning requests --------------------------------------------------------
+
+    async def propose(self, ctx: PlanningContext) -> PlanDraft:
+        """The first plan (upfront policy)."""
+        return await self._ask(ctx, _prompt.UPFRONT, [], PlanDraft, self._check_draft, "planner.propose")
+
+    async def patch(self, ctx: PlanningContext, why: str) -> PlanDraft:
+        """A new list of unfinished steps, after ``why`` (a failure, or a finished step)."""
+        extra = [_prompt.describe_record(ctx.state, self.record_chars), f"Why a new plan: {why}", _prompt.PATCH]
+        return await self._ask(ctx, _prompt.UPFRONT, extra, PlanDraft, self._check_draft, "planner.patch")
+
+    async def turn(self, ctx: PlanningContext) -> Turn:
+        """The next step, or stop with the answer (step-by-step policy)."""
+        extra = [_prompt.describe_record(ctx.state, self.record_chars)] if ctx.state.steps else []
+        return await self._ask(ctx, _prompt.STEP_BY_STEP, extra, Turn, self._check_turn, "planner.turn")
+
+    async def finish(self, ctx: PlanningContext) -> str:
+        """The final answer from the finished record."""
+        extra = [_prompt.describe_record(ctx.state, self.record_chars), _prompt.FINISH]
+        answer = await self._ask(ctx, _prompt.UPFRONT, extra, FinalAnswer, lambda _a, _c: [], "planner.finish")
+        return answer.answer
+
+    # -- the shared loop: ask, parse, validate, check, repair --------------------------------
+
+    async def _ask(
+        self,
+        ctx: PlanningContext,
+        system: str,
+        extra: list[str],
+        output: type[T],
+        check: Callable[[T, PlanningContext], list[Problem]],
+        purpose: str,
+    ) -> T:
+        model = self.resolved_model()
+        system_text = system + (f"\n{self.instructions}" if self.instructions else "")
+        user = "\n\n".join(
+            [
+                _prompt.describe_goal(ctx.goal, ctx.constraints),
+                _prompt.describe_tools(ctx.tools, ctx.executors),
+                _prompt.describe_budget(ctx.budget_left),
+                *extra,
+            ]
+        )
+        messages = [Message(role="system", content=system_text), Message(role="user", content=user)]
+        spec = OutputSpec(name=output.__name__.lower(), json_schema=output.model_json_schema())
+        attempt = 0
+        while True:
+            response = await ctx.call(model, ModelRequest(messages=tuple(messages), output=spec, purpose=purpose))
+            value, problems = _parse(response, output)
+            if value is not None:
+                problems = check(value, ctx)
+                if not problems:
+                    return value
+            attempt += 1
+            ctx.rejected(attempt, problems)
+            if attempt > self.max_repairs:
+                raise PlannerGaveUp(problems)
+            messages.append(Message(role="assistant", content=response.text))
+            messages.append(
+                Message(
+                    role="user",
+                    content="Your reply has these problems:\n"
+                    + "\n".join(f"- {p}" for p in problems)
+                    + "\nReply again with the whole corrected JSON.",
+                )
+            )
+
+    def _check_draft(self, draft: PlanDraft, ctx: PlanningContext) -> list[Problem]:
+        return check_steps(draft.steps, ctx.checks)
+
+    def _check_turn(self, turn: Turn, ctx: PlanningContext) -> list[Problem]:
+        if turn.stop:
+            if turn.answer is None:
+                return [Problem(code="turn", where="answer", message="stop is true, so an answer is required")]
+            return []
+        if turn.step is None:
+            return [Problem(code="turn", where="step", message="stop is false, so a step is required")]
+        step = turn.step
+        if step.confidence is None or step.thought is None:
+            step = step.model_copy(
+                update={
+                    "confidence": turn.confidence if step.confidence is None else step.confidence,
+                    "thought": turn.thought if step.thought is None else step.thought,
+                }
+            )
+            turn.step = step
+        return check_steps([step], ctx.checks)
+
+
+_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
+
+
+def _parse(response: ModelResponse, output: type[T]) -> tuple[T | None, list[Problem]]:
+    if response.refusal is not None:
+        return None, [Problem(code="refusal", where="reply", message=f"the model refused: {response.refusal}")]
+    data = response.parsed
+    if data is None:
+        text = response.text
+        m = _FENCE.match(text)
+        if m:
+            text = m.group(1)
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            return None, [Problem(code="invalid_json", where="reply", message=f"not valid JSON: {e}")]
+    try:
+        return output.model_validate(data), []
+    except ValidationError as e:
+        return None, [
+            Problem(
+                code="invalid_output",
+                where=".".join(str(p) for p in err["loc"]) or "reply",
+                message=err["msg"],
+            )
+            for err in e.errors(include_url=False)
+        ]
+
+
+def with_finished(checks: CheckContext, state: RunState, max_steps: int | None) -> CheckContext:
+    """The check context for a planning round: finished steps known, the step budget applied."""
+    finished = [sid for sid, rec in state.steps.items() if rec.status == "succeeded"]
+    return replace(checks, finished=finished, max_steps=max_steps)

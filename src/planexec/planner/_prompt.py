@@ -1,0 +1,96 @@
+"""What the planner is told: instructions, the goal, the tools, the budget and the record.
+
+The record shows each step once, with outputs cut to a fixed size, so the planner's input grows
+linearly with the steps of the run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from planexec.plan._bindings import render_text
+from planexec.tools._toolset import Toolset
+
+if TYPE_CHECKING:
+    from planexec.runtime._state import RunState
+
+UPFRONT = """You are the planner of a planner–executor agent. You never call tools yourself: you write a \
+plan that executors carry out, then you write the final answer from their results.
+A plan is a list of steps. Each step names a tool (with args that fit its schema) or an executor (for \
+work a model must reason through). A step starts as soon as every step in its depends_on has finished, \
+so independent steps run in parallel: list only real dependencies.
+To use an earlier step's output in args, write "${step_id}" for the whole output (its type is kept) \
+or "${step_id.field.0}" for a part of it, and list that step in depends_on.
+Mark steps that change anything outside the run with effect "write". Give a confidence (0 to 1) for \
+steps you are unsure of. Reply with JSON only."""
+
+STEP_BY_STEP = """You are the planner of a planner–executor agent. You never call tools yourself: each \
+turn you choose the one next step that executors carry out, and you see its result before the next turn.
+A step names a tool (with args that fit its schema) or an executor. To use an earlier step's output in \
+args, write "${step_id}" or "${step_id.field.0}" and list that step in depends_on.
+Each turn give your thought and your confidence (0 to 1). When the goal is met, set stop to true and \
+give the final answer. Reply with JSON only."""
+
+PATCH = """Part of the plan failed or needs changing. Finished steps stay as they are and their outputs \
+stay available: bind them instead of repeating them. Return every step still to do: your list replaces \
+all unfinished steps. New steps need new ids; keep an id only to run that step again unchanged, or to \
+keep a running step running."""
+
+FINISH = """Every step has finished. Write the final answer to the goal from the results above."""
+
+
+def describe_tools(tools: Toolset, executors: Mapping[str, str]) -> str:
+    lines = ["Tools:"]
+    for t in tools:
+        flags = [f for f, on in (("writes", t.side_effect), ("sensitive", t.sensitive)) if on]
+        suffix = f" [{', '.join(flags)}]" if flags else ""
+        schema = json.dumps(t.parameters, separators=(",", ":"), ensure_ascii=False)
+        lines.append(f"- {t.name}{suffix}: {t.description}\n  args schema: {schema}")
+    if executors:
+        lines.append("Executors (for steps with no tool):")
+        lines += [f"- {name}: {desc}" for name, desc in executors.items()]
+    return "\n".join(lines)
+
+
+def describe_goal(goal: str, constraints: tuple[str, ...]) -> str:
+    text = f"Goal: {goal}"
+    if constraints:
+        text += "\nConstraints:\n" + "\n".join(f"- {c}" for c in constraints)
+    return text
+
+
+def describe_budget(left: Mapping[str, Any]) -> str:
+    if not left:
+        return "Budget left: no caps."
+    return "Budget left: " + ", ".join(f"{k} {v}" for k, v in left.items())
+
+
+def _cut(value: Any, limit: int) -> str:
+    text = render_text(value)
+    return text if len(text) <= limit else text[:limit] + f"… ({len(text) - limit} more characters)"
+
+
+def describe_record(state: RunState, limit: int) -> str:
+    """Each step once: status, what it ran, and its output or error (cut to ``limit`` characters)."""
+    plan = state.plan
+    lines = [f"Execution record (plan v{plan.version if plan else 0}):"]
+    for rec in state.steps.values():
+        s = rec.step
+        what = f"tool {s.tool}" if s.tool else f"executor {s.executor or 'default'}"
+        head = f"- [{rec.status}] {s.id} ({what}): {s.description}"
+        if rec.status == "succeeded":
+            head += f"\n  output: {_cut(rec.output, limit)}"
+        elif rec.status == "failed" and rec.error is not None:
+            head += f"\n  error: {_cut(str(rec.error), limit)}"
+            if rec.args is not None:
+                head += f"\n  args: {_cut(rec.args, limit)}"
+            if rec.verdict is not None and rec.verdict.failures:
+                head += "\n  failed checks: " + "; ".join(f"{c.name}: {c.detail}" for c in rec.verdict.failures)
+        elif rec.status == "pending" and s.depends_on:
+            head += f" (after {', '.join(s.depends_on)})"
+        lines.append(head)
+    if len(lines) == 1:
+        lines.append("- nothing has run yet")
+    return "\n".join(lines)

@@ -1,0 +1,179 @@
+"""The Python API: an Agent runs goals; a Run streams its events and yields its result."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from planexec._errors import Problem, UsageError
+from planexec.executor._acceptance import Acceptance
+from planexec.executor._base import Executor
+from planexec.executor._model import ModelExecutor
+from planexec.executor._tools import ToolExecutor
+from planexec.models._base import Model
+from planexec.planner._planner import Planner
+from planexec.runtime._budget import Budget
+from planexec.runtime._engine import Engine, EngineConfig
+from planexec.runtime._events import Event, RunFinished
+from planexec.runtime._result import RunResult
+from planexec.runtime._settings import Approvals, Limits, RunContext
+from planexec.runtime._state import RunState
+from planexec.tools._tool import Tool
+from planexec.tools._toolset import Toolset
+
+__all__ = ["Agent", "Run"]
+
+
+class Run:
+    """One running goal. ``await run.result()`` for the outcome; ``async for e in run.events()``
+    to watch it; ``run.cancel()`` to stop it (the result then says ``cancelled``)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._task: asyncio.Task[RunState] = asyncio.create_task(engine.run(), name=f"run:{engine.run_id}")
+
+    @property
+    def run_id(self) -> str:
+        return self._engine.run_id
+
+    @property
+    def state(self) -> RunState:
+        """The state so far (folded from the events so far)."""
+        return self._engine.state
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Every event of the run, from the first, live until the run finishes."""
+        queue: asyncio.Queue[Event] = asyncio.Queue()
+        for e in self._engine.events:
+            queue.put_nowait(e)
+        self._engine.subscribe(queue.put_nowait)
+        while True:
+            event = await queue.get()
+            yield event
+            if isinstance(event, RunFinished):
+                return
+
+    async def result(self) -> RunResult:
+        try:
+            await asyncio.shield(self._task)
+        except asyncio.CancelledError:
+            if not self._task.done():
+                raise  # the caller was cancelled, not the run
+        return RunResult.from_state(self._engine.state, self._engine.events)
+
+    def cancel(self) -> None:
+        self._task.cancel()
+
+    @property
+    def done(self) -> bool:
+        return self._task.done()
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Parts:
+    planner: Planner
+    tools: Toolset
+    executors: dict[str, Executor] = field(default_factory=dict)
+    default_executor: str | None = None
+
+
+class Agent:
+    """A planner, tools and executors, with the budgets and policies that bound every run.
+
+    ``planner``: a :class:`Planner`, or a model (object or ``provider:name``) for the default
+    upfront planner. ``executor``: the model (or :class:`ModelExecutor`) for steps that name no
+    tool. ``executors``: more named executors that plans may route steps to.
+    """
+
+    def __init__(
+        self,
+        planner: Planner | Model | str,
+        *,
+        tools: Sequence[Tool | Toolset] | Toolset = (),
+        executor: Model | str | ModelExecutor | None = None,
+        executors: Sequence[Executor] = (),
+        budget: Budget | None = None,
+        limits: Limits | None = None,
+        acceptance: Acceptance | None = None,
+        approvals: Approvals | None = None,
+        context: RunContext | None = None,
+    ) -> None:
+        self._parts = _assemble(planner, tools, executor, executors)
+        self.budget = budget or Budget()
+        self.limits = limits or Limits()
+        self.acceptance = acceptance or Acceptance()
+        self.approvals = approvals or Approvals()
+        self.context = context or RunContext()
+
+    @property
+    def planner(self) -> Planner:
+        return self._parts.planner
+
+    @property
+    def tools(self) -> Toolset:
+        return self._parts.tools
+
+    def start(self, goal: str, *, constraints: Sequence[str] = (), run_id: str | None = None) -> Run:
+        """Start a run in the running event loop and return its handle at once."""
+        if not goal.strip():
+            raise UsageError("the goal is empty")
+        parts = self._parts
+        config = EngineConfig(
+            planner=parts.planner,
+            tools=parts.tools,
+            executors=parts.executors,
+            default_executor=parts.default_executor,
+            budget=self.budget,
+            limits=self.limits,
+            acceptance=self.acceptance,
+            approvals=self.approvals,
+            context=self.context,
+        )
+        engine = Engine(config, goal=goal, constraints=tuple(constraints), run_id=run_id or self.context.new_id())
+        return Run(engine)
+
+    async def run(self, goal: str, *, constraints: Sequence[str] = (), run_id: str | None = None) -> RunResult:
+        """Run a goal to its stop and return the result (also when the goal was not met)."""
+        handle = self.start(goal, constraints=constraints, run_id=run_id)
+        try:
+            return await handle.result()
+        except asyncio.CancelledError:
+            handle.cancel()
+            await asyncio.gather(handle._task, return_exceptions=True)
+            raise
+
+    def run_sync(self, goal: str, *, constraints: Sequence[str] = (), run_id: str | None = None) -> RunResult:
+        """``run`` for code without an event loop."""
+        return asyncio.run(self.run(goal, constraints=constraints, run_id=run_id))
+
+
+def _assemble(
+    planner: Planner | Model | str,
+    tools: Sequence[Tool | Toolset] | Toolset,
+    executor: Model | str | ModelExecutor | None,
+    executors: Sequence[Executor],
+) -> _Parts:
+    problems: list[Problem] = []
+    the_planner = planner if isinstance(planner, Planner) else Planner(model=planner)
+    toolset = tools if isinstance(tools, Toolset) else Toolset(*tools)
+    by_name: dict[str, Executor] = {"tools": ToolExecutor()}
+    default: str | None = None
+    extra: list[Executor] = list(executors)
+    if executor is not None:
+        default_exec = executor if isinstance(executor, ModelExecutor) else ModelExecutor(model=executor)
+        extra.insert(0, default_exec)
+        default = default_exec.name
+    for e in extra:
+        if not isinstance(e, Executor):
+            problems.append(Problem(code="executor", where=repr(e)[:60], message="is not an executor"))
+            continue
+        if e.name == "tools" and not isinstance(e, ToolExecutor):
+            problems.append(Problem(code="executor", where="tools", message="the name 'tools' is the built-in tool executor's"))
+            continue
+        if e.name in by_name and e.name != "tools":
+            problems.append(Problem(code="executor", where=e.name, message="two executors have this name"))
+        by_name[e.name] = e
+    if problems:
+        raise UsageError("invalid agent", problems)
+    return _Parts(planner=the_planner, tools=toolset, executors=by_name, default_executor=default)

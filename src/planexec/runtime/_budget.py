@@ -1,0 +1,94 @@
+"""Budgets: caps on what a run may spend, checked before every call, not only after."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+from planexec._errors import Problem, UsageError
+from planexec.runtime._stop import BudgetName
+
+if TYPE_CHECKING:
+    from planexec.runtime._state import RunState
+
+__all__ = ["Budget", "BudgetHit"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Budget:
+    """Caps on one run. ``None`` means no cap. ``cost`` is in US dollars, ``wall_time`` in seconds."""
+
+    model_calls: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost: float | None = None
+    wall_time: float | None = None
+    tool_calls: int | None = None
+    steps: int | None = None
+    replans: int = 3
+
+    def __post_init__(self) -> None:
+        problems = [
+            Problem(code="budget", where=f.name, message="must not be negative")
+            for f in fields(self)
+            if (v := getattr(self, f.name)) is not None and v < 0
+        ]
+        if problems:
+            raise UsageError("invalid budget", problems)
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def left(self, state: RunState, now: float) -> dict[str, float | int]:
+        """What is left of each capped budget, for the planner's prompt."""
+        used = _used(state, now)
+        return {
+            name: round(cap - used[name], 4) if isinstance(cap, float) else cap - int(used[name])
+            for name, cap in self.as_dict().items()
+            if cap is not None
+        }
+
+    def check_model_call(self, state: RunState, now: float, estimated_input_tokens: int = 0) -> None:
+        """Raise ``BudgetHit`` if a model call now would go over a cap."""
+        self._check(state, now, "model_calls", "output_tokens", "cost", "wall_time")
+        if self.input_tokens is not None:
+            used = state.usage.input_tokens
+            if used + estimated_input_tokens > self.input_tokens:
+                raise BudgetHit("input_tokens", self.input_tokens, used + estimated_input_tokens)
+
+    def check_tool_call(self, state: RunState, now: float) -> None:
+        self._check(state, now, "tool_calls", "wall_time")
+
+    def check_step(self, state: RunState) -> None:
+        if self.steps is not None and state.steps_started >= self.steps:
+            raise BudgetHit("steps", self.steps, state.steps_started)
+
+    def _check(self, state: RunState, now: float, *names: BudgetName) -> None:
+        used = _used(state, now)
+        for name in names:
+            cap = getattr(self, name)
+            if cap is not None and used[name] >= cap:
+                raise BudgetHit(name, cap, used[name])
+
+
+def _used(state: RunState, now: float) -> dict[str, float]:
+    return {
+        "model_calls": state.model_calls,
+        "input_tokens": state.usage.input_tokens,
+        "output_tokens": state.usage.output_tokens,
+        "cost": state.cost,
+        "wall_time": max(0.0, now - state.started_at),
+        "tool_calls": state.tool_calls,
+        "steps": state.steps_started,
+        "replans": state.replans,
+    }
+
+
+class BudgetHit(Exception):
+    """Internal signal: a budget would be exceeded. The run stops with ``budget_exhausted``."""
+
+    def __init__(self, budget: BudgetName, limit: float, used: float) -> None:
+        self.budget: BudgetName = budget
+        self.limit = limit
+        self.used = used
+        super().__init__(f"{budget} budget exhausted: used {used:g} of {limit:g}")

@@ -1,0 +1,94 @@
+"""The result of a run: the answer if any, why it stopped, and the complete record."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from planexec._errors import (
+    BudgetExhausted,
+    MaxReplans,
+    Rejected,
+    RunCancelled,
+    RunFailed,
+    Stalled,
+    UnrecoverableError,
+)
+from planexec.models._base import Usage
+from planexec.plan._plan import Plan
+from planexec.runtime._events import Event
+from planexec.runtime._state import RunState, StepRecord
+from planexec.runtime._stop import StopReason
+
+__all__ = ["RunResult"]
+
+_FAILURES: dict[str, type[RunFailed]] = {
+    "budget_exhausted": BudgetExhausted,
+    "max_replans": MaxReplans,
+    "stalled": Stalled,
+    "rejected": Rejected,
+    "cancelled": RunCancelled,
+    "error": UnrecoverableError,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    """Everything a run did. ``steps`` holds the latest record of each step id; ``superseded``
+    the records a patch replaced or dropped; ``events`` the complete log."""
+
+    run_id: str
+    goal: str
+    answer: str | None
+    stop: StopReason
+    plans: tuple[Plan, ...]
+    steps: Mapping[str, StepRecord]
+    superseded: tuple[StepRecord, ...]
+    usage: Usage
+    cost: float
+    model_calls: int
+    tool_calls: int
+    replans: int
+    started_at: float
+    finished_at: float
+    events: tuple[Event, ...]
+
+    @classmethod
+    def from_state(cls, state: RunState, events: list[Event]) -> RunResult:
+        assert state.stop is not None, "the run has not finished"
+        return cls(
+            run_id=state.run_id,
+            goal=state.goal,
+            answer=state.answer,
+            stop=state.stop,
+            plans=tuple(state.plans),
+            steps=dict(state.steps),
+            superseded=tuple(state.superseded),
+            usage=state.usage,
+            cost=state.cost,
+            model_calls=state.model_calls,
+            tool_calls=state.tool_calls,
+            replans=state.replans,
+            started_at=state.started_at,
+            finished_at=state.finished_at if state.finished_at is not None else state.started_at,
+            events=tuple(events),
+        )
+
+    @property
+    def ok(self) -> bool:
+        return self.stop.ok
+
+    @property
+    def duration(self) -> float:
+        return self.finished_at - self.started_at
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        return {sid: rec.output for sid, rec in self.steps.items() if rec.status == "succeeded"}
+
+    def raise_for_stop(self) -> RunResult:
+        """Return self when the goal was met; otherwise raise the matching ``RunFailed``."""
+        if self.stop.ok:
+            return self
+        raise _FAILURES[self.stop.kind](self)

@@ -1,0 +1,280 @@
+"""RunState: a fold over a run's events. The runtime, the CLI and every later view read it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from planexec.executor._outcome import StepError, Verdict
+from planexec.models._base import Usage
+from planexec.plan._plan import Plan
+from planexec.plan._step import Step
+from planexec.runtime._events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    BudgetExhaustedEvent,
+    Event,
+    ModelCalled,
+    PlannerOutputRejected,
+    PlanProposed,
+    RunFinished,
+    RunStarted,
+    StallDetected,
+    StepAttemptFailed,
+    StepCancelled,
+    StepFailed,
+    StepStarted,
+    StepSucceeded,
+    ToolCalled,
+)
+from planexec.runtime._stop import StopReason
+
+__all__ = ["ApprovalRecord", "RunState", "StepRecord", "StepStatus", "canonical_call"]
+
+StepStatus = Literal["pending", "running", "succeeded", "failed", "cancelled", "dropped"]
+
+
+def canonical_call(tool: str, args: Any) -> str:
+    """One string per distinct call: the tool and its arguments with sorted keys."""
+    return tool + json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
+
+
+@dataclass(kw_only=True, slots=True)
+class StepRecord:
+    """Everything known about one step: its definition, status, arguments, output and timings."""
+
+    step: Step
+    plan_version: int
+    status: StepStatus = "pending"
+    executor: str | None = None
+    args: dict[str, Any] | None = None
+    output: Any = None
+    error: StepError | None = None
+    verdict: Verdict | None = None
+    attempts: int = 0
+    attempt_errors: list[StepError] = field(default_factory=list)
+    tool_calls: list[ToolCalled] = field(default_factory=list)
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    @property
+    def id(self) -> str:
+        return self.step.id
+
+    @property
+    def duration(self) -> float | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return self.finished_at - self.started_at
+
+    @property
+    def done(self) -> bool:
+        return self.status in ("succeeded", "failed", "cancelled", "dropped")
+
+
+@dataclass(kw_only=True, slots=True)
+class ApprovalRecord:
+    approval_id: str
+    subject: Literal["plan", "step"]
+    step_id: str | None
+    plan_version: int | None
+    reason: str
+    requested_at: float
+    approved: bool | None = None
+    by: str | None = None
+    decision_reason: str = ""
+
+
+@dataclass(kw_only=True, slots=True)
+class RunState:
+    """The state of a run, folded from its events; ``RunState.fold(events)`` rebuilds it."""
+
+    run_id: str = ""
+    goal: str = ""
+    constraints: tuple[str, ...] = ()
+    policy: str = ""
+    replan: str = ""
+    budget: dict[str, float | int | None] = field(default_factory=dict)
+    tools: tuple[str, ...] = ()
+    started_at: float = 0.0
+    finished_at: float | None = None
+    plans: list[Plan] = field(default_factory=list)
+    steps: dict[str, StepRecord] = field(default_factory=dict)
+    """The latest record of every step id in the run."""
+    superseded: list[StepRecord] = field(default_factory=list)
+    """Earlier records of ids that a patch defined again, and pending steps a patch dropped."""
+    outputs: dict[str, Any] = field(default_factory=dict)
+    """Outputs of the steps that succeeded, by id."""
+    usage: Usage = field(default_factory=Usage)
+    cost: float = 0.0
+    model_calls: int = 0
+    tool_calls: int = 0
+    steps_started: int = 0
+    replans: int = 0
+    rounds_since_progress: int = 0
+    """Planning rounds (failure patches, step-by-step turns) since a step last succeeded."""
+    failed_calls: dict[str, int] = field(default_factory=dict)
+    """How often each canonical tool call has finally failed."""
+    repairs: int = 0
+    approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
+    stalls: list[StallDetected] = field(default_factory=list)
+    budget_hit: BudgetExhaustedEvent | None = None
+    stop: StopReason | None = None
+    answer: str | None = None
+    events: int = 0
+
+    @classmethod
+    def fold(cls, events: Iterable[Event]) -> RunState:
+        state = cls()
+        for e in events:
+            state.apply(e)
+        return state
+
+    @property
+    def finished(self) -> bool:
+        return self.stop is not None
+
+    @property
+    def plan(self) -> Plan | None:
+        return self.plans[-1] if self.plans else None
+
+    @property
+    def pending_approvals(self) -> list[ApprovalRecord]:
+        return [a for a in self.approvals.values() if a.approved is None]
+
+    def apply(self, event: Event) -> None:
+        """Fold one event into the state."""
+        self.events += 1
+        _HANDLERS[type(event)](self, event)
+
+    # -- handlers, one per event kind ------------------------------------------------------
+
+    def _run_started(self, e: RunStarted) -> None:
+        self.run_id, self.goal, self.constraints = e.run_id, e.goal, e.constraints
+        self.policy, self.replan, self.budget, self.tools = e.policy, e.replan, dict(e.budget), e.tools
+        self.started_at = e.at
+
+    def _model_called(self, e: ModelCalled) -> None:
+        self.model_calls += 1
+        self.usage = self.usage + e.usage
+        self.cost += e.cost
+
+    def _output_rejected(self, e: PlannerOutputRejected) -> None:
+        self.repairs += 1
+
+    def _plan_proposed(self, e: PlanProposed) -> None:
+        self.plans.append(e.plan)
+        if e.trigger == "failure":
+            self.replans += 1
+        if e.trigger in ("failure", "turn"):
+            self.rounds_since_progress += 1
+        in_plan = set()
+        for step in e.plan.steps:
+            in_plan.add(step.id)
+            old = self.steps.get(step.id)
+            if old is not None and (old.status == "succeeded" or (old.step == step and old.status in ("pending", "running"))):
+                continue
+            if old is not None:
+                self.superseded.append(old)
+            self.steps[step.id] = StepRecord(step=step, plan_version=e.plan.version)
+        for sid, rec in list(self.steps.items()):
+            if sid not in in_plan and rec.status == "pending":
+                rec.status = "dropped"
+                self.superseded.append(self.steps.pop(sid))
+
+    def _approval_requested(self, e: ApprovalRequested) -> None:
+        self.approvals[e.approval_id] = ApprovalRecord(
+            approval_id=e.approval_id,
+            subject=e.subject,
+            step_id=e.step_id,
+            plan_version=e.plan_version,
+            reason=e.reason,
+            requested_at=e.at,
+        )
+
+    def _approval_decided(self, e: ApprovalDecided) -> None:
+        rec = self.approvals.get(e.approval_id)
+        if rec is not None:
+            rec.approved, rec.by, rec.decision_reason = e.approved, e.by, e.reason
+
+    def _step_started(self, e: StepStarted) -> None:
+        rec = self.steps[e.step_id]
+        rec.status, rec.executor, rec.args, rec.started_at, rec.attempts = "running", e.executor, e.args, e.at, 1
+        self.steps_started += 1
+        if e.tool is not None:
+            self.tool_calls += 1
+
+    def _attempt_failed(self, e: StepAttemptFailed) -> None:
+        rec = self.steps[e.step_id]
+        rec.attempt_errors.append(e.error)
+        if e.retry_in is not None:
+            rec.attempts = e.attempt + 1
+            self.tool_calls += 1
+
+    def _tool_called(self, e: ToolCalled) -> None:
+        self.steps[e.step_id].tool_calls.append(e)
+        self.tool_calls += e.attempts
+
+    def _step_succeeded(self, e: StepSucceeded) -> None:
+        rec = self.steps[e.step_id]
+        rec.status, rec.output, rec.verdict, rec.finished_at, rec.attempts = (
+            "succeeded",
+            e.output,
+            e.verdict,
+            e.at,
+            e.attempts,
+        )
+        self.outputs[e.step_id] = e.output
+        self.rounds_since_progress = 0
+
+    def _step_failed(self, e: StepFailed) -> None:
+        rec = self.steps[e.step_id]
+        rec.status, rec.error, rec.verdict, rec.finished_at, rec.attempts = (
+            "failed",
+            e.error,
+            e.verdict,
+            e.at,
+            e.attempts,
+        )
+        if e.output is not None:
+            rec.output = e.output
+        if rec.step.tool is not None and e.started and rec.args is not None:
+            key = canonical_call(rec.step.tool, rec.args)
+            self.failed_calls[key] = self.failed_calls.get(key, 0) + 1
+
+    def _step_cancelled(self, e: StepCancelled) -> None:
+        rec = self.steps[e.step_id]
+        rec.status, rec.finished_at = "cancelled", e.at
+
+    def _budget_exhausted(self, e: BudgetExhaustedEvent) -> None:
+        self.budget_hit = e
+
+    def _stall(self, e: StallDetected) -> None:
+        self.stalls.append(e)
+
+    def _run_finished(self, e: RunFinished) -> None:
+        self.stop, self.answer, self.finished_at = e.stop, e.answer, e.at
+        for rec in self.steps.values():
+            if rec.status == "running":
+                rec.status, rec.finished_at = "cancelled", e.at
+
+
+_HANDLERS: dict[type, Callable[[RunState, Any], None]] = {
+    RunStarted: RunState._run_started,
+    ModelCalled: RunState._model_called,
+    PlannerOutputRejected: RunState._output_rejected,
+    PlanProposed: RunState._plan_proposed,
+    ApprovalRequested: RunState._approval_requested,
+    ApprovalDecided: RunState._approval_decided,
+    StepStarted: RunState._step_started,
+    StepAttemptFailed: RunState._attempt_failed,
+    ToolCalled: RunState._tool_called,
+    StepSucceeded: RunState._step_succeeded,
+    StepFailed: RunState._step_failed,
+    StepCancelled: RunState._step_cancelled,
+    BudgetExhaustedEvent: RunState._budget_exhausted,
+    StallDetected: RunState._stall,
+    RunFinished: RunState._run_finished,
+}

@@ -1,0 +1,243 @@
+"""``@tool``: a Python function (sync or async) made into a tool value.
+
+The schema is built in four steps:
+1. read the signature and the resolved type hints;
+2. read the docstring: the first paragraph describes the tool, an ``Args:`` section (Google
+   style) or ``:param name:`` lines (reST) describe the parameters;
+3. make a pydantic model with one field per parameter (a ``ToolContext`` parameter is left out
+   and passed in at call time), forbidding unknown arguments;
+4. take the JSON Schema of that model as the tool's ``parameters``, and a type adapter of the
+   return annotation as the output check.
+
+The decorator returns the tool and registers nothing anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, get_type_hints, overload
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
+
+from planexec._errors import Problem, ToolDefinitionError
+from planexec.tools._tool import RetryPolicy, Tool, ToolContext
+
+__all__ = ["tool"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_JSON_PRIMITIVES = (str, int, float, bool, type(None))
+
+
+def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    if not doc:
+        return "", {}
+    text = inspect.cleandoc(doc)
+    params: dict[str, str] = {}
+    for m in re.finditer(r"^:param\s+(?:\w+\s+)?(\w+):\s*(.+)$", text, re.MULTILINE):
+        params[m.group(1)] = m.group(2).strip()
+    section = re.search(r"^(?:Args|Arguments|Parameters):\s*$", text, re.MULTILINE)
+    if section:
+        current: str | None = None
+        for line in text[section.end() :].splitlines()[1:]:
+            if not line.strip():
+                continue
+            if not line.startswith((" ", "\t")):
+                break
+            m = re.match(r"^\s+(\w+)(?:\s*\([^)]*\))?\s*:\s*(.*)$", line)
+            if m and (current is None or len(line) - len(line.lstrip()) <= 4):
+                current = m.group(1)
+                params[current] = m.group(2).strip()
+            elif current is not None:
+                params[current] = f"{params[current]} {line.strip()}".strip()
+    summary = re.split(r"\n\s*\n|^(?:Args|Arguments|Parameters|Returns|Raises):", text, maxsplit=1,
+                       flags=re.MULTILINE)[0]
+    summary = re.sub(r"^:param.*$", "", summary, flags=re.MULTILINE)
+    return " ".join(summary.split()), params
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, _JSON_PRIMITIVES):
+        return value
+    if isinstance(value, list | tuple | dict):
+        return TypeAdapter(Any).dump_python(value, mode="json")
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return TypeAdapter(type(value)).dump_python(value, mode="json")
+
+
+def _build(
+    fn: Callable[..., Any],
+    *,
+    name: str | None,
+    description: str | None,
+    timeout: float | None,
+    retry: RetryPolicy | None,
+    max_concurrency: int | None,
+    side_effect: bool,
+    sensitive: bool,
+    idempotent: bool,
+) -> Tool:
+    tool_name = name or fn.__name__
+    where = f"tool {tool_name!r}"
+    try:
+        hints = get_type_hints(fn, include_extras=True)
+    except Exception as e:
+        raise ToolDefinitionError(
+            f"cannot read the type hints of {tool_name!r}",
+            [Problem(code="tool_hints", where=where, message=str(e))],
+        ) from e
+    summary, param_docs = _parse_docstring(fn.__doc__)
+    problems: list[Problem] = []
+    fields: dict[str, Any] = {}
+    context_param: str | None = None
+    for pname, param in inspect.signature(fn).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            problems.append(
+                Problem(code="tool_signature", where=where, message=f"*{pname} cannot be described by a schema")
+            )
+            continue
+        annotation = hints.get(pname)
+        if annotation is ToolContext:
+            context_param = pname
+            continue
+        if annotation is None:
+            problems.append(
+                Problem(code="tool_signature", where=where, message=f"parameter {pname!r} needs a type hint")
+            )
+            continue
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[pname] = (annotation, Field(default, description=param_docs.get(pname)))
+    if problems:
+        raise ToolDefinitionError(f"cannot make {tool_name!r} a tool", problems)
+
+    try:
+        args_model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+            f"{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields
+        )
+        parameters = args_model.model_json_schema()
+    except Exception as e:
+        raise ToolDefinitionError(
+            f"cannot build a schema for {tool_name!r}",
+            [Problem(code="tool_schema", where=where, message=str(e))],
+        ) from e
+    parameters.pop("title", None)
+
+    returns = hints.get("return", Any)
+    output_adapter: TypeAdapter[Any] | None = None
+    output_schema: dict[str, Any] | None = None
+    if returns not in (Any, None, type(None)):
+        output_adapter = TypeAdapter(returns)
+        try:
+            output_schema = output_adapter.json_schema()
+        except Exception:
+            output_schema = None
+
+    def validate(args: Mapping[str, Any]) -> tuple[dict[str, Any] | None, list[Problem]]:
+        try:
+            model = args_model.model_validate(args)
+        except ValidationError as e:
+            return None, [
+                Problem(
+                    code="invalid_argument",
+                    where=".".join(str(p) for p in err["loc"]),
+                    message=err["msg"],
+                )
+                for err in e.errors(include_url=False)
+            ]
+        return {k: getattr(model, k) for k in fields}, []
+
+    def check_output(output: Any) -> Any:
+        if output_adapter is None:
+            return _to_json(output)
+        try:
+            value = output_adapter.validate_python(output)
+        except ValidationError as e:
+            raise ValueError(str(e)) from None
+        return output_adapter.dump_python(value, mode="json")
+
+    is_async = inspect.iscoroutinefunction(fn)
+
+    async def invoke(args: dict[str, Any], ctx: ToolContext) -> Any:
+        kwargs = dict(args)
+        if context_param is not None:
+            kwargs[context_param] = ctx
+        if is_async:
+            return await fn(**kwargs)
+        return await asyncio.to_thread(functools.partial(fn, **kwargs))
+
+    return Tool(
+        name=tool_name,
+        description=description or summary or tool_name,
+        parameters=parameters,
+        invoke=invoke,
+        output_schema=output_schema,
+        timeout=timeout,
+        retry=retry or RetryPolicy(),
+        max_concurrency=max_concurrency,
+        side_effect=side_effect,
+        sensitive=sensitive,
+        idempotent=idempotent,
+        validator=validate,
+        output_validator=check_output,
+    )
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+    retry: RetryPolicy | None = None,
+    max_concurrency: int | None = None,
+    side_effect: bool = False,
+    sensitive: bool = False,
+    idempotent: bool = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+    retry: RetryPolicy | None = None,
+    max_concurrency: int | None = None,
+    side_effect: bool = False,
+    sensitive: bool = False,
+    idempotent: bool = False,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a sync or async function a :class:`Tool`; use bare (``@tool``) or with options.
+
+    Sync functions run in a worker thread so that a slow one never blocks other steps.
+    A parameter annotated ``ToolContext`` receives the call's context (run, step, attempt and
+    idempotency key) and is not part of the schema.
+    """
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        return _build(
+            f,
+            name=name,
+            description=description,
+            timeout=timeout,
+            retry=retry,
+            max_concurrency=max_concurrency,
+            side_effect=side_effect,
+            sensitive=sensitive,
+            idempotent=idempotent,
+        )
+
+    if fn is not None:
+        return wrap(fn)
+    return wrap

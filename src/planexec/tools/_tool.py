@@ -1,0 +1,178 @@
+"""The tool value: a name, a description, a JSON Schema for arguments, and one async invoke."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+
+from planexec._errors import Problem, ToolDefinitionError, TransientToolError
+
+__all__ = ["ArgsValidator", "RetryPolicy", "Tool", "ToolContext"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetryPolicy:
+    """How a failed call is tried again: exponential backoff with jitter.
+
+    Only errors of the kinds in ``retry_on`` are retried; a timeout counts when ``on_timeout``.
+    The delay before attempt ``n + 1`` is ``min(max_delay, initial_delay * multiplier**(n-1))``,
+    spread by up to ``jitter`` (a fraction) either way.
+    """
+
+    max_attempts: int = 3
+    initial_delay: float = 0.2
+    multiplier: float = 2.0
+    max_delay: float = 10.0
+    jitter: float = 0.1
+    retry_on: tuple[type[BaseException], ...] = (TransientToolError, ConnectionError)
+    on_timeout: bool = True
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.max_attempts < 1:
+            problems.append("max_attempts must be at least 1")
+        if self.initial_delay < 0 or self.max_delay < 0:
+            problems.append("delays must not be negative")
+        if self.multiplier < 1:
+            problems.append("multiplier must be at least 1")
+        if not 0 <= self.jitter <= 1:
+            problems.append("jitter must be between 0 and 1")
+        if problems:
+            raise ToolDefinitionError(
+                "invalid retry policy",
+                [Problem(code="retry_policy", where="RetryPolicy", message=m) for m in problems],
+            )
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        base = min(self.max_delay, self.initial_delay * self.multiplier ** (attempt - 1))
+        if self.jitter and base:
+            base *= 1 + rng.uniform(-self.jitter, self.jitter)
+        return max(0.0, base)
+
+    def retries(self, error: BaseException) -> bool:
+        if isinstance(error, TimeoutError):
+            return self.on_timeout
+        return isinstance(error, self.retry_on)
+
+
+NO_RETRY = RetryPolicy(max_attempts=1)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolContext:
+    """What a tool may know about the call it serves. Declare a parameter of this type to get it."""
+
+    run_id: str
+    step_id: str
+    attempt: int
+    idempotency_key: str
+    """Stable for a step across attempts and restarts: pass it on to services that deduplicate."""
+
+
+ArgsValidator = Callable[[Mapping[str, Any]], tuple[dict[str, Any] | None, list[Problem]]]
+"""Checks arguments; returns the validated (possibly coerced) arguments, or None and problems."""
+
+Invoke = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tool:
+    """A tool, as a plain value. Build one with ``@tool``, from an MCP server, or by hand.
+
+    ``invoke`` receives arguments already validated against ``parameters``.
+    """
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    invoke: Invoke
+    output_schema: Mapping[str, Any] | None = None
+    timeout: float | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    max_concurrency: int | None = None
+    side_effect: bool = False
+    sensitive: bool = False
+    idempotent: bool = False
+    validator: ArgsValidator | None = field(default=None, repr=False, compare=False)
+    """Validates arguments; when None, ``parameters`` is applied as JSON Schema."""
+    output_validator: Callable[[Any], Any] | None = field(default=None, repr=False, compare=False)
+    """Validates and converts the output to JSON-ready data; when None, ``output_schema`` is used."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.name or not all(c.isalnum() or c in "_-." for c in self.name):
+            problems.append("the name must be non-empty: letters, digits, _ - and . only")
+        if self.parameters.get("type", "object") != "object":
+            problems.append("parameters must be a JSON Schema of type object")
+        if self.timeout is not None and self.timeout <= 0:
+            problems.append("timeout must be positive")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            problems.append("max_concurrency must be at least 1")
+        if problems:
+            raise ToolDefinitionError(
+                f"invalid tool {self.name!r}",
+                [Problem(code="tool", where=f"tool {self.name!r}", message=m) for m in problems],
+            )
+        if self.validator is None:
+            object.__setattr__(self, "validator", _schema_validator(self.parameters))
+        if self.output_validator is None and self.output_schema is not None:
+            object.__setattr__(self, "output_validator", _output_schema_validator(self.output_schema))
+
+    def check_args(self, args: Mapping[str, Any]) -> tuple[dict[str, Any] | None, list[Problem]]:
+        """Validate arguments: the validated arguments, or None and every problem found."""
+        assert self.validator is not None  # set in __post_init__
+        return self.validator(args)
+
+    def check_output(self, output: Any) -> Any:
+        """Validate and convert an output; raises ``ValueError`` describing what does not fit."""
+        if self.output_validator is None:
+            return output
+        return self.output_validator(output)
+
+    def spec(self) -> dict[str, Any]:
+        """The tool as a model sees it."""
+        return {"name": self.name, "description": self.description, "parameters": dict(self.parameters)}
+
+
+def _location(path: Any) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def _schema_validator(schema: Mapping[str, Any]) -> ArgsValidator:
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+
+    def validate(args: Mapping[str, Any]) -> tuple[dict[str, Any] | None, list[Problem]]:
+        problems = [
+            Problem(code="invalid_argument", where=_location(e.absolute_path), message=e.message)
+            for e in validator.iter_errors(dict(args))
+        ]
+        return (None, problems) if problems else (dict(args), [])
+
+    return validate
+
+
+def _output_schema_validator(schema: Mapping[str, Any]) -> Callable[[Any], Any]:
+    validator = jsonschema.Draft202012Validator(schema)
+
+    def validate(output: Any) -> Any:
+        errors = [f"{_location(e.absolute_path) or 'output'}: {e.message}" for e in validator.iter_errors(output)]
+        if errors:
+            raise ValueError("; ".join(errors))
+        return output
+
+    return validate
+
+
+async def call_with_timeout(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> Any:
+    """One attempt at a tool call, bounded by the tool's timeout."""
+    if tool.timeout is None:
+        return await tool.invoke(args, ctx)
+    async with asyncio.timeout(tool.timeout):
+        return await tool.invoke(args, ctx)
