@@ -102,7 +102,9 @@ class Acceptance:
         response = await ctx.call_model(model, request)
         parsed = response.parsed
         if not isinstance(parsed, dict) or not isinstance(parsed.get("passed"), bool):
-            return CheckResult(name="rubric", passed=False, detail=f"the judge's reply was unreadable: {response.text[:200]!r}")
+            return CheckResult(
+                name="rubric", passed=False, detail=f"the judge's reply was unreadable: {response.text[:200]!r}"
+            )
         return CheckResult(name="rubric", passed=parsed["passed"], detail=str(parsed.get("reason", "")))
 
 

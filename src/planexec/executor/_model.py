@@ -78,7 +78,9 @@ class ModelExecutor:
             if problem is None:
                 return value
             messages.append(Message(role="assistant", content=response.text))
-            messages.append(Message(role="user", content=f"That result does not fit the schema: {problem}. Reply again."))
+            messages.append(
+                Message(role="user", content=f"That result does not fit the schema: {problem}. Reply again.")
+            )
         raise StepFailure(
             StepError(kind="executor", message=f"executor {self.name!r} gave no result within {self.max_turns} turns")
         )

@@ -83,7 +83,7 @@ def _scripted_from_file(path: str) -> Model:
         latency = float(data.get("latency", 0.0))
         data = data.get("replies")
     if not isinstance(data, list):
-        raise ModelNotFound(f"the script {path!r} must be a list of replies or {{\"replies\": [...]}}")
+        raise ModelNotFound(f'the script {path!r} must be a list of replies or {{"replies": [...]}}')
     return ScriptedModel([_scripted_reply(x) for x in data], name=f"scripted:{file.name}", latency=latency)
 
 

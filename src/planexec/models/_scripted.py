@@ -19,7 +19,10 @@ from planexec.models._base import ModelRequest, ModelResponse, ToolCall, Usage, 
 
 __all__ = ["FunctionModel", "Reply", "ScriptedModel", "tool_calls"]
 
-Reply: TypeAlias = "ModelResponse | dict[str, Any] | list[Any] | str | BaseException | Callable[[ModelRequest], Reply | Awaitable[Reply]]"
+Reply: TypeAlias = (
+    "ModelResponse | dict[str, Any] | list[Any] | str | BaseException"
+    " | Callable[[ModelRequest], Reply | Awaitable[Reply]]"
+)
 """One scripted answer: a response; JSON data (becomes ``parsed`` and ``text``); text; an exception
 to raise; or a function of the request returning any of these."""
 
@@ -92,7 +95,11 @@ class _Simulated:
             return ModelResponse(text=reply, parsed=parsed)
         raise UnexpectedModelCall(
             "a scripted reply has an unsupported type",
-            [Problem(code="scripted_reply", where=type(reply).__name__, message="use a ModelResponse, JSON data or text")],
+            [
+                Problem(
+                    code="scripted_reply", where=type(reply).__name__, message="use a ModelResponse, JSON data or text"
+                )
+            ],
         )
 
 

@@ -76,7 +76,9 @@ def check_steps(steps: Sequence[Step], ctx: CheckContext) -> list[Problem]:
                 problems.append(Problem(code="self_dependency", where=f"step {s.id!r}", message="depends on itself"))
             elif dep not in known:
                 problems.append(
-                    Problem(code="missing_dependency", where=f"step {s.id!r}", message=f"depends on unknown step {dep!r}")
+                    Problem(
+                        code="missing_dependency", where=f"step {s.id!r}", message=f"depends on unknown step {dep!r}"
+                    )
                 )
         problems += _check_acceptance(s, ctx)
 
@@ -141,7 +143,9 @@ def _check_acceptance(s: Step, ctx: CheckContext) -> list[Problem]:
         elif isinstance(c, Predicate) and ctx.predicates is not None and c.name not in ctx.predicates:
             listing = ", ".join(sorted(ctx.predicates)) or "none"
             out.append(
-                Problem(code="unknown_predicate", where=where, message=f"unknown predicate {c.name!r} (known: {listing})")
+                Problem(
+                    code="unknown_predicate", where=where, message=f"unknown predicate {c.name!r} (known: {listing})"
+                )
             )
     return out
 
@@ -177,8 +181,7 @@ def _check_cycles(steps: Mapping[str, Step]) -> list[Problem]:
                             Problem(
                                 code="cycle",
                                 where=f"step {min(cycle)!r}",
-                                message="dependency cycle (→ reads 'depends on'): "
-                                + " → ".join([*cycle, cycle[0]]),
+                                message="dependency cycle (→ reads 'depends on'): " + " → ".join([*cycle, cycle[0]]),
                             )
                         )
             else:
@@ -234,6 +237,6 @@ def _check_args(s: Step, ctx: CheckContext, known: set[str], ancestors: set[str]
         for p in arg_problems:
             if any(p.where == b or p.where.startswith(b + ".") for b in bound):
                 continue  # a bound value is checked when it is known, just before the call
-            loc = f" {p.where}" if p.where else ""
-            out.append(Problem(code="invalid_arguments", where=where, message=f"argument{loc}: {p.message}"))
+            at = f" {p.where}" if p.where else ""
+            out.append(Problem(code="invalid_arguments", where=where, message=f"argument{at}: {p.message}"))
     return out

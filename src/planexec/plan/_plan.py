@@ -26,7 +26,7 @@ class Plan(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    schema_version: Literal[1] = PLAN_SCHEMA_VERSION
+    schema_version: Literal[1] = 1
     version: int = Field(default=1, ge=1)
     steps: tuple[Step, ...]
     author: Author = "planner"

@@ -74,9 +74,7 @@ class Step(_Value):
     )
     args: dict[str, Any] = Field(default_factory=dict, description="Arguments; may bind outputs.")
     depends_on: tuple[str, ...] = Field(default=(), description="Ids of steps that must finish first.")
-    expected: str | None = Field(
-        default=None, description="The expected output or success criteria, in words."
-    )
+    expected: str | None = Field(default=None, description="The expected output or success criteria, in words.")
     checks: tuple[Check, ...] = Field(default=(), description="Deterministic acceptance checks.")
     output_schema: dict[str, Any] | None = Field(
         default=None, description="JSON Schema the output must fit (model steps are asked for it)."

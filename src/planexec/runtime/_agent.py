@@ -169,7 +169,9 @@ def _assemble(
             problems.append(Problem(code="executor", where=repr(e)[:60], message="is not an executor"))
             continue
         if e.name == "tools" and not isinstance(e, ToolExecutor):
-            problems.append(Problem(code="executor", where="tools", message="the name 'tools' is the built-in tool executor's"))
+            problems.append(
+                Problem(code="executor", where="tools", message="the name 'tools' is the built-in tool executor's")
+            )
             continue
         if e.name in by_name and e.name != "tools":
             problems.append(Problem(code="executor", where=e.name, message="two executors have this name"))

@@ -180,7 +180,9 @@ class Engine:
                 raise
             limit = cfg.budget.wall_time or 0.0
             self.emit(BudgetExhaustedEvent(at=self._clock(), budget="wall_time", limit=limit, used=limit))
-            stop = _Stop(StopReason(kind="budget_exhausted", budget="wall_time", detail=f"wall time of {limit:g}s used up"))
+            stop = _Stop(
+                StopReason(kind="budget_exhausted", budget="wall_time", detail=f"wall time of {limit:g}s used up")
+            )
         except asyncio.CancelledError:
             await self._shutdown("run cancelled")
             self._finish(_Stop(StopReason(kind="cancelled", detail="the run was cancelled")))
@@ -289,9 +291,7 @@ class Engine:
             try:
                 args = self._compiled[step.id][1].resolve(self.state.outputs)
             except BindingError as e:
-                raise StepFailure(
-                    StepError(kind="binding", message=str(e), problems=tuple(e.problems))
-                ) from None
+                raise StepFailure(StepError(kind="binding", message=str(e), problems=tuple(e.problems))) from None
             done.started = True
             self.emit(StepStarted(at=self._clock(), step_id=step.id, executor=executor.name, tool=step.tool, args=args))
             done.output = await executor.run(step, args, ctx)
@@ -337,9 +337,13 @@ class Engine:
         if not ask:
             return
         if approver is None:
-            raise StepFailure(StepError(kind="rejected", message="the step needs a human's approval and no approver is configured"))
+            raise StepFailure(
+                StepError(kind="rejected", message="the step needs a human's approval and no approver is configured")
+            )
         why = "low confidence" if low and sensitive else ("sensitive tool" if sensitive else "approval policy")
-        decision = await self._ask(ApprovalRequest(approval_id="", run_id=self.run_id, subject="step", step=step, reason=why))
+        decision = await self._ask(
+            ApprovalRequest(approval_id="", run_id=self.run_id, subject="step", step=step, reason=why)
+        )
         if not decision.approved:
             raise StepFailure(StepError(kind="rejected", message=f"a human rejected the step: {decision.reason}"))
 
@@ -369,7 +373,11 @@ class Engine:
         decision = answer if isinstance(answer, ApprovalDecision) else ApprovalDecision(approved=bool(answer))
         self.emit(
             ApprovalDecided(
-                at=self._clock(), approval_id=approval_id, approved=decision.approved, by=decision.by, reason=decision.reason
+                at=self._clock(),
+                approval_id=approval_id,
+                approved=decision.approved,
+                by=decision.by,
+                reason=decision.reason,
             )
         )
         return decision
@@ -382,11 +390,27 @@ class Engine:
         if done.crash is not None:
             raise _Stop(StopReason(kind="error", detail=str(done.crash)))
         if done.budget is not None:
-            self.emit(StepFailed(at=self._clock(), step_id=done.step_id, error=StepError(kind="tool_error", message=str(done.budget)), attempts=done.attempts, started=done.started))
+            self.emit(
+                StepFailed(
+                    at=self._clock(),
+                    step_id=done.step_id,
+                    error=StepError(kind="tool_error", message=str(done.budget)),
+                    attempts=done.attempts,
+                    started=done.started,
+                )
+            )
             self._budget_stop(done.budget)
         if done.error is None:
             assert done.verdict is not None
-            self.emit(StepSucceeded(at=self._clock(), step_id=done.step_id, output=done.output, verdict=done.verdict, attempts=done.attempts))
+            self.emit(
+                StepSucceeded(
+                    at=self._clock(),
+                    step_id=done.step_id,
+                    output=done.output,
+                    verdict=done.verdict,
+                    attempts=done.attempts,
+                )
+            )
             self._ready.succeeded(done.step_id)
             if self.config.planner.replan == "after_each_step" and self.config.planner.policy == "upfront":
                 self._after_step_wanted = True
@@ -413,7 +437,9 @@ class Engine:
         if rec.step.tool is not None and rec.args is not None:
             key = canonical_call(rec.step.tool, rec.args)
             if self.state.failed_calls.get(key, 0) >= 2:
-                self._stall("repeated_failure", f"{rec.step.tool} failed again with the same arguments: {error.message}")
+                self._stall(
+                    "repeated_failure", f"{rec.step.tool} failed again with the same arguments: {error.message}"
+                )
         if self.config.planner.replan == "never":
             raise _Stop(StopReason(kind="error", detail=f"step {step_id} failed ({error}) and replanning is off"))
         self._unaddressed.append(step_id)
@@ -444,7 +470,9 @@ class Engine:
 
     def _start_planning(self, kind: PlanKind, why: str) -> None:
         if kind in ("failure", "turn") and self.state.rounds_since_progress >= self.config.limits.stall_rounds:
-            self._stall("no_progress", f"no step finished in the last {self.state.rounds_since_progress} planning rounds")
+            self._stall(
+                "no_progress", f"no step finished in the last {self.state.rounds_since_progress} planning rounds"
+            )
         if kind == "after_step":
             self._after_step_wanted = False
         failed = frozenset(self._unaddressed)
@@ -505,7 +533,9 @@ class Engine:
         if done.budget is not None:
             self._budget_stop(done.budget)
         if done.crash is not None:
-            raise _Stop(StopReason(kind="error", detail=f"the planner failed: {type(done.crash).__name__}: {done.crash}"))
+            raise _Stop(
+                StopReason(kind="error", detail=f"the planner failed: {type(done.crash).__name__}: {done.crash}")
+            )
         if done.gave_up is not None:
             problems = done.gave_up.problems
             step_budget = [p for p in problems if p.code == "budget_steps"]
@@ -527,7 +557,9 @@ class Engine:
             if result.stop:
                 raise _Stop(StopReason(kind="goal_met", detail=result.thought), answer=result.answer)
             assert result.step is not None
-            trigger: PlanTrigger = "initial" if done.kind == "initial" else "failure" if done.failed_at_start else "turn"
+            trigger: PlanTrigger = (
+                "initial" if done.kind == "initial" else "failure" if done.failed_at_start else "turn"
+            )
             self._install([result.step], trigger, result.thought, done.failed_at_start)
             return
         assert isinstance(result, PlanDraft)
@@ -566,9 +598,7 @@ class Engine:
     def _install(self, steps: list[Step], trigger: PlanTrigger, reason: str, addressed: frozenset[str]) -> None:
         plan = self._next_plan(steps, reason=reason)
         new = {s.id: s for s in steps}
-        obsolete = [
-            sid for sid in self._running if sid not in new or new[sid] != self.state.steps[sid].step
-        ]
+        obsolete = [sid for sid in self._running if sid not in new or new[sid] != self.state.steps[sid].step]
         for sid in obsolete:
             task, _ = self._running[sid]
             task.cancel()
@@ -590,7 +620,9 @@ class Engine:
 
     async def call_model(self, role: str, model: Model, request: ModelRequest, step_id: str | None) -> ModelResponse:
         now = self._clock()
-        self.config.budget.check_model_call(self.state, now, estimate_tokens("".join(m.content for m in request.messages)))
+        self.config.budget.check_model_call(
+            self.state, now, estimate_tokens("".join(m.content for m in request.messages))
+        )
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         try:
@@ -600,8 +632,14 @@ class Engine:
         except Exception as e:
             self.emit(
                 ModelCalled(
-                    at=self._clock(), role=role, purpose=request.purpose, model=model.name, step_id=step_id,
-                    request_chars=request.chars, error=f"{type(e).__name__}: {e}", duration=loop.time() - t0,
+                    at=self._clock(),
+                    role=role,
+                    purpose=request.purpose,
+                    model=model.name,
+                    step_id=step_id,
+                    request_chars=request.chars,
+                    error=f"{type(e).__name__}: {e}",
+                    duration=loop.time() - t0,
                 )
             )
             if isinstance(e, UsageError) or role != "executor":
@@ -609,9 +647,16 @@ class Engine:
             raise StepFailure(StepError(kind="executor", message=f"the model failed: {type(e).__name__}: {e}")) from e
         self.emit(
             ModelCalled(
-                at=self._clock(), role=role, purpose=request.purpose, model=model.name, step_id=step_id,
-                request_chars=request.chars, response=response, usage=response.usage,
-                cost=response.cost or 0.0, duration=loop.time() - t0,
+                at=self._clock(),
+                role=role,
+                purpose=request.purpose,
+                model=model.name,
+                step_id=step_id,
+                request_chars=request.chars,
+                response=response,
+                usage=response.usage,
+                cost=response.cost or 0.0,
+                duration=loop.time() - t0,
             )
         )
         return response
@@ -650,7 +695,15 @@ class _StepCtx:
     def refuse_tool_call(self, call: ToolCall, error: StepError) -> None:
         engine = self._engine
         engine.emit(
-            ToolCalled(at=engine._clock(), step_id=self.step.id, call_id=call.id, tool=call.name, args=call.arguments, error=error, attempts=0)
+            ToolCalled(
+                at=engine._clock(),
+                step_id=self.step.id,
+                call_id=call.id,
+                tool=call.name,
+                args=call.arguments,
+                error=error,
+                attempts=0,
+            )
         )
 
     async def call_tool(self, tool: Tool, args: dict[str, Any], *, call_id: str | None = None) -> Any:
@@ -678,7 +731,11 @@ class _StepCtx:
                 try:
                     output = tool.check_output(raw)
                 except ValueError as e:
-                    raise StepFailure(StepError(kind="invalid_output", message=f"the output of {tool.name} does not fit its schema: {e}")) from None
+                    raise StepFailure(
+                        StepError(
+                            kind="invalid_output", message=f"the output of {tool.name} does not fit its schema: {e}"
+                        )
+                    ) from None
             except (asyncio.CancelledError, StepFailure, BudgetHit, UnknownToolError):
                 raise
             except Exception as e:
@@ -687,18 +744,40 @@ class _StepCtx:
                     delay = tool.retry.delay(attempt, engine._rng)
                     if not inner:
                         budget.check_tool_call(engine.state, engine._clock())
-                        engine.emit(StepAttemptFailed(at=engine._clock(), step_id=self.step.id, attempt=attempt, error=error, retry_in=delay))
+                        engine.emit(
+                            StepAttemptFailed(
+                                at=engine._clock(), step_id=self.step.id, attempt=attempt, error=error, retry_in=delay
+                            )
+                        )
                         self.attempts = attempt + 1
                     await asyncio.sleep(delay)
                     continue
                 if inner:
                     engine.emit(
-                        ToolCalled(at=engine._clock(), step_id=self.step.id, call_id=call_id or "", tool=tool.name, args=args, error=error, attempts=attempt, duration=loop.time() - t0)
+                        ToolCalled(
+                            at=engine._clock(),
+                            step_id=self.step.id,
+                            call_id=call_id or "",
+                            tool=tool.name,
+                            args=args,
+                            error=error,
+                            attempts=attempt,
+                            duration=loop.time() - t0,
+                        )
                     )
                 raise StepFailure(error) from None
             if inner:
                 engine.emit(
-                    ToolCalled(at=engine._clock(), step_id=self.step.id, call_id=call_id or "", tool=tool.name, args=args, output=output, attempts=attempt, duration=loop.time() - t0)
+                    ToolCalled(
+                        at=engine._clock(),
+                        step_id=self.step.id,
+                        call_id=call_id or "",
+                        tool=tool.name,
+                        args=args,
+                        output=output,
+                        attempts=attempt,
+                        duration=loop.time() - t0,
+                    )
                 )
             return output
 

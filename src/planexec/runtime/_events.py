@@ -10,7 +10,7 @@ fixture log of every version loadable in the tests):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import Field, TypeAdapter
@@ -75,7 +75,7 @@ class ModelCalled:
     request_chars: int = 0
     response: ModelResponse | None = None
     error: str | None = None
-    usage: Usage = Usage()
+    usage: Usage = field(default_factory=Usage)
     cost: float = 0.0
     duration: float = 0.0
 

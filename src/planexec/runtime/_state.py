@@ -174,7 +174,9 @@ class RunState:
         for step in e.plan.steps:
             in_plan.add(step.id)
             old = self.steps.get(step.id)
-            if old is not None and (old.status == "succeeded" or (old.step == step and old.status in ("pending", "running"))):
+            if old is not None and (
+                old.status == "succeeded" or (old.step == step and old.status in ("pending", "running"))
+            ):
                 continue
             if old is not None:
                 self.superseded.append(old)

@@ -48,14 +48,15 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
                 continue
             if not line.startswith((" ", "\t")):
                 break
-            m = re.match(r"^\s+(\w+)(?:\s*\([^)]*\))?\s*:\s*(.*)$", line)
-            if m and (current is None or len(line) - len(line.lstrip()) <= 4):
-                current = m.group(1)
-                params[current] = m.group(2).strip()
+            item = re.match(r"^\s+(\w+)(?:\s*\([^)]*\))?\s*:\s*(.*)$", line)
+            if item and (current is None or len(line) - len(line.lstrip()) <= 4):
+                current = item.group(1)
+                params[current] = item.group(2).strip()
             elif current is not None:
                 params[current] = f"{params[current]} {line.strip()}".strip()
-    summary = re.split(r"\n\s*\n|^(?:Args|Arguments|Parameters|Returns|Raises):", text, maxsplit=1,
-                       flags=re.MULTILINE)[0]
+    summary = re.split(r"\n\s*\n|^(?:Args|Arguments|Parameters|Returns|Raises):", text, maxsplit=1, flags=re.MULTILINE)[
+        0
+    ]
     summary = re.sub(r"^:param.*$", "", summary, flags=re.MULTILINE)
     return " ".join(summary.split()), params
 
@@ -116,9 +117,7 @@ def _build(
         raise ToolDefinitionError(f"cannot make {tool_name!r} a tool", problems)
 
     try:
-        args_model: type[BaseModel] = create_model(  # type: ignore[call-overload]
-            f"{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields
-        )
+        args_model: type[BaseModel] = create_model(f"{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields)
         parameters = args_model.model_json_schema()
     except Exception as e:
         raise ToolDefinitionError(
