@@ -86,11 +86,11 @@ class CompiledArgs:
 
 def compile_args(args: Mapping[str, Any], *, where: str = "args") -> CompiledArgs:
     """Parse every binding in ``args``; syntax problems are collected, not raised."""
+    if not _has_template(args):
+        return CompiledArgs(root=None, args=dict(args), refs=(), problems=())
     refs: list[tuple[tuple[str | int, ...], Ref]] = []
     problems: list[Problem] = []
     root = {k: _compile(v, (k,), refs, problems, where) for k, v in args.items()}
-    if not refs and not problems and not _has_escape(args):
-        return CompiledArgs(root=None, args=dict(args), refs=(), problems=())
     return CompiledArgs(root=root, args=dict(args), refs=tuple(refs), problems=tuple(problems))
 
 
@@ -101,13 +101,17 @@ def render_text(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def _has_escape(value: Any) -> bool:
-    if isinstance(value, str):
-        return "$${" in value
+def _has_template(value: Any) -> bool:
+    """Whether any string inside ``value`` holds ``${`` (a binding or an escape)."""
+    kind = type(value)
+    if kind is str:
+        return "${" in value
+    if kind is int or kind is float or kind is bool or value is None:
+        return False
     if isinstance(value, Mapping):
-        return any(_has_escape(v) for v in value.values())
+        return any(_has_template(v) for v in value.values())
     if isinstance(value, list | tuple):
-        return any(_has_escape(v) for v in value)
+        return any(_has_template(v) for v in value)
     return False
 
 

@@ -84,9 +84,8 @@ def check_steps(steps: Sequence[Step], ctx: CheckContext) -> list[Problem]:
 
     problems += _check_cycles(ids)
 
-    ancestors = _ancestors(ids)
     for s in ids.values():
-        problems += _check_args(s, ctx, known, ancestors.get(s.id, set()))
+        problems += _check_args(s, ctx, known, ids)
     return problems
 
 
@@ -191,29 +190,24 @@ def _check_cycles(steps: Mapping[str, Step]) -> list[Problem]:
     return problems
 
 
-def _ancestors(steps: Mapping[str, Step]) -> dict[str, set[str]]:
-    """Every step's transitive dependencies (finished steps included as leaves); cycle-safe."""
-    memo: dict[str, set[str]] = {}
-
-    def visit(sid: str, active: set[str]) -> set[str]:
-        if sid in memo:
-            return memo[sid]
-        result: set[str] = set()
-        active.add(sid)
-        for d in steps[sid].depends_on:
-            result.add(d)
-            if d in steps and d not in active:
-                result |= visit(d, active)
-        active.discard(sid)
-        memo[sid] = result
-        return result
-
-    for sid in steps:
-        visit(sid, set())
-    return memo
+def _reaches(steps: Mapping[str, Step], start: Step, target: str) -> bool:
+    """Whether ``target`` is among the transitive dependencies of ``start`` (cycle-safe)."""
+    if target in start.depends_on:
+        return True
+    seen: set[str] = set()
+    stack = list(start.depends_on)
+    while stack:
+        sid = stack.pop()
+        if sid == target:
+            return True
+        if sid in seen or sid not in steps:
+            continue
+        seen.add(sid)
+        stack.extend(steps[sid].depends_on)
+    return False
 
 
-def _check_args(s: Step, ctx: CheckContext, known: set[str], ancestors: set[str]) -> list[Problem]:
+def _check_args(s: Step, ctx: CheckContext, known: set[str], steps: Mapping[str, Step]) -> list[Problem]:
     where = f"step {s.id!r}"
     compiled = compile_args(s.args, where=f"step {s.id!r} args")
     out = list(compiled.problems)
@@ -224,7 +218,7 @@ def _check_args(s: Step, ctx: CheckContext, known: set[str], ancestors: set[str]
             out.append(
                 Problem(code="binding_missing_step", where=where, message=f"{ref} binds unknown step {ref.step_id!r}")
             )
-        elif ref.step_id not in ancestors:
+        elif not _reaches(steps, s, ref.step_id):
             out.append(
                 Problem(
                     code="binding_not_in_depends_on",

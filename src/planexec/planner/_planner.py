@@ -6,6 +6,7 @@ problem the whole list goes back to the model, for at most ``max_repairs`` repai
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -122,7 +123,7 @@ class Planner:
             ]
         )
         messages = [Message(role="system", content=system_text), Message(role="user", content=user)]
-        spec = OutputSpec(name=output.__name__.lower(), json_schema=output.model_json_schema())
+        spec = _output_spec(output)
         attempt = 0
         while True:
             response = await ctx.call(model, ModelRequest(messages=tuple(messages), output=spec, purpose=purpose))
@@ -165,6 +166,11 @@ class Planner:
             )
             turn.step = step
         return check_steps([step], ctx.checks)
+
+
+@functools.cache
+def _output_spec(output: type[BaseModel]) -> OutputSpec:
+    return OutputSpec(name=output.__name__.lower(), json_schema=output.model_json_schema())
 
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)

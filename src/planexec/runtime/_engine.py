@@ -189,6 +189,8 @@ class Engine:
             raise
         except UsageError as e:
             stop = _Stop(StopReason(kind="error", detail=str(e)))
+        except Exception as e:  # a defect must still end the run with a reason, never hang it
+            stop = _Stop(StopReason(kind="error", detail=f"internal error: {type(e).__name__}: {e}"))
         await self._shutdown(f"run stopped: {stop.reason.kind}")
         self._finish(stop)
         return self.state
@@ -390,15 +392,6 @@ class Engine:
         if done.crash is not None:
             raise _Stop(StopReason(kind="error", detail=str(done.crash)))
         if done.budget is not None:
-            self.emit(
-                StepFailed(
-                    at=self._clock(),
-                    step_id=done.step_id,
-                    error=StepError(kind="tool_error", message=str(done.budget)),
-                    attempts=done.attempts,
-                    started=done.started,
-                )
-            )
             self._budget_stop(done.budget)
         if done.error is None:
             assert done.verdict is not None

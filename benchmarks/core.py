@@ -1,0 +1,180 @@
+"""W1 (per-step overhead) and W2/W2b/W2z (parallel makespan) for the planexec runtime.
+
+Run: ``.venv/bin/python -m benchmarks.core`` (add ``--repeat N`` for more repetitions).
+Models are scripted with simulated latency and tools sleep for a set time, so the figures measure
+the framework and its schedule. Each figure is the median over the repetitions; one JSON line is
+printed per measurement, then a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from planexec import Agent, Budget, Limits, ScriptedModel, tool
+from planexec.tools import Tool
+
+
+def _noop_tool() -> Tool:
+    @tool
+    async def noop(x: int = 0) -> int:
+        """Return x."""
+        return x
+
+    return noop
+
+
+def _sleep_tool() -> Tool:
+    @tool
+    async def work(ms: float) -> float:
+        """Sleep for ms milliseconds."""
+        await asyncio.sleep(ms / 1000)
+        return ms
+
+    return work
+
+
+def chain_plan(n: int) -> dict[str, Any]:
+    steps = [{"id": "s0", "description": "step", "tool": "noop", "args": {"x": 0}}]
+    steps += [
+        {"id": f"s{i}", "description": "step", "tool": "noop", "args": {"x": i}, "depends_on": [f"s{i - 1}"]}
+        for i in range(1, n)
+    ]
+    return {"steps": steps}
+
+
+def layered_plan() -> dict[str, Any]:
+    """W2: 5 layers of 10 steps of 50 ms; (k, j) depends on (k-1, j) and (k-1, (j+1) mod 10)."""
+    steps = []
+    for k in range(5):
+        for j in range(10):
+            deps = [] if k == 0 else sorted({f"l{k - 1}_{j}", f"l{k - 1}_{(j + 1) % 10}"})
+            steps.append(
+                {"id": f"l{k}_{j}", "description": "work", "tool": "work", "args": {"ms": 50}, "depends_on": deps}
+            )
+    return {"steps": steps}
+
+
+def uneven_plan() -> dict[str, Any]:
+    """W2b: 10 chains of 5 steps; in layer k the step of chain (k*3 mod 10) takes 90 ms, the rest 10 ms."""
+    steps = []
+    for c in range(10):
+        for k in range(5):
+            ms = 90 if c == (k * 3) % 10 else 10
+            deps = [f"c{c}_{k - 1}"] if k else []
+            steps.append(
+                {"id": f"c{c}_{k}", "description": "work", "tool": "work", "args": {"ms": ms}, "depends_on": deps}
+            )
+    return {"steps": steps}
+
+
+async def _timed(fn: Callable[[], Awaitable[Any]]) -> float:
+    t0 = time.perf_counter()
+    await fn()
+    return time.perf_counter() - t0
+
+
+async def w1_planexec(n: int) -> float:
+    agent = Agent(ScriptedModel([chain_plan(n), {"answer": "ok"}]), tools=[_noop_tool()], budget=Budget())
+
+    async def go() -> None:
+        result = await agent.run("chain")
+        assert result.ok, result.stop
+
+    return await _timed(go)
+
+
+async def w1_floor(n: int) -> float:
+    """A bare asyncio chain: one task and one event per step."""
+
+    async def step(prev: asyncio.Event | None, done: asyncio.Event) -> None:
+        if prev is not None:
+            await prev.wait()
+        done.set()
+
+    async def go() -> None:
+        prev: asyncio.Event | None = None
+        tasks = []
+        for _ in range(n):
+            ev = asyncio.Event()
+            tasks.append(asyncio.create_task(step(prev, ev)))
+            prev = ev
+        await asyncio.gather(*tasks)
+
+    return await _timed(go)
+
+
+async def w2(plan: dict[str, Any], model_latency: float) -> float:
+    model = ScriptedModel([plan, {"answer": "ok"}], latency=model_latency)
+    agent = Agent(model, tools=[_sleep_tool()], limits=Limits(max_concurrency=64))
+
+    async def go() -> None:
+        result = await agent.run("layers")
+        assert result.ok, result.stop
+
+    return await _timed(go)
+
+
+def critical_path_s(plan: dict[str, Any]) -> float:
+    """The longest chain of step durations in a plan, in seconds."""
+    finish: dict[str, float] = {}
+    for s in plan["steps"]:  # steps are listed after their dependencies
+        finish[s["id"]] = s["args"]["ms"] / 1000 + max((finish[d] for d in s["depends_on"]), default=0.0)
+    return max(finish.values())
+
+
+def _emit(rows: list[dict[str, Any]], **row: Any) -> None:
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+
+
+async def main(repeat: int) -> None:
+    rows: list[dict[str, Any]] = []
+    for n in (100, 1000):
+        floor = statistics.median([await w1_floor(n) for _ in range(repeat)]) / n * 1e6
+        ours = statistics.median([await w1_planexec(n) for _ in range(repeat)]) / n * 1e6
+        _emit(
+            rows,
+            workload=f"W1 N={n}",
+            metric="us_per_step",
+            planexec=round(ours, 1),
+            asyncio_floor=round(floor, 1),
+            ratio=round(ours / floor, 2),
+            goal="<= 40",
+        )
+    cases = [("W2", layered_plan(), 0.1), ("W2b", uneven_plan(), 0.1), ("W2z", layered_plan(), 0.0)]
+    for name, plan, latency in cases:
+        bound = round(2 * latency + critical_path_s(plan), 4)  # plan call + critical path + answer call
+        ms = statistics.median([await w2(plan, latency) for _ in range(repeat)])
+        _emit(
+            rows,
+            workload=name,
+            metric="makespan_s",
+            planexec=round(ms, 4),
+            bound=bound,
+            ratio=round(ms / bound, 3),
+            note="bound: planning + critical path + answer, no streaming",
+        )
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print()
+    print(f"python {platform.python_version()} on {platform.machine()}, {repeat} repetitions, peak RSS {rss:.0f} MiB")
+    print(f"{'workload':<12} {'metric':<12} {'planexec':>10} {'reference':>10} {'ratio':>7}")
+    for r in rows:
+        ref = r.get("asyncio_floor", r.get("bound"))
+        print(f"{r['workload']:<12} {r['metric']:<12} {r['planexec']:>10} {ref:>10} {r['ratio']:>7}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    asyncio.run(main(args.repeat))
+    sys.exit(0)

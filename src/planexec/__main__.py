@@ -1,0 +1,3 @@
+from planexec.cli import main
+
+main()
