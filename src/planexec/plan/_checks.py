@@ -53,7 +53,8 @@ def check_steps(steps: Sequence[Step], ctx: CheckContext) -> list[Problem]:
         where = f"step {s.id!r}"
         if s.id in ids:
             problems.append(Problem(code="duplicate_id", where=where, message="two steps have this id"))
-        elif s.id in ctx.finished:
+            continue
+        if s.id in ctx.finished:
             problems.append(
                 Problem(code="finished_id", where=where, message="a finished step has this id; choose a new id")
             )
@@ -69,7 +70,7 @@ def check_steps(steps: Sequence[Step], ctx: CheckContext) -> list[Problem]:
         )
 
     known = set(ids) | set(ctx.finished)
-    for s in ids.values():
+    for s in steps:  # every step, duplicates too: each one's own problems are reported
         problems += _check_routing(s, ctx)
         for dep in s.depends_on:
             if dep == s.id:
@@ -84,7 +85,7 @@ def check_steps(steps: Sequence[Step], ctx: CheckContext) -> list[Problem]:
 
     problems += _check_cycles(ids)
 
-    for s in ids.values():
+    for s in steps:
         problems += _check_args(s, ctx, known, ids)
     return problems
 

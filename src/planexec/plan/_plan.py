@@ -57,8 +57,10 @@ class Turn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    thought: str = Field(description="What is known so far and what to do next.")
-    confidence: float = Field(ge=0.0, le=1.0, description="Confidence in this turn, 0 to 1.")
+    thought: str = Field(default="", description="What is known so far and what to do next.")
+    confidence: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="Confidence in the next step, 0 to 1 (required with a step)."
+    )
     stop: bool = Field(description="True when the goal is met and `answer` is final.")
     step: Step | None = Field(default=None, description="The next step, when not stopping.")
     answer: str | None = Field(default=None, description="The final answer, when stopping.")

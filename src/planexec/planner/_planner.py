@@ -157,6 +157,8 @@ class Planner:
         if turn.step is None:
             return [Problem(code="turn", where="step", message="stop is false, so a step is required")]
         step = turn.step
+        if turn.confidence is None and step.confidence is None:
+            return [Problem(code="turn", where="confidence", message="a turn with a step needs a confidence (0 to 1)")]
         if step.confidence is None or step.thought is None:
             step = step.model_copy(
                 update={

@@ -32,6 +32,11 @@ class Run:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._task: asyncio.Task[RunState] = asyncio.create_task(engine.run(), name=f"run:{engine.run_id}")
+        self._task.add_done_callback(self._closed)
+
+    def _closed(self, task: asyncio.Task[RunState]) -> None:
+        if not self._engine.state.finished:  # cancelled before the run's loop started
+            self._engine.finish_unstarted()
 
     @property
     def run_id(self) -> str:
@@ -60,6 +65,8 @@ class Run:
         except asyncio.CancelledError:
             if not self._task.done():
                 raise  # the caller was cancelled, not the run
+        if not self._engine.state.finished:
+            self._engine.finish_unstarted()
         return RunResult.from_state(self._engine.state, self._engine.events)
 
     def cancel(self) -> None:

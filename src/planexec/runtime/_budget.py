@@ -48,27 +48,44 @@ class Budget:
             if cap is not None
         }
 
-    def check_model_call(self, state: RunState, now: float, estimated_input_tokens: int = 0) -> None:
-        """Raise ``BudgetHit`` if a model call now would go over a cap."""
-        self._check(state, now, "model_calls", "output_tokens", "cost", "wall_time")
+    def check_model_call(
+        self,
+        state: RunState,
+        now: float,
+        estimated_input_tokens: int = 0,
+        *,
+        in_flight: int = 0,
+        in_flight_tokens: int = 0,
+    ) -> None:
+        """Raise ``BudgetHit`` if a model call now would go over a cap.
+
+        ``in_flight`` calls (and their estimated input tokens) have been sent but not answered yet:
+        they count as spent, so that calls made at the same time cannot overrun a cap together.
+        """
+        self._check(state, now, "model_calls", "output_tokens", "cost", "wall_time", pending={"model_calls": in_flight})
         if self.input_tokens is not None:
-            used = state.usage.input_tokens
-            if used + estimated_input_tokens > self.input_tokens:
-                raise BudgetHit("input_tokens", self.input_tokens, used + estimated_input_tokens)
+            used = state.usage.input_tokens + in_flight_tokens + estimated_input_tokens
+            if used > self.input_tokens:
+                raise BudgetHit("input_tokens", self.input_tokens, used)
 
-    def check_tool_call(self, state: RunState, now: float) -> None:
-        self._check(state, now, "tool_calls", "wall_time")
+    def check_tool_call(self, state: RunState, now: float, *, in_flight: int = 0) -> None:
+        """Raise ``BudgetHit`` if one more tool call would go over a cap (``in_flight``: calls committed
+        to but not logged yet)."""
+        self._check(state, now, "tool_calls", "wall_time", pending={"tool_calls": in_flight})
 
-    def check_step(self, state: RunState) -> None:
-        if self.steps is not None and state.steps_started >= self.steps:
-            raise BudgetHit("steps", self.steps, state.steps_started)
+    def check_step(self, state: RunState, *, in_flight: int = 0) -> None:
+        """Raise ``BudgetHit`` if starting one more step would go over the step cap."""
+        started = state.steps_started + in_flight
+        if self.steps is not None and started >= self.steps:
+            raise BudgetHit("steps", self.steps, started)
 
-    def _check(self, state: RunState, now: float, *names: BudgetName) -> None:
+    def _check(self, state: RunState, now: float, *names: BudgetName, pending: dict[str, int]) -> None:
         used = _used(state, now)
         for name in names:
             cap = getattr(self, name)
-            if cap is not None and used[name] >= cap:
-                raise BudgetHit(name, cap, used[name])
+            spent = used[name] + pending.get(name, 0)
+            if cap is not None and spent >= cap:
+                raise BudgetHit(name, cap, spent)
 
 
 def _used(state: RunState, now: float) -> dict[str, float]:

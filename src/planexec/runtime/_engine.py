@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from planexec._errors import UnknownToolError, UsageError
+from planexec._errors import UsageError
 from planexec.executor._acceptance import Acceptance
 from planexec.executor._base import Executor, StepFailure
 from planexec.executor._outcome import StepError, Verdict
@@ -123,6 +123,13 @@ class Engine:
         self._per_tool: dict[str, int] = {}
         self._per_executor: dict[str, int] = {}
         self._inner_limits: dict[str, asyncio.Semaphore] = {}
+        # Committed to but not in the log yet: counted against the budgets so that work started
+        # together cannot overrun a cap together.
+        self._unstarted = 0
+        self._unstarted_tool_calls = 0
+        self._model_calls_in_flight = 0
+        self._model_tokens_in_flight = 0
+        self._inner_tool_calls_in_flight = 0
         self._planning: asyncio.Task[None] | None = None
         self._unaddressed: list[str] = []
         self._after_step_wanted = False
@@ -156,18 +163,7 @@ class Engine:
 
     async def run(self) -> RunState:
         cfg = self.config
-        self.emit(
-            RunStarted(
-                at=self._clock(),
-                run_id=self.run_id,
-                goal=self.goal,
-                constraints=self.constraints,
-                policy=cfg.planner.policy,
-                replan=cfg.planner.replan,
-                budget=cfg.budget.as_dict(),
-                tools=cfg.tools.names,
-            )
-        )
+        self.emit(self._started())
         stop: _Stop
         try:
             async with asyncio.timeout(cfg.budget.wall_time) as deadline:
@@ -194,6 +190,25 @@ class Engine:
         await self._shutdown(f"run stopped: {stop.reason.kind}")
         self._finish(stop)
         return self.state
+
+    def _started(self) -> RunStarted:
+        cfg = self.config
+        return RunStarted(
+            at=self._clock(),
+            run_id=self.run_id,
+            goal=self.goal,
+            constraints=self.constraints,
+            policy=cfg.planner.policy,
+            replan=cfg.planner.replan,
+            budget=cfg.budget.as_dict(),
+            tools=cfg.tools.names,
+        )
+
+    def finish_unstarted(self) -> None:
+        """Close the log of a run cancelled before its loop ever ran."""
+        if not self.events:
+            self.emit(self._started())
+        self._finish(_Stop(StopReason(kind="cancelled", detail="the run was cancelled before it started")))
 
     def _finish(self, stop: _Stop) -> None:
         if not self._finished:
@@ -247,30 +262,38 @@ class Engine:
         room = self.config.limits.max_concurrency - len(self._running)
         if room <= 0 or not self._ready.has_ready:
             return
-        for step in self._ready.pop(self._can_start, room):
-            try:
-                self.config.budget.check_step(self.state)
-                if step.tool is not None:
-                    self.config.budget.check_tool_call(self.state, self._clock())
-            except BudgetHit as hit:
-                self._budget_stop(hit)
-            executor = self._executor_of(step)
-            if step.tool is not None:
-                self._per_tool[step.tool] = self._per_tool.get(step.tool, 0) + 1
-            self._per_executor[executor.name] = self._per_executor.get(executor.name, 0) + 1
+        try:
+            steps = self._ready.pop(self._reserve, room)
+        except BudgetHit as hit:
+            self._budget_stop(hit)
+        for step in steps:
             token = self._tokens.get(step.id, 0) + 1
             self._tokens[step.id] = token
-            task = asyncio.create_task(self._run_step(step, executor, token), name=f"step:{step.id}")
+            task = asyncio.create_task(self._run_step(step, self._executor_of(step), token), name=f"step:{step.id}")
             self._running[step.id] = (task, token)
 
-    def _can_start(self, step: Step) -> bool:
+    def _reserve(self, step: Step) -> bool:
+        """Whether the limits let ``step`` start now; if so, count it against them at once.
+
+        Raises ``BudgetHit`` when the step or its tool call would go over a budget.
+        """
+        executor = self._executor_of(step)
         if step.tool is not None and step.tool in self.config.tools:
             cap = self.config.tools.get(step.tool).max_concurrency
             if cap is not None and self._per_tool.get(step.tool, 0) >= cap:
                 return False
-        executor = self._executor_of(step)
         cap = executor.max_concurrency
-        return cap is None or self._per_executor.get(executor.name, 0) < cap
+        if cap is not None and self._per_executor.get(executor.name, 0) >= cap:
+            return False
+        budget = self.config.budget
+        budget.check_step(self.state, in_flight=self._unstarted)
+        if step.tool is not None:
+            budget.check_tool_call(self.state, self._clock(), in_flight=self._unstarted_tool_calls)
+            self._per_tool[step.tool] = self._per_tool.get(step.tool, 0) + 1
+            self._unstarted_tool_calls += 1
+        self._per_executor[executor.name] = self._per_executor.get(executor.name, 0) + 1
+        self._unstarted += 1
+        return True
 
     def _executor_of(self, step: Step) -> Executor:
         name = step.executor or ("tools" if step.tool is not None else self.config.default_executor)
@@ -288,6 +311,7 @@ class Engine:
     async def _run_step(self, step: Step, executor: Executor, token: int) -> None:
         ctx = _StepCtx(self, step)
         done = _StepDone(step_id=step.id, token=token, started=False)
+        reserved = True
         try:
             await self._gate(step)
             try:
@@ -295,6 +319,8 @@ class Engine:
             except BindingError as e:
                 raise StepFailure(StepError(kind="binding", message=str(e), problems=tuple(e.problems))) from None
             done.started = True
+            reserved = False
+            self._unreserve(step)
             self.emit(StepStarted(at=self._clock(), step_id=step.id, executor=executor.name, tool=step.tool, args=args))
             done.output = await executor.run(step, args, ctx)
             done.verdict = await self.config.acceptance.verdict(step, done.output, ctx)
@@ -311,8 +337,16 @@ class Engine:
             raise
         except Exception as e:
             done.error = StepError(kind="tool_error", message=f"{type(e).__name__}: {e}")
+        finally:
+            if reserved:
+                self._unreserve(step)
         done.attempts = ctx.attempts
         self._queue.put_nowait(done)
+
+    def _unreserve(self, step: Step) -> None:
+        self._unstarted -= 1
+        if step.tool is not None:
+            self._unstarted_tool_calls -= 1
 
     async def _gate(self, step: Step) -> None:
         """The confidence gate and step approvals, before a step runs."""
@@ -342,7 +376,12 @@ class Engine:
             raise StepFailure(
                 StepError(kind="rejected", message="the step needs a human's approval and no approver is configured")
             )
-        why = "low confidence" if low and sensitive else ("sensitive tool" if sensitive else "approval policy")
+        if sensitive and low:
+            why = f"low confidence ({step.confidence:.2f}) on a sensitive step"
+        elif tool is not None and tool.sensitive:
+            why = f"sensitive tool {tool.name}"
+        else:
+            why = f"approval policy {step.approval!r}"
         decision = await self._ask(
             ApprovalRequest(approval_id="", run_id=self.run_id, subject="step", step=step, reason=why)
         )
@@ -392,6 +431,15 @@ class Engine:
         if done.crash is not None:
             raise _Stop(StopReason(kind="error", detail=str(done.crash)))
         if done.budget is not None:
+            self.emit(
+                StepFailed(
+                    at=self._clock(),
+                    step_id=done.step_id,
+                    error=StepError(kind="budget", message=str(done.budget)),
+                    attempts=done.attempts,
+                    started=done.started,
+                )
+            )
             self._budget_stop(done.budget)
         if done.error is None:
             assert done.verdict is not None
@@ -532,7 +580,11 @@ class Engine:
         if done.gave_up is not None:
             problems = done.gave_up.problems
             step_budget = [p for p in problems if p.code == "budget_steps"]
-            if step_budget:
+            if step_budget and self.config.budget.steps is not None:
+                limit = self.config.budget.steps
+                self.emit(
+                    BudgetExhaustedEvent(at=self._clock(), budget="steps", limit=limit, used=self.state.steps_started)
+                )
                 raise _Stop(StopReason(kind="budget_exhausted", budget="steps", detail=step_budget[0].message))
             raise _Stop(
                 StopReason(
@@ -601,7 +653,7 @@ class Engine:
         self._unaddressed = [sid for sid in self._unaddressed if sid not in addressed]
         waiting = set()
         for s in plan.steps:
-            if self.state.steps[s.id].status == "pending":
+            if self.state.steps[s.id].status == "pending" and s.id not in self._running:
                 waiting.add(s.id)
                 cached = self._compiled.get(s.id)
                 if cached is None or cached[0] is not s:
@@ -612,46 +664,47 @@ class Engine:
     # -- calls on behalf of the planner and executors ---------------------------------------
 
     async def call_model(self, role: str, model: Model, request: ModelRequest, step_id: str | None) -> ModelResponse:
-        now = self._clock()
+        """One model call on the run's behalf: budgets checked before it, the answer logged after.
+
+        Calls in flight count against the budgets, so calls made at once cannot overrun a cap.
+        """
+        estimate = estimate_tokens("".join(m.content for m in request.messages))
         self.config.budget.check_model_call(
-            self.state, now, estimate_tokens("".join(m.content for m in request.messages))
+            self.state,
+            self._clock(),
+            estimate,
+            in_flight=self._model_calls_in_flight,
+            in_flight_tokens=self._model_tokens_in_flight,
         )
         loop = asyncio.get_running_loop()
         t0 = loop.time()
+        self._model_calls_in_flight += 1
+        self._model_tokens_in_flight += estimate
+        error: Exception | None = None
         try:
             response = await model.request(request)
-        except asyncio.CancelledError:
-            raise
         except Exception as e:
-            self.emit(
-                ModelCalled(
-                    at=self._clock(),
-                    role=role,
-                    purpose=request.purpose,
-                    model=model.name,
-                    step_id=step_id,
-                    request_chars=request.chars,
-                    error=f"{type(e).__name__}: {e}",
-                    duration=loop.time() - t0,
-                )
-            )
-            if isinstance(e, UsageError) or role != "executor":
-                raise
-            raise StepFailure(StepError(kind="executor", message=f"the model failed: {type(e).__name__}: {e}")) from e
-        self.emit(
-            ModelCalled(
-                at=self._clock(),
-                role=role,
-                purpose=request.purpose,
-                model=model.name,
-                step_id=step_id,
-                request_chars=request.chars,
-                response=response,
-                usage=response.usage,
-                cost=response.cost or 0.0,
-                duration=loop.time() - t0,
-            )
+            error = e
+        finally:
+            self._model_calls_in_flight -= 1
+            self._model_tokens_in_flight -= estimate
+        record = ModelCalled(
+            at=self._clock(),
+            role=role,
+            purpose=request.purpose,
+            model=model.name,
+            step_id=step_id,
+            request_chars=request.chars,
+            duration=loop.time() - t0,
         )
+        if error is not None:
+            self.emit(replace(record, error=f"{type(error).__name__}: {error}"))
+            if isinstance(error, UsageError) or role != "executor":
+                raise error
+            raise StepFailure(
+                StepError(kind="executor", message=f"the model failed: {type(error).__name__}: {error}")
+            ) from error
+        self.emit(replace(record, response=response, usage=response.usage, cost=response.cost or 0.0))
         return response
 
 
@@ -700,43 +753,35 @@ class _StepCtx:
         )
 
     async def call_tool(self, tool: Tool, args: dict[str, Any], *, call_id: str | None = None) -> Any:
+        """Call ``tool`` with timeout, retries and output check; every attempt counted and checked
+        against the tool-call budget before it is made."""
         engine = self._engine
-        budget = engine.config.budget
         inner = call_id is not None
-        limit: asyncio.Semaphore | None = None
-        if inner and tool.max_concurrency is not None:
-            limit = engine._inner_limits.setdefault(tool.name, asyncio.Semaphore(tool.max_concurrency))
         key = f"{engine.run_id}:{self.step.id}" + (f":{call_id}" if inner else "")
-        attempt = 0
         loop = asyncio.get_running_loop()
         t0 = loop.time()
-        while True:
-            attempt += 1
-            if inner:
-                budget.check_tool_call(engine.state, engine._clock())
-            tctx = ToolContext(run_id=engine.run_id, step_id=self.step.id, attempt=attempt, idempotency_key=key)
-            try:
-                if limit is not None:
-                    async with limit:
-                        raw = await call_with_timeout(tool, args, tctx)
-                else:
-                    raw = await call_with_timeout(tool, args, tctx)
+        attempt = 0
+        try:
+            while True:
+                attempt += 1
+                if inner:  # the step's own first call was checked and counted when it was dispatched
+                    engine.config.budget.check_tool_call(
+                        engine.state,
+                        engine._clock(),
+                        in_flight=engine._unstarted_tool_calls + engine._inner_tool_calls_in_flight,
+                    )
+                    engine._inner_tool_calls_in_flight += 1
                 try:
-                    output = tool.check_output(raw)
-                except ValueError as e:
-                    raise StepFailure(
-                        StepError(
-                            kind="invalid_output", message=f"the output of {tool.name} does not fit its schema: {e}"
-                        )
-                    ) from None
-            except (asyncio.CancelledError, StepFailure, BudgetHit, UnknownToolError):
-                raise
-            except Exception as e:
-                error = _tool_error(tool, e)
-                if tool.retry.retries(e) and attempt < tool.retry.max_attempts:
+                    output = await self._attempt(tool, args, attempt, key, inner)
+                except (asyncio.CancelledError, StepFailure, BudgetHit):
+                    raise
+                except Exception as e:
+                    error = _tool_error(tool, e)
+                    if not (tool.retry.retries(e) and attempt < tool.retry.max_attempts):
+                        raise StepFailure(error) from None
                     delay = tool.retry.delay(attempt, engine._rng)
                     if not inner:
-                        budget.check_tool_call(engine.state, engine._clock())
+                        engine.config.budget.check_tool_call(engine.state, engine._clock())
                         engine.emit(
                             StepAttemptFailed(
                                 at=engine._clock(), step_id=self.step.id, attempt=attempt, error=error, retry_in=delay
@@ -746,33 +791,57 @@ class _StepCtx:
                     await asyncio.sleep(delay)
                     continue
                 if inner:
-                    engine.emit(
-                        ToolCalled(
-                            at=engine._clock(),
-                            step_id=self.step.id,
-                            call_id=call_id or "",
-                            tool=tool.name,
-                            args=args,
-                            error=error,
-                            attempts=attempt,
-                            duration=loop.time() - t0,
-                        )
-                    )
-                raise StepFailure(error) from None
+                    self._log_inner(call_id or "", tool, args, attempt, loop.time() - t0, output=output)
+                return output
+        except StepFailure as f:
             if inner:
-                engine.emit(
-                    ToolCalled(
-                        at=engine._clock(),
-                        step_id=self.step.id,
-                        call_id=call_id or "",
-                        tool=tool.name,
-                        args=args,
-                        output=output,
-                        attempts=attempt,
-                        duration=loop.time() - t0,
-                    )
-                )
-            return output
+                self._log_inner(call_id or "", tool, args, attempt, loop.time() - t0, error=f.error)
+            raise
+        finally:
+            if inner:
+                engine._inner_tool_calls_in_flight -= attempt
+
+    async def _attempt(self, tool: Tool, args: dict[str, Any], attempt: int, key: str, inner: bool) -> Any:
+        tctx = ToolContext(run_id=self._engine.run_id, step_id=self.step.id, attempt=attempt, idempotency_key=key)
+        limit: asyncio.Semaphore | None = None
+        if inner and tool.max_concurrency is not None:
+            limit = self._engine._inner_limits.setdefault(tool.name, asyncio.Semaphore(tool.max_concurrency))
+        if limit is None:
+            raw = await call_with_timeout(tool, args, tctx)
+        else:
+            async with limit:
+                raw = await call_with_timeout(tool, args, tctx)
+        try:
+            return tool.check_output(raw)
+        except ValueError as e:
+            message = f"the output of {tool.name} does not fit its schema: {e}"
+            raise StepFailure(StepError(kind="invalid_output", message=message)) from None
+
+    def _log_inner(
+        self,
+        call_id: str,
+        tool: Tool,
+        args: dict[str, Any],
+        attempts: int,
+        duration: float,
+        *,
+        output: Any = None,
+        error: StepError | None = None,
+    ) -> None:
+        engine = self._engine
+        engine.emit(
+            ToolCalled(
+                at=engine._clock(),
+                step_id=self.step.id,
+                call_id=call_id,
+                tool=tool.name,
+                args=args,
+                output=output,
+                error=error,
+                attempts=attempts,
+                duration=duration,
+            )
+        )
 
 
 def _tool_error(tool: Tool, e: Exception) -> StepError:

@@ -15,10 +15,12 @@ The decorator returns the tool and registers nothing anywhere.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import re
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
@@ -31,6 +33,18 @@ __all__ = ["tool"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 _JSON_PRIMITIVES = (str, int, float, bool, type(None))
+
+SYNC_TOOL_THREADS = 64
+"""Threads for sync tools: enough that a few hanging calls (abandoned on timeout) never starve the rest."""
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def _worker_pool() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=SYNC_TOOL_THREADS, thread_name_prefix="planexec-tool")
+    return _pool
 
 
 def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
@@ -167,7 +181,8 @@ def _build(
             kwargs[context_param] = ctx
         if is_async:
             return await fn(**kwargs)
-        return await asyncio.to_thread(functools.partial(fn, **kwargs))
+        call = functools.partial(contextvars.copy_context().run, fn, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(_worker_pool(), call)
 
     return Tool(
         name=tool_name,

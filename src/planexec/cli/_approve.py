@@ -1,0 +1,77 @@
+"""Asking a human at the terminal: plan and step approvals as yes/no prompts.
+
+Only used when both the input and the display are a terminal. Prompts are asked one at a time, with
+the live board paused so that the prompt is not drawn over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from rich.console import Console
+from rich.prompt import Confirm
+from rich.table import Table
+
+from planexec.cli._board import Display
+from planexec.plan import Step, render_text
+from planexec.runtime import ApprovalDecision, ApprovalRequest
+
+__all__ = ["TerminalApprover", "is_interactive"]
+
+
+def is_interactive(console: Console) -> bool:
+    """Whether a human can be asked: the input is a terminal and so is the display."""
+    return sys.stdin.isatty() and console.is_terminal
+
+
+def _steps_table(steps: tuple[Step, ...]) -> Table:
+    table = Table(show_edge=False, header_style="bold")
+    for name in ("step", "runs on", "after", "effect", "args"):
+        table.add_column(name, overflow="fold")
+    for s in steps:
+        table.add_row(
+            s.id,
+            f"tool {s.tool}" if s.tool else f"{s.executor or 'default'} (model)",
+            ", ".join(s.depends_on),
+            s.effect,
+            render_text(s.args) if s.args else "",
+        )
+    return table
+
+
+class TerminalApprover:
+    """An approver that shows what is to be approved and asks yes or no."""
+
+    def __init__(self, console: Console, display: Display) -> None:
+        self._console = console
+        self._display = display
+        self._lock = asyncio.Lock()
+
+    async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
+        async with self._lock:
+            with self._display.paused():
+                question = self._show(request)
+                try:
+                    approved = await asyncio.to_thread(Confirm.ask, question, console=self._console, default=False)
+                except EOFError:
+                    return ApprovalDecision(approved=False, reason="no answer (end of input)", by="terminal")
+        reason = "approved at the terminal" if approved else "declined at the terminal"
+        return ApprovalDecision(approved=approved, reason=reason, by="terminal")
+
+    def _show(self, request: ApprovalRequest) -> str:
+        console = self._console
+        if request.subject == "plan" and request.plan is not None:
+            plan = request.plan
+            console.rule(f"approve plan v{plan.version}?")
+            if plan.reason:
+                console.print(f"reason: {plan.reason}", markup=False)
+            console.print(_steps_table(plan.steps))
+            return f"Run plan v{plan.version}?"
+        step = request.step
+        if step is None:
+            return f"Approve ({request.reason})?"
+        console.rule(f"approve step {step.id}?")
+        console.print(f"{step.description}  [{request.reason}]", markup=False)
+        console.print(_steps_table((step,)))
+        return f"Run step {step.id}?"

@@ -1,0 +1,385 @@
+"""Watching a run in the terminal: a live task board, or one plain line per event.
+
+Both are driven the same way: ``async for event in run.events()`` and the run's folded state. The
+board renders that state (one row per step); the plain lines describe each event as it comes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.table import Table
+from rich.text import Text
+
+from planexec.plan import render_text
+from planexec.runtime import (
+    ApprovalDecided,
+    ApprovalRequested,
+    BudgetExhaustedEvent,
+    Event,
+    ModelCalled,
+    PlannerOutputRejected,
+    PlanProposed,
+    Run,
+    RunFinished,
+    RunResult,
+    RunStarted,
+    RunState,
+    StallDetected,
+    StepAttemptFailed,
+    StepCancelled,
+    StepFailed,
+    StepRecord,
+    StepStarted,
+    StepSucceeded,
+    ToolCalled,
+)
+
+__all__ = ["Board", "Display", "LineDisplay", "LiveDisplay", "describe_event", "follow", "step_rows"]
+
+STATUS = {
+    "pending": ("waiting", "dim"),
+    "running": ("running", "cyan"),
+    "succeeded": ("done", "green"),
+    "failed": ("failed", "red"),
+    "cancelled": ("cancelled", "yellow"),
+    "dropped": ("dropped", "dim"),
+}
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f}s"
+
+
+def runs_on(rec: StepRecord) -> str:
+    step = rec.step
+    if step.tool is not None:
+        return step.tool
+    return f"{rec.executor or step.executor or 'default'} (model)"
+
+
+def step_rows(state: RunState) -> list[StepRecord]:
+    """The state's steps in a stable, readable order: by depth in the dependency graph, then by
+    when they first appeared."""
+    depth: dict[str, int] = {}
+
+    def visit(sid: str, seen: frozenset[str]) -> int:
+        if sid in depth:
+            return depth[sid]
+        rec = state.steps.get(sid)
+        deps = [d for d in rec.step.depends_on if d in state.steps and d not in seen] if rec else []
+        value = 1 + max((visit(d, seen | {sid}) for d in deps), default=-1)
+        depth[sid] = value
+        return value
+
+    order = list(state.steps)
+    return [state.steps[sid] for sid in sorted(order, key=lambda sid: (visit(sid, frozenset()), order.index(sid)))]
+
+
+class Board:
+    """A renderable task board over a run's folded state, re-rendered on every refresh."""
+
+    def __init__(self, *, title: str = "planexec", clock: Callable[[], float] = time.time) -> None:
+        self.title = title
+        self._clock = clock
+        self._state: RunState | None = None
+        self._last = ""
+        self._spinners: dict[str, Spinner] = {}
+
+    def update(self, event: Event, state: RunState) -> None:
+        self._state = state
+        self._last = describe_event(event, state)
+
+    def __rich__(self) -> RenderableType:
+        state = self._state
+        if state is None:
+            return Text(f"{self.title}: starting…", style="dim")
+        return Group(self._header(state), self._table(state), self._footer(state))
+
+    def _header(self, state: RunState) -> RenderableType:
+        text = Text()
+        text.append(f"{self.title} ", style="bold")
+        text.append(f"· run {state.run_id}", style="dim")
+        plan = state.plan
+        if plan is not None:
+            text.append(f" · plan v{plan.version}", style="bold magenta")
+            text.append(f" by {plan.author}")
+            if plan.reason:
+                text.append(f": {_cut(plan.reason, 160)}", style="italic")
+        text.append(f"\ngoal: {_cut(state.goal, 200)}")
+        return text
+
+    def _table(self, state: RunState) -> Table:
+        table = Table(expand=True, show_edge=False, pad_edge=False, header_style="bold")
+        table.add_column("step", no_wrap=True, overflow="ellipsis", min_width=12)
+        table.add_column("status", no_wrap=True, min_width=11)
+        table.add_column("tool / executor", no_wrap=True, overflow="ellipsis", min_width=10)
+        table.add_column("tries", justify="right", no_wrap=True, min_width=5)
+        table.add_column("time", justify="right", no_wrap=True, min_width=6)
+        table.add_column("detail", overflow="ellipsis", no_wrap=True, ratio=1, min_width=16)
+        now = self._clock()
+        asking = {a.step_id for a in state.pending_approvals if a.step_id is not None}
+        for rec in step_rows(state):
+            sid = rec.step.id
+            table.add_row(
+                sid,
+                self._status(rec, sid in asking),
+                runs_on(rec),
+                str(rec.attempts) if rec.attempts else "",
+                self._time(rec, now),
+                _detail(rec, state, sid in asking),
+            )
+        return table
+
+    def _status(self, rec: StepRecord, asking: bool) -> RenderableType:
+        if asking:
+            return Text("approval?", style="bold yellow")
+        label, style = STATUS[rec.status]
+        if rec.status == "running":
+            spinner = self._spinners.get(rec.step.id)
+            if spinner is None:
+                spinner = self._spinners[rec.step.id] = Spinner("dots", text=Text(label, style=style), style=style)
+            return spinner
+        return Text(label, style=style)
+
+    @staticmethod
+    def _time(rec: StepRecord, now: float) -> str:
+        if rec.started_at is None:
+            return ""
+        end = rec.finished_at if rec.finished_at is not None else now
+        return _seconds(max(0.0, end - rec.started_at))
+
+    def _footer(self, state: RunState) -> RenderableType:
+        end = state.finished_at if state.finished_at is not None else self._clock()
+        usage = state.usage
+        text = Text(style="dim")
+        text.append(
+            f"model calls {state.model_calls} · tokens {usage.input_tokens:,} in / {usage.output_tokens:,} out · "
+            f"${state.cost:.4f} · tool calls {state.tool_calls} · replans {state.replans} · "
+            f"{_seconds(max(0.0, end - state.started_at))}"
+        )
+        if self._last:
+            text.append(f"\nlast: {_cut(self._last, 160)}")
+        return text
+
+
+def _detail(rec: StepRecord, state: RunState, asking: bool) -> str:
+    if asking:
+        return "waiting for a human's approval"
+    if rec.status == "pending":
+        waiting = [d for d in rec.step.depends_on if d not in state.outputs]
+        return f"after {', '.join(waiting)}" if waiting else "ready"
+    if rec.status == "running":
+        if rec.step.tool is None:
+            return f"{len(rec.tool_calls)} tool call(s) so far"
+        errors = rec.attempt_errors
+        return f"retrying after: {errors[-1].message}" if errors else rec.step.description
+    if rec.status == "failed" and rec.error is not None:
+        return str(rec.error)
+    if rec.status == "succeeded":
+        calls = f"{len(rec.tool_calls)} tool call(s) · " if rec.tool_calls else ""
+        return calls + render_text(rec.output)
+    return rec.step.description
+
+
+# -- one line per event ---------------------------------------------------------------------
+
+
+def describe_event(event: Event, state: RunState) -> str:
+    """A one-line, human-readable account of ``event``."""
+    if isinstance(event, RunStarted):
+        caps = ", ".join(f"{k} {v}" for k, v in event.budget.items() if v is not None)
+        return f"run {event.run_id} started ({event.policy}, replan {event.replan}; budget: {caps}): {event.goal}"
+    if isinstance(event, ModelCalled):
+        head = f"{event.role} model {event.model} [{event.purpose}]"
+        if event.step_id:
+            head += f" for {event.step_id}"
+        if event.error is not None:
+            return f"{head} failed after {_seconds(event.duration)}: {event.error}"
+        u = event.usage
+        return (
+            f"{head}: {u.input_tokens:,} in / {u.output_tokens:,} out tokens, ${event.cost:.4f}, "
+            f"{_seconds(event.duration)}"
+        )
+    if isinstance(event, PlannerOutputRejected):
+        return f"planner output rejected (attempt {event.attempt}): " + "; ".join(map(str, event.problems))
+    if isinstance(event, PlanProposed):
+        plan = event.plan
+        line = f"plan v{plan.version} by {plan.author} ({event.trigger}), {len(plan.steps)} steps"
+        if plan.reason:
+            line += f": {plan.reason}"
+        if event.cancelled:
+            line += f" [cancelled: {', '.join(event.cancelled)}]"
+        return line
+    if isinstance(event, ApprovalRequested):
+        what = f"step {event.step_id}" if event.subject == "step" else f"plan v{event.plan_version}"
+        return f"approval asked for {what}: {event.reason}"
+    if isinstance(event, ApprovalDecided):
+        verdict = "approved" if event.approved else "rejected"
+        return f"approval {verdict} by {event.by}" + (f": {event.reason}" if event.reason else "")
+    if isinstance(event, StepStarted):
+        where = f"tool {event.tool}" if event.tool else f"executor {event.executor}"
+        return f"step {event.step_id} started ({where})"
+    if isinstance(event, StepAttemptFailed):
+        retry = f"; retry in {_seconds(event.retry_in)}" if event.retry_in is not None else ""
+        return f"step {event.step_id} attempt {event.attempt} failed: {event.error}{retry}"
+    if isinstance(event, ToolCalled):
+        outcome = f"failed: {event.error}" if event.error is not None else "ok"
+        args = _cut(render_text(event.args), 80)
+        return f"  {event.step_id} called {event.tool}({args}): {outcome} in {_seconds(event.duration)}"
+    if isinstance(event, StepSucceeded):
+        return f"step {event.step_id} done{_took(event.step_id, event.at, state)}" + _tries(event.attempts)
+    if isinstance(event, StepFailed):
+        return f"step {event.step_id} failed{_took(event.step_id, event.at, state)}: {event.error}"
+    if isinstance(event, StepCancelled):
+        return f"step {event.step_id} cancelled: {event.reason}"
+    if isinstance(event, BudgetExhaustedEvent):
+        return f"budget {event.budget} exhausted: used {event.used:g} of {event.limit:g}"
+    if isinstance(event, StallDetected):
+        return f"stalled ({event.rule}): {event.detail}"
+    assert isinstance(event, RunFinished)
+    return f"run finished: {event.stop}"
+
+
+def _took(step_id: str, at: float, state: RunState) -> str:
+    rec = state.steps.get(step_id)
+    if rec is None or rec.started_at is None:
+        return ""
+    return f" in {_seconds(max(0.0, at - rec.started_at))}"
+
+
+def _tries(attempts: int) -> str:
+    return f" after {attempts} attempts" if attempts > 1 else ""
+
+
+# -- displays -------------------------------------------------------------------------------
+
+
+class Display(Protocol):
+    """Where a run is shown while it runs."""
+
+    ticks: bool
+    """Whether the display wants regular refreshes (for running clocks and spinners)."""
+
+    def start(self) -> None: ...
+
+    def update(self, event: Event, state: RunState) -> None: ...
+
+    def tick(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def paused(self) -> contextlib.AbstractContextManager[None]:
+        """Get out of the way while something else (a prompt) uses the terminal."""
+        ...
+
+
+class LineDisplay:
+    """One plain line per event, with the time since the run started."""
+
+    ticks = False
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def start(self) -> None:
+        pass
+
+    def update(self, event: Event, state: RunState) -> None:
+        elapsed = max(0.0, event.at - state.started_at) if state.started_at else 0.0
+        line = f"[{elapsed:7.2f}s] {describe_event(event, state)}"
+        self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    def tick(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        yield
+
+
+class LiveDisplay:
+    """The task board, redrawn in place on every event and a few times a second.
+
+    Rendering happens only on the event loop's thread (no background refresh), so the board never
+    reads the state while it changes.
+    """
+
+    ticks = True
+
+    def __init__(self, console: Console, board: Board) -> None:
+        self.board = board
+        self._live = Live(
+            board, console=console, auto_refresh=False, transient=False, redirect_stdout=False, redirect_stderr=False
+        )
+        self._running = False
+
+    def start(self) -> None:
+        if not self._running:
+            self._live.start(refresh=True)
+            self._running = True
+
+    def update(self, event: Event, state: RunState) -> None:
+        self.board.update(event, state)
+        self.tick()
+
+    def tick(self) -> None:
+        if self._running:
+            self._live.refresh()
+
+    def stop(self) -> None:
+        if self._running:
+            self._live.refresh()
+            self._live.stop()
+            self._running = False
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        was_running = self._running
+        self.stop()
+        try:
+            yield
+        finally:
+            if was_running:
+                self.start()
+
+
+async def _ticker(display: Display, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        display.tick()
+
+
+async def follow(run: Run, display: Display, *, interval: float = 0.1) -> RunResult:
+    """Show ``run`` on ``display`` until it finishes, and return its result.
+
+    If this coroutine is cancelled (Ctrl-C), the run is cancelled too and its result returned.
+    """
+    display.start()
+    ticker = asyncio.create_task(_ticker(display, interval)) if display.ticks else None
+    try:
+        async for event in run.events():
+            display.update(event, run.state)
+    except asyncio.CancelledError:
+        run.cancel()
+    finally:
+        if ticker is not None:
+            ticker.cancel()
+            await asyncio.gather(ticker, return_exceptions=True)
+        display.stop()
+    return await run.result()

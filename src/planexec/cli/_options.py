@@ -1,0 +1,171 @@
+"""Turning command-line values into planexec objects, collecting every problem instead of the first.
+
+Each loader returns what it could build and appends what is wrong to a shared list, so that a bad
+invocation is answered with the whole list at once.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from planexec._errors import UsageError
+from planexec.models import Model, resolve_model
+from planexec.runtime import Budget
+from planexec.tools import Tool, Toolset
+
+__all__ = ["BUDGET_FLAGS", "Problems", "load_model", "load_tools", "parse_budget", "parse_choice"]
+
+
+class Problems(list[str]):
+    """Everything wrong with one invocation."""
+
+    def add(self, flag: str, message: str) -> None:
+        self.append(f"{flag}: {message}" if flag else message)
+
+    def add_usage_error(self, flag: str, error: UsageError) -> None:
+        if error.problems:
+            for p in error.problems:
+                self.add(flag, f"{error.summary}: {p}")
+        else:
+            self.add(flag, error.summary)
+
+
+@dataclass(frozen=True, slots=True)
+class _BudgetFlag:
+    flag: str
+    field: str
+    kind: Literal["int", "float"]
+
+
+BUDGET_FLAGS: tuple[_BudgetFlag, ...] = (
+    _BudgetFlag("--max-model-calls", "model_calls", "int"),
+    _BudgetFlag("--max-input-tokens", "input_tokens", "int"),
+    _BudgetFlag("--max-output-tokens", "output_tokens", "int"),
+    _BudgetFlag("--max-cost", "cost", "float"),
+    _BudgetFlag("--max-time", "wall_time", "float"),
+    _BudgetFlag("--max-tool-calls", "tool_calls", "int"),
+    _BudgetFlag("--max-steps", "steps", "int"),
+    _BudgetFlag("--max-replans", "replans", "int"),
+)
+"""The budget options of ``planexec run`` and the :class:`Budget` field each one sets."""
+
+
+def _number(flag: _BudgetFlag, raw: str, problems: Problems) -> int | float | None:
+    try:
+        value: int | float = int(raw) if flag.kind == "int" else float(raw)
+    except ValueError:
+        what = "a whole number" if flag.kind == "int" else "a number"
+        problems.add(flag.flag, f"{raw!r} is not {what}")
+        return None
+    if value < 0 or value != value:  # negative, or NaN
+        problems.add(flag.flag, f"{raw!r} must not be negative")
+        return None
+    return value
+
+
+def parse_budget(values: Mapping[str, str | None], problems: Problems) -> Budget | None:
+    """A :class:`Budget` from the raw flag values (by field name); None when any value is wrong."""
+    fields: dict[str, Any] = {}
+    ok = True
+    for flag in BUDGET_FLAGS:
+        raw = values.get(flag.field)
+        if raw is None:
+            continue
+        value = _number(flag, raw, problems)
+        ok = ok and value is not None
+        fields[flag.field] = value
+    if not ok:
+        return None
+    try:
+        return Budget(**fields)
+    except UsageError as e:
+        problems.add_usage_error("budget", e)
+        return None
+
+
+def parse_choice(flag: str, raw: str, choices: tuple[str, ...], problems: Problems) -> str | None:
+    if raw in choices:
+        return raw
+    problems.add(flag, f"{raw!r} is not one of {', '.join(choices)}")
+    return None
+
+
+def _importable_here() -> None:
+    """Let ``module:attr`` references name modules in the current directory, as ``python -m`` does."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def load_model(flag: str, spec: str, problems: Problems) -> Model | None:
+    """A model from a model string (``scripted:replies.json``, ``object:pkg.module:attr``, …)."""
+    _importable_here()
+    try:
+        return resolve_model(spec)
+    except UsageError as e:
+        problems.add_usage_error(flag, e)
+    except Exception as e:
+        problems.add(flag, f"cannot load model {spec!r}: {type(e).__name__}: {e}")
+    return None
+
+
+def _tools_in(value: Any, ref: str, problems: Problems) -> list[Tool | Toolset]:
+    flag = f"--tools {ref!r}"
+    if isinstance(value, Tool | Toolset):
+        return [value]
+    if isinstance(value, list | tuple | set | frozenset):
+        found: list[Tool | Toolset] = []
+        for index, item in enumerate(value):
+            if isinstance(item, Tool | Toolset):
+                found.append(item)
+            else:
+                problems.add(flag, f"item {index} {_not_a_tool(item)}")
+        return found
+    problems.add(flag, _not_a_tool(value))
+    return []
+
+
+def _not_a_tool(value: Any) -> str:
+    if callable(value) and hasattr(value, "__name__"):
+        return f"{value.__name__!r} is a plain function, not a tool: decorate it with @planexec.tool"
+    return f"is a {type(value).__name__}, not a Tool, a Toolset or a list of tools"
+
+
+def load_tools(refs: tuple[str, ...], problems: Problems) -> list[Tool | Toolset]:
+    """The tools named by ``module:attr`` references; every bad reference is a problem."""
+    _importable_here()
+    found: list[Tool | Toolset] = []
+    for ref in refs:
+        module_name, sep, attr = ref.partition(":")
+        flag = f"--tools {ref!r}"
+        if not sep or not module_name or not attr:
+            problems.add(flag, "use the form package.module:attribute")
+            continue
+        try:
+            value: Any = importlib.import_module(module_name)
+        except ImportError as e:
+            problems.add(flag, f"cannot import module {module_name!r}: {e}")
+            continue
+        except Exception as e:
+            problems.add(flag, f"importing {module_name!r} raised {type(e).__name__}: {e}")
+            continue
+        walked = module_name
+        for part in attr.split("."):
+            if not hasattr(value, part):
+                problems.add(flag, f"{walked!r} has no attribute {part!r}")
+                break
+            value = getattr(value, part)
+            walked = f"{walked}.{part}"
+        else:
+            found += _tools_in(value, ref, problems)
+    if found:
+        try:
+            Toolset(*found)
+        except UsageError as e:
+            problems.add_usage_error("--tools", e)
+    return found

@@ -1,0 +1,234 @@
+"""What the CLI shows when a run ends: the answer, the plan versions, usage, tool calls and timings —
+as rich tables for people, or as one JSON document for programs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from planexec.runtime import ModelCalled, PlanProposed, RunResult, StepRecord
+
+__all__ = ["json_text", "print_summary", "result_json"]
+
+
+@dataclass(kw_only=True, slots=True)
+class _RoleUsage:
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+    seconds: float = 0.0
+
+
+def _model_calls(result: RunResult) -> list[ModelCalled]:
+    return [e for e in result.events if isinstance(e, ModelCalled)]
+
+
+def _usage_by_role(result: RunResult) -> dict[str, _RoleUsage]:
+    roles: dict[str, _RoleUsage] = {}
+    for e in _model_calls(result):
+        row = roles.setdefault(e.role, _RoleUsage())
+        row.calls += 1
+        row.input_tokens += e.usage.input_tokens
+        row.output_tokens += e.usage.output_tokens
+        row.cost += e.cost
+        row.seconds += e.duration
+    return roles
+
+
+def _triggers(result: RunResult) -> dict[int, str]:
+    return {e.plan.version: e.trigger for e in result.events if isinstance(e, PlanProposed)}
+
+
+def _records(result: RunResult) -> list[StepRecord]:
+    """Every step record that started, superseded ones included, in start order."""
+    records = [r for r in (*result.superseded, *result.steps.values()) if r.started_at is not None]
+    return sorted(records, key=lambda r: r.started_at or 0.0)
+
+
+def _duration(rec: StepRecord) -> float | None:
+    if rec.started_at is None or rec.finished_at is None:
+        return None
+    return max(0.0, rec.finished_at - rec.started_at)
+
+
+def _secs(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}s"
+
+
+# -- for people -----------------------------------------------------------------------------
+
+
+def print_summary(console: Console, result: RunResult, *, extra: Iterable[tuple[str, str]] = ()) -> None:
+    """Print the end-of-run report."""
+    console.print(_answer(result))
+    console.print(_plans(result))
+    console.print(_usage(result))
+    console.print(_tools(result))
+    console.print(_timings(result, extra))
+
+
+def _answer(result: RunResult) -> RenderableType:
+    stop = result.stop
+    title = Text("answer · goal met", style="bold green") if stop.ok else Text(f"stopped: {stop}", style="bold red")
+    body: RenderableType = Text(result.answer) if result.answer else Text("(no answer)", style="dim")
+    return Panel(body, title=title, title_align="left", border_style="green" if stop.ok else "red")
+
+
+def _plans(result: RunResult) -> Table:
+    triggers = _triggers(result)
+    table = Table(title="plan versions", title_justify="left", title_style="bold")
+    table.add_column("v", justify="right")
+    table.add_column("author")
+    table.add_column("trigger")
+    table.add_column("steps")
+    table.add_column("reason")
+    for plan in result.plans:
+        table.add_row(
+            str(plan.version), plan.author, triggers.get(plan.version, ""), ", ".join(plan.ids), plan.reason or ""
+        )
+    return table
+
+
+def _usage(result: RunResult) -> Table:
+    table = Table(title="usage", title_justify="left", title_style="bold")
+    table.add_column("model role")
+    for name in ("calls", "input tokens", "output tokens", "cost", "time"):
+        table.add_column(name, justify="right")
+    for role, row in _usage_by_role(result).items():
+        table.add_row(
+            role,
+            str(row.calls),
+            f"{row.input_tokens:,}",
+            f"{row.output_tokens:,}",
+            f"${row.cost:.4f}",
+            _secs(row.seconds),
+        )
+    table.add_row(
+        Text("total", style="bold"),
+        str(result.model_calls),
+        f"{result.usage.input_tokens:,}",
+        f"{result.usage.output_tokens:,}",
+        f"${result.cost:.4f}",
+        "",
+    )
+    return table
+
+
+def _tools(result: RunResult) -> Table:
+    table = Table(title=f"tool calls ({result.tool_calls})", title_justify="left", title_style="bold", expand=True)
+    table.add_column("step", no_wrap=True, overflow="ellipsis", min_width=12)
+    table.add_column("tool", no_wrap=True, overflow="ellipsis", min_width=12)
+    table.add_column("tries", justify="right", no_wrap=True, min_width=5)
+    table.add_column("time", justify="right", no_wrap=True, min_width=6)
+    table.add_column("outcome", no_wrap=True, overflow="ellipsis", ratio=1)
+    for rec in _records(result):
+        if rec.step.tool is not None:
+            outcome = rec.status if rec.error is None else str(rec.error)
+            table.add_row(rec.step.id, rec.step.tool, str(rec.attempts), _secs(_duration(rec)), outcome)
+        for call in rec.tool_calls:
+            outcome = "succeeded" if call.error is None else str(call.error)
+            by = rec.executor or rec.step.executor or "model"
+            table.add_row(rec.step.id, f"{call.tool} (via {by})", str(call.attempts), _secs(call.duration), outcome)
+    return table
+
+
+def _timings(result: RunResult, extra: Iterable[tuple[str, str]]) -> Table:
+    calls = _model_calls(result)
+    step_time = sum(d for r in _records(result) if (d := _duration(r)) is not None)
+    table = Table(show_header=False, title="timings", title_justify="left", title_style="bold", box=None)
+    table.add_column(style="dim")
+    table.add_column()
+    table.add_row("run", f"{result.duration:.2f}s wall time")
+    table.add_row("planning", _secs(sum(e.duration for e in calls if e.role == "planner")))
+    table.add_row("steps", f"{step_time:.2f}s in total, run in parallel where the plan allowed")
+    table.add_row("replans", str(result.replans))
+    for key, value in extra:
+        table.add_row(key, value)
+    return table
+
+
+# -- for programs ---------------------------------------------------------------------------
+
+
+def _step_json(rec: StepRecord) -> dict[str, Any]:
+    return {
+        "id": rec.step.id,
+        "status": rec.status,
+        "tool": rec.step.tool,
+        "executor": rec.executor or rec.step.executor,
+        "plan_version": rec.plan_version,
+        "attempts": rec.attempts,
+        "args": rec.args,
+        "output": rec.output,
+        "error": None if rec.error is None else {"kind": rec.error.kind, "message": rec.error.message},
+        "duration": _duration(rec),
+        "tool_calls": [
+            {
+                "tool": c.tool,
+                "args": c.args,
+                "ok": c.error is None,
+                "error": None if c.error is None else str(c.error),
+                "duration": c.duration,
+            }
+            for c in rec.tool_calls
+        ],
+    }
+
+
+def result_json(result: RunResult, **extra: Any) -> dict[str, Any]:
+    """The run's result as JSON-ready data."""
+    triggers = _triggers(result)
+    usage = result.usage
+    return {
+        "run_id": result.run_id,
+        "goal": result.goal,
+        "ok": result.ok,
+        "stop": {"kind": result.stop.kind, "detail": result.stop.detail, "budget": result.stop.budget},
+        "answer": result.answer,
+        "plans": [
+            {
+                "version": p.version,
+                "author": p.author,
+                "trigger": triggers.get(p.version),
+                "reason": p.reason,
+                "steps": [s.model_dump(mode="json", exclude_defaults=True) for s in p.steps],
+            }
+            for p in result.plans
+        ],
+        "steps": [_step_json(r) for r in result.steps.values()],
+        "superseded": [_step_json(r) for r in result.superseded],
+        "usage": {
+            "model_calls": result.model_calls,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cost": result.cost,
+            "by_role": {
+                role: {
+                    "calls": row.calls,
+                    "input_tokens": row.input_tokens,
+                    "output_tokens": row.output_tokens,
+                    "cost": row.cost,
+                    "seconds": row.seconds,
+                }
+                for role, row in _usage_by_role(result).items()
+            },
+        },
+        "tool_calls": result.tool_calls,
+        "replans": result.replans,
+        "duration": result.duration,
+        "events": len(result.events),
+        **extra,
+    }
+
+
+def json_text(data: Any) -> str:
+    """Pretty JSON; anything that is not JSON data is written as text."""
+    return json.dumps(data, indent=2, ensure_ascii=False, default=str)

@@ -1,0 +1,324 @@
+"""Budgets: every kind, checked before the call it would pay for; a run that hits one stops with
+``budget_exhausted`` (or ``max_replans``) and keeps its partial results."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, TypeVar
+
+import pytest
+
+from planexec import (
+    Agent,
+    Budget,
+    BudgetExhausted,
+    MaxReplans,
+    ModelRequest,
+    Planner,
+    RetryPolicy,
+    RunResult,
+    ScriptedModel,
+    ToolError,
+    TransientToolError,
+    Usage,
+    tool,
+)
+from planexec.runtime import BudgetExhaustedEvent, ModelCalled, StepCancelled, StepStarted
+
+E = TypeVar("E")
+
+SAFETY_WALL_TIME = 30.0
+
+
+def events_of(result: RunResult, kind: type[E]) -> list[E]:
+    return [e for e in result.events if isinstance(e, kind)]
+
+
+def tool_step(step_id: str, tool_name: str, args: dict[str, Any], *deps: str) -> dict[str, Any]:
+    return {"id": step_id, "description": f"{tool_name} {step_id}", "tool": tool_name, "args": args, "depends_on": deps}
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.calls = 0
+
+
+def counting_add(counter: Counter) -> Any:
+    @tool
+    async def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        counter.calls += 1
+        return a + b
+
+    return add
+
+
+ONE_STEP = {"steps": [tool_step("s1", "add", {"a": 1, "b": 2})]}
+CHAIN = {
+    "steps": [
+        tool_step("s1", "add", {"a": 1, "b": 1}),
+        tool_step("s2", "add", {"a": "${s1}", "b": 1}, "s1"),
+        tool_step("s3", "add", {"a": "${s2}", "b": 1}, "s2"),
+    ]
+}
+
+
+def assert_budget_stop(result: RunResult, budget: str) -> BudgetExhaustedEvent:
+    assert result.stop.kind == "budget_exhausted", result.stop
+    assert result.stop.budget == budget
+    assert budget.replace("_", " ") in result.stop.detail.replace("_", " ")
+    hits = events_of(result, BudgetExhaustedEvent)
+    assert len(hits) == 1, f"expected one budget event, found {hits}"
+    assert hits[0].budget == budget
+    assert result.events[-1].kind == "run_finished"
+    with pytest.raises(BudgetExhausted) as raised:
+        result.raise_for_stop()
+    assert raised.value.result is result
+    return hits[0]
+
+
+async def test_model_calls_budget() -> None:
+    counter = Counter()
+    planner = ScriptedModel([ONE_STEP, {"answer": "never asked"}])
+    result = await Agent(planner, tools=[counting_add(counter)], budget=Budget(model_calls=1)).run("1+2")
+
+    hit = assert_budget_stop(result, "model_calls")
+    assert (hit.limit, hit.used) == (1, 1)
+    assert result.model_calls == 1
+    assert len(planner.calls) == 1  # the second call was refused before it was made
+    assert result.outputs == {"s1": 3}  # partial results are kept
+    assert result.answer is None
+
+
+async def test_input_tokens_budget() -> None:
+    planner = ScriptedModel([ONE_STEP, {"answer": "never asked"}], usage=Usage(input_tokens=2000, output_tokens=1))
+    result = await Agent(planner, tools=[counting_add(Counter())], budget=Budget(input_tokens=1500)).run("1+2")
+
+    hit = assert_budget_stop(result, "input_tokens")
+    assert hit.limit == 1500
+    assert hit.used > 2000  # what was used plus the estimate of the refused request
+    assert len(planner.calls) == 1
+    assert result.usage.input_tokens == 2000
+
+
+async def test_input_tokens_budget_refuses_a_first_request_that_is_too_large() -> None:
+    planner = ScriptedModel([ONE_STEP])
+    result = await Agent(planner, tools=[counting_add(Counter())], budget=Budget(input_tokens=5)).run("1+2")
+    assert_budget_stop(result, "input_tokens")
+    assert planner.calls == []
+    assert result.model_calls == 0
+
+
+async def test_output_tokens_budget() -> None:
+    planner = ScriptedModel([ONE_STEP, {"answer": "never asked"}], usage=Usage(input_tokens=10, output_tokens=100))
+    result = await Agent(planner, tools=[counting_add(Counter())], budget=Budget(output_tokens=50)).run("1+2")
+    hit = assert_budget_stop(result, "output_tokens")
+    assert (hit.limit, hit.used) == (50, 100)
+    assert len(planner.calls) == 1
+
+
+async def test_cost_budget() -> None:
+    # One dollar per token: each call of one input and one output token costs two dollars.
+    planner = ScriptedModel(
+        [ONE_STEP, {"answer": "never asked"}],
+        usage=Usage(input_tokens=1, output_tokens=1),
+        cost_per_million=(1_000_000.0, 1_000_000.0),
+    )
+    result = await Agent(planner, tools=[counting_add(Counter())], budget=Budget(cost=1.0)).run("1+2")
+    hit = assert_budget_stop(result, "cost")
+    assert hit.limit == 1.0
+    assert hit.used == pytest.approx(2.0)
+    assert result.cost == pytest.approx(2.0)
+    assert len(planner.calls) == 1
+
+
+async def test_wall_time_budget_stops_a_run_that_would_block_forever() -> None:
+    never = asyncio.Event()
+    started = asyncio.Event()
+    cancelled = False
+
+    @tool
+    async def block() -> str:
+        """Waits for an event nobody sets."""
+        nonlocal cancelled
+        started.set()
+        try:
+            await never.wait()
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
+        return "never"
+
+    planner = ScriptedModel([{"steps": [tool_step("b", "block", {})]}])
+    result = await Agent(planner, tools=[block], budget=Budget(wall_time=0.3)).run("block")
+
+    assert_budget_stop(result, "wall_time")
+    assert started.is_set()
+    assert cancelled
+    assert [e.step_id for e in events_of(result, StepCancelled)] == ["b"]
+    assert result.steps["b"].status == "cancelled"
+
+
+async def test_wall_time_budget_stops_a_planner_that_never_answers() -> None:
+    never = asyncio.Event()
+
+    async def hang(request: ModelRequest) -> dict[str, Any]:
+        await never.wait()
+        return {}
+
+    planner = ScriptedModel([hang])
+    result = await Agent(planner, tools=[], budget=Budget(wall_time=0.05)).run("block")
+    assert_budget_stop(result, "wall_time")
+
+
+async def test_tool_calls_budget_in_a_chain() -> None:
+    counter = Counter()
+    planner = ScriptedModel([CHAIN, {"answer": "never asked"}])
+    result = await Agent(planner, tools=[counting_add(counter)], budget=Budget(tool_calls=2)).run("chain")
+
+    hit = assert_budget_stop(result, "tool_calls")
+    assert (hit.limit, hit.used) == (2, 2)
+    assert counter.calls == 2
+    assert result.tool_calls == 2
+    assert result.outputs == {"s1": 2, "s2": 3}
+    assert result.steps["s3"].status == "pending"
+
+
+async def test_tool_calls_budget_holds_for_steps_dispatched_together() -> None:
+    counter = Counter()
+    parallel = {"steps": [tool_step(f"s{i}", "add", {"a": i, "b": 0}) for i in range(3)]}
+    planner = ScriptedModel([parallel, {"answer": "done"}])
+    result = await Agent(planner, tools=[counting_add(counter)], budget=Budget(tool_calls=2)).run("parallel")
+
+    assert counter.calls <= 2, f"the tool was called {counter.calls} times with a budget of 2"
+    assert result.tool_calls <= 2
+    assert_budget_stop(result, "tool_calls")
+
+
+async def test_tool_calls_budget_counts_retries() -> None:
+    attempts = 0
+
+    @tool(retry=RetryPolicy(max_attempts=5, initial_delay=0))
+    async def busy() -> str:
+        """Always busy."""
+        nonlocal attempts
+        attempts += 1
+        raise TransientToolError("busy")
+
+    planner = ScriptedModel([{"steps": [tool_step("b", "busy", {})]}])
+    result = await Agent(planner, tools=[busy], budget=Budget(tool_calls=2)).run("busy")
+    assert_budget_stop(result, "tool_calls")
+    assert attempts == 2
+    assert result.steps["b"].status in ("failed", "cancelled")
+
+
+async def test_model_calls_budget_holds_for_model_steps_running_together() -> None:
+    async def answer(request: ModelRequest) -> str:
+        await asyncio.sleep(0)  # a real model awaits its answer: let the other step run meanwhile
+        return "done"
+
+    executor = ScriptedModel([answer, answer])
+    plan = {"steps": [{"id": "m1", "description": "think"}, {"id": "m2", "description": "think more"}]}
+    planner = ScriptedModel([plan, {"answer": "done"}])
+    result = await Agent(planner, executor=executor, budget=Budget(model_calls=2)).run("think")
+
+    assert len(planner.calls) + len(executor.calls) <= 2, "the model call budget was exceeded"
+    assert_budget_stop(result, "model_calls")
+
+
+async def test_steps_budget_stops_a_plan_larger_than_the_budget() -> None:
+    counter = Counter()
+    planner = Planner(model=ScriptedModel([CHAIN]), max_repairs=0)
+    result = await Agent(planner, tools=[counting_add(counter)], budget=Budget(steps=2)).run("chain")
+
+    assert result.stop.kind == "budget_exhausted"
+    assert result.stop.budget == "steps"
+    assert "the step budget allows 2" in result.stop.detail
+    assert counter.calls == 0
+    assert events_of(result, StepStarted) == []
+
+
+async def test_steps_budget_stop_is_logged_as_a_budget_event() -> None:
+    planner = Planner(model=ScriptedModel([CHAIN]), max_repairs=0)
+    result = await Agent(planner, tools=[counting_add(Counter())], budget=Budget(steps=2)).run("chain")
+    assert_budget_stop(result, "steps")
+
+
+async def test_a_plan_larger_than_the_step_budget_is_sent_back_for_repair() -> None:
+    smaller = {"steps": CHAIN["steps"][:2]}
+    planner = ScriptedModel([CHAIN, smaller, {"answer": "3"}])
+    result = await Agent(planner, tools=[counting_add(Counter())], budget=Budget(steps=2)).run("chain")
+    assert result.stop.kind == "goal_met"
+    assert "the plan has 3 steps to run; the step budget allows 2" in planner.calls[1].last_user_text
+    assert "steps 2" in planner.calls[0].last_user_text  # the budget left is shown to the planner
+
+
+async def test_steps_budget_counts_steps_of_earlier_plan_versions() -> None:
+    @tool
+    async def fails() -> int:
+        """Always fails."""
+        raise ToolError("no")
+
+    add = counting_add(Counter())
+    planner = Planner(
+        model=ScriptedModel(
+            [
+                {"steps": [tool_step("ok", "add", {"a": 1, "b": 1}), tool_step("bad", "fails", {})]},
+                {"steps": [tool_step("again", "add", {"a": 1, "b": 2})]},
+            ]
+        ),
+        max_repairs=0,
+    )
+    result = await Agent(planner, tools=[add, fails], budget=Budget(steps=2)).run("two then one more")
+    assert result.stop.kind == "budget_exhausted"
+    assert result.stop.budget == "steps"
+    assert result.outputs == {"ok": 2}
+
+
+async def test_replans_budget_zero_stops_with_max_replans() -> None:
+    @tool
+    async def fails() -> int:
+        """Always fails."""
+        raise ToolError("no")
+
+    planner = ScriptedModel([{"steps": [tool_step("f", "fails", {})]}])
+    result = await Agent(planner, tools=[fails], budget=Budget(replans=0)).run("fail")
+
+    assert result.stop.kind == "max_replans"
+    assert "still failing: f" in result.stop.detail
+    assert result.replans == 0
+    assert len(planner.calls) == 1  # no patch was asked for
+    with pytest.raises(MaxReplans) as raised:
+        result.raise_for_stop()
+    assert raised.value.result is result
+
+
+async def test_replans_budget_allows_that_many_patches() -> None:
+    @tool
+    async def fails(n: int) -> int:
+        """Always fails."""
+        raise ToolError(f"no {n}")
+
+    planner = ScriptedModel(
+        [
+            {"steps": [tool_step("f1", "fails", {"n": 1})]},
+            {"reason": "try 2", "steps": [tool_step("f2", "fails", {"n": 2})]},
+        ]
+    )
+    result = await Agent(planner, tools=[fails], budget=Budget(replans=1)).run("fail")
+    assert result.stop.kind == "max_replans"
+    assert result.replans == 1
+    assert [p.version for p in result.plans] == [1, 2]
+    planner.assert_consumed()
+
+
+async def test_the_budget_left_is_part_of_every_planner_request() -> None:
+    planner = ScriptedModel([ONE_STEP, {"answer": "3"}])
+    budget = Budget(model_calls=5, tool_calls=9, wall_time=SAFETY_WALL_TIME)
+    result = await Agent(planner, tools=[counting_add(Counter())], budget=budget).run("1+2")
+    assert result.stop.kind == "goal_met"
+    assert "model_calls 5" in planner.calls[0].last_user_text
+    assert "tool_calls 9" in planner.calls[0].last_user_text
+    assert "model_calls 4" in planner.calls[1].last_user_text
+    assert "tool_calls 8" in planner.calls[1].last_user_text
+    assert [e.role for e in events_of(result, ModelCalled)] == ["planner", "planner"]

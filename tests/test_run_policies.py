@@ -1,0 +1,202 @@
+"""Planning policies: step-by-step turns, and when to replan (on failure, after each step, never)."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import pytest
+
+from planexec import Agent, Planner, RunResult, ScriptedModel, ToolError, UnrecoverableError, tool
+from planexec.runtime import PlanProposed, RunStarted, StepStarted
+
+E = TypeVar("E")
+
+
+def events_of(result: RunResult, kind: type[E]) -> list[E]:
+    return [e for e in result.events if isinstance(e, kind)]
+
+
+def tool_step(step_id: str, tool_name: str, args: dict[str, Any], *deps: str) -> dict[str, Any]:
+    return {"id": step_id, "description": f"{tool_name} {step_id}", "tool": tool_name, "args": args, "depends_on": deps}
+
+
+def turn(step: dict[str, Any], thought: str, confidence: float = 0.8) -> dict[str, Any]:
+    return {"thought": thought, "confidence": confidence, "stop": False, "step": step}
+
+
+@tool
+async def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+@tool
+async def double(n: int) -> int:
+    """Double a number."""
+    return 2 * n
+
+
+async def test_step_by_step_policy_takes_one_step_per_turn() -> None:
+    model = ScriptedModel(
+        [
+            turn(tool_step("a", "add", {"a": 1, "b": 2}), "first add", 0.9),
+            turn(tool_step("b", "double", {"n": "${a}"}, "a"), "now double it", 0.7),
+            {"thought": "6 is the answer", "confidence": 0.95, "stop": True, "answer": "6"},
+        ]
+    )
+    planner = Planner(model=model, policy="step")
+    result = await Agent(planner, tools=[add, double]).run("(1+2)*2")
+
+    assert result.stop.kind == "goal_met", result.stop
+    assert result.answer == "6"
+    assert result.stop.detail == "6 is the answer"
+    assert result.outputs == {"a": 3, "b": 6}
+    assert [c.purpose for c in model.calls] == ["planner.turn"] * 3
+    model.assert_consumed()
+
+    # Each turn is a plan version: the finished steps stay, the new step is added.
+    assert [p.ids for p in result.plans] == [("a",), ("a", "b")]
+    assert [p.reason for p in result.plans] == ["first add", "now double it"]
+    assert [e.trigger for e in events_of(result, PlanProposed)] == ["initial", "turn"]
+    # The turn's thought and confidence are carried by its step.
+    b = result.steps["b"].step
+    assert (b.thought, b.confidence) == ("now double it", 0.7)
+    # The second turn sees the first step's result; the first turn sees no record.
+    assert "Execution record" not in model.calls[0].last_user_text
+    assert "[succeeded] a" in model.calls[1].last_user_text
+    assert "output: 3" in model.calls[1].last_user_text
+    assert events_of(result, RunStarted)[0].policy == "step"
+    assert result.replans == 0
+
+
+async def test_step_by_step_stop_reply_needs_only_stop_and_answer() -> None:
+    model = ScriptedModel([turn(tool_step("a", "add", {"a": 1, "b": 2}), "add"), {"stop": True, "answer": "3"}])
+    result = await Agent(Planner(model=model, policy="step"), tools=[add]).run("1+2")
+    assert result.stop.kind == "goal_met", result.stop
+    assert result.answer == "3"
+
+
+async def test_step_by_step_policy_can_stop_at_once() -> None:
+    model = ScriptedModel([{"thought": "nothing to do", "confidence": 1.0, "stop": True, "answer": "42"}])
+    result = await Agent(Planner(model=model, policy="step"), tools=[add]).run("the answer")
+    assert result.stop.kind == "goal_met"
+    assert result.answer == "42"
+    assert result.plans == ()
+
+
+async def test_step_by_step_invalid_turns_are_repaired() -> None:
+    model = ScriptedModel(
+        [
+            {"thought": "go", "confidence": 0.5, "stop": False},  # no step
+            {"thought": "stop", "confidence": 0.5, "stop": True},  # no answer
+            {"thought": "done", "confidence": 1.0, "stop": True, "answer": "x"},
+        ]
+    )
+    result = await Agent(Planner(model=model, policy="step"), tools=[add]).run("x")
+    assert result.stop.kind == "goal_met"
+    assert "a step is required" in model.calls[1].last_user_text
+    assert "an answer is required" in model.calls[2].last_user_text
+
+
+async def test_step_by_step_policy_after_a_failure() -> None:
+    @tool
+    async def fails(n: int) -> int:
+        """Always fails."""
+        raise ToolError(f"cannot handle {n}")
+
+    model = ScriptedModel(
+        [
+            turn(tool_step("a", "fails", {"n": 1}), "try the fast way"),
+            turn(tool_step("b", "add", {"a": 1, "b": 0}), "fall back to add"),
+            {"thought": "done", "confidence": 0.9, "stop": True, "answer": "1"},
+        ]
+    )
+    result = await Agent(Planner(model=model, policy="step"), tools=[add, fails]).run("one")
+    assert result.stop.kind == "goal_met"
+    assert result.replans == 1
+    assert [e.trigger for e in events_of(result, PlanProposed)] == ["initial", "failure"]
+    assert "cannot handle 1" in model.calls[1].last_user_text
+    assert result.steps["a"].status == "failed"
+    assert result.outputs == {"b": 1}
+
+
+async def test_replan_never_stops_with_an_error_on_a_failure() -> None:
+    @tool
+    async def fails() -> int:
+        """Always fails."""
+        raise ToolError("the disk is full")
+
+    model = ScriptedModel([{"steps": [tool_step("f", "fails", {}), tool_step("ok", "add", {"a": 1, "b": 1})]}])
+    result = await Agent(Planner(model=model, replan="never"), tools=[add, fails]).run("fail")
+
+    assert result.stop.kind == "error"
+    assert "step f failed" in result.stop.detail
+    assert "the disk is full" in result.stop.detail
+    assert "replanning is off" in result.stop.detail
+    assert [c.purpose for c in model.calls] == ["planner.propose"]
+    assert result.replans == 0
+    assert events_of(result, RunStarted)[0].replan == "never"
+    with pytest.raises(UnrecoverableError):
+        result.raise_for_stop()
+
+
+async def test_replan_never_still_finishes_a_run_without_failures() -> None:
+    model = ScriptedModel([{"steps": [tool_step("a", "add", {"a": 1, "b": 1})]}, {"answer": "2"}])
+    result = await Agent(Planner(model=model, replan="never"), tools=[add]).run("1+1")
+    assert result.stop.kind == "goal_met"
+    assert result.answer == "2"
+
+
+async def test_replan_after_each_step_patches_after_every_finished_step() -> None:
+    model = ScriptedModel(
+        [
+            {"reason": "start", "steps": [tool_step("a", "add", {"a": 1, "b": 2})]},
+            {"reason": "double it next", "steps": [tool_step("b", "double", {"n": "${a}"}, "a")]},
+            {"reason": "nothing left", "steps": []},
+            {"answer": "6"},
+        ]
+    )
+    planner = Planner(model=model, replan="after_each_step")
+    result = await Agent(planner, tools=[add, double]).run("(1+2)*2")
+
+    assert result.stop.kind == "goal_met", result.stop
+    assert result.outputs == {"a": 3, "b": 6}
+    assert [c.purpose for c in model.calls] == ["planner.propose", "planner.patch", "planner.patch", "planner.finish"]
+    assert [e.trigger for e in events_of(result, PlanProposed)] == ["initial", "after_step", "after_step"]
+    assert [p.reason for p in result.plans] == ["start", "double it next", "nothing left"]
+    assert [p.ids for p in result.plans] == [("a",), ("a", "b"), ("a", "b")]
+    assert result.replans == 0  # patches after success are not failure replans
+    assert "step a finished" in model.calls[1].last_user_text
+    assert "[succeeded] a" in model.calls[1].last_user_text
+    assert [e.step_id for e in events_of(result, StepStarted)] == ["a", "b"]
+    model.assert_consumed()
+
+
+async def test_replan_after_each_step_can_keep_the_rest_of_the_plan() -> None:
+    plan = {"steps": [tool_step("a", "add", {"a": 1, "b": 2}), tool_step("b", "double", {"n": "${a}"}, "a")]}
+    keep_b = {"reason": "carry on", "steps": [tool_step("b", "double", {"n": "${a}"}, "a")]}
+    model = ScriptedModel([plan, keep_b, {"reason": "done", "steps": []}, {"answer": "6"}])
+    result = await Agent(Planner(model=model, replan="after_each_step"), tools=[add, double]).run("(1+2)*2")
+    assert result.stop.kind == "goal_met", result.stop
+    assert result.outputs == {"a": 3, "b": 6}
+    # b ran once, although two plan versions contained it.
+    assert [e.step_id for e in events_of(result, StepStarted)] == ["a", "b"]
+
+
+async def test_replan_on_failure_is_the_default() -> None:
+    @tool
+    async def fails() -> int:
+        """Always fails."""
+        raise ToolError("no")
+
+    model = ScriptedModel(
+        [
+            {"steps": [tool_step("f", "fails", {})]},
+            {"reason": "use add", "steps": [tool_step("a", "add", {"a": 1, "b": 1})]},
+            {"answer": "2"},
+        ]
+    )
+    result = await Agent(model, tools=[add, fails]).run("two")
+    assert result.stop.kind == "goal_met"
+    assert events_of(result, RunStarted)[0].replan == "on_failure"
+    assert result.replans == 1

@@ -1,0 +1,157 @@
+"""Stall detection: a repeated failing call, an identical patch, or no progress for K rounds."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import pytest
+
+from planexec import Agent, Limits, Planner, RunResult, ScriptedModel, Stalled, ToolError, tool
+from planexec.runtime import StallDetected
+
+E = TypeVar("E")
+
+
+def events_of(result: RunResult, kind: type[E]) -> list[E]:
+    return [e for e in result.events if isinstance(e, kind)]
+
+
+def tool_step(step_id: str, tool_name: str, args: dict[str, Any], *deps: str) -> dict[str, Any]:
+    return {"id": step_id, "description": f"{tool_name} {step_id}", "tool": tool_name, "args": args, "depends_on": deps}
+
+
+def assert_stalled(result: RunResult, rule: str) -> StallDetected:
+    assert result.stop.kind == "stalled", result.stop
+    stalls = events_of(result, StallDetected)
+    assert len(stalls) == 1
+    assert stalls[0].rule == rule
+    assert stalls[0].detail == result.stop.detail
+    assert result.events[-1].kind == "run_finished"
+    with pytest.raises(Stalled) as raised:
+        result.raise_for_stop()
+    assert raised.value.result is result
+    return stalls[0]
+
+
+async def test_the_same_tool_with_the_same_arguments_failing_again_is_a_stall() -> None:
+    calls: list[dict[str, Any]] = []
+
+    @tool
+    async def lookup(key: str, limit: int = 10) -> str:
+        """Look a key up."""
+        calls.append({"key": key, "limit": limit})
+        raise ToolError(f"no entry for {key}")
+
+    planner = ScriptedModel(
+        [
+            {"steps": [tool_step("a", "lookup", {"key": "k", "limit": 5})]},
+            # A new id, but the very same call (argument order does not matter).
+            {"reason": "try again", "steps": [tool_step("b", "lookup", {"limit": 5, "key": "k"})]},
+        ]
+    )
+    result = await Agent(planner, tools=[lookup]).run("lookup")
+
+    stall = assert_stalled(result, "repeated_failure")
+    assert "lookup failed again with the same arguments" in stall.detail
+    assert len(calls) == 2
+    planner.assert_consumed()
+
+
+async def test_the_same_tool_with_other_arguments_is_not_a_stall() -> None:
+    @tool
+    async def lookup(key: str) -> str:
+        """Look a key up."""
+        if key == "bad":
+            raise ToolError("no entry")
+        return key.upper()
+
+    planner = ScriptedModel(
+        [
+            {"steps": [tool_step("a", "lookup", {"key": "bad"})]},
+            {"reason": "another key", "steps": [tool_step("b", "lookup", {"key": "good"})]},
+            {"answer": "GOOD"},
+        ]
+    )
+    result = await Agent(planner, tools=[lookup]).run("lookup")
+    assert result.stop.kind == "goal_met"
+    assert events_of(result, StallDetected) == []
+
+
+async def test_an_identical_patch_twice_is_a_stall() -> None:
+    @tool
+    async def fetch(n: int) -> str:
+        """Fetch item n."""
+        raise ToolError(f"item {n} is gone")
+
+    same_patch = {"reason": "fetch the other item", "steps": [tool_step("b", "fetch", {"n": 2})]}
+    planner = ScriptedModel([{"steps": [tool_step("a", "fetch", {"n": 1})]}, same_patch, same_patch])
+    result = await Agent(planner, tools=[fetch]).run("fetch")
+
+    stall = assert_stalled(result, "identical_patch")
+    assert "same patch" in stall.detail
+    assert len(result.plans) == 2  # the repeated patch was never installed
+    planner.assert_consumed()
+
+
+async def test_no_new_finished_step_for_k_rounds_is_a_stall() -> None:
+    @tool
+    async def attempt(n: int) -> str:
+        """Try something; it always fails."""
+        raise ToolError(f"attempt {n} failed")
+
+    planner = ScriptedModel(
+        [
+            {"steps": [tool_step("t1", "attempt", {"n": 1})]},
+            {"reason": "try 2", "steps": [tool_step("t2", "attempt", {"n": 2})]},
+            {"reason": "try 3", "steps": [tool_step("t3", "attempt", {"n": 3})]},
+        ]
+    )
+    result = await Agent(planner, tools=[attempt], limits=Limits(stall_rounds=2)).run("try")
+
+    stall = assert_stalled(result, "no_progress")
+    assert "2 planning rounds" in stall.detail
+    assert result.replans == 2
+    planner.assert_consumed()  # no third patch was asked for
+
+
+async def test_a_finished_step_resets_the_no_progress_count() -> None:
+    @tool
+    async def attempt(n: int) -> str:
+        """Odd attempts fail; even ones work."""
+        if n % 2:
+            raise ToolError(f"attempt {n} failed")
+        return f"ok {n}"
+
+    planner = ScriptedModel(
+        [
+            {"steps": [tool_step("t1", "attempt", {"n": 1})]},
+            {
+                "reason": "two steps",
+                "steps": [tool_step("t2", "attempt", {"n": 2}), tool_step("t3", "attempt", {"n": 3})],
+            },
+            {"reason": "last try", "steps": [tool_step("t4", "attempt", {"n": 4})]},
+            {"answer": "done"},
+        ]
+    )
+    result = await Agent(planner, tools=[attempt], limits=Limits(stall_rounds=2)).run("try")
+    assert result.stop.kind == "goal_met", result.stop
+    assert result.outputs == {"t2": "ok 2", "t4": "ok 4"}
+
+
+async def test_step_by_step_turns_without_progress_are_a_stall() -> None:
+    @tool
+    async def attempt(n: int) -> str:
+        """Always fails."""
+        raise ToolError(f"attempt {n} failed")
+
+    def turn(n: int) -> dict[str, Any]:
+        return {
+            "thought": f"try {n}",
+            "confidence": 0.5,
+            "stop": False,
+            "step": tool_step(f"t{n}", "attempt", {"n": n}),
+        }
+
+    planner = Planner(model=ScriptedModel([turn(1), turn(2)]), policy="step")
+    result = await Agent(planner, tools=[attempt], limits=Limits(stall_rounds=1)).run("try")
+    assert_stalled(result, "no_progress")
