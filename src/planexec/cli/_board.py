@@ -42,7 +42,16 @@ from planexec.runtime import (
     ToolCalled,
 )
 
-__all__ = ["Board", "Display", "LineDisplay", "LiveDisplay", "describe_event", "follow", "step_rows"]
+__all__ = [
+    "Board",
+    "Display",
+    "LineDisplay",
+    "LiveDisplay",
+    "describe_event",
+    "follow",
+    "planner_activity",
+    "step_rows",
+]
 
 STATUS = {
     "pending": ("waiting", "dim"),
@@ -119,6 +128,9 @@ class Board:
             if plan.reason:
                 text.append(f": {_cut(plan.reason, 160)}", style="italic")
         text.append(f"\ngoal: {_cut(state.goal, 200)}")
+        activity = planner_activity(state)
+        if activity:
+            text.append(f"\n{activity}", style="yellow")
         return text
 
     def _table(self, state: RunState) -> Table:
@@ -173,6 +185,21 @@ class Board:
         if self._last:
             text.append(f"\nlast: {_cut(self._last, 160)}")
         return text
+
+
+def planner_activity(state: RunState) -> str | None:
+    """What the planner is busy with, as far as the state shows it (None: nothing it is known to do)."""
+    if state.finished:
+        return None
+    plan = state.plan
+    if plan is None:
+        return "planner: proposing a plan…"
+    failed = [sid for sid, rec in state.steps.items() if rec.status == "failed" and rec.plan_version == plan.version]
+    if failed:
+        return f"planner: patching the plan after {', '.join(failed)} failed…"
+    if all(state.steps[s.id].status == "succeeded" for s in plan.steps if s.id in state.steps):
+        return "planner: choosing the next step…" if state.policy == "step" else "planner: writing the answer…"
+    return None
 
 
 def _detail(rec: StepRecord, state: RunState, asking: bool) -> str:
@@ -368,7 +395,7 @@ async def _ticker(display: Display, interval: float) -> None:
 async def follow(run: Run, display: Display, *, interval: float = 0.1) -> RunResult:
     """Show ``run`` on ``display`` until it finishes, and return its result.
 
-    If this coroutine is cancelled (Ctrl-C), the run is cancelled too and its result returned.
+    If this coroutine is cancelled, the run is cancelled with it.
     """
     display.start()
     ticker = asyncio.create_task(_ticker(display, interval)) if display.ticks else None
@@ -377,6 +404,7 @@ async def follow(run: Run, display: Display, *, interval: float = 0.1) -> RunRes
             display.update(event, run.state)
     except asyncio.CancelledError:
         run.cancel()
+        raise
     finally:
         if ticker is not None:
             ticker.cancel()

@@ -12,7 +12,7 @@ from rich.console import Console
 from planexec.cli._board import Board, Display, LineDisplay, LiveDisplay, follow
 from planexec.runtime import Agent, RunResult
 
-__all__ = ["display_for", "exit_for", "make_console", "run_to_end", "say"]
+__all__ = ["display_for", "exit_for", "make_console", "run_to_end", "say", "start_and_follow"]
 
 
 def make_console(*, as_json: bool) -> Console:
@@ -38,14 +38,22 @@ def say(console: Console, text: str) -> None:
     console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
-async def _start_and_follow(agent: Agent, goal: str, constraints: Sequence[str], display: Display) -> RunResult:
+async def start_and_follow(agent: Agent, goal: str, constraints: Sequence[str], display: Display) -> RunResult:
+    """Start ``goal`` and show it until it ends; when cancelled (Ctrl-C), return the cancelled run's result."""
     run = agent.start(goal, constraints=constraints)
-    return await follow(run, display)
+    try:
+        return await follow(run, display)
+    except asyncio.CancelledError:
+        # Ctrl-C: the run was cancelled with the display; report what it did instead of a traceback.
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        return await run.result()
 
 
 def run_to_end(agent: Agent, goal: str, constraints: Sequence[str], display: Display) -> RunResult:
     """Run ``goal`` in a fresh event loop, showing it on ``display``; Ctrl-C cancels the run."""
-    return asyncio.run(_start_and_follow(agent, goal, constraints, display))
+    return asyncio.run(start_and_follow(agent, goal, constraints, display))
 
 
 def exit_for(ctx: click.Context, result: RunResult) -> None:

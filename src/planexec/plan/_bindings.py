@@ -77,6 +77,8 @@ class CompiledArgs:
     def resolve(self, outputs: Mapping[str, Any]) -> dict[str, Any]:
         if self.root is None:
             return self.args
+        if self.problems:
+            raise BindingError(list(self.problems))
         problems: list[Problem] = []
         out = {k: _resolve(v, outputs, problems) for k, v in self.root.items()}
         if problems:
@@ -130,6 +132,19 @@ def _parse_ref(body: str, loc: tuple[str | int, ...], problems: list[Problem], w
     return Ref(step_id=step_id, path=path)
 
 
+def _literal(text: str, loc: tuple[str | int, ...], problems: list[Problem], where: str) -> str:
+    """Text between bindings; a ``${`` left in it was never closed."""
+    if "${" in text:
+        problems.append(
+            Problem(
+                code="binding_syntax",
+                where=f"{where}.{'.'.join(map(str, loc))}",
+                message=f"unclosed binding in {text!r}: close it with }} or write $${{ for a literal ${{",
+            )
+        )
+    return text
+
+
 def _compile(
     value: Any,
     loc: tuple[str | int, ...],
@@ -144,7 +159,7 @@ def _compile(
         pos = 0
         for m in _TOKEN.finditer(value):
             if m.start() > pos:
-                parts.append(value[pos : m.start()])
+                parts.append(_literal(value[pos : m.start()], loc, problems, where))
             if m.group(1) is None:
                 parts.append("${")
             else:
@@ -154,7 +169,7 @@ def _compile(
                     parts.append(ref)
             pos = m.end()
         if pos < len(value):
-            parts.append(value[pos:])
+            parts.append(_literal(value[pos:], loc, problems, where))
         if len(parts) == 1 and isinstance(parts[0], Ref):
             return parts[0]
         return _Text(tuple(parts))

@@ -19,6 +19,7 @@ import contextvars
 import functools
 import inspect
 import re
+import typing
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, get_type_hints, overload
@@ -110,6 +111,7 @@ def _build(
     problems: list[Problem] = []
     fields: dict[str, Any] = {}
     context_param: str | None = None
+    positional: list[str] = []
     for pname, param in inspect.signature(fn).parameters.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             problems.append(
@@ -117,9 +119,11 @@ def _build(
             )
             continue
         annotation = hints.get(pname)
-        if annotation is ToolContext:
+        if annotation is ToolContext or ToolContext in typing.get_args(annotation):
             context_param = pname
             continue
+        if param.kind is param.POSITIONAL_ONLY:
+            positional.append(pname)
         if annotation is None:
             problems.append(
                 Problem(code="tool_signature", where=where, message=f"parameter {pname!r} needs a type hint")
@@ -179,9 +183,10 @@ def _build(
         kwargs = dict(args)
         if context_param is not None:
             kwargs[context_param] = ctx
+        leading = [kwargs.pop(name) for name in positional]
         if is_async:
-            return await fn(**kwargs)
-        call = functools.partial(contextvars.copy_context().run, fn, **kwargs)
+            return await fn(*leading, **kwargs)
+        call = functools.partial(contextvars.copy_context().run, fn, *leading, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(_worker_pool(), call)
 
     return Tool(

@@ -145,7 +145,13 @@ def _location(path: Any) -> str:
 
 
 def _schema_validator(schema: Mapping[str, Any]) -> ArgsValidator:
-    jsonschema.Draft202012Validator.check_schema(schema)
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as e:
+        where = "parameters." + ".".join(str(p) for p in e.absolute_path) if e.absolute_path else "parameters"
+        raise ToolDefinitionError(
+            "invalid argument schema", [Problem(code="tool_schema", where=where, message=e.message)]
+        ) from None
     validator = jsonschema.Draft202012Validator(schema)
 
     def validate(args: Mapping[str, Any]) -> tuple[dict[str, Any] | None, list[Problem]]:
@@ -159,6 +165,12 @@ def _schema_validator(schema: Mapping[str, Any]) -> ArgsValidator:
 
 
 def _output_schema_validator(schema: Mapping[str, Any]) -> Callable[[Any], Any]:
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as e:
+        raise ToolDefinitionError(
+            "invalid output schema", [Problem(code="tool_schema", where="output_schema", message=e.message)]
+        ) from None
     validator = jsonschema.Draft202012Validator(schema)
 
     def validate(output: Any) -> Any:

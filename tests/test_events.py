@@ -1,0 +1,460 @@
+"""Events: every kind round-trips, old logs keep loading, and folding the log gives the run's state."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from planexec import (
+    Agent,
+    ApprovalRequest,
+    Approvals,
+    Budget,
+    ModelRequest,
+    ModelResponse,
+    Plan,
+    Problem,
+    RetryPolicy,
+    Run,
+    RunContext,
+    RunState,
+    ScriptedModel,
+    Step,
+    StepError,
+    StopReason,
+    ToolCall,
+    ToolError,
+    TransientToolError,
+    Usage,
+    Verdict,
+    tool,
+    tool_calls,
+)
+from planexec.executor import CheckResult
+from planexec.plan import NonEmpty
+from planexec.runtime import (
+    EVENT_SCHEMA_VERSION,
+    ApprovalDecided,
+    ApprovalRequested,
+    BudgetExhaustedEvent,
+    Event,
+    ModelCalled,
+    PlannerOutputRejected,
+    PlanProposed,
+    RunFinished,
+    RunStarted,
+    StallDetected,
+    StepAttemptFailed,
+    StepCancelled,
+    StepFailed,
+    StepStarted,
+    StepSucceeded,
+    ToolCalled,
+    dump_event,
+    load_event,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+_PLAN = Plan(
+    version=2,
+    steps=(
+        Step(id="a", description="fetch", tool="fetch", args={"q": "x"}, checks=(NonEmpty(),)),
+        Step(id="b", description="sum", executor="model", args={"rows": "${a}"}, depends_on=("a",), confidence=0.4),
+    ),
+    author="human",
+    reason="edited",
+)
+_ERROR = StepError(
+    kind="invalid_arguments",
+    message="bad",
+    problems=(Problem(code="invalid_argument", where="q", message="not a string"),),
+)
+_VERDICT = Verdict(passed=False, checks=(CheckResult(name="non_empty", passed=False, detail="the output is empty"),))
+
+EXAMPLES: dict[str, Event] = {
+    "run_started": RunStarted(
+        at=1.5,
+        run_id="r1",
+        goal="g",
+        constraints=("c1", "c2"),
+        policy="step",
+        replan="never",
+        budget={"model_calls": 3, "cost": 0.5, "steps": None},
+        tools=("fetch", "sum"),
+    ),
+    "model_called": ModelCalled(
+        at=2.0,
+        role="executor",
+        purpose="executor",
+        model="scripted",
+        step_id="b",
+        request_chars=120,
+        response=ModelResponse(
+            text="t",
+            tool_calls=(ToolCall(id="call_1", name="fetch", arguments={"q": "y", "n": [1, 2]}),),
+            parsed={"k": [1, None]},
+            usage=Usage(input_tokens=10, output_tokens=2, cached_input_tokens=4, requests=1),
+            cost=0.25,
+            model="m",
+            finish_reason="tool_calls",
+            refusal=None,
+        ),
+        usage=Usage(input_tokens=10, output_tokens=2, cached_input_tokens=4, requests=1),
+        cost=0.25,
+        duration=0.125,
+    ),
+    "planner_output_rejected": PlannerOutputRejected(
+        at=3.0, attempt=2, problems=(Problem(code="cycle", where="step 'a'", message="a → a"),)
+    ),
+    "plan_proposed": PlanProposed(at=4.0, plan=_PLAN, trigger="human", cancelled=("z",)),
+    "approval_requested": ApprovalRequested(
+        at=5.0, approval_id="ap1", subject="step", step_id="b", plan_version=2, reason="sensitive tool"
+    ),
+    "approval_decided": ApprovalDecided(at=6.0, approval_id="ap1", approved=False, by="ops", reason="no"),
+    "step_started": StepStarted(at=7.0, step_id="a", executor="tools", tool="fetch", args={"q": "x", "deep": {"n": 1}}),
+    "step_attempt_failed": StepAttemptFailed(at=8.0, step_id="a", attempt=1, error=_ERROR, retry_in=0.4),
+    "tool_called": ToolCalled(
+        at=9.0,
+        step_id="b",
+        call_id="call_1",
+        tool="fetch",
+        args={"q": "y"},
+        output=[{"row": 1}],
+        error=None,
+        attempts=2,
+        duration=0.5,
+    ),
+    "step_succeeded": StepSucceeded(
+        at=10.0, step_id="a", output={"rows": [1, 2]}, verdict=Verdict(passed=True), attempts=2
+    ),
+    "step_failed": StepFailed(
+        at=11.0, step_id="b", error=_ERROR, verdict=_VERDICT, output="", attempts=3, started=False
+    ),
+    "step_cancelled": StepCancelled(at=12.0, step_id="c", reason="obsolete after plan v3"),
+    "budget_exhausted": BudgetExhaustedEvent(at=13.0, budget="cost", limit=1.0, used=1.25),
+    "stall_detected": StallDetected(at=14.0, rule="identical_patch", detail="same patch"),
+    "run_finished": RunFinished(
+        at=15.0, stop=StopReason(kind="budget_exhausted", detail="cost", budget="cost"), answer=None
+    ),
+}
+
+
+def _event_classes() -> list[Any]:
+    union = typing.get_args(Event)[0]
+    return list(typing.get_args(union))
+
+
+def _load_log(path: Path) -> list[Event]:
+    return [load_event(json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+# -- round trips ---------------------------------------------------------------------------------
+
+
+def test_every_event_kind_has_an_example() -> None:
+    kinds = {cls.__dataclass_fields__["kind"].default for cls in _event_classes()}
+    assert kinds == set(EXAMPLES)
+    for kind, event in EXAMPLES.items():
+        assert event.kind == kind
+
+
+@pytest.mark.parametrize("kind", sorted(EXAMPLES))
+def test_event_round_trip(kind: str) -> None:
+    event = EXAMPLES[kind]
+    dumped = dump_event(event)
+    assert dumped["v"] == EVENT_SCHEMA_VERSION == 1
+    assert dumped["event"]["kind"] == kind
+    text = json.dumps(dumped, ensure_ascii=False)
+    loaded = load_event(json.loads(text))
+    assert type(loaded) is type(event)
+    assert loaded == event
+    assert dump_event(loaded) == dumped
+
+
+def test_events_are_frozen_and_keyword_only() -> None:
+    event = EXAMPLES["step_cancelled"]
+    with pytest.raises(AttributeError):
+        setattr(event, "reason", "x")  # noqa: B010 - assigning through setattr on purpose
+    make: Any = StepCancelled
+    with pytest.raises(TypeError):
+        make("step_cancelled", 1.0, "c", "why")
+
+
+@pytest.mark.parametrize("envelope", [{"v": 2, "event": {}}, {"v": 0}, {"event": {"kind": "run_finished"}}, {}])
+def test_unknown_version_is_refused(envelope: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="version"):
+        load_event(envelope)
+
+
+def test_future_version_of_a_valid_event_is_refused() -> None:
+    dumped = dump_event(EXAMPLES["stall_detected"])
+    dumped["v"] = EVENT_SCHEMA_VERSION + 1
+    with pytest.raises(ValueError, match="unknown event schema version"):
+        load_event(dumped)
+
+
+def test_unknown_kind_is_refused() -> None:
+    with pytest.raises(ValueError):  # noqa: PT011 - pydantic's message
+        load_event({"v": 1, "event": {"kind": "step_teleported", "at": 1.0}})
+
+
+# -- the version 1 fixture log keeps loading ----------------------------------------------------
+
+
+def test_v1_fixture_loads() -> None:
+    events = _load_log(FIXTURES / "events_v1.jsonl")
+    assert [e.kind for e in events] == [
+        "run_started",
+        "model_called",
+        "plan_proposed",
+        "step_started",
+        "step_attempt_failed",
+        "step_succeeded",
+        "step_started",
+        "step_failed",
+        "model_called",
+        "plan_proposed",
+        "step_started",
+        "step_succeeded",
+        "model_called",
+        "run_finished",
+    ]
+    # loading and dumping again gives the same lines back
+    for line, event in zip(
+        (FIXTURES / "events_v1.jsonl").read_text(encoding="utf-8").splitlines(), events, strict=True
+    ):
+        assert dump_event(event) == json.loads(line)
+
+
+def test_v1_fixture_folds_to_the_expected_state() -> None:
+    state = RunState.fold(_load_log(FIXTURES / "events_v1.jsonl"))
+
+    assert state.run_id == "run-v1-fixture"
+    assert state.goal == "Report the weather in Oslo"
+    assert state.constraints == ("metric units",)
+    assert (state.policy, state.replan) == ("upfront", "on_failure")
+    assert state.budget["model_calls"] == 10
+    assert state.budget["replans"] == 3
+    assert state.tools == ("fetch_weather", "format_report")
+    assert state.started_at == 1700000000.0
+    assert state.finished_at == 1700000004.1
+
+    assert [p.version for p in state.plans] == [1, 2]
+    assert state.plan is not None
+    assert state.plan.ids == ("s1", "s3")
+    assert state.plan.reason == "use a known style"
+
+    assert {sid: rec.status for sid, rec in state.steps.items()} == {
+        "s1": "succeeded",
+        "s2": "failed",
+        "s3": "succeeded",
+    }
+    s1, s2, s3 = state.steps["s1"], state.steps["s2"], state.steps["s3"]
+    assert s1.attempts == 2
+    assert [e.kind for e in s1.attempt_errors] == ["transient"]
+    assert s1.plan_version == 1
+    assert s1.duration == pytest.approx(1.0)
+    assert s2.error == StepError(kind="tool_error", message="format_report: unknown style 'haiku'")
+    assert s2.args == {"weather": {"temp_c": 21, "sky": "clear"}, "style": "haiku"}
+    assert s2.step.confidence == 0.9
+    assert s3.plan_version == 2
+    assert s3.executor == "tools"
+    assert state.superseded == []
+
+    assert state.outputs == {"s1": {"temp_c": 21, "sky": "clear"}, "s3": "Oslo: 21 °C, clear"}
+    assert state.usage == Usage(input_tokens=875, output_tokens=82, cached_input_tokens=100, requests=3)
+    assert state.cost == pytest.approx(0.0035)
+    assert state.model_calls == 3
+    assert state.tool_calls == 4  # three steps started, one retry
+    assert state.steps_started == 3
+    assert state.replans == 1
+    assert state.rounds_since_progress == 0
+    assert state.repairs == 0
+    assert list(state.failed_calls.values()) == [1]
+    assert state.pending_approvals == []
+    assert state.stalls == []
+    assert state.budget_hit is None
+    assert state.stop == StopReason(kind="goal_met", detail="the planner gave the final answer")
+    assert state.answer == "It is 21 °C and clear in Oslo."
+    assert state.finished
+    assert state.events == 14
+
+
+def test_fold_is_incremental() -> None:
+    events = _load_log(FIXTURES / "events_v1.jsonl")
+    state = RunState()
+    for e in events:
+        state.apply(e)
+    assert state == RunState.fold(events)
+    partial = RunState.fold(events[:8])
+    assert not partial.finished
+    assert partial.steps["s2"].status == "failed"
+    assert partial.replans == 0
+
+
+def test_fold_of_patches_keeps_finished_work_and_supersedes_the_rest() -> None:
+    def s(sid: str, description: str = "", *deps: str) -> Step:
+        return Step(id=sid, description=description or sid, tool="t", depends_on=deps)
+
+    b1, b2 = s("b", "first b", "a"), s("b", "second b", "a")
+    events: list[Event] = [
+        RunStarted(at=0.0, run_id="r", goal="g", budget={}),
+        PlanProposed(at=1.0, plan=Plan(version=1, steps=(s("a"), b1, s("c")))),
+        StepStarted(at=2.0, step_id="a", executor="tools", tool="t", args={}),
+        StepSucceeded(at=3.0, step_id="a", output=1, verdict=Verdict(passed=True)),
+        StepStarted(at=4.0, step_id="c", executor="tools", tool="t", args={}),
+        StepCancelled(at=5.0, step_id="c", reason="obsolete after plan v2"),
+        PlanProposed(at=5.0, plan=Plan(version=2, steps=(s("a"), b2, s("d"))), trigger="failure", cancelled=("c",)),
+        PlanProposed(at=6.0, plan=Plan(version=3, steps=(s("a"), s("d")), author="human"), trigger="human"),
+        StepStarted(at=7.0, step_id="d", executor="tools", tool="t", args={}),
+        RunFinished(at=8.0, stop=StopReason(kind="cancelled", detail="the run was cancelled")),
+    ]
+    state = RunState.fold(events)
+    assert {sid: (r.status, r.plan_version) for sid, r in state.steps.items()} == {
+        "a": ("succeeded", 1),
+        "c": ("cancelled", 1),
+        "d": ("cancelled", 2),  # running when the run finished
+    }
+    assert [(r.step, r.status, r.plan_version) for r in state.superseded] == [
+        (b1, "pending", 1),
+        (b2, "dropped", 2),
+    ]
+    assert state.outputs == {"a": 1}
+    assert state.replans == 1
+    assert state.rounds_since_progress == 1
+    assert [p.version for p in state.plans] == [1, 2, 3]
+    assert state.stop is not None
+    assert state.stop.kind == "cancelled"
+
+
+# -- a real run: the fold of its log is the runtime's own view ------------------------------------
+
+
+async def test_fold_of_a_real_run_equals_the_runtime_state() -> None:
+    fetch_calls: list[str] = []
+
+    @tool(retry=RetryPolicy(initial_delay=0.0, jitter=0.0))
+    async def fetch(city: str) -> dict[str, Any]:
+        """Fetch the weather."""
+        fetch_calls.append(city)
+        if len(fetch_calls) == 1:
+            raise TransientToolError("rate limited")
+        return {"city": city, "temp_c": 21}
+
+    @tool
+    async def render(weather: dict[str, Any], style: str) -> str:
+        """Render a report."""
+        if style != "plain":
+            raise ToolError(f"unknown style {style!r}")
+        return f"{weather['city']}: {weather['temp_c']} °C"
+
+    summary = {
+        "id": "summary",
+        "description": "summarise the weather",
+        "args": {"temp": "${fetch.temp_c}"},
+        "depends_on": ["fetch"],
+    }
+    render2 = {
+        "id": "render2",
+        "description": "render plainly",
+        "tool": "render",
+        "args": {"weather": "${fetch}", "style": "plain"},
+        "depends_on": ["fetch"],
+    }
+    runs: list[Run] = []
+
+    def patch(request: ModelRequest) -> dict[str, Any]:
+        # the patch lists every unfinished step: the summary only while it has not finished
+        finished = {sid for sid, r in runs[0].state.steps.items() if r.status == "succeeded"}
+        return {"reason": "use a known style", "steps": [render2] + ([summary] if "summary" not in finished else [])}
+
+    planner = ScriptedModel(
+        [
+            {
+                "reason": "fetch, render, summarise",
+                "steps": [
+                    {"id": "fetch", "description": "fetch", "tool": "fetch", "args": {"city": "Oslo"}},
+                    {
+                        "id": "render",
+                        "description": "render",
+                        "tool": "render",
+                        "args": {"weather": "${fetch}", "style": "haiku"},
+                        "depends_on": ["fetch"],
+                    },
+                    summary,
+                ],
+            },
+            patch,
+            {"answer": "Oslo: 21 °C"},
+        ],
+        usage=Usage(input_tokens=100, output_tokens=20),
+        cost_per_million=(1.0, 4.0),
+    )
+    executor = ScriptedModel([tool_calls(("fetch", {"city": "Bergen"})), "mild"], name="cheap")
+    approved: list[str] = []
+
+    async def approver(request: ApprovalRequest) -> bool:
+        approved.append(request.subject)
+        return True
+
+    ticks = itertools.count()
+    ids = itertools.count()
+    agent = Agent(
+        planner,
+        tools=[fetch, render],
+        executor=executor,
+        budget=Budget(replans=2),
+        approvals=Approvals(approver=approver, plan=True),
+        context=RunContext(clock=lambda: float(next(ticks)), new_id=lambda: f"id{next(ids)}", seed=1),
+    )
+    run = agent.start("weather in Oslo", constraints=("metric",))
+    runs.append(run)
+    result = await run.result()
+
+    assert result.stop.kind == "goal_met", result.stop
+    assert result.answer == "Oslo: 21 °C"
+    assert result.outputs == {"fetch": {"city": "Oslo", "temp_c": 21}, "render2": "Oslo: 21 °C", "summary": "mild"}
+    assert approved == ["plan", "plan"]
+    planner.assert_consumed()
+    executor.assert_consumed()
+    kinds = {e.kind for e in result.events}
+    assert {"step_attempt_failed", "step_failed", "tool_called", "approval_requested", "approval_decided"} <= kinds
+
+    folded = RunState.fold(result.events)
+    assert folded == run.state  # the runtime's view is exactly the fold of its log
+    assert folded.stop == result.stop
+    assert folded.answer == result.answer
+    assert folded.plans == list(result.plans)
+    assert folded.steps == dict(result.steps)
+    assert {sid: r.status for sid, r in folded.steps.items()} == {
+        "fetch": "succeeded",
+        "render": "failed",
+        "summary": "succeeded",
+        "render2": "succeeded",
+    }
+    assert folded.outputs == result.outputs
+    assert folded.superseded == list(result.superseded)
+    assert (
+        folded.usage
+        == result.usage
+        == Usage(input_tokens=300, output_tokens=60, requests=3)
+        + sum((e.usage for e in result.events if isinstance(e, ModelCalled) and e.role == "executor"), Usage())
+    )
+    assert folded.cost == pytest.approx(result.cost)
+    assert result.cost > 0
+    assert folded.model_calls == result.model_calls == 5
+    assert folded.tool_calls == result.tool_calls == 5  # fetch twice (one retry), render, render2, inner fetch
+    assert folded.replans == result.replans == 1
+    assert folded.started_at == result.started_at
+    assert folded.finished_at == result.finished_at
+
+    # the log survives a trip through JSON and folds to the same state
+    reloaded = [load_event(json.loads(json.dumps(dump_event(e)))) for e in result.events]
+    assert reloaded == list(result.events)
+    assert RunState.fold(reloaded) == folded

@@ -1,0 +1,312 @@
+"""Steps and plans: validation, the JSON round trip, and the versioned plan JSON Schema."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+import jsonschema
+import pytest
+from pydantic import ValidationError
+
+from planexec import Plan, Step, plan_json_schema
+from planexec.plan import (
+    PLAN_SCHEMA_VERSION,
+    Contains,
+    FinalAnswer,
+    FitsSchema,
+    Matches,
+    NonEmpty,
+    PlanDraft,
+    Predicate,
+    Turn,
+)
+
+
+def _step(**fields: Any) -> Step:
+    data: dict[str, Any] = {"id": "s1", "description": "do a thing"}
+    data.update(fields)
+    return Step.model_validate(data)
+
+
+def _full_plan() -> Plan:
+    fetch = Step(
+        id="fetch",
+        description="fetch the rows",
+        tool="sql",
+        args={"query": "select 1", "limit": 10, "opts": {"strict": True, "tags": ["a", None, 1.5]}},
+        expected="a list of rows",
+        checks=(
+            NonEmpty(),
+            Contains(text="row"),
+            Matches(pattern=r"\d+"),
+            FitsSchema(json_schema={"type": "array"}),
+            Predicate(name="sane"),
+        ),
+        output_schema={"type": "array", "items": {"type": "object"}},
+        effect="read",
+        approval="never",
+        confidence=0.75,
+        thought="rows first",
+    )
+    write = Step(
+        id="write-report_2",
+        description="write the report",
+        executor="drafting",
+        args={"rows": "${fetch}", "title": "Rows: ${fetch.0.name}", "literal": "$${not a binding}"},
+        depends_on=("fetch",),
+        effect="write",
+        approval="always",
+        confidence=1.0,
+    )
+    return Plan(version=3, steps=(fetch, write), author="human", reason="a human edited it")
+
+
+# -- Step validation ----------------------------------------------------------------------------
+
+
+def test_step_minimal_defaults() -> None:
+    step = Step(id="s1", description="do a thing")
+    assert step.tool is None
+    assert step.executor is None
+    assert step.args == {}
+    assert step.depends_on == ()
+    assert step.checks == ()
+    assert step.expected is None
+    assert step.output_schema is None
+    assert step.effect == "read"
+    assert step.approval == "auto"
+    assert step.confidence is None
+    assert step.thought is None
+
+
+def test_step_is_keyword_only() -> None:
+    make = cast(Any, Step)
+    with pytest.raises(TypeError):
+        make("s1", "do a thing")
+
+
+def test_step_is_frozen() -> None:
+    step = Step(id="s1", description="do a thing")
+    with pytest.raises(ValidationError):
+        setattr(step, "id", "s2")  # noqa: B010 - assigning through setattr on purpose
+    assert step.id == "s1"
+
+
+def test_step_is_hashable_and_compares_by_value() -> None:
+    a = Step(id="s1", description="x", depends_on=("s0",))
+    b = Step(id="s1", description="x", depends_on=("s0",))
+    assert a == b
+    assert a != Step(id="s1", description="y", depends_on=("s0",))
+
+
+def test_step_forbids_extra_fields() -> None:
+    with pytest.raises(ValidationError) as info:
+        _step(toolname="search")
+    assert any(e["type"] == "extra_forbidden" for e in info.value.errors())
+
+
+@pytest.mark.parametrize("confidence", [0.0, 0.5, 1.0])
+def test_step_confidence_in_range(confidence: float) -> None:
+    assert _step(confidence=confidence).confidence == confidence
+
+
+@pytest.mark.parametrize("confidence", [-0.01, 1.01, 2, -1])
+def test_step_confidence_out_of_range(confidence: float) -> None:
+    with pytest.raises(ValidationError):
+        _step(confidence=confidence)
+
+
+@pytest.mark.parametrize("step_id", ["a", "A", "_x", "fetch-rows_2", "s" + "x" * 63])
+def test_step_id_pattern_accepts(step_id: str) -> None:
+    assert _step(id=step_id).id == step_id
+
+
+@pytest.mark.parametrize(
+    "step_id",
+    ["", "1abc", "-a", "a b", "a.b", "a$", "${a}", "ü", "s" + "x" * 64],
+)
+def test_step_id_pattern_rejects(step_id: str) -> None:
+    with pytest.raises(ValidationError):
+        _step(id=step_id)
+
+
+def test_step_rejects_duplicate_dependencies() -> None:
+    with pytest.raises(ValidationError, match="twice"):
+        _step(id="c", depends_on=["a", "b", "a"])
+
+
+def test_step_rejects_unknown_effect_and_approval() -> None:
+    with pytest.raises(ValidationError):
+        _step(effect="delete")
+    with pytest.raises(ValidationError):
+        _step(approval="sometimes")
+
+
+def test_step_checks_are_tagged_by_kind() -> None:
+    step = _step(
+        checks=[
+            {"kind": "non_empty"},
+            {"kind": "contains", "text": "x"},
+            {"kind": "matches", "pattern": "y+"},
+            {"kind": "schema", "json_schema": {"type": "string"}},
+            {"kind": "predicate", "name": "p"},
+        ]
+    )
+    assert [type(c) for c in step.checks] == [NonEmpty, Contains, Matches, FitsSchema, Predicate]
+    with pytest.raises(ValidationError):
+        _step(checks=[{"kind": "vibes"}])
+    with pytest.raises(ValidationError):
+        _step(checks=[{"kind": "contains", "text": "x", "extra": 1}])
+
+
+# -- Plan validation ----------------------------------------------------------------------------
+
+
+def test_plan_defaults_and_lookup() -> None:
+    plan = Plan(steps=(Step(id="a", description="a"), Step(id="b", description="b", depends_on=("a",))))
+    assert plan.schema_version == PLAN_SCHEMA_VERSION == 1
+    assert plan.version == 1
+    assert plan.author == "planner"
+    assert plan.reason == ""
+    assert plan.ids == ("a", "b")
+    assert plan.step("b").depends_on == ("a",)
+    with pytest.raises(KeyError):
+        plan.step("zzz")
+
+
+def test_plan_is_frozen_and_forbids_extra_fields() -> None:
+    plan = Plan(steps=())
+    with pytest.raises(ValidationError):
+        setattr(plan, "version", 2)  # noqa: B010 - assigning through setattr on purpose
+    with pytest.raises(ValidationError):
+        Plan.model_validate({"steps": [], "owner": "me"})
+
+
+def test_plan_is_keyword_only() -> None:
+    make = cast(Any, Plan)
+    with pytest.raises(TypeError):
+        make(())
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"steps": [], "version": 0},
+        {"steps": [], "schema_version": 2},
+        {"steps": [], "author": "robot"},
+        {"version": 1},
+        {"steps": [{"id": "a"}]},
+    ],
+)
+def test_plan_rejects_invalid_fields(data: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        Plan.model_validate(data)
+
+
+# -- JSON round trip ----------------------------------------------------------------------------
+
+
+def test_plan_json_round_trip() -> None:
+    plan = _full_plan()
+    text = plan.model_dump_json()
+    again = Plan.model_validate_json(text)
+    assert again == plan
+    assert again.model_dump_json() == text
+    # plain JSON data too (what the store and the API exchange)
+    data = json.loads(text)
+    assert Plan.model_validate(data) == plan
+    assert data["schema_version"] == 1
+    assert data["steps"][0]["checks"][3] == {"kind": "schema", "json_schema": {"type": "array"}}
+    assert data["steps"][1]["depends_on"] == ["fetch"]
+
+
+def test_step_json_round_trip_keeps_bindings_verbatim() -> None:
+    step = _full_plan().step("write-report_2")
+    again = Step.model_validate_json(step.model_dump_json())
+    assert again.args == {"rows": "${fetch}", "title": "Rows: ${fetch.0.name}", "literal": "$${not a binding}"}
+    assert again == step
+
+
+def test_planner_output_formats() -> None:
+    draft = PlanDraft.model_validate({"steps": [{"id": "a", "description": "x", "tool": "t"}]})
+    assert draft.reason == ""
+    assert draft.steps[0].tool == "t"
+    with pytest.raises(ValidationError):
+        PlanDraft.model_validate({"steps": [], "extra": 1})
+    turn = Turn.model_validate({"thought": "t", "confidence": 0.9, "stop": True, "answer": "42"})
+    assert turn.step is None
+    with pytest.raises(ValidationError):
+        Turn.model_validate({"thought": "t", "confidence": 1.5, "stop": True})
+    assert FinalAnswer.model_validate({"answer": "x"}).answer == "x"
+
+
+# -- the versioned JSON Schema -------------------------------------------------------------------
+
+
+def test_plan_json_schema_is_versioned() -> None:
+    schema = plan_json_schema()
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["$id"] == f"urn:planexec:plan:{PLAN_SCHEMA_VERSION}"
+    assert schema["x-planexec-schema-version"] == PLAN_SCHEMA_VERSION == 1
+    assert schema["properties"]["schema_version"]["const"] == 1
+
+
+def test_plan_json_schema_is_a_valid_json_document() -> None:
+    schema = plan_json_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert json.loads(json.dumps(schema)) == schema
+    assert plan_json_schema() == schema  # stable from call to call
+
+
+def test_plan_json_schema_pins_the_fields() -> None:
+    """Changing these is a schema change: bump PLAN_SCHEMA_VERSION and note it in the changelog."""
+    schema = plan_json_schema()
+    assert sorted(schema["properties"]) == ["author", "reason", "schema_version", "steps", "version"]
+    assert schema["required"] == ["steps"]
+    assert schema["additionalProperties"] is False
+    step = schema["$defs"]["Step"]
+    assert sorted(step["properties"]) == [
+        "approval",
+        "args",
+        "checks",
+        "confidence",
+        "depends_on",
+        "description",
+        "effect",
+        "executor",
+        "expected",
+        "id",
+        "output_schema",
+        "thought",
+        "tool",
+    ]
+    assert sorted(step["required"]) == ["description", "id"]
+    assert step["additionalProperties"] is False
+    assert step["properties"]["id"]["pattern"] == r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
+
+
+def test_plan_json_schema_accepts_dumped_plans() -> None:
+    validator = jsonschema.Draft202012Validator(plan_json_schema())
+    validator.validate(_full_plan().model_dump(mode="json"))
+    validator.validate(Plan(steps=()).model_dump(mode="json"))
+    validator.validate({"steps": [{"id": "a", "description": "x"}]})
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"steps": [{"id": "1a", "description": "x"}]},
+        {"steps": [{"id": "a", "description": "x", "color": "red"}]},
+        {"steps": [{"id": "a", "description": "x", "checks": [{"kind": "vibes"}]}]},
+        {"steps": [{"id": "a", "description": "x", "confidence": 3}]},
+        {"steps": [{"id": "a"}]},
+        {"steps": [], "schema_version": 2},
+        {"steps": [], "version": 0},
+    ],
+)
+def test_plan_json_schema_rejects_what_the_model_rejects(data: dict[str, Any]) -> None:
+    validator = jsonschema.Draft202012Validator(plan_json_schema())
+    assert not validator.is_valid(data)
+    with pytest.raises(ValidationError):
+        Plan.model_validate(data)
