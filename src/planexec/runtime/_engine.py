@@ -633,7 +633,8 @@ class Engine:
     def _next_plan(self, steps: list[Step], *, reason: str) -> Plan:
         kept = [rec.step for rec in self.state.steps.values() if rec.status == "succeeded"]
         new_ids = {s.id for s in steps}
-        return Plan(
+        # The steps were validated when they were parsed and checked; do not validate them again.
+        return Plan.model_construct(
             version=len(self.state.plans) + 1,
             steps=(*[s for s in kept if s.id not in new_ids], *steps),
             author="planner",
