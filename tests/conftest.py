@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,6 +28,5 @@ def _loopback_only(self: socket.socket, address: Any) -> Any:
 
 
 @pytest.fixture(autouse=True)
-def _no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket.socket, "connect", _loopback_only)
-    yield

@@ -45,6 +45,7 @@ from planexec.runtime import (
     Event,
     ModelCalled,
     PlannerOutputRejected,
+    PlanningStarted,
     PlanProposed,
     RunFinished,
     RunStarted,
@@ -109,6 +110,7 @@ EXAMPLES: dict[str, Event] = {
         cost=0.25,
         duration=0.125,
     ),
+    "planning_started": PlanningStarted(at=2.5, trigger="failure", why="step a failed"),
     "planner_output_rejected": PlannerOutputRejected(
         at=3.0, attempt=2, problems=(Problem(code="cycle", where="step 'a'", message="a → a"),)
     ),

@@ -26,6 +26,7 @@ from planexec.runtime import (
     Event,
     ModelCalled,
     PlannerOutputRejected,
+    PlanningStarted,
     PlanProposed,
     Run,
     RunFinished,
@@ -187,19 +188,20 @@ class Board:
         return text
 
 
+_ACTIVITY = {
+    "initial": "proposing a plan",
+    "failure": "patching the plan",
+    "after_step": "revising the plan",
+    "turn": "choosing the next step",
+    "finish": "writing the answer",
+}
+
+
 def planner_activity(state: RunState) -> str | None:
-    """What the planner is busy with, as far as the state shows it (None: nothing it is known to do)."""
-    if state.finished:
+    """What the planner is busy with (None: it is not planning)."""
+    if state.finished or state.planning is None:
         return None
-    plan = state.plan
-    if plan is None:
-        return "planner: proposing a plan…"
-    failed = [sid for sid, rec in state.steps.items() if rec.status == "failed" and rec.plan_version == plan.version]
-    if failed:
-        return f"planner: patching the plan after {', '.join(failed)} failed…"
-    if all(state.steps[s.id].status == "succeeded" for s in plan.steps if s.id in state.steps):
-        return "planner: choosing the next step…" if state.policy == "step" else "planner: writing the answer…"
-    return None
+    return f"planner: {_ACTIVITY[state.planning.trigger]}…"
 
 
 def _detail(rec: StepRecord, state: RunState, asking: bool) -> str:
@@ -240,6 +242,8 @@ def describe_event(event: Event, state: RunState) -> str:
             f"{head}: {u.input_tokens:,} in / {u.output_tokens:,} out tokens, ${event.cost:.4f}, "
             f"{_seconds(event.duration)}"
         )
+    if isinstance(event, PlanningStarted):
+        return f"planner asked ({event.trigger}): {event.why}"
     if isinstance(event, PlannerOutputRejected):
         return f"planner output rejected (attempt {event.attempt}): " + "; ".join(map(str, event.problems))
     if isinstance(event, PlanProposed):

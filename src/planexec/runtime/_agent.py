@@ -53,11 +53,14 @@ class Run:
         for e in self._engine.events:
             queue.put_nowait(e)
         self._engine.subscribe(queue.put_nowait)
-        while True:
-            event = await queue.get()
-            yield event
-            if isinstance(event, RunFinished):
-                return
+        try:
+            while True:
+                event = await queue.get()
+                yield event
+                if isinstance(event, RunFinished):
+                    return
+        finally:
+            self._engine.unsubscribe(queue.put_nowait)
 
     async def result(self) -> RunResult:
         try:

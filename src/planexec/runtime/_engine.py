@@ -31,6 +31,7 @@ from planexec.runtime._events import (
     Event,
     ModelCalled,
     PlannerOutputRejected,
+    PlanningStarted,
     PlanProposed,
     PlanTrigger,
     RunFinished,
@@ -152,6 +153,10 @@ class Engine:
 
     def subscribe(self, listener: Callable[[Event], None]) -> None:
         self._listeners.append(listener)
+
+    def unsubscribe(self, listener: Callable[[Event], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
 
     def emit(self, event: Event) -> None:
         self.events.append(event)
@@ -517,6 +522,7 @@ class Engine:
         if kind == "after_step":
             self._after_step_wanted = False
         failed = frozenset(self._unaddressed)
+        self.emit(PlanningStarted(at=self._clock(), trigger=kind, why=why))
         self._planning = asyncio.create_task(self._plan(kind, why, failed), name=f"planner:{kind}")
 
     def _planning_context(self) -> PlanningContext:

@@ -30,6 +30,7 @@ __all__ = [
     "ModelCalled",
     "PlanProposed",
     "PlannerOutputRejected",
+    "PlanningStarted",
     "RunFinished",
     "RunStarted",
     "StallDetected",
@@ -78,6 +79,16 @@ class ModelCalled:
     usage: Usage = field(default_factory=Usage)
     cost: float = 0.0
     duration: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanningStarted:
+    """The planner was asked for a plan, a patch, a turn or the final answer, and why."""
+
+    kind: Literal["planning_started"] = "planning_started"
+    at: float
+    trigger: Literal["initial", "failure", "after_step", "turn", "finish"]
+    why: str = ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -221,6 +232,7 @@ class RunFinished:
 Event: TypeAlias = Annotated[
     RunStarted
     | ModelCalled
+    | PlanningStarted
     | PlannerOutputRejected
     | PlanProposed
     | ApprovalRequested

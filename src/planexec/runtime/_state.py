@@ -18,6 +18,7 @@ from planexec.runtime._events import (
     Event,
     ModelCalled,
     PlannerOutputRejected,
+    PlanningStarted,
     PlanProposed,
     RunFinished,
     RunStarted,
@@ -58,6 +59,7 @@ class StepRecord:
     tool_calls: list[ToolCalled] = field(default_factory=list)
     started_at: float | None = None
     finished_at: float | None = None
+    cancel_reason: str | None = None
 
     @property
     def id(self) -> str:
@@ -119,6 +121,8 @@ class RunState:
     """How often each canonical tool call has finally failed."""
     repairs: int = 0
     approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
+    planning: PlanningStarted | None = None
+    """The planning round under way, if any."""
     stalls: list[StallDetected] = field(default_factory=list)
     budget_hit: BudgetExhaustedEvent | None = None
     stop: StopReason | None = None
@@ -161,10 +165,14 @@ class RunState:
         self.usage = self.usage + e.usage
         self.cost += e.cost
 
+    def _planning_started(self, e: PlanningStarted) -> None:
+        self.planning = e
+
     def _output_rejected(self, e: PlannerOutputRejected) -> None:
         self.repairs += 1
 
     def _plan_proposed(self, e: PlanProposed) -> None:
+        self.planning = None
         self.plans.append(e.plan)
         if e.trigger == "failure":
             self.replans += 1
@@ -248,7 +256,7 @@ class RunState:
 
     def _step_cancelled(self, e: StepCancelled) -> None:
         rec = self.steps[e.step_id]
-        rec.status, rec.finished_at = "cancelled", e.at
+        rec.status, rec.finished_at, rec.cancel_reason = "cancelled", e.at, e.reason
 
     def _budget_exhausted(self, e: BudgetExhaustedEvent) -> None:
         self.budget_hit = e
@@ -257,7 +265,7 @@ class RunState:
         self.stalls.append(e)
 
     def _run_finished(self, e: RunFinished) -> None:
-        self.stop, self.answer, self.finished_at = e.stop, e.answer, e.at
+        self.stop, self.answer, self.finished_at, self.planning = e.stop, e.answer, e.at, None
         for rec in self.steps.values():
             if rec.status == "running":
                 rec.status, rec.finished_at = "cancelled", e.at
@@ -266,6 +274,7 @@ class RunState:
 _HANDLERS: dict[type, Callable[[RunState, Any], None]] = {
     RunStarted: RunState._run_started,
     ModelCalled: RunState._model_called,
+    PlanningStarted: RunState._planning_started,
     PlannerOutputRejected: RunState._output_rejected,
     PlanProposed: RunState._plan_proposed,
     ApprovalRequested: RunState._approval_requested,
