@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from planexec.models import allow_model_requests
 
 allow_model_requests(False)
+os.environ["PLANEXEC_STORE"] = "memory://"  # agents that open their default store keep it in memory
 
 _real_connect = socket.socket.connect
 

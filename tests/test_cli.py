@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner, Result
 from rich.console import Console
 
-from planexec import Agent, ScriptedModel, __version__, plan_json_schema, tool
+from planexec import Agent, ScriptedModel, __version__, plan_json_schema
 from planexec.cli import main
 from planexec.cli._board import (
     Board,
@@ -55,6 +55,7 @@ from planexec.runtime import (
     StopReason,
     ToolCalled,
 )
+from tests.support import Blocker
 
 
 def invoke(args: Sequence[str], *, input: str | None = None) -> Result:
@@ -481,23 +482,16 @@ async def test_the_report_and_json_cover_a_finished_run(tmp_path: Path) -> None:
 # -- cancelling -------------------------------------------------------------------------------------
 
 
-def _blocking_agent(entered: asyncio.Event) -> Agent:
-    @tool
-    async def wait_forever() -> str:
-        """Block until cancelled."""
-        entered.set()
-        await asyncio.Event().wait()
-        return "never"
-
+def _blocking_agent(blocker: Blocker) -> Agent:
     plan = {"steps": [{"id": "w", "description": "Wait", "tool": "wait_forever"}]}
-    return Agent(ScriptedModel([plan]), tools=[wait_forever])
+    return Agent(ScriptedModel([plan]), tools=[blocker.tool])
 
 
 async def test_cancelling_follow_cancels_the_run() -> None:
-    entered = asyncio.Event()
-    run = _blocking_agent(entered).start("wait")
+    blocker = Blocker("wait_forever")
+    run = _blocking_agent(blocker).start("wait")
     task = asyncio.create_task(follow(run, LineDisplay(Console(file=io.StringIO()))))
-    await entered.wait()
+    await blocker.started.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -507,12 +501,12 @@ async def test_cancelling_follow_cancels_the_run() -> None:
 
 
 async def test_ctrl_c_in_the_cli_reports_the_cancelled_run() -> None:
-    entered = asyncio.Event()
+    blocker = Blocker("wait_forever")
     out = io.StringIO()
     task = asyncio.create_task(
-        start_and_follow(_blocking_agent(entered), "wait", (), LineDisplay(Console(file=out, width=200)))
+        start_and_follow(_blocking_agent(blocker), "wait", (), LineDisplay(Console(file=out, width=200)))
     )
-    await entered.wait()
+    await blocker.started.wait()
     task.cancel()
     result = await task
     assert result.stop.kind == "cancelled"

@@ -48,11 +48,15 @@ from planexec.runtime import (
     PlanningStarted,
     PlanProposed,
     RunFinished,
+    RunResumed,
     RunStarted,
+    RunSuspended,
     StallDetected,
     StepAttemptFailed,
     StepCancelled,
     StepFailed,
+    StepHeld,
+    StepRequeued,
     StepStarted,
     StepSucceeded,
     ToolCalled,
@@ -141,6 +145,10 @@ EXAMPLES: dict[str, Event] = {
     "step_cancelled": StepCancelled(at=12.0, step_id="c", reason="obsolete after plan v3"),
     "budget_exhausted": BudgetExhaustedEvent(at=13.0, budget="cost", limit=1.0, used=1.25),
     "stall_detected": StallDetected(at=14.0, rule="identical_patch", detail="same patch"),
+    "run_suspended": RunSuspended(at=14.5, reason="waiting for a human", approvals=("ap1", "ap2")),
+    "run_resumed": RunResumed(at=14.6, events=40),
+    "step_requeued": StepRequeued(at=14.7, step_id="a", reason="interrupted; it has no side effect"),
+    "step_held": StepHeld(at=14.8, step_id="b", approval_id="ap3", reason="effect uncertain"),
     "run_finished": RunFinished(
         at=15.0, stop=StopReason(kind="budget_exhausted", detail="cost", budget="cost"), answer=None
     ),
@@ -170,7 +178,7 @@ def test_every_event_kind_has_an_example() -> None:
 def test_event_round_trip(kind: str) -> None:
     event = EXAMPLES[kind]
     dumped = dump_event(event)
-    assert dumped["v"] == EVENT_SCHEMA_VERSION == 1
+    assert dumped["v"] == EVENT_SCHEMA_VERSION == 2
     assert dumped["event"]["kind"] == kind
     text = json.dumps(dumped, ensure_ascii=False)
     loaded = load_event(json.loads(text))
@@ -188,7 +196,7 @@ def test_events_are_frozen_and_keyword_only() -> None:
         make("step_cancelled", 1.0, "c", "why")
 
 
-@pytest.mark.parametrize("envelope", [{"v": 2, "event": {}}, {"v": 0}, {"event": {"kind": "run_finished"}}, {}])
+@pytest.mark.parametrize("envelope", [{"v": 3, "event": {}}, {"v": 0}, {"event": {"kind": "run_finished"}}, {}])
 def test_unknown_version_is_refused(envelope: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="version"):
         load_event(envelope)
@@ -227,11 +235,15 @@ def test_v1_fixture_loads() -> None:
         "model_called",
         "run_finished",
     ]
-    # loading and dumping again gives the same lines back
+    # a version 1 event is dumped as the current version, its fields unchanged
     for line, event in zip(
         (FIXTURES / "events_v1.jsonl").read_text(encoding="utf-8").splitlines(), events, strict=True
     ):
-        assert dump_event(event) == json.loads(line)
+        old = json.loads(line)["event"]
+        new = dump_event(event)
+        assert new["v"] == EVENT_SCHEMA_VERSION
+        assert {k: v for k, v in new["event"].items() if k in old} == old
+        assert load_event(new) == event
 
 
 def test_v1_fixture_folds_to_the_expected_state() -> None:
@@ -460,3 +472,30 @@ async def test_fold_of_a_real_run_equals_the_runtime_state() -> None:
     reloaded = [load_event(json.loads(json.dumps(dump_event(e)))) for e in result.events]
     assert reloaded == list(result.events)
     assert RunState.fold(reloaded) == folded
+
+
+# -- the version 2 fixture log: a run stopped mid-effect, held, settled by a human, finished --------
+
+
+def test_v2_fixture_loads_and_folds() -> None:
+    events = _load_log(FIXTURES / "events_v2.jsonl")
+    kinds = [e.kind for e in events]
+    assert kinds.count("run_resumed") == 2
+    assert "step_held" in kinds and "run_suspended" in kinds
+    state = RunState.fold(events)
+    assert state.status == "finished"
+    assert state.stop is not None and state.stop.kind == "goal_met"
+    assert state.resumes == 2
+    assert state.suspended is None
+    mail = state.steps["mail"]
+    assert mail.status == "succeeded"
+    assert mail.output == "mailed ops@example.com"
+    (approval,) = state.approvals.values()
+    assert approval.subject == "effect"
+    assert approval.choice == "done"
+    assert approval.by == "ops"
+    assert state.pending_approvals == []
+    for line, event in zip(
+        (FIXTURES / "events_v2.jsonl").read_text(encoding="utf-8").splitlines(), events, strict=True
+    ):
+        assert dump_event(event) == json.loads(line)

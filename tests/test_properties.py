@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from planexec import Agent, Budget, Limits, ModelRequest, RunResult, ScriptedModel, Step, ToolError, Toolset, tool
 from planexec.plan import CheckContext, check_steps, compile_args, render_text
 from planexec.runtime import PlanProposed, RunState, StepStarted, StepSucceeded
+from tests.support import tool_step
 
 SETTINGS = settings(
     max_examples=60,
@@ -212,13 +213,7 @@ class Recorder:
 
 
 def step_json(sid: str, deps: tuple[str, ...], fail: bool) -> dict[str, Any]:
-    return {
-        "id": sid,
-        "description": f"work on {sid}",
-        "tool": "work",
-        "args": {"step": sid, "fail": fail},
-        "depends_on": list(deps),
-    }
+    return tool_step(sid, "work", {"step": sid, "fail": fail}, *deps)
 
 
 async def run_dag(

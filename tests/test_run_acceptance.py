@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
-from planexec import Acceptance, Agent, RunResult, ScriptedModel, Step, tool
+from planexec import Acceptance, Agent, ScriptedModel, Step, tool
 from planexec.runtime import ModelCalled, StepFailed
-
-E = TypeVar("E")
-
-
-def events_of(result: RunResult, kind: type[E]) -> list[E]:
-    return [e for e in result.events if isinstance(e, kind)]
-
-
-def tool_step(step_id: str, tool_name: str, args: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"id": step_id, "description": f"{tool_name} {step_id}", "tool": tool_name, "args": args, **extra}
+from tests.support import events_of, tool_step
 
 
 @tool

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TypeVar
 
 import pytest
 
@@ -12,27 +11,14 @@ from planexec import (
     ApprovalDecision,
     ApprovalRequest,
     Approvals,
-    Budget,
     Limits,
     Rejected,
-    RunResult,
     ScriptedModel,
     ToolError,
     tool,
 )
 from planexec.runtime import ApprovalDecided, ApprovalRequested, StepFailed, StepStarted
-
-E = TypeVar("E")
-
-SAFETY = Budget(wall_time=30)
-
-
-def events_of(result: RunResult, kind: type[E]) -> list[E]:
-    return [e for e in result.events if isinstance(e, kind)]
-
-
-def tool_step(step_id: str, tool_name: str, args: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"id": step_id, "description": f"{tool_name} {step_id}", "tool": tool_name, "args": args, **extra}
+from tests.support import SAFETY, events_of, failing_tool, tool_step
 
 
 class Ledger:
@@ -61,6 +47,12 @@ class Approver:
     async def __call__(self, request: ApprovalRequest) -> ApprovalDecision | bool:
         self.requests.append(request)
         return self.decisions.pop(0)
+
+
+@tool
+async def read(path: str) -> str:
+    """Read a file."""
+    return "content"
 
 
 UNSURE_DELETE = {"steps": [tool_step("del", "delete", {"path": "/tmp/x"}, confidence=0.3)]}
@@ -152,11 +144,6 @@ async def test_a_confident_sensitive_step_runs_without_an_approver() -> None:
 
 
 async def test_an_unsure_step_of_a_harmless_tool_runs_without_asking() -> None:
-    @tool
-    async def read(path: str) -> str:
-        """Read a file."""
-        return "content"
-
     approver = Approver()
     planner = ScriptedModel([{"steps": [tool_step("r", "read", {"path": "/a"}, confidence=0.1)]}, {"answer": "ok"}])
     result = await Agent(planner, tools=[read], approvals=Approvals(approver=approver)).run("read")
@@ -186,11 +173,6 @@ async def test_plan_approval_rejecting_stops_the_run_before_any_step() -> None:
 
 
 async def test_plan_approval_approving_installs_the_plan() -> None:
-    @tool
-    async def read(path: str) -> str:
-        """Read a file."""
-        return "content"
-
     approver = Approver(True)
     planner = ScriptedModel([{"steps": [tool_step("r", "read", {"path": "/a"})]}, {"answer": "content"}])
     agent = Agent(planner, tools=[read], approvals=Approvals(approver=approver, plan=True))
@@ -224,11 +206,6 @@ async def test_every_plan_version_is_approved_when_asked() -> None:
 
 
 async def test_approval_always_needs_a_human_even_for_a_harmless_tool() -> None:
-    @tool
-    async def read(path: str) -> str:
-        """Read a file."""
-        return "content"
-
     approver = Approver(True)
     planner = ScriptedModel([{"steps": [tool_step("r", "read", {"path": "/a"}, approval="always")]}, {"answer": "ok"}])
     result = await Agent(planner, tools=[read], approvals=Approvals(approver=approver)).run("read")
@@ -243,11 +220,7 @@ async def test_a_step_waiting_for_approval_is_not_dispatched_twice_when_a_patch_
     approval_asked = asyncio.Event()
     patched = asyncio.Event()
 
-    @tool
-    async def failing() -> str:
-        """Fails once the approval is pending."""
-        await approval_asked.wait()
-        raise ToolError("broken")
+    failing = failing_tool("broken", name="failing", after=approval_asked)
 
     class SlowApprover(Approver):
         async def __call__(self, request: ApprovalRequest) -> ApprovalDecision | bool:

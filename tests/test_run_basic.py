@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -14,7 +14,6 @@ from planexec import (
     Limits,
     ModelRequest,
     RunContext,
-    RunResult,
     RunState,
     ScriptedModel,
     ToolError,
@@ -32,22 +31,7 @@ from planexec.runtime import (
     dump_event,
     load_event,
 )
-
-E = TypeVar("E")
-
-
-def events_of(result: RunResult, kind: type[E]) -> list[E]:
-    return [e for e in result.events if isinstance(e, kind)]
-
-
-def tool_step(step_id: str, tool_name: str, args: dict[str, Any], *deps: str) -> dict[str, Any]:
-    return {
-        "id": step_id,
-        "description": f"{tool_name} for {step_id}",
-        "tool": tool_name,
-        "args": args,
-        "depends_on": deps,
-    }
+from tests.support import add, events_of, tool_step
 
 
 class TickClock:
@@ -68,12 +52,6 @@ POPULATIONS = {"paris": 2, "rome": 3}
 async def population(city: str) -> int:
     """The population of a city, in millions."""
     return POPULATIONS[city]
-
-
-@tool
-async def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
 
 
 def city_plan() -> dict[str, Any]:

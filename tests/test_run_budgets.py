@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -18,24 +18,14 @@ from planexec import (
     RetryPolicy,
     RunResult,
     ScriptedModel,
-    ToolError,
     TransientToolError,
     Usage,
     tool,
 )
 from planexec.runtime import BudgetExhaustedEvent, ModelCalled, StepCancelled, StepStarted
-
-E = TypeVar("E")
+from tests.support import Blocker, FailingTool, events_of, failing_tool, failing_tool_of_n, tool_step
 
 SAFETY_WALL_TIME = 30.0
-
-
-def events_of(result: RunResult, kind: type[E]) -> list[E]:
-    return [e for e in result.events if isinstance(e, kind)]
-
-
-def tool_step(step_id: str, tool_name: str, args: dict[str, Any], *deps: str) -> dict[str, Any]:
-    return {"id": step_id, "description": f"{tool_name} {step_id}", "tool": tool_name, "args": args, "depends_on": deps}
 
 
 class Counter:
@@ -133,28 +123,13 @@ async def test_cost_budget() -> None:
 
 
 async def test_wall_time_budget_stops_a_run_that_would_block_forever() -> None:
-    never = asyncio.Event()
-    started = asyncio.Event()
-    cancelled = False
-
-    @tool
-    async def block() -> str:
-        """Waits for an event nobody sets."""
-        nonlocal cancelled
-        started.set()
-        try:
-            await never.wait()
-        except asyncio.CancelledError:
-            cancelled = True
-            raise
-        return "never"
-
+    blocker = Blocker()
     planner = ScriptedModel([{"steps": [tool_step("b", "block", {})]}])
-    result = await Agent(planner, tools=[block], budget=Budget(wall_time=0.3)).run("block")
+    result = await Agent(planner, tools=[blocker.tool], budget=Budget(wall_time=0.3)).run("block")
 
     assert_budget_stop(result, "wall_time")
-    assert started.is_set()
-    assert cancelled
+    assert blocker.started.is_set()
+    assert blocker.cancelled
     assert [e.step_id for e in events_of(result, StepCancelled)] == ["b"]
     assert result.steps["b"].status == "cancelled"
 
@@ -196,19 +171,13 @@ async def test_tool_calls_budget_holds_for_steps_dispatched_together() -> None:
 
 
 async def test_tool_calls_budget_counts_retries() -> None:
-    attempts = 0
-
-    @tool(retry=RetryPolicy(max_attempts=5, initial_delay=0))
-    async def busy() -> str:
-        """Always busy."""
-        nonlocal attempts
-        attempts += 1
-        raise TransientToolError("busy")
-
+    busy = FailingTool(
+        "busy", name="busy", error=TransientToolError, retry=RetryPolicy(max_attempts=5, initial_delay=0)
+    )
     planner = ScriptedModel([{"steps": [tool_step("b", "busy", {})]}])
-    result = await Agent(planner, tools=[busy], budget=Budget(tool_calls=2)).run("busy")
+    result = await Agent(planner, tools=[busy.tool], budget=Budget(tool_calls=2)).run("busy")
     assert_budget_stop(result, "tool_calls")
-    assert attempts == 2
+    assert busy.calls == 2
     assert result.steps["b"].status in ("failed", "cancelled")
 
 
@@ -254,10 +223,7 @@ async def test_a_plan_larger_than_the_step_budget_is_sent_back_for_repair() -> N
 
 
 async def test_steps_budget_counts_steps_of_earlier_plan_versions() -> None:
-    @tool
-    async def fails() -> int:
-        """Always fails."""
-        raise ToolError("no")
+    fails = failing_tool()
 
     add = counting_add(Counter())
     planner = Planner(
@@ -276,10 +242,7 @@ async def test_steps_budget_counts_steps_of_earlier_plan_versions() -> None:
 
 
 async def test_replans_budget_zero_stops_with_max_replans() -> None:
-    @tool
-    async def fails() -> int:
-        """Always fails."""
-        raise ToolError("no")
+    fails = failing_tool()
 
     planner = ScriptedModel([{"steps": [tool_step("f", "fails", {})]}])
     result = await Agent(planner, tools=[fails], budget=Budget(replans=0)).run("fail")
@@ -294,10 +257,7 @@ async def test_replans_budget_zero_stops_with_max_replans() -> None:
 
 
 async def test_replans_budget_allows_that_many_patches() -> None:
-    @tool
-    async def fails(n: int) -> int:
-        """Always fails."""
-        raise ToolError(f"no {n}")
+    fails = failing_tool_of_n("no {n}")
 
     planner = ScriptedModel(
         [

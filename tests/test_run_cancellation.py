@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
-from planexec import Agent, Budget, RunCancelled, RunResult, RunState, ScriptedModel, ToolError, tool
+from planexec import Agent, RunCancelled, RunResult, RunState, ScriptedModel, tool
 from planexec.runtime import PlanProposed, RunFinished, StepCancelled, StepStarted
-
-E = TypeVar("E")
-
-SAFETY = Budget(wall_time=30)
-
-
-def events_of(result: RunResult, kind: type[E]) -> list[E]:
-    return [e for e in result.events if isinstance(e, kind)]
+from tests.support import SAFETY, Blocker, events_of, failing_tool, tool_step
 
 
 def assert_fold_matches(result: RunResult) -> None:
@@ -29,43 +22,10 @@ def assert_fold_matches(result: RunResult) -> None:
     assert [r.id for r in state.superseded] == [r.id for r in result.superseded]
 
 
-def tool_step(step_id: str, tool_name: str, args: dict[str, Any], *deps: str) -> dict[str, Any]:
-    return {"id": step_id, "description": f"{tool_name} {step_id}", "tool": tool_name, "args": args, "depends_on": deps}
-
-
-class Blocker:
-    """A tool that blocks until released and records whether it was started, cancelled or done."""
-
-    def __init__(self, name: str = "block") -> None:
-        self.started = asyncio.Event()
-        self.release = asyncio.Event()
-        self.cancelled = False
-        self.completed = False
-        me = self
-
-        @tool(name=name)
-        async def block(label: str) -> str:
-            """Block until released."""
-            me.started.set()
-            try:
-                await me.release.wait()
-            except asyncio.CancelledError:
-                me.cancelled = True
-                raise
-            me.completed = True
-            return label
-
-        self.tool = block
-
-
 async def test_a_patch_that_drops_an_in_flight_step_cancels_it() -> None:
     blocker = Blocker()
 
-    @tool
-    async def fails() -> str:
-        """Fails once the blocking step is in flight."""
-        await blocker.started.wait()
-        raise ToolError("broken")
+    fails = failing_tool("broken", after=blocker.started)
 
     @tool
     async def quick() -> str:
@@ -102,11 +62,7 @@ async def test_a_patch_that_keeps_an_in_flight_step_lets_it_finish_once() -> Non
     blocker = Blocker()
     calls = 0
 
-    @tool
-    async def fails() -> str:
-        """Fails once the blocking step is in flight."""
-        await blocker.started.wait()
-        raise ToolError("broken")
+    fails = failing_tool("broken", after=blocker.started)
 
     @tool
     async def quick() -> str:

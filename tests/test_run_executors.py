@@ -3,29 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TypeVar
+from typing import Any
 
 from planexec import (
     Agent,
-    Budget,
     ModelExecutor,
     Planner,
-    RunResult,
     ScriptedModel,
     ToolError,
     tool,
     tool_calls,
 )
 from planexec.runtime import ModelCalled, StepStarted, ToolCalled
+from tests.support import SAFETY, events_of
 
-E = TypeVar("E")
-
-SAFETY = Budget(wall_time=30)
 GIVE_UP = {"reason": "stop trying", "steps": []}
-
-
-def events_of(result: RunResult, kind: type[E]) -> list[E]:
-    return [e for e in result.events if isinstance(e, kind)]
 
 
 def model_step(step_id: str, description: str, **extra: Any) -> dict[str, Any]:

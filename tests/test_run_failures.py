@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from planexec import (
     Agent,
-    Budget,
     Planner,
     RetryPolicy,
-    RunResult,
     ScriptedModel,
     ToolError,
     TransientToolError,
@@ -27,26 +24,9 @@ from planexec.runtime import (
     StepFailed,
     StepStarted,
 )
+from tests.support import SAFETY, Blocker, FailingTool, add, events_of, failing_tool, tool_step
 
-E = TypeVar("E")
-
-SAFETY = Budget(wall_time=30)
 NO_WAIT = RetryPolicy(initial_delay=0, jitter=0)
-
-
-def events_of(result: RunResult, kind: type[E]) -> list[E]:
-    return [e for e in result.events if isinstance(e, kind)]
-
-
-def tool_step(step_id: str, tool_name: str, args: dict[str, Any], *deps: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "id": step_id,
-        "description": f"{tool_name} for {step_id}",
-        "tool": tool_name,
-        "args": args,
-        "depends_on": deps,
-        **extra,
-    }
 
 
 GIVE_UP = {"reason": "nothing more to try", "steps": []}
@@ -161,19 +141,13 @@ async def test_transient_errors_are_retried_and_every_attempt_is_recorded() -> N
 
 
 async def test_retries_used_up_fail_the_step_with_the_transient_kind() -> None:
-    attempts = 0
-
-    @tool(retry=RetryPolicy(max_attempts=2, initial_delay=0))
-    async def down() -> str:
-        """Always busy."""
-        nonlocal attempts
-        attempts += 1
-        raise TransientToolError("service unavailable")
-
+    down = FailingTool(
+        "service unavailable", name="down", error=TransientToolError, retry=RetryPolicy(max_attempts=2, initial_delay=0)
+    )
     planner = ScriptedModel([{"steps": [tool_step("s1", "down", {})]}, GIVE_UP, {"answer": "unavailable"}])
-    result = await Agent(planner, tools=[down]).run("retry")
+    result = await Agent(planner, tools=[down.tool]).run("retry")
 
-    assert attempts == 2
+    assert down.calls == 2
     rec = result.steps["s1"]
     assert rec.status == "failed"
     assert rec.error is not None
@@ -184,18 +158,10 @@ async def test_retries_used_up_fail_the_step_with_the_transient_kind() -> None:
 
 
 async def test_a_plain_tool_error_is_not_retried() -> None:
-    attempts = 0
-
-    @tool(retry=NO_WAIT)
-    async def broken() -> str:
-        """Always broken."""
-        nonlocal attempts
-        attempts += 1
-        raise ToolError("bad input file")
-
+    broken = FailingTool("bad input file", name="broken", retry=NO_WAIT)
     planner = ScriptedModel([{"steps": [tool_step("s1", "broken", {})]}, GIVE_UP, {"answer": "no"}])
-    result = await Agent(planner, tools=[broken]).run("once")
-    assert attempts == 1
+    result = await Agent(planner, tools=[broken.tool]).run("once")
+    assert broken.calls == 1
     assert events_of(result, StepAttemptFailed) == []
     rec = result.steps["s1"]
     assert rec.error is not None
@@ -203,28 +169,13 @@ async def test_a_plain_tool_error_is_not_retried() -> None:
 
 
 async def test_timeout_is_retried_then_fails() -> None:
-    never = asyncio.Event()
-    attempts = 0
-    cancelled = 0
-
-    @tool(timeout=0.05, retry=RetryPolicy(max_attempts=2, initial_delay=0))
-    async def hang() -> str:
-        """Waits for an event nobody sets."""
-        nonlocal attempts, cancelled
-        attempts += 1
-        try:
-            await never.wait()
-        except asyncio.CancelledError:
-            cancelled += 1
-            raise
-        return "never"
-
+    hang = Blocker("hang", timeout=0.05, retry=RetryPolicy(max_attempts=2, initial_delay=0))
     planner = ScriptedModel([{"steps": [tool_step("s1", "hang", {})]}, GIVE_UP, {"answer": "timed out"}])
-    result = await Agent(planner, tools=[hang], budget=SAFETY).run("wait")
+    result = await Agent(planner, tools=[hang.tool], budget=SAFETY).run("wait")
 
     assert result.stop.kind == "goal_met", result.stop
-    assert attempts == 2
-    assert cancelled == 2
+    assert hang.calls == 2
+    assert hang.cancellations == 2
     retried = events_of(result, StepAttemptFailed)
     assert [(e.attempt, e.error.kind) for e in retried] == [(1, "timeout")]
     failed = events_of(result, StepFailed)
@@ -244,11 +195,6 @@ async def test_invalid_arguments_found_at_call_time_are_repaired_by_the_planner(
         nonlocal word_calls
         word_calls += 1
         return "three"
-
-    @tool
-    async def add(a: int, b: int) -> int:
-        """Add two numbers."""
-        return a + b
 
     planner = ScriptedModel(
         [
@@ -319,36 +265,17 @@ async def test_an_exhausted_scripted_planner_stops_the_run_with_an_error() -> No
 
 
 async def test_a_planner_crash_during_a_patch_cancels_running_steps_and_nothing_hangs() -> None:
-    never = asyncio.Event()
-    slow_started = asyncio.Event()
-    slow_cancelled = False
-
-    @tool
-    async def slow() -> str:
-        """Blocks until cancelled."""
-        nonlocal slow_cancelled
-        slow_started.set()
-        try:
-            await never.wait()
-        except asyncio.CancelledError:
-            slow_cancelled = True
-            raise
-        return "slow"
-
-    @tool
-    async def failing() -> str:
-        """Fails once the slow step is running."""
-        await slow_started.wait()
-        raise ToolError("broken")
+    slow = Blocker("slow")
+    failing = failing_tool("broken", name="failing", after=slow.started)
 
     planner = ScriptedModel(
         [{"steps": [tool_step("s", "slow", {}), tool_step("f", "failing", {})]}, RuntimeError("planner crashed")]
     )
-    result = await Agent(planner, tools=[slow, failing], budget=SAFETY).run("crash")
+    result = await Agent(planner, tools=[slow.tool, failing], budget=SAFETY).run("crash")
 
     assert result.stop.kind == "error", result.stop
     assert "planner crashed" in result.stop.detail
-    assert slow_cancelled
+    assert slow.cancelled
     assert [e.step_id for e in events_of(result, StepCancelled)] == ["s"]
     assert result.steps["s"].status == "cancelled"
     assert result.events[-1].kind == "run_finished"

@@ -2,27 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
-
-from planexec import Agent, ModelResponse, Planner, RunResult, ScriptedModel, tool
+from planexec import Agent, ModelResponse, Planner, ScriptedModel
 from planexec.runtime import PlannerOutputRejected, PlanProposed, StepStarted
-
-E = TypeVar("E")
-
-
-def events_of(result: RunResult, kind: type[E]) -> list[E]:
-    return [e for e in result.events if isinstance(e, kind)]
-
-
-def tool_step(step_id: str, tool_name: str, args: dict[str, Any], *deps: str) -> dict[str, Any]:
-    return {"id": step_id, "description": f"{tool_name} {step_id}", "tool": tool_name, "args": args, "depends_on": deps}
-
-
-@tool
-async def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
-
+from tests.support import add, events_of, failing_tool, tool_step
 
 GOOD_PLAN = {"steps": [tool_step("s1", "add", {"a": 1, "b": 2})]}
 
@@ -165,12 +147,7 @@ async def test_a_refusal_is_a_problem_sent_back() -> None:
 
 
 async def test_a_bad_patch_is_repaired_too() -> None:
-    from planexec import ToolError
-
-    @tool
-    async def fails() -> int:
-        """Always fails."""
-        raise ToolError("no")
+    fails = failing_tool()
 
     planner = ScriptedModel(
         [

@@ -2,32 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
-
 import pytest
 
-from planexec import Agent, Planner, RunResult, ScriptedModel, ToolError, UnrecoverableError, tool
+from planexec import Agent, Planner, ScriptedModel, UnrecoverableError, tool
 from planexec.runtime import PlanProposed, RunStarted, StepStarted
-
-E = TypeVar("E")
-
-
-def events_of(result: RunResult, kind: type[E]) -> list[E]:
-    return [e for e in result.events if isinstance(e, kind)]
-
-
-def tool_step(step_id: str, tool_name: str, args: dict[str, Any], *deps: str) -> dict[str, Any]:
-    return {"id": step_id, "description": f"{tool_name} {step_id}", "tool": tool_name, "args": args, "depends_on": deps}
-
-
-def turn(step: dict[str, Any], thought: str, confidence: float = 0.8) -> dict[str, Any]:
-    return {"thought": thought, "confidence": confidence, "stop": False, "step": step}
-
-
-@tool
-async def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
+from tests.support import add, events_of, failing_tool, failing_tool_of_n, tool_step, turn
 
 
 @tool
@@ -99,10 +78,7 @@ async def test_step_by_step_invalid_turns_are_repaired() -> None:
 
 
 async def test_step_by_step_policy_after_a_failure() -> None:
-    @tool
-    async def fails(n: int) -> int:
-        """Always fails."""
-        raise ToolError(f"cannot handle {n}")
+    fails = failing_tool_of_n("cannot handle {n}")
 
     model = ScriptedModel(
         [
@@ -121,10 +97,7 @@ async def test_step_by_step_policy_after_a_failure() -> None:
 
 
 async def test_replan_never_stops_with_an_error_on_a_failure() -> None:
-    @tool
-    async def fails() -> int:
-        """Always fails."""
-        raise ToolError("the disk is full")
+    fails = failing_tool("the disk is full")
 
     model = ScriptedModel([{"steps": [tool_step("f", "fails", {}), tool_step("ok", "add", {"a": 1, "b": 1})]}])
     result = await Agent(Planner(model=model, replan="never"), tools=[add, fails]).run("fail")
@@ -184,10 +157,7 @@ async def test_replan_after_each_step_can_keep_the_rest_of_the_plan() -> None:
 
 
 async def test_replan_on_failure_is_the_default() -> None:
-    @tool
-    async def fails() -> int:
-        """Always fails."""
-        raise ToolError("no")
+    fails = failing_tool()
 
     model = ScriptedModel(
         [

@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from planexec import Agent, Budget, Limits, ScriptedModel, ToolContext, ToolExecutor, tool
+from planexec import Agent, Limits, ScriptedModel, ToolContext, ToolExecutor, tool
 from planexec.runtime import StepStarted, StepSucceeded
-
-SAFETY = Budget(wall_time=30)
+from tests.support import SAFETY, tool_step
 
 
 class Barrier:
@@ -30,17 +29,6 @@ class Barrier:
         if len(self.arrived) >= self.parties:
             self.open.set()
         await self.open.wait()
-
-
-def tool_step(step_id: str, tool_name: str, args: dict[str, Any], *deps: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "id": step_id,
-        "description": f"{tool_name} for {step_id}",
-        "tool": tool_name,
-        "args": args,
-        "depends_on": deps,
-        **extra,
-    }
 
 
 def started_order(events: Any) -> list[str]:

@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from planexec import Agent, Limits, Planner, RunResult, ScriptedModel, Stalled, ToolError, tool
 from planexec.runtime import StallDetected
-
-E = TypeVar("E")
-
-
-def events_of(result: RunResult, kind: type[E]) -> list[E]:
-    return [e for e in result.events if isinstance(e, kind)]
-
-
-def tool_step(step_id: str, tool_name: str, args: dict[str, Any], *deps: str) -> dict[str, Any]:
-    return {"id": step_id, "description": f"{tool_name} {step_id}", "tool": tool_name, "args": args, "depends_on": deps}
+from tests.support import events_of, failing_tool_of_n, tool_step, turn
 
 
 def assert_stalled(result: RunResult, rule: str) -> StallDetected:
@@ -78,10 +69,7 @@ async def test_the_same_tool_with_other_arguments_is_not_a_stall() -> None:
 
 
 async def test_an_identical_patch_twice_is_a_stall() -> None:
-    @tool
-    async def fetch(n: int) -> str:
-        """Fetch item n."""
-        raise ToolError(f"item {n} is gone")
+    fetch = failing_tool_of_n("item {n} is gone", name="fetch")
 
     same_patch = {"reason": "fetch the other item", "steps": [tool_step("b", "fetch", {"n": 2})]}
     planner = ScriptedModel([{"steps": [tool_step("a", "fetch", {"n": 1})]}, same_patch, same_patch])
@@ -94,10 +82,7 @@ async def test_an_identical_patch_twice_is_a_stall() -> None:
 
 
 async def test_no_new_finished_step_for_k_rounds_is_a_stall() -> None:
-    @tool
-    async def attempt(n: int) -> str:
-        """Try something; it always fails."""
-        raise ToolError(f"attempt {n} failed")
+    attempt = failing_tool_of_n("attempt {n} failed", name="attempt")
 
     planner = ScriptedModel(
         [
@@ -139,19 +124,9 @@ async def test_a_finished_step_resets_the_no_progress_count() -> None:
 
 
 async def test_step_by_step_turns_without_progress_are_a_stall() -> None:
-    @tool
-    async def attempt(n: int) -> str:
-        """Always fails."""
-        raise ToolError(f"attempt {n} failed")
+    attempt = failing_tool_of_n("attempt {n} failed", name="attempt")
 
-    def turn(n: int) -> dict[str, Any]:
-        return {
-            "thought": f"try {n}",
-            "confidence": 0.5,
-            "stop": False,
-            "step": tool_step(f"t{n}", "attempt", {"n": n}),
-        }
-
-    planner = Planner(model=ScriptedModel([turn(1), turn(2)]), policy="step")
+    turns = [turn(tool_step(f"t{n}", "attempt", {"n": n}), f"try {n}", 0.5) for n in (1, 2)]
+    planner = Planner(model=ScriptedModel(turns), policy="step")
     result = await Agent(planner, tools=[attempt], limits=Limits(stall_rounds=1)).run("try")
     assert_stalled(result, "no_progress")

@@ -13,7 +13,8 @@
     │   ├── Stalled
     │   ├── Rejected
     │   ├── RunCancelled
-    │   └── UnrecoverableError
+    │   ├── UnrecoverableError
+    │   └── WaitingForHuman     not an end: the run is saved until a human answers
     └── ToolError               raised by a tool's own code to say how its call failed
         └── TransientToolError  worth retrying (rate limits, flaky services)
 
@@ -47,6 +48,7 @@ __all__ = [
     "UnknownToolError",
     "UnrecoverableError",
     "UsageError",
+    "WaitingForHuman",
 ]
 
 
@@ -142,6 +144,10 @@ class RunCancelled(RunFailed):
 
 class UnrecoverableError(RunFailed):
     """The run hit an error it could not route around."""
+
+
+class WaitingForHuman(RunFailed):
+    """The run is saved and waits for a human's answer; answer, then resume it."""
 
 
 class ToolError(PlanexecError):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+import dataclasses
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from planexec._errors import Problem, UsageError
 from planexec.executor._acceptance import Acceptance
@@ -12,13 +14,15 @@ from planexec.executor._base import Executor
 from planexec.executor._model import ModelExecutor
 from planexec.executor._tools import ToolExecutor
 from planexec.models._base import Model
+from planexec.plan._plan import Plan
 from planexec.planner._planner import Planner
 from planexec.runtime._budget import Budget
 from planexec.runtime._engine import Engine, EngineConfig
-from planexec.runtime._events import Event, RunFinished
+from planexec.runtime._events import Event, RunFinished, RunStarted, RunSuspended
 from planexec.runtime._result import RunResult
-from planexec.runtime._settings import Approvals, Limits, RunContext
+from planexec.runtime._settings import ApprovalDecision, Approvals, Limits, RunContext
 from planexec.runtime._state import RunState
+from planexec.store._base import RunStore
 from planexec.tools._tool import Tool
 from planexec.tools._toolset import Toolset
 
@@ -35,7 +39,7 @@ class Run:
         self._task.add_done_callback(self._closed)
 
     def _closed(self, task: asyncio.Task[RunState]) -> None:
-        if not self._engine.state.finished:  # cancelled before the run's loop started
+        if task.cancelled() and not self._engine.state.finished:  # cancelled before its loop started
             self._engine.finish_unstarted()
 
     @property
@@ -57,7 +61,7 @@ class Run:
             while True:
                 event = await queue.get()
                 yield event
-                if isinstance(event, RunFinished):
+                if isinstance(event, RunFinished | RunSuspended):
                     return
         finally:
             self._engine.unsubscribe(queue.put_nowait)
@@ -68,12 +72,31 @@ class Run:
         except asyncio.CancelledError:
             if not self._task.done():
                 raise  # the caller was cancelled, not the run
-        if not self._engine.state.finished:
+        if self._task.cancelled() and not self._engine.state.finished:
             self._engine.finish_unstarted()
         return RunResult.from_state(self._engine.state, self._engine.events)
 
     def cancel(self) -> None:
         self._task.cancel()
+
+    def decide(
+        self,
+        approval_id: str,
+        *,
+        approved: bool,
+        reason: str = "",
+        by: str = "human",
+        choice: Literal["retry", "skip", "done"] | None = None,
+        output: Any = None,
+        edited_plan: Plan | None = None,
+    ) -> None:
+        """Answer one of the run's open questions (see ``state.pending_approvals``)."""
+        self._engine.decide(
+            approval_id,
+            ApprovalDecision(
+                approved=approved, reason=reason, by=by, choice=choice, output=output, edited_plan=edited_plan
+            ),
+        )
 
     @property
     def done(self) -> bool:
@@ -108,8 +131,11 @@ class Agent:
         acceptance: Acceptance | None = None,
         approvals: Approvals | None = None,
         context: RunContext | None = None,
+        store: RunStore | str | None = "default",
     ) -> None:
         self._parts = _assemble(planner, tools, executor, executors)
+        self._store_spec = store
+        self._store: RunStore | None = store if isinstance(store, RunStore) else None
         self.budget = budget or Budget()
         self.limits = limits or Limits()
         self.acceptance = acceptance or Acceptance()
@@ -124,12 +150,24 @@ class Agent:
     def tools(self) -> Toolset:
         return self._parts.tools
 
-    def start(self, goal: str, *, constraints: Sequence[str] = (), run_id: str | None = None) -> Run:
-        """Start a run in the running event loop and return its handle at once."""
-        if not goal.strip():
-            raise UsageError("the goal is empty")
+    @property
+    def store(self) -> RunStore | None:
+        """Where this agent's runs are logged (None: in memory only, not resumable)."""
+        if self._store is None and isinstance(self._store_spec, str):
+            from planexec.store import open_store
+
+            self._store = open_store(None if self._store_spec == "default" else self._store_spec)
+        return self._store
+
+    async def aclose(self) -> None:
+        """Close the store this agent opened itself (a store object passed in is left open)."""
+        if self._store is not None and isinstance(self._store_spec, str):
+            await self._store.close()
+            self._store = None
+
+    def _config(self, metadata: Mapping[str, Any]) -> EngineConfig:
         parts = self._parts
-        config = EngineConfig(
+        return EngineConfig(
             planner=parts.planner,
             tools=parts.tools,
             executors=parts.executors,
@@ -139,8 +177,75 @@ class Agent:
             acceptance=self.acceptance,
             approvals=self.approvals,
             context=self.context,
+            metadata={**self._describe(), **metadata},
         )
-        engine = Engine(config, goal=goal, constraints=tuple(constraints), run_id=run_id or self.context.new_id())
+
+    def _describe(self) -> dict[str, Any]:
+        """What the log records about this agent's set-up (data only; no code)."""
+        parts = self._parts
+        return {
+            "tools": [
+                {
+                    **t.spec(),
+                    "output_schema": dict(t.output_schema) if t.output_schema is not None else None,
+                    "side_effect": t.side_effect,
+                    "sensitive": t.sensitive,
+                    "idempotent": t.idempotent,
+                }
+                for t in parts.tools
+            ],
+            "executors": {name: e.kind for name, e in parts.executors.items()},
+            "default_executor": parts.default_executor,
+            "planner": {"model": parts.planner.resolved_model().name, "policy": parts.planner.policy},
+            "limits": dataclasses.asdict(self.limits),
+        }
+
+    def start(
+        self,
+        goal: str,
+        *,
+        constraints: Sequence[str] = (),
+        run_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Run:
+        """Start a run in the running event loop and return its handle at once.
+
+        ``metadata`` (JSON data) is recorded with the run, e.g. how to rebuild this agent.
+        """
+        if not goal.strip():
+            raise UsageError("the goal is empty")
+        engine = Engine(
+            self._config(metadata or {}),
+            goal=goal,
+            constraints=tuple(constraints),
+            run_id=run_id or self.context.new_id(),
+            store=self.store,
+        )
+        return Run(engine)
+
+    async def resume(self, run_id: str) -> Run:
+        """Pick a run up from its log in this agent's store and go on with it.
+
+        Finished steps are never run again; see :mod:`planexec.runtime` for what happens to steps
+        that were under way. A finished run is returned as it is.
+        """
+        store = self.store
+        if store is None:
+            raise UsageError("this agent has no store: runs without a store cannot be resumed")
+        history = [s.event for s in await store.read(run_id)]
+        if not history:
+            raise UsageError(f"no run {run_id!r} in the store")
+        first = history[0]
+        if not isinstance(first, RunStarted):
+            raise UsageError(f"the log of run {run_id!r} does not begin with run_started")
+        engine = Engine(
+            self._config(first.config),
+            goal=first.goal,
+            constraints=first.constraints,
+            run_id=run_id,
+            store=store,
+            history=history,
+        )
         return Run(engine)
 
     async def run(self, goal: str, *, constraints: Sequence[str] = (), run_id: str | None = None) -> RunResult:

@@ -94,7 +94,7 @@ def _used(state: RunState, now: float) -> dict[str, float]:
         "input_tokens": state.usage.input_tokens,
         "output_tokens": state.usage.output_tokens,
         "cost": state.cost,
-        "wall_time": max(0.0, now - state.started_at),
+        "wall_time": state.active_time + max(0.0, now - state.last_at),
         "tool_calls": state.tool_calls,
         "steps": state.steps_started,
         "replans": state.replans,

@@ -6,6 +6,10 @@ so that the store, the API, the CLI and replay all read the same thing.
 Event schema changelog (bump ``EVENT_SCHEMA_VERSION`` and add a line on every change; keep a
 fixture log of every version loadable in the tests):
     1: first version.
+    2: run_suspended, run_resumed, step_requeued and step_held (durable runs, crash recovery and
+       humans); step_started records the idempotency key; approval_requested carries the proposed
+       plan and may concern an uncertain effect; approval_decided may carry a choice, an output or
+       an edited plan. Version 1 logs load unchanged.
 """
 
 from __future__ import annotations
@@ -32,11 +36,15 @@ __all__ = [
     "PlannerOutputRejected",
     "PlanningStarted",
     "RunFinished",
+    "RunResumed",
     "RunStarted",
+    "RunSuspended",
     "StallDetected",
     "StepAttemptFailed",
     "StepCancelled",
     "StepFailed",
+    "StepHeld",
+    "StepRequeued",
     "StepStarted",
     "StepSucceeded",
     "ToolCalled",
@@ -44,7 +52,8 @@ __all__ = [
     "load_event",
 ]
 
-EVENT_SCHEMA_VERSION = 1
+EVENT_SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 PlanTrigger = Literal["initial", "failure", "after_step", "turn", "human"]
 
@@ -60,6 +69,9 @@ class RunStarted:
     replan: str = "on_failure"
     budget: dict[str, float | int | None]
     tools: tuple[str, ...] = ()
+    config: dict[str, Any] = field(default_factory=dict)
+    """How the run was set up, as far as data can say: tool specs, executors, limits, and for runs
+    started from the command line the model strings and tool references to rebuild the agent."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -113,15 +125,25 @@ class PlanProposed:
     """In-flight steps this version made obsolete."""
 
 
+ApprovalSubject = Literal["plan", "step", "effect"]
+"""``plan``: a plan version before it runs; ``step``: a step before it runs; ``effect``: a
+side-effecting call that may or may not have happened (the process stopped during it)."""
+
+EffectChoice = Literal["retry", "skip", "done"]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ApprovalRequested:
     kind: Literal["approval_requested"] = "approval_requested"
     at: float
     approval_id: str
-    subject: Literal["plan", "step"]
+    subject: ApprovalSubject
     step_id: str | None = None
     plan_version: int | None = None
+    """For a plan: the version asked about; for a step or an effect: the version its record is from."""
     reason: str = ""
+    plan: Plan | None = None
+    """For a plan: the plan asked about, so that the question survives a restart."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -132,6 +154,12 @@ class ApprovalDecided:
     approved: bool
     by: str = "human"
     reason: str = ""
+    choice: EffectChoice | None = None
+    """For an uncertain effect: run the call again, skip the step (it fails), or mark it done."""
+    output: Any = None
+    """For an effect marked done: the step's output, as the human gives it."""
+    edited_plan: Plan | None = None
+    """For a plan: the plan the human approved instead (it becomes a version authored by a human)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -143,6 +171,8 @@ class StepStarted:
     tool: str | None = None
     args: dict[str, Any] | None = None
     """The arguments after binding resolution."""
+    idempotency_key: str | None = None
+    """For a tool call: the key passed to the tool, the same on every retry and after a restart."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -171,6 +201,29 @@ class ToolCalled:
     error: StepError | None = None
     attempts: int = 1
     duration: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepRequeued:
+    """A step goes back to waiting to run: interrupted by a stop and safe to run again, or a human
+    chose to retry an uncertain effect."""
+
+    kind: Literal["step_requeued"] = "step_requeued"
+    at: float
+    step_id: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepHeld:
+    """A side-effecting call was under way when the process stopped and is not safe to repeat:
+    the step waits for a human to retry it, skip it or mark it done."""
+
+    kind: Literal["step_held"] = "step_held"
+    at: float
+    step_id: str
+    approval_id: str
+    reason: str
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -222,6 +275,27 @@ class StallDetected:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class RunSuspended:
+    """Nothing can go on until a human answers: the run is saved and its process may exit."""
+
+    kind: Literal["run_suspended"] = "run_suspended"
+    at: float
+    reason: str
+    approvals: tuple[str, ...] = ()
+    """The approvals it waits for."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunResumed:
+    """A run was picked up again from its log, in this or another process."""
+
+    kind: Literal["run_resumed"] = "run_resumed"
+    at: float
+    events: int
+    """How many events the log held when it was resumed."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RunFinished:
     kind: Literal["run_finished"] = "run_finished"
     at: float
@@ -240,11 +314,15 @@ Event: TypeAlias = Annotated[
     | StepStarted
     | StepAttemptFailed
     | ToolCalled
+    | StepRequeued
+    | StepHeld
     | StepSucceeded
     | StepFailed
     | StepCancelled
     | BudgetExhaustedEvent
     | StallDetected
+    | RunSuspended
+    | RunResumed
     | RunFinished,
     Field(discriminator="kind"),
 ]
@@ -261,6 +339,7 @@ def dump_event(event: Event) -> dict[str, Any]:
 def load_event(data: dict[str, Any]) -> Event:
     """Load an event dumped by any schema version so far."""
     version = data.get("v")
-    if version != EVENT_SCHEMA_VERSION:
-        raise ValueError(f"unknown event schema version {version!r} (this planexec reads 1)")
+    if version not in READABLE_VERSIONS:
+        readable = ", ".join(map(str, READABLE_VERSIONS))
+        raise ValueError(f"unknown event schema version {version!r} (this planexec reads {readable})")
     return EVENT_ADAPTER.validate_python(data["event"])

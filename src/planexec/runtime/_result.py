@@ -14,6 +14,7 @@ from planexec._errors import (
     RunFailed,
     Stalled,
     UnrecoverableError,
+    WaitingForHuman,
 )
 from planexec.models._base import Usage
 from planexec.plan._plan import Plan
@@ -30,6 +31,7 @@ _FAILURES: dict[str, type[RunFailed]] = {
     "rejected": Rejected,
     "cancelled": RunCancelled,
     "error": UnrecoverableError,
+    "waiting": WaitingForHuman,
 }
 
 
@@ -56,12 +58,17 @@ class RunResult:
 
     @classmethod
     def from_state(cls, state: RunState, events: list[Event]) -> RunResult:
-        assert state.stop is not None, "the run has not finished"
+        stop = state.stop
+        if stop is None:
+            if state.suspended is None:
+                raise ValueError("the run has neither finished nor been suspended")
+            waiting = ", ".join(state.suspended.approvals)
+            stop = StopReason(kind="waiting", detail=f"{state.suspended.reason} (approvals: {waiting})")
         return cls(
             run_id=state.run_id,
             goal=state.goal,
             answer=state.answer,
-            stop=state.stop,
+            stop=stop,
             plans=tuple(state.plans),
             steps=dict(state.steps),
             superseded=tuple(state.superseded),

@@ -7,7 +7,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from planexec._errors import Problem, UsageError
 from planexec.plan._plan import Plan
@@ -59,11 +59,12 @@ class Limits:
 
 @dataclass(frozen=True, kw_only=True)
 class ApprovalRequest:
-    """What a human is asked to approve: a plan version, or one step before it runs."""
+    """What a human is asked: to approve a plan version or a step before it runs, or what to do
+    about a side-effecting call that may or may not have happened (``subject="effect"``)."""
 
     approval_id: str
     run_id: str
-    subject: Literal["plan", "step"]
+    subject: Literal["plan", "step", "effect"]
     reason: str
     plan: Plan | None = None
     step: Step | None = None
@@ -71,9 +72,15 @@ class ApprovalRequest:
 
 @dataclass(frozen=True, kw_only=True)
 class ApprovalDecision:
+    """A human's answer. For a plan, ``edited_plan`` approves a changed plan instead; for an
+    uncertain effect, ``choice`` says what to do (``output`` is the step's result when ``done``)."""
+
     approved: bool
     reason: str = ""
     by: str = "human"
+    choice: Literal["retry", "skip", "done"] | None = None
+    output: Any = None
+    edited_plan: Plan | None = None
 
 
 Approver = Callable[[ApprovalRequest], Awaitable[ApprovalDecision | bool]]
@@ -81,12 +88,24 @@ Approver = Callable[[ApprovalRequest], Awaitable[ApprovalDecision | bool]]
 
 @dataclass(frozen=True, kw_only=True)
 class Approvals:
-    """Who approves, and what. ``plan``: every plan version; ``steps``: ``sensitive`` (steps whose
-    tool is sensitive or whose policy is ``always``), ``all``, or ``none``."""
+    """Who approves, and what. ``approver``: a callback asked in this process; ``deferred``: no
+    callback, questions wait in the run's log. ``plan``: every plan version; ``steps``:
+    ``sensitive`` (steps whose tool is sensitive or whose policy is ``always``), ``all``, or
+    ``none``. Uncertain effects after a restart are always asked, whatever these say."""
 
     approver: Approver | None = None
+    deferred: bool = False
+    """With no approver: save each question in the run's log, to be answered later from anywhere
+    (``Run.decide``, ``planexec approve``). Needs a store. Off: with no approver, steps that need
+    a human are refused."""
     plan: bool = False
     steps: Literal["sensitive", "all", "none"] = "sensitive"
+    when_waiting: Literal["suspend", "wait"] = "suspend"
+    """When only questions in the log hold the run up: ``suspend`` saves it and ends this
+    process's part (resume it after answering); ``wait`` keeps waiting, reading the store for
+    answers other processes write."""
+    poll_interval: float = 0.5
+    """With ``wait``: how often the store is read for answers given by other processes."""
 
 
 NO_APPROVALS = Approvals()

@@ -14,18 +14,24 @@ from planexec.plan._step import Step
 from planexec.runtime._events import (
     ApprovalDecided,
     ApprovalRequested,
+    ApprovalSubject,
     BudgetExhaustedEvent,
+    EffectChoice,
     Event,
     ModelCalled,
     PlannerOutputRejected,
     PlanningStarted,
     PlanProposed,
     RunFinished,
+    RunResumed,
     RunStarted,
+    RunSuspended,
     StallDetected,
     StepAttemptFailed,
     StepCancelled,
     StepFailed,
+    StepHeld,
+    StepRequeued,
     StepStarted,
     StepSucceeded,
     ToolCalled,
@@ -34,7 +40,7 @@ from planexec.runtime._stop import StopReason
 
 __all__ = ["ApprovalRecord", "RunState", "StepRecord", "StepStatus", "canonical_call"]
 
-StepStatus = Literal["pending", "running", "succeeded", "failed", "cancelled", "dropped"]
+StepStatus = Literal["pending", "running", "held", "succeeded", "failed", "cancelled", "dropped"]
 
 
 def canonical_call(tool: str, args: Any) -> str:
@@ -78,15 +84,22 @@ class StepRecord:
 
 @dataclass(kw_only=True, slots=True)
 class ApprovalRecord:
+    """An approval asked for, and its answer once given."""
+
     approval_id: str
-    subject: Literal["plan", "step"]
+    subject: ApprovalSubject
     step_id: str | None
     plan_version: int | None
     reason: str
     requested_at: float
+    plan: Plan | None = None
     approved: bool | None = None
     by: str | None = None
     decision_reason: str = ""
+    choice: EffectChoice | None = None
+    output: Any = None
+    edited_plan: Plan | None = None
+    decided_at: float | None = None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -125,6 +138,13 @@ class RunState:
     """The planning round under way, if any."""
     stalls: list[StallDetected] = field(default_factory=list)
     budget_hit: BudgetExhaustedEvent | None = None
+    suspended: RunSuspended | None = None
+    """Set while the run waits for a human with its process gone; cleared when it is resumed."""
+    resumes: int = 0
+    active_time: float = 0.0
+    """Seconds the run has been running, not counting the time it was stopped between processes."""
+    last_at: float = 0.0
+    """The ``at`` of the newest event."""
     stop: StopReason | None = None
     answer: str | None = None
     events: int = 0
@@ -141,6 +161,12 @@ class RunState:
         return self.stop is not None
 
     @property
+    def status(self) -> Literal["running", "waiting", "finished"]:
+        if self.stop is not None:
+            return "finished"
+        return "waiting" if self.suspended is not None else "running"
+
+    @property
     def plan(self) -> Plan | None:
         return self.plans[-1] if self.plans else None
 
@@ -151,6 +177,10 @@ class RunState:
     def apply(self, event: Event) -> None:
         """Fold one event into the state."""
         self.events += 1
+        at = event.at
+        if self.last_at and type(event) is not RunResumed:
+            self.active_time += max(0.0, at - self.last_at)
+        self.last_at = at
         _HANDLERS[type(event)](self, event)
 
     # -- handlers, one per event kind ------------------------------------------------------
@@ -202,12 +232,14 @@ class RunState:
             plan_version=e.plan_version,
             reason=e.reason,
             requested_at=e.at,
+            plan=e.plan,
         )
 
     def _approval_decided(self, e: ApprovalDecided) -> None:
         rec = self.approvals.get(e.approval_id)
-        if rec is not None:
-            rec.approved, rec.by, rec.decision_reason = e.approved, e.by, e.reason
+        if rec is not None and rec.approved is None:
+            rec.approved, rec.by, rec.decision_reason, rec.decided_at = e.approved, e.by, e.reason, e.at
+            rec.choice, rec.output, rec.edited_plan = e.choice, e.output, e.edited_plan
 
     def _step_started(self, e: StepStarted) -> None:
         rec = self.steps[e.step_id]
@@ -226,6 +258,13 @@ class RunState:
     def _tool_called(self, e: ToolCalled) -> None:
         self.steps[e.step_id].tool_calls.append(e)
         self.tool_calls += e.attempts
+
+    def _step_requeued(self, e: StepRequeued) -> None:
+        rec = self.steps[e.step_id]
+        rec.status, rec.finished_at = "pending", None
+
+    def _step_held(self, e: StepHeld) -> None:
+        self.steps[e.step_id].status = "held"
 
     def _step_succeeded(self, e: StepSucceeded) -> None:
         rec = self.steps[e.step_id]
@@ -264,6 +303,13 @@ class RunState:
     def _stall(self, e: StallDetected) -> None:
         self.stalls.append(e)
 
+    def _run_suspended(self, e: RunSuspended) -> None:
+        self.suspended = e
+
+    def _run_resumed(self, e: RunResumed) -> None:
+        self.suspended = None
+        self.resumes += 1
+
     def _run_finished(self, e: RunFinished) -> None:
         self.stop, self.answer, self.finished_at, self.planning = e.stop, e.answer, e.at, None
         for rec in self.steps.values():
@@ -282,10 +328,14 @@ _HANDLERS: dict[type, Callable[[RunState, Any], None]] = {
     StepStarted: RunState._step_started,
     StepAttemptFailed: RunState._attempt_failed,
     ToolCalled: RunState._tool_called,
+    StepRequeued: RunState._step_requeued,
+    StepHeld: RunState._step_held,
     StepSucceeded: RunState._step_succeeded,
     StepFailed: RunState._step_failed,
     StepCancelled: RunState._step_cancelled,
     BudgetExhaustedEvent: RunState._budget_exhausted,
     StallDetected: RunState._stall,
+    RunSuspended: RunState._run_suspended,
+    RunResumed: RunState._run_resumed,
     RunFinished: RunState._run_finished,
 }

@@ -7,7 +7,10 @@ from typing import Literal
 
 __all__ = ["BudgetName", "StopKind", "StopReason"]
 
-StopKind = Literal["goal_met", "budget_exhausted", "max_replans", "stalled", "rejected", "error", "cancelled"]
+StopKind = Literal[
+    "goal_met", "budget_exhausted", "max_replans", "stalled", "rejected", "error", "cancelled", "waiting"
+]
+"""``waiting`` is not an end: the run is saved, waiting for a human's answer; resume it after."""
 
 BudgetName = Literal[
     "model_calls", "input_tokens", "output_tokens", "cost", "wall_time", "tool_calls", "steps", "replans"

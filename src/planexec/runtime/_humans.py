@@ -1,0 +1,252 @@
+"""Humans in the loop: the confidence gate, approvals of plans and steps, and uncertain effects.
+
+Every question is an ``approval_requested`` event with a stable id, and every answer an
+``approval_decided`` event, whoever gives it: the approver callback in this process, a caller of
+``Run.decide`` (an API, a web page), or another process writing the answer into the run's store
+(the CLI). Many questions can be open at once; each waits on its own future, so other branches
+keep running meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from planexec._errors import Problem, UsageError
+from planexec.executor._base import StepFailure
+from planexec.executor._outcome import StepError
+from planexec.plan._step import Step
+from planexec.runtime._events import ApprovalDecided, ApprovalRequested, Event
+from planexec.runtime._settings import ApprovalDecision, ApprovalRequest
+from planexec.runtime._state import ApprovalRecord
+
+if TYPE_CHECKING:
+    from planexec.runtime._engine import Engine
+
+__all__ = ["Humans"]
+
+
+class Humans:
+    """The engine's side of every question to a human."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._futures: dict[str, asyncio.Future[ApprovalDecision]] = {}
+        self.waiting_steps: set[str] = set()
+        """Steps whose task is blocked on a human's answer."""
+        self.planning_waits = False
+        self._callbacks: set[asyncio.Task[None]] = set()
+        self._poller: asyncio.Task[None] | None = None
+
+    @property
+    def open_questions(self) -> list[str]:
+        return list(self._futures)
+
+    # -- the gate before a step runs ---------------------------------------------------------
+
+    async def gate(self, step: Step) -> None:
+        """The confidence gate and step approvals; raises ``StepFailure`` when the step may not run."""
+        engine = self._engine
+        cfg = engine.config
+        approvals = cfg.approvals
+        can_ask = engine.can_ask_humans
+        tool = cfg.tools.get(step.tool) if step.tool is not None and step.tool in cfg.tools else None
+        sensitive = (tool is not None and tool.sensitive) or step.approval == "always"
+        low = step.confidence is not None and step.confidence < cfg.limits.confidence_threshold
+        ask = step.approval == "always" or (
+            can_ask
+            and step.approval != "never"
+            and (approvals.steps == "all" or (approvals.steps == "sensitive" and sensitive))
+        )
+        if sensitive and low:
+            if not can_ask:
+                raise StepFailure(
+                    StepError(
+                        kind="low_confidence",
+                        message=f"sensitive step not run: confidence {step.confidence:.2f} is under "
+                        f"{cfg.limits.confidence_threshold:.2f} and no human can approve it",
+                    )
+                )
+            ask = True
+        if not ask:
+            return
+        if not can_ask:
+            raise StepFailure(
+                StepError(kind="rejected", message="the step needs a human's approval and no approver is configured")
+            )
+        if sensitive and low:
+            why = f"low confidence ({step.confidence:.2f}) on a sensitive step"
+        elif tool is not None and tool.sensitive:
+            why = f"sensitive tool {tool.name}"
+        else:
+            why = f"approval policy {step.approval!r}"
+        version = engine.state.steps[step.id].plan_version
+        earlier = self._earlier(step.id, "step", version)
+        self.waiting_steps.add(step.id)
+        engine.wake()
+        try:
+            if earlier is not None and earlier.approved is not None:
+                decision = _decision_of(earlier)
+            else:
+                request = ApprovalRequest(approval_id="", run_id=engine.run_id, subject="step", step=step, reason=why)
+                decision = await self.ask(request, version=version, existing=earlier)
+        finally:
+            self.waiting_steps.discard(step.id)
+        if not decision.approved:
+            raise StepFailure(StepError(kind="rejected", message=f"a human rejected the step: {decision.reason}"))
+
+    def _earlier(self, step_id: str, subject: str, version: int) -> ApprovalRecord | None:
+        """The newest question already asked about this step in this plan version (after a restart)."""
+        found = None
+        for rec in self._engine.state.approvals.values():
+            if rec.subject == subject and rec.step_id == step_id and rec.plan_version == version:
+                found = rec
+        return found
+
+    # -- asking, and answers from anywhere ---------------------------------------------------
+
+    async def ask(
+        self, request: ApprovalRequest, *, version: int | None, existing: ApprovalRecord | None = None
+    ) -> ApprovalDecision:
+        """Ask (or, after a restart, ask again under the same id) and wait for the answer."""
+        engine = self._engine
+        if existing is not None:
+            approval_id = existing.approval_id
+        else:
+            approval_id = engine.new_id()
+            engine.emit(
+                ApprovalRequested(
+                    at=engine.now(),
+                    approval_id=approval_id,
+                    subject=request.subject,
+                    step_id=request.step.id if request.step else None,
+                    plan_version=version,
+                    reason=request.reason,
+                    plan=request.plan if request.subject == "plan" else None,
+                )
+            )
+        request = ApprovalRequest(
+            approval_id=approval_id,
+            run_id=request.run_id,
+            subject=request.subject,
+            reason=request.reason,
+            plan=request.plan,
+            step=request.step,
+        )
+        future: asyncio.Future[ApprovalDecision] = asyncio.get_running_loop().create_future()
+        self._futures[approval_id] = future
+        approver = engine.config.approvals.approver
+        if engine.replay is not None and not engine.replay.live:
+            task = asyncio.create_task(engine.replay.decision(engine, approval_id), name=f"approval:{approval_id}")
+            self._callbacks.add(task)
+            task.add_done_callback(self._callbacks.discard)
+        elif approver is not None:
+            task = asyncio.create_task(self._ask_callback(request), name=f"approval:{approval_id}")
+            self._callbacks.add(task)
+            task.add_done_callback(self._callbacks.discard)
+        elif engine.journal is not None:
+            await engine.journal.flush()  # the question is saved before anyone is expected to answer it
+            if engine.config.approvals.when_waiting == "wait":
+                self._watch_store()
+        try:
+            return await future
+        finally:
+            self._futures.pop(approval_id, None)
+
+    async def _ask_callback(self, request: ApprovalRequest) -> None:
+        approver = self._engine.config.approvals.approver
+        assert approver is not None
+        answer = await approver(request)
+        decision = answer if isinstance(answer, ApprovalDecision) else ApprovalDecision(approved=bool(answer))
+        if request.approval_id in self._futures:
+            self.decide(request.approval_id, decision)
+
+    def decide(self, approval_id: str, decision: ApprovalDecision) -> None:
+        """Record a human's answer (from this process) and release whoever waits for it."""
+        engine = self._engine
+        record = engine.state.approvals.get(approval_id)
+        if record is None:
+            raise UsageError(f"run {engine.run_id} has no approval {approval_id!r}")
+        problems = check_decision(record, decision)
+        if problems:
+            raise UsageError(f"invalid answer to approval {approval_id}", problems)
+        engine.emit(
+            ApprovalDecided(
+                at=engine.now(),
+                approval_id=approval_id,
+                approved=decision.approved,
+                by=decision.by,
+                reason=decision.reason,
+                choice=decision.choice,
+                output=decision.output,
+                edited_plan=decision.edited_plan,
+            )
+        )
+        self._release(approval_id)
+
+    def answered_elsewhere(self, events: list[Event]) -> None:
+        """Answers another process wrote into the store: they are in the log; release the waiters."""
+        for e in events:
+            if isinstance(e, ApprovalDecided):
+                self._release(e.approval_id)
+
+    def _release(self, approval_id: str) -> None:
+        future = self._futures.get(approval_id)
+        record = self._engine.state.approvals.get(approval_id)
+        if future is not None and not future.done() and record is not None and record.approved is not None:
+            future.set_result(_decision_of(record))
+
+    def _watch_store(self) -> None:
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.create_task(self._poll(), name=f"approvals:{self._engine.run_id}")
+
+    async def _poll(self) -> None:
+        engine = self._engine
+        journal = engine.journal
+        assert journal is not None
+        while self._futures:
+            await asyncio.sleep(engine.config.approvals.poll_interval)
+            await journal.catch_up()
+
+    def blocked(self) -> bool:
+        """Whether everything under way waits for a human."""
+        engine = self._engine
+        running = set(engine.running_steps)
+        if not self._futures or not running <= self.waiting_steps:
+            return False
+        return engine.planning_idle or self.planning_waits
+
+    async def close(self) -> None:
+        tasks = [*self._callbacks, *([self._poller] if self._poller is not None else [])]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def check_decision(record: ApprovalRecord, decision: ApprovalDecision) -> list[Problem]:
+    """What is wrong with ``decision`` as an answer to ``record`` (empty when nothing)."""
+    where = f"approval {record.approval_id}"
+    problems: list[Problem] = []
+    if record.approved is not None:
+        problems.append(Problem(code="decided", where=where, message="it has been answered already"))
+    if record.subject == "effect" and decision.approved and decision.choice is None:
+        problems.append(
+            Problem(code="choice", where=where, message="an uncertain effect needs a choice: retry, skip or done")
+        )
+    if record.subject != "effect" and decision.choice is not None:
+        problems.append(Problem(code="choice", where=where, message="a choice answers only an uncertain effect"))
+    if decision.edited_plan is not None and record.subject != "plan":
+        problems.append(Problem(code="edit", where=where, message="only a plan can be edited"))
+    return problems
+
+
+def _decision_of(record: ApprovalRecord) -> ApprovalDecision:
+    return ApprovalDecision(
+        approved=bool(record.approved),
+        reason=record.decision_reason,
+        by=record.by or "human",
+        choice=record.choice,
+        output=record.output,
+        edited_plan=record.edited_plan,
+    )

@@ -1,0 +1,332 @@
+"""The engine's planning rounds: ask the planner, have a human approve where asked, install the
+new plan version (cancelling in-flight steps it makes obsolete), or stop with the answer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from planexec.plan._bindings import CompiledArgs, compile_args
+from planexec.plan._checks import CheckContext, check_steps
+from planexec.plan._plan import Author, Plan, PlanDraft, Turn
+from planexec.plan._step import Step
+from planexec.planner._planner import PlannerGaveUp, PlanningContext, with_finished
+from planexec.runtime._budget import BudgetHit
+from planexec.runtime._events import (
+    BudgetExhaustedEvent,
+    PlannerOutputRejected,
+    PlanningStarted,
+    PlanProposed,
+    PlanTrigger,
+    StepCancelled,
+)
+from planexec.runtime._replay import RecordedError
+from planexec.runtime._settings import ApprovalDecision, ApprovalRequest
+from planexec.runtime._state import ApprovalRecord
+from planexec.runtime._stop import StopReason
+
+if TYPE_CHECKING:
+    from planexec.runtime._engine import Engine
+
+__all__ = ["PlanDone", "PlanKind", "Planning"]
+
+PlanKind = Literal["initial", "failure", "after_step", "turn", "finish"]
+
+
+class Stop(Exception):
+    """Internal signal: the run ends with ``reason`` (and ``answer`` when the goal was met)."""
+
+    def __init__(self, reason: StopReason, answer: str | None = None) -> None:
+        self.reason = reason
+        self.answer = answer
+        super().__init__(str(reason))
+
+
+@dataclass(slots=True)
+class PlanDone:
+    """A planning round's outcome, as it reaches the loop."""
+
+    kind: PlanKind
+    result: PlanDraft | Turn | str | None = None
+    failed_at_start: frozenset[str] = frozenset()
+    gave_up: PlannerGaveUp | None = None
+    budget: BudgetHit | None = None
+    rejected: str | None = None
+    edited: Plan | None = None
+    approver: str = "human"
+    crash: BaseException | None = None
+
+
+class Planning:
+    """Owns the one planning task a run has at a time."""
+
+    def __init__(self, engine: Engine, checks: CheckContext, executor_docs: dict[str, str]) -> None:
+        self._engine = engine
+        self._checks = checks
+        self._executor_docs = executor_docs
+        self.task: asyncio.Task[None] | None = None
+        self.after_step_wanted = False
+        self.last_failure_patch: str | None = None
+        self.compiled: dict[str, tuple[Step, CompiledArgs]] = {}
+
+    @property
+    def idle(self) -> bool:
+        return self.task is None
+
+    def start(self, kind: PlanKind, why: str, *, announce: bool = True) -> None:
+        engine = self._engine
+        state = engine.state
+        if kind in ("failure", "turn") and state.rounds_since_progress >= engine.config.limits.stall_rounds:
+            engine.stall("no_progress", f"no step finished in the last {state.rounds_since_progress} planning rounds")
+        if kind == "after_step":
+            self.after_step_wanted = False
+        failed = frozenset(engine.unaddressed)
+        if announce:
+            engine.emit(PlanningStarted(at=engine.now(), trigger=kind, why=why))
+        self.task = asyncio.create_task(self._plan(kind, why, failed), name=f"planner:{kind}")
+
+    def resume_approval(self, kind: PlanKind, plan: Plan, approval_id: str) -> None:
+        """After a restart: wait again for the answer about a plan the planner already proposed."""
+        engine = self._engine
+        record = engine.state.approvals[approval_id]
+        steps = [s for s in plan.steps if engine.state.steps.get(s.id) is None or not _done(engine, s.id)]
+        draft = PlanDraft(reason=plan.reason, steps=steps)
+        failed = frozenset(engine.unaddressed)
+
+        async def wait() -> None:
+            done = PlanDone(kind=kind, result=draft, failed_at_start=failed)
+            request = ApprovalRequest(
+                approval_id=approval_id, run_id=engine.run_id, subject="plan", plan=plan, reason=record.reason
+            )
+            await self._approve(done, request, plan.version, record)
+            engine.queue.put_nowait(done)
+
+        self.task = asyncio.create_task(wait(), name="planner:approval")
+
+    def _context(self) -> PlanningContext:
+        engine = self._engine
+        budget = engine.config.budget
+        max_steps = None if budget.steps is None else budget.steps - engine.state.steps_started
+        return PlanningContext(
+            goal=engine.goal,
+            constraints=engine.constraints,
+            state=engine.state,
+            tools=engine.config.tools,
+            executors=self._executor_docs,
+            checks=with_finished(self._checks, engine.state, max_steps),
+            budget_left=budget.left(engine.state, engine.now()),
+            call=lambda model, request: engine.call_model("planner", model, request, None),
+            rejected=lambda attempt, problems: engine.emit(
+                PlannerOutputRejected(at=engine.now(), attempt=attempt, problems=tuple(problems))
+            ),
+        )
+
+    async def _plan(self, kind: PlanKind, why: str, failed: frozenset[str]) -> None:
+        engine = self._engine
+        planner = engine.config.planner
+        done = PlanDone(kind=kind, failed_at_start=failed)
+        try:
+            ctx = self._context()
+            if planner.policy == "step" and kind != "finish":
+                done.result = await planner.turn(ctx)
+            elif kind == "initial":
+                done.result = await planner.propose(ctx)
+            elif kind in ("failure", "after_step"):
+                done.result = await planner.patch(ctx, why)
+            else:
+                done.result = await planner.finish(ctx)
+            approvals = engine.config.approvals
+            steps = _proposed_steps(done.result)
+            if approvals.plan and steps is not None and engine.can_ask_humans:
+                plan = self.next_plan(steps, reason=_reason(done.result))
+                request = ApprovalRequest(approval_id="", run_id=engine.run_id, subject="plan", plan=plan, reason=why)
+                await self._approve(done, request, plan.version, None)
+        except PlannerGaveUp as e:
+            done.gave_up = e
+        except BudgetHit as hit:
+            done.budget = hit
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            done.crash = e
+        engine.queue.put_nowait(done)
+
+    async def _approve(
+        self, done: PlanDone, request: ApprovalRequest, version: int, existing: ApprovalRecord | None
+    ) -> None:
+        humans = self._engine.humans
+        if existing is not None and existing.approved is not None:  # answered before a restart
+            decision = ApprovalDecision(
+                approved=existing.approved,
+                reason=existing.decision_reason,
+                by=existing.by or "human",
+                edited_plan=existing.edited_plan,
+            )
+        else:
+            humans.planning_waits = True
+            self._engine.wake()
+            try:
+                decision = await humans.ask(request, version=version, existing=existing)
+            finally:
+                humans.planning_waits = False
+        if not decision.approved:
+            done.rejected = decision.reason or "no reason given"
+        elif decision.edited_plan is not None:
+            done.edited = decision.edited_plan
+            done.approver = decision.by
+
+    def done(self, done: PlanDone) -> None:
+        """Act on a planning round's outcome: install a plan, stop, or plan again."""
+        engine = self._engine
+        self.task = None
+        if done.budget is not None:
+            engine.budget_stop(done.budget)
+        if done.crash is not None:
+            crash = done.crash
+            text = str(crash) if isinstance(crash, RecordedError) else f"{type(crash).__name__}: {crash}"
+            detail = f"the planner failed: {text}"
+            raise Stop(StopReason(kind="error", detail=detail))
+        if done.gave_up is not None:
+            self._gave_up(done.gave_up)
+        if done.rejected is not None:
+            raise Stop(StopReason(kind="rejected", detail=f"a human rejected the plan: {done.rejected}"))
+        result = done.result
+        if isinstance(result, str):
+            raise Stop(StopReason(kind="goal_met", detail="the planner gave the final answer"), answer=result)
+        if isinstance(result, Turn):
+            if result.stop:
+                raise Stop(StopReason(kind="goal_met", detail=result.thought or "the planner stopped"), result.answer)
+            assert result.step is not None
+            trigger: PlanTrigger = (
+                "initial" if done.kind == "initial" else "failure" if done.failed_at_start else "turn"
+            )
+            steps: list[Step] = [result.step]
+            author: Author = "planner"
+            reason = result.thought
+            if done.edited is not None:
+                steps, author, reason = self._edited(done)
+            self.install(steps, trigger, reason, done.failed_at_start, author=author)
+            return
+        assert isinstance(result, PlanDraft)
+        if set(engine.unaddressed) - done.failed_at_start:
+            engine.replan_for_failures()  # steps failed while the planner worked: its plan is stale
+            return
+        if done.kind == "failure":
+            fingerprint = json.dumps([s.model_dump(mode="json") for s in result.steps], sort_keys=True)
+            if fingerprint == self.last_failure_patch:
+                engine.stall("identical_patch", "the planner proposed the same patch again")
+            self.last_failure_patch = fingerprint
+        trigger = "initial" if done.kind == "initial" else "failure" if done.kind == "failure" else "after_step"
+        steps, author, reason = result.steps, "planner", result.reason
+        if done.edited is not None:
+            steps, author, reason = self._edited(done)
+        self.install(steps, trigger, reason, done.failed_at_start, author=author)
+        if engine.unaddressed:
+            engine.replan_for_failures()
+        elif self.after_step_wanted and engine.running_steps:
+            self.start("after_step", "steps finished while planning")
+
+    def _gave_up(self, gave_up: PlannerGaveUp) -> None:
+        engine = self._engine
+        problems = gave_up.problems
+        step_budget = [p for p in problems if p.code == "budget_steps"]
+        if step_budget and engine.config.budget.steps is not None:
+            limit = engine.config.budget.steps
+            engine.emit(
+                BudgetExhaustedEvent(at=engine.now(), budget="steps", limit=limit, used=engine.state.steps_started)
+            )
+            raise Stop(StopReason(kind="budget_exhausted", budget="steps", detail=step_budget[0].message))
+        repairs = engine.config.planner.max_repairs
+        detail = f"the planner's output was still invalid after {repairs} repair(s): " + "; ".join(map(str, problems))
+        raise Stop(StopReason(kind="error", detail=detail))
+
+    def _edited(self, done: PlanDone) -> tuple[list[Step], Author, str]:
+        """A human's edit of the proposed plan: its unfinished steps, checked like the planner's."""
+        engine = self._engine
+        assert done.edited is not None
+        steps = [s for s in done.edited.steps if not _done(engine, s.id)]
+        budget = engine.config.budget
+        max_steps = None if budget.steps is None else budget.steps - engine.state.steps_started
+        problems = check_steps(steps, with_finished(self._checks, engine.state, max_steps))
+        if problems:
+            detail = "the edited plan failed its static checks: " + "; ".join(map(str, problems))
+            raise Stop(StopReason(kind="error", detail=detail))
+        return steps, "human", done.edited.reason or f"edited by {done.approver}"
+
+    def next_plan(self, steps: list[Step], *, reason: str, author: Author = "planner") -> Plan:
+        state = self._engine.state
+        kept = [rec.step for rec in state.steps.values() if rec.status == "succeeded"]
+        new_ids = {s.id for s in steps}
+        # The steps were validated when they were parsed and checked; do not validate them again.
+        return Plan.model_construct(
+            version=len(state.plans) + 1,
+            steps=(*[s for s in kept if s.id not in new_ids], *steps),
+            author=author,
+            reason=reason,
+        )
+
+    def install(
+        self,
+        steps: list[Step],
+        trigger: PlanTrigger,
+        reason: str,
+        addressed: frozenset[str],
+        *,
+        author: Author = "planner",
+    ) -> None:
+        engine = self._engine
+        plan = self.next_plan(steps, reason=reason, author=author)
+        new = {s.id: s for s in steps}
+        running = engine.running_steps
+        obsolete = [sid for sid in running if sid not in new or new[sid] != engine.state.steps[sid].step]
+        for sid in obsolete:
+            engine.cancel_step(sid)
+            engine.emit(StepCancelled(at=engine.now(), step_id=sid, reason=f"obsolete after plan v{plan.version}"))
+        engine.emit(PlanProposed(at=engine.now(), plan=plan, trigger=trigger, cancelled=tuple(obsolete)))
+        engine.unaddressed[:] = [sid for sid in engine.unaddressed if sid not in addressed]
+        self.load(plan)
+
+    def load(self, plan: Plan) -> None:
+        """Index a plan version for dispatch: steps still to run, bindings compiled once."""
+        engine = self._engine
+        state = engine.state
+        running = engine.running_steps
+        waiting = set()
+        for s in plan.steps:
+            if state.steps[s.id].status == "pending" and s.id not in running:
+                waiting.add(s.id)
+                cached = self.compiled.get(s.id)
+                if cached is None or cached[0] is not s:
+                    self.compiled[s.id] = (s, compile_args(s.args))
+        succeeded = {sid for sid, rec in state.steps.items() if rec.status == "succeeded"}
+        engine.ready.load(plan.steps, succeeded, waiting)
+
+    def compiled_args(self, step: Step) -> CompiledArgs:
+        cached = self.compiled.get(step.id)
+        if cached is None or cached[0] is not step:
+            cached = (step, compile_args(step.args))
+            self.compiled[step.id] = cached
+        return cached[1]
+
+
+def _done(engine: Engine, step_id: str) -> bool:
+    rec = engine.state.steps.get(step_id)
+    return rec is not None and rec.status == "succeeded"
+
+
+def _proposed_steps(result: PlanDraft | Turn | str | None) -> list[Step] | None:
+    if isinstance(result, PlanDraft):
+        return result.steps
+    if isinstance(result, Turn) and not result.stop and result.step is not None:
+        return [result.step]
+    return None
+
+
+def _reason(result: PlanDraft | Turn | str | None) -> str:
+    if isinstance(result, PlanDraft):
+        return result.reason
+    if isinstance(result, Turn):
+        return result.thought
+    return ""

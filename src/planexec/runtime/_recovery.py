@@ -1,0 +1,83 @@
+"""Picking a run up from its log after its process stopped (a crash, a kill, a suspension).
+
+Finished steps are never run again. A step that was under way when the process stopped is run
+again only when that is safe: it has no side effect, or its tool is idempotent (it is called with
+the same idempotency key). Any other is held for a human — retry, skip, or mark done — and never
+silently repeated. A planning round under way is asked again; a plan waiting for approval waits
+again under the same approval id.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from planexec.runtime._events import ApprovalRequested, StepHeld, StepRequeued
+
+if TYPE_CHECKING:
+    from planexec.runtime._engine import Engine
+
+__all__ = ["restore"]
+
+
+def restore(engine: Engine) -> None:
+    state = engine.state
+    plan = state.plan
+    if plan is not None:
+        for step in plan.steps:
+            rec = state.steps[step.id]
+            if rec.status != "running":
+                continue
+            tools = engine.config.tools
+            idempotent = step.tool is not None and step.tool in tools and tools.get(step.tool).idempotent
+            if not engine.side_effecting(step):
+                engine.emit(StepRequeued(at=engine.now(), step_id=step.id, reason="interrupted; it has no side effect"))
+            elif idempotent:
+                reason = "interrupted; its tool is idempotent and is called again with the same key"
+                engine.emit(StepRequeued(at=engine.now(), step_id=step.id, reason=reason))
+            else:
+                approval_id = engine.new_id()
+                reason = (
+                    f"effect uncertain: the process stopped while {step.id} ({step.tool or step.executor}) was "
+                    "running, and its effect is not safe to repeat: retry, skip, or mark done"
+                )
+                engine.emit(
+                    ApprovalRequested(
+                        at=engine.now(),
+                        approval_id=approval_id,
+                        subject="effect",
+                        step_id=step.id,
+                        plan_version=rec.plan_version,
+                        reason=reason,
+                    )
+                )
+                engine.emit(StepHeld(at=engine.now(), step_id=step.id, approval_id=approval_id, reason=reason))
+        engine.unaddressed[:] = [s.id for s in plan.steps if state.steps[s.id].status == "failed"]
+        engine.planning.load(plan)
+        for step in plan.steps:
+            if state.steps[step.id].status == "held":
+                engine.start_step(step, held=_held_by(engine, step.id))
+
+    if state.planning is not None:
+        trigger = state.planning.trigger
+        asked = [
+            a
+            for a in state.approvals.values()
+            if a.subject == "plan" and a.plan is not None and a.requested_at >= state.planning.at
+        ]
+        if asked and asked[-1].approved is not False and asked[-1].plan is not None:
+            engine.planning.resume_approval(trigger, asked[-1].plan, asked[-1].approval_id)
+        else:
+            engine.planning.start(trigger, f"resumed: {state.planning.why}")
+    elif plan is None:
+        engine.planning.start("initial", "the run started")
+    elif engine.unaddressed:
+        engine.replan_for_failures()
+
+
+def _held_by(engine: Engine, step_id: str) -> str:
+    """The approval that holds ``step_id``: the newest question about its effect."""
+    found = ""
+    for a in engine.state.approvals.values():
+        if a.subject == "effect" and a.step_id == step_id:
+            found = a.approval_id
+    return found

@@ -1,0 +1,230 @@
+"""Replay: run the engine again over a recorded log, with no model and no tool called.
+
+Everything that came from outside the engine — model responses, tool outcomes and verdicts,
+humans' answers, the clock, new ids, a wall-time stop or a cancellation — is served from the log,
+each when the log says it happened. Everything the engine decides — plans installed, steps
+started, failures routed, stalls, budgets, stop reasons — is decided again and compared, event
+by event, with the log. A faithful replay reproduces the log exactly.
+
+From a chosen event on (``fork_at``), or from a step whose outcome is replaced by an injected
+fault, the replay stops serving the log and the run goes on live, with the models and tools of
+the agent that forks it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from planexec.executor._outcome import ErrorKind, StepError, Verdict
+from planexec.models._base import ModelResponse
+from planexec.runtime._budget import BudgetHit
+from planexec.runtime._events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    BudgetExhaustedEvent,
+    Event,
+    ModelCalled,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    StepAttemptFailed,
+    StepCancelled,
+    StepFailed,
+    StepSucceeded,
+    ToolCalled,
+)
+
+if TYPE_CHECKING:
+    from planexec.plan._step import Step
+    from planexec.runtime._engine import Engine
+
+__all__ = ["Divergence", "Fault", "RecordedError", "Replayer", "StepOutcome"]
+
+WATCHDOG_SECONDS = 5.0
+"""A replay serves everything at once; a log position that does not move for this long means the
+engine took another path than the log."""
+
+
+class Divergence(Exception):
+    """The engine decided something other than what the log records."""
+
+    def __init__(self, index: int, expected: Event | None, got: Event | None) -> None:
+        self.index = index
+        self.expected = expected
+        self.got = got
+        want = expected.kind if expected is not None else "the end of the log"
+        have = got.kind if got is not None else "nothing"
+        super().__init__(f"event {index + 1}: the log has {want}, the replay produced {have}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fault:
+    """Fail ``step_id`` (its first run in the log) with ``kind`` instead of its recorded outcome."""
+
+    step_id: str
+    kind: ErrorKind = "tool_error"
+    message: str = "fault injected by replay"
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    output: Any = None
+    verdict: Verdict | None = None
+    error: StepError | None = None
+    attempts: int = 1
+    budget: BudgetHit | None = None
+
+
+@dataclass
+class Replayer:
+    log: list[Event]
+    fork_at: int | None = None
+    """Serve the log up to this many events, then go on live (None: replay the whole log)."""
+    fault: Fault | None = None
+    cursor: int = 0
+    divergence: Divergence | None = None
+    abort: Callable[[], None] | None = None
+    """Called once, on the first divergence: the driver stops the engine."""
+    _moved: asyncio.Condition = field(default_factory=asyncio.Condition)
+    _ids: list[str] = field(default_factory=list)
+    _served_faults: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._ids = [e.approval_id for e in self.log if isinstance(e, ApprovalRequested)]
+
+    @property
+    def live(self) -> bool:
+        limit = len(self.log) if self.fork_at is None else self.fork_at
+        return self.cursor >= limit
+
+    @property
+    def forking(self) -> bool:
+        return self.fork_at is not None
+
+    # -- what the engine asks of the outside -------------------------------------------------
+
+    def now(self) -> float:
+        return self.log[self.cursor].at if self.cursor < len(self.log) else self.log[-1].at
+
+    def new_id(self) -> str:
+        used = sum(1 for e in self.log[: self.cursor] if isinstance(e, ApprovalRequested))
+        return self._ids[used] if used < len(self._ids) else f"replay-{used}"
+
+    def check(self, event: Event) -> None:
+        """Compare an event the engine emits with the log; advance. After a divergence, nothing
+        is compared any more: the driver is stopping the engine."""
+        if self.live or self.divergence is not None:
+            return
+        expected = self.log[self.cursor]
+        if not _same(expected, event, loose=self.forking and self.cursor == 0):
+            self._diverged(Divergence(self.cursor, expected, event))
+            return
+        self.cursor += 1
+        self._notify()
+
+    def _diverged(self, divergence: Divergence) -> None:
+        if self.divergence is None:
+            self.divergence = divergence
+            if self.abort is not None:
+                self.abort()
+        self._notify()
+
+    def _notify(self) -> None:
+        async def notify() -> None:
+            async with self._moved:
+                self._moved.notify_all()
+
+        asyncio.get_running_loop().create_task(notify())
+
+    async def _until(self, wanted: Any) -> Event:
+        """Wait until the event at the cursor satisfies ``wanted``; return it."""
+        async with self._moved:
+            while True:
+                if self.divergence is not None:
+                    raise self.divergence
+                if self.cursor < len(self.log) and not self.live and wanted(self.log[self.cursor]):
+                    return self.log[self.cursor]
+                try:
+                    await asyncio.wait_for(self._moved.wait(), WATCHDOG_SECONDS)
+                except TimeoutError:
+                    expected = self.log[self.cursor] if self.cursor < len(self.log) else None
+                    self._diverged(Divergence(self.cursor, expected, None))
+                    assert self.divergence is not None
+                    raise self.divergence from None
+
+    async def model_call(self, engine: Engine, role: str, purpose: str, step_id: str | None) -> ModelResponse:
+        event = await self._until(
+            lambda e: isinstance(e, ModelCalled) and e.role == role and e.purpose == purpose and e.step_id == step_id
+        )
+        assert isinstance(event, ModelCalled)
+        engine.emit(event)
+        if event.response is None:
+            raise RecordedError(event.error or "the model failed")
+        return event.response
+
+    async def step_outcome(self, engine: Engine, step: Step) -> StepOutcome:
+        """Re-emit what happened inside the step, then hand back how it ended."""
+        if self.fault is not None and self.fault.step_id == step.id and step.id not in self._served_faults:
+            self._served_faults.add(step.id)
+            self.fork_at = self.cursor  # from here on, the run is live
+            return StepOutcome(error=StepError(kind=self.fault.kind, message=self.fault.message))
+
+        def mine(e: Event) -> bool:
+            if isinstance(e, StepAttemptFailed | ToolCalled | StepSucceeded | StepFailed):
+                return e.step_id == step.id
+            return isinstance(e, ModelCalled) and e.step_id == step.id
+
+        while True:
+            event = await self._until(mine)
+            if isinstance(event, StepSucceeded):
+                return StepOutcome(output=event.output, verdict=event.verdict, attempts=event.attempts)
+            if isinstance(event, StepFailed):
+                outcome = StepOutcome(error=event.error, verdict=event.verdict, attempts=event.attempts)
+                if event.verdict is not None:
+                    outcome.output = event.output
+                if event.error.kind == "budget":
+                    outcome.budget = self._budget_after(self.cursor)
+                return outcome
+            engine.emit(event)  # attempts, tool and model calls inside the step, as they were
+
+    def _budget_after(self, index: int) -> BudgetHit:
+        for e in self.log[index:]:
+            if isinstance(e, BudgetExhaustedEvent):
+                return BudgetHit(e.budget, e.limit, e.used)
+        return BudgetHit("wall_time", 0.0, 0.0)  # a log cut short; the comparison reports it
+
+    async def decision(self, engine: Engine, approval_id: str) -> None:
+        """Serve a human's recorded answer when the log reaches it."""
+        event = await self._until(lambda e: isinstance(e, ApprovalDecided) and e.approval_id == approval_id)
+        assert isinstance(event, ApprovalDecided)
+        engine.emit(event)
+        engine.humans.answered_elsewhere([event])
+
+    async def external_stops(self, engine: Engine) -> None:
+        """A wall-time stop or a cancellation came from outside the engine: copy it from the log."""
+
+        def external(e: Event) -> bool:
+            if isinstance(e, BudgetExhaustedEvent):
+                return e.budget == "wall_time"
+            if isinstance(e, StepCancelled):
+                return e.reason == "run cancelled"
+            return isinstance(e, RunFinished) and e.stop.kind == "cancelled"
+
+        try:
+            await self._until(lambda e: external(e) or isinstance(e, RunResumed))
+        except Divergence:
+            return  # the engine reports it
+        engine.end_as_recorded(self.log[self.cursor :])
+
+
+class RecordedError(Exception):
+    """A model call that failed when the run was recorded; ``str`` is the recorded text."""
+
+
+def _same(expected: Event, got: Event, *, loose: bool) -> bool:
+    if loose and isinstance(expected, RunStarted) and isinstance(got, RunStarted):
+        return (expected.goal, expected.constraints) == (got.goal, got.constraints)
+    return expected == got

@@ -1,0 +1,156 @@
+"""The context a step's executor works in: every tool and model call goes through the run."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, Literal
+
+from planexec.executor._base import StepFailure
+from planexec.executor._outcome import StepError
+from planexec.models._base import Model, ModelRequest, ModelResponse, ToolCall
+from planexec.plan._step import Step
+from planexec.runtime._budget import BudgetHit
+from planexec.runtime._events import StepAttemptFailed, ToolCalled
+from planexec.tools._tool import Tool, ToolContext, call_with_timeout
+from planexec.tools._toolset import Toolset
+
+if TYPE_CHECKING:
+    from planexec.runtime._engine import Engine
+
+__all__ = ["StepCtx"]
+
+
+class StepCtx:
+    """The :class:`StepContext` an executor gets: calls go through the engine's checks and log."""
+
+    __slots__ = ("_engine", "attempts", "step")
+
+    def __init__(self, engine: Engine, step: Step) -> None:
+        self._engine = engine
+        self.step = step
+        self.attempts = 1
+
+    @property
+    def run_id(self) -> str:
+        return self._engine.run_id
+
+    @property
+    def tools(self) -> Toolset:
+        return self._engine.config.tools
+
+    async def call_model(self, model: Model, request: ModelRequest) -> ModelResponse:
+        role = "judge" if request.purpose == "judge" else "executor"
+        return await self._engine.call_model(role, model, request, self.step.id)
+
+    def refuse_tool_call(self, call: ToolCall, error: StepError) -> None:
+        engine = self._engine
+        engine.emit(
+            ToolCalled(
+                at=engine._clock(),
+                step_id=self.step.id,
+                call_id=call.id,
+                tool=call.name,
+                args=call.arguments,
+                error=error,
+                attempts=0,
+            )
+        )
+
+    async def call_tool(self, tool: Tool, args: dict[str, Any], *, call_id: str | None = None) -> Any:
+        """Call ``tool`` with timeout, retries and output check; every attempt counted and checked
+        against the tool-call budget before it is made."""
+        engine = self._engine
+        inner = call_id is not None
+        key = engine.idempotency_key(self.step) + (f":{call_id}" if inner else "")
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        attempt = 0
+        try:
+            while True:
+                attempt += 1
+                if inner:  # the step's own first call was checked and counted when it was dispatched
+                    engine.config.budget.check_tool_call(
+                        engine.state,
+                        engine._clock(),
+                        in_flight=engine._unstarted_tool_calls + engine._inner_tool_calls_in_flight,
+                    )
+                    engine._inner_tool_calls_in_flight += 1
+                try:
+                    output = await self._attempt(tool, args, attempt, key, inner)
+                except (asyncio.CancelledError, StepFailure, BudgetHit):
+                    raise
+                except Exception as e:
+                    error = _tool_error(tool, e)
+                    if not (tool.retry.retries(e) and attempt < tool.retry.max_attempts):
+                        raise StepFailure(error) from None
+                    delay = tool.retry.delay(attempt, engine._rng)
+                    if not inner:
+                        engine.config.budget.check_tool_call(engine.state, engine._clock())
+                        engine.emit(
+                            StepAttemptFailed(
+                                at=engine._clock(), step_id=self.step.id, attempt=attempt, error=error, retry_in=delay
+                            )
+                        )
+                        self.attempts = attempt + 1
+                    await asyncio.sleep(delay)
+                    continue
+                if inner:
+                    self._log_inner(call_id or "", tool, args, attempt, loop.time() - t0, output=output)
+                return output
+        except StepFailure as f:
+            if inner:
+                self._log_inner(call_id or "", tool, args, attempt, loop.time() - t0, error=f.error)
+            raise
+        finally:
+            if inner:
+                engine._inner_tool_calls_in_flight -= attempt
+
+    async def _attempt(self, tool: Tool, args: dict[str, Any], attempt: int, key: str, inner: bool) -> Any:
+        tctx = ToolContext(run_id=self._engine.run_id, step_id=self.step.id, attempt=attempt, idempotency_key=key)
+        limit: asyncio.Semaphore | None = None
+        if inner and tool.max_concurrency is not None:
+            limit = self._engine._inner_limits.setdefault(tool.name, asyncio.Semaphore(tool.max_concurrency))
+        if limit is None:
+            raw = await call_with_timeout(tool, args, tctx)
+        else:
+            async with limit:
+                raw = await call_with_timeout(tool, args, tctx)
+        try:
+            return tool.check_output(raw)
+        except ValueError as e:
+            message = f"the output of {tool.name} does not fit its schema: {e}"
+            raise StepFailure(StepError(kind="invalid_output", message=message)) from None
+
+    def _log_inner(
+        self,
+        call_id: str,
+        tool: Tool,
+        args: dict[str, Any],
+        attempts: int,
+        duration: float,
+        *,
+        output: Any = None,
+        error: StepError | None = None,
+    ) -> None:
+        engine = self._engine
+        engine.emit(
+            ToolCalled(
+                at=engine._clock(),
+                step_id=self.step.id,
+                call_id=call_id,
+                tool=tool.name,
+                args=args,
+                output=output,
+                error=error,
+                attempts=attempts,
+                duration=duration,
+            )
+        )
+
+
+def _tool_error(tool: Tool, e: Exception) -> StepError:
+    if isinstance(e, TimeoutError):
+        return StepError(kind="timeout", message=f"{tool.name} timed out after {tool.timeout:g}s")
+    kind: Literal["transient", "tool_error"] = "transient" if tool.retry.retries(e) else "tool_error"
+    text = str(e) or type(e).__name__
+    return StepError(kind=kind, message=f"{tool.name}: {text}")

@@ -1,0 +1,35 @@
+"""Durable run logs: one interface, three backends, redaction before anything is written.
+
+    open_store()                       # $PLANEXEC_STORE, else ~/.local/share/planexec/runs.db
+    open_store("sqlite:///tmp/r.db")   # SQLiteStore: one file, WAL, no server (the default)
+    open_store("postgresql://…")       # PostgresStore: pip install 'planexec[postgres]'
+    open_store("memory://")            # MemoryStore: for tests
+
+Every backend implements :class:`RunStore` and passes the same conformance suite.
+"""
+
+from planexec.store._base import AppendConflict, RunStatus, RunStore, RunSummary, StoredEvent
+from planexec.store._memory import MemoryStore
+from planexec.store._postgres import PostgresStore
+from planexec.store._redact import PII_RULES, SECRET_RULES, SENSITIVE_FIELDS, RedactionRule, Redactor, luhn_valid
+from planexec.store._sqlite import SQLiteStore
+from planexec.store._url import default_store_path, open_store
+
+__all__ = [
+    "PII_RULES",
+    "SECRET_RULES",
+    "SENSITIVE_FIELDS",
+    "AppendConflict",
+    "MemoryStore",
+    "PostgresStore",
+    "RedactionRule",
+    "Redactor",
+    "RunStatus",
+    "RunStore",
+    "RunSummary",
+    "SQLiteStore",
+    "StoredEvent",
+    "default_store_path",
+    "luhn_valid",
+    "open_store",
+]

@@ -1,0 +1,108 @@
+"""The store interface: append-only run logs with optimistic concurrency, listing and expiry.
+
+Every backend (memory, SQLite, PostgreSQL) implements :class:`RunStore` and passes the same
+conformance suite. A run's log is a sequence of events numbered from 1; an append names the
+sequence number it expects to follow (``expected_seq``, 0 for a new run), so two writers can
+never interleave: exactly one of two appends after the same number wins, the other gets
+:class:`AppendConflict` and must read what it missed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from planexec._errors import PlanexecError
+from planexec.runtime._events import Event
+
+__all__ = ["AppendConflict", "RunStatus", "RunStore", "RunSummary", "StoredEvent"]
+
+RunStatus = Literal["running", "waiting", "finished"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoredEvent:
+    """An event as a store holds it: its 1-based position in the run's log and the event."""
+
+    seq: int
+    event: Event
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunSummary:
+    """One row of ``list_runs``: what a listing needs without reading the whole log."""
+
+    run_id: str
+    goal: str
+    status: RunStatus
+    """``finished`` after run_finished; ``waiting`` after run_suspended (until run_resumed); else ``running``."""
+    stop_kind: str | None
+    stop_detail: str | None
+    cost: float
+    model_calls: int
+    started_at: float
+    updated_at: float
+    """The ``at`` of the newest event."""
+    finished_at: float | None
+    events: int
+    """The log's last sequence number."""
+    pending_approvals: int
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.finished_at is None else self.finished_at - self.started_at
+
+
+class AppendConflict(PlanexecError):
+    """Another writer appended to the run first: read from ``actual`` and try again."""
+
+    def __init__(self, run_id: str, expected: int, actual: int) -> None:
+        self.run_id = run_id
+        self.expected = expected
+        self.actual = actual
+        super().__init__(f"run {run_id}: expected to append after event {expected}, but the log has {actual}")
+
+
+@runtime_checkable
+class RunStore(Protocol):
+    """Where run logs live. All methods are safe to call from several tasks at once."""
+
+    async def append(self, run_id: str, events: Sequence[Event], *, expected_seq: int) -> int:
+        """Append ``events`` after event ``expected_seq`` (0: the run is new); return the new last seq.
+
+        All or nothing. Raises :class:`AppendConflict` when the log's last seq is not
+        ``expected_seq``. Secrets are redacted before anything is written.
+        """
+        ...
+
+    async def read(self, run_id: str, *, after: int = 0) -> list[StoredEvent]:
+        """The run's events with seq > ``after``, in order (empty for an unknown run)."""
+        ...
+
+    async def last_seq(self, run_id: str) -> int:
+        """The run's last seq (0 for an unknown run)."""
+        ...
+
+    async def get_run(self, run_id: str) -> RunSummary | None: ...
+
+    async def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        started_after: float | None = None,
+        limit: int = 100,
+    ) -> list[RunSummary]:
+        """Runs, newest first, optionally only those with ``status`` or started after a time."""
+        ...
+
+    async def delete(self, run_id: str) -> bool:
+        """Delete a run and its log; False when there was no such run."""
+        ...
+
+    async def expire(self, *, older_than: float) -> list[str]:
+        """Delete every run whose newest event is older than ``older_than`` (epoch seconds);
+        return their ids."""
+        ...
+
+    async def close(self) -> None: ...

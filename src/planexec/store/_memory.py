@@ -1,0 +1,90 @@
+"""MemoryStore: run logs in a dict, for tests and short-lived programs.
+
+It keeps each event as the same redacted JSON text the other backends write, so redaction and
+round trips behave exactly as they do on disk. Every method finishes without awaiting, so calls
+from many tasks on one event loop never interleave.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from planexec.runtime._events import Event
+from planexec.store._base import AppendConflict, RunStatus, RunSummary, StoredEvent
+from planexec.store._codec import decode_event, encode_events
+from planexec.store._common import StoreBase, check_list_args, check_run_id
+from planexec.store._redact import Redactor
+from planexec.store._summary import SummaryState, summarize
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore(StoreBase):
+    """Run logs in memory; gone when the process exits."""
+
+    def __init__(self, *, redactor: Redactor | None = None) -> None:
+        super().__init__(redactor=redactor)
+        self._logs: dict[str, list[str]] = {}
+        self._states: dict[str, SummaryState] = {}
+
+    def __repr__(self) -> str:
+        return f"MemoryStore(runs={len(self._logs)})"
+
+    async def append(self, run_id: str, events: Sequence[Event], *, expected_seq: int) -> int:
+        self._check_open()
+        check_run_id(run_id)
+        encoded = encode_events(events, self.redactor)
+        log = self._logs.get(run_id)
+        current = 0 if log is None else len(log)
+        if current != expected_seq:
+            raise AppendConflict(run_id, expected_seq, current)
+        if not encoded:
+            return current
+        state = summarize(
+            run_id, events, previous=self._states.get(run_id), first_seq=current + 1, clean=self.redactor.redact_text
+        )
+        self._logs.setdefault(run_id, []).extend(e.data for e in encoded)
+        self._states[run_id] = state
+        return state.summary.events
+
+    async def read(self, run_id: str, *, after: int = 0) -> list[StoredEvent]:
+        self._check_open()
+        log = self._logs.get(run_id, [])
+        start = max(after, 0)
+        return [StoredEvent(seq=start + i + 1, event=decode_event(data)) for i, data in enumerate(log[start:])]
+
+    async def last_seq(self, run_id: str) -> int:
+        self._check_open()
+        return len(self._logs.get(run_id, ()))
+
+    async def get_run(self, run_id: str) -> RunSummary | None:
+        self._check_open()
+        state = self._states.get(run_id)
+        return None if state is None else state.summary
+
+    async def list_runs(
+        self, *, status: RunStatus | None = None, started_after: float | None = None, limit: int = 100
+    ) -> list[RunSummary]:
+        self._check_open()
+        check_list_args(status, limit)
+        runs = [
+            s.summary
+            for s in self._states.values()
+            if (status is None or s.summary.status == status)
+            and (started_after is None or s.summary.started_at > started_after)
+        ]
+        runs.sort(key=lambda r: (r.started_at, r.run_id), reverse=True)
+        return runs[:limit]
+
+    async def delete(self, run_id: str) -> bool:
+        self._check_open()
+        self._states.pop(run_id, None)
+        return self._logs.pop(run_id, None) is not None
+
+    async def expire(self, *, older_than: float) -> list[str]:
+        self._check_open()
+        gone = [run_id for run_id, s in self._states.items() if s.summary.updated_at < older_than]
+        for run_id in gone:
+            del self._states[run_id]
+            del self._logs[run_id]
+        return gone

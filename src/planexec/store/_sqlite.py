@@ -1,0 +1,384 @@
+"""SQLiteStore: run logs in one SQLite file (WAL mode, no server), the default store.
+
+Several stores, threads and processes may share a file. Every append is one ``BEGIN IMMEDIATE``
+transaction that checks the run's last sequence number, inserts the batch and updates the run's
+summary row, so exactly one of two appends after the same number wins; ``(run, seq)`` is also a
+unique key. Each read is one statement, so a reader sees whole batches and never a gap.
+
+How the work is split between the event loop and a thread: a commit in WAL mode with
+``synchronous=NORMAL`` writes to the WAL without syncing, which takes microseconds — less than
+handing the work to a thread. So appends and point reads (``last_seq``, ``get_run``) run directly
+on the event loop on a connection that never waits for a lock; when the file is locked by another
+connection (another store, thread or process) the call moves to the store's own worker thread,
+whose connection waits up to ``busy_timeout`` seconds. Reading logs, listing, deleting, expiring
+and checkpointing the WAL always run in the worker thread. With ``synchronous="full"`` (each commit
+synced to disk, surviving power loss) every call runs in the worker thread.
+
+A cancelled append may still have been committed by the worker thread: read the log to find out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from planexec._errors import UsageError
+from planexec.runtime._events import Event
+from planexec.store._base import AppendConflict, RunStatus, RunSummary, StoredEvent
+from planexec.store._codec import EncodedEvent, decode_event, encode_events
+from planexec.store._common import StoreBase, check_list_args, check_run_id
+from planexec.store._redact import Redactor
+from planexec.store._summary import SUMMARY_COLUMNS, state_from_row, summarize, summary_row
+
+__all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+"""Store schema changelog (one line per version; each version adds a migration below):
+    1: planexec_schema, planexec_runs (one summary row per run), planexec_events (the logs).
+"""
+
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        """CREATE TABLE planexec_runs (
+            id INTEGER PRIMARY KEY,
+            run_id TEXT NOT NULL UNIQUE,
+            goal TEXT NOT NULL,
+            status TEXT NOT NULL,
+            stop_kind TEXT,
+            stop_detail TEXT,
+            cost REAL NOT NULL,
+            model_calls INTEGER NOT NULL,
+            started_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            finished_at REAL,
+            last_seq INTEGER NOT NULL,
+            pending_approvals INTEGER NOT NULL,
+            pending TEXT NOT NULL,
+            suspended INTEGER NOT NULL
+        )""",
+        "CREATE INDEX planexec_runs_started ON planexec_runs (started_at DESC, run_id DESC)",
+        "CREATE INDEX planexec_runs_updated ON planexec_runs (updated_at)",
+        """CREATE TABLE planexec_events (
+            run INTEGER NOT NULL,
+            seq INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            at REAL NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (run, seq)
+        )""",
+    ),
+}
+
+_COLUMNS = ", ".join(SUMMARY_COLUMNS)
+_SELECT_STATE = f"SELECT id, {_COLUMNS} FROM planexec_runs WHERE run_id = ?"
+_INSERT_RUN = f"INSERT INTO planexec_runs (run_id, {_COLUMNS}) VALUES (?, {', '.join('?' * len(SUMMARY_COLUMNS))})"
+_UPDATE_RUN = f"UPDATE planexec_runs SET {', '.join(f'{c} = ?' for c in SUMMARY_COLUMNS)} WHERE id = ?"
+_INSERT_EVENT = "INSERT INTO planexec_events (run, seq, kind, at, data) VALUES (?, ?, ?, ?, ?)"
+_READ = (
+    "SELECT seq, data FROM planexec_events WHERE run = (SELECT id FROM planexec_runs WHERE run_id = ?) "
+    "AND seq > ? ORDER BY seq"
+)
+_CHECKPOINT_EVERY = 1000
+"""Appends made on the event loop between two WAL checkpoints (run in the worker thread)."""
+
+
+def _busy(error: sqlite3.OperationalError) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(error)
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+
+
+class SQLiteStore(StoreBase):
+    """Run logs in the SQLite file at ``path`` (created, with its tables, on first use)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        redactor: Redactor | None = None,
+        busy_timeout: float = 30.0,
+        synchronous: Literal["normal", "full"] = "normal",
+    ) -> None:
+        super().__init__(redactor=redactor)
+        if synchronous not in ("normal", "full"):
+            raise UsageError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
+        self.path = Path(path)
+        self.busy_timeout = busy_timeout
+        self.synchronous = synchronous
+        self._inline = synchronous == "normal"
+        self._loop_conn: sqlite3.Connection | None = None
+        """Used on the event loop; never waits for a lock."""
+        self._worker_conn: sqlite3.Connection | None = None
+        """Used only in the worker thread; waits up to ``busy_timeout`` for a lock."""
+        self._worker: ThreadPoolExecutor | None = None
+        self._ready = False
+        self._opening: asyncio.Lock | None = None
+        self._since_checkpoint = 0
+        self._checkpoint: asyncio.Future[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r})"
+
+    # -- connections ------------------------------------------------------------------------
+
+    def _connect(self, timeout: float) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
+        except sqlite3.OperationalError as e:
+            raise UsageError(f"cannot open the SQLite store {str(self.path)!r}: {e}") from e
+        try:
+            conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _open_in_worker(self) -> None:
+        conn = self._connect(self.busy_timeout)
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            _migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._worker_conn = conn
+
+    async def _ensure_open(self) -> None:
+        self._check_open()
+        if self._ready:
+            return
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            self._check_open()
+            if self._ready:
+                return
+            if self._worker is None:
+                self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planexec-sqlite")
+            await asyncio.get_running_loop().run_in_executor(self._worker, self._open_in_worker)
+            if self._inline:
+                conn = self._connect(0)
+                conn.execute("PRAGMA wal_autocheckpoint = 0")
+                self._loop_conn = conn
+            self._ready = True
+
+    async def _in_worker(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` with the worker's connection in the worker thread."""
+        await self._ensure_open()
+        worker = self._worker
+        if worker is None:
+            raise UsageError(f"this {type(self).__name__} is closed; open a new one")
+
+        def call() -> T:
+            conn = self._worker_conn
+            if conn is None:
+                raise UsageError(f"this {type(self).__name__} is closed; open a new one")
+            return fn(conn)
+
+        return await asyncio.get_running_loop().run_in_executor(worker, call)
+
+    async def _on_loop_or_worker(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` on the event loop when the file is free, else in the worker thread."""
+        await self._ensure_open()
+        if self._loop_conn is not None:
+            try:
+                return fn(self._loop_conn)
+            except sqlite3.OperationalError as e:
+                if not _busy(e):
+                    raise
+        return await self._in_worker(fn)
+
+    # -- the store interface ----------------------------------------------------------------
+
+    async def append(self, run_id: str, events: Sequence[Event], *, expected_seq: int) -> int:
+        check_run_id(run_id)
+        encoded = encode_events(events, self.redactor)
+        await self._ensure_open()
+
+        def write(conn: sqlite3.Connection) -> int:
+            return self._append(conn, run_id, events, encoded, expected_seq)
+
+        last = await self._on_loop_or_worker(write)
+        self._after_write()
+        return last
+
+    def _append(
+        self,
+        conn: sqlite3.Connection,
+        run_id: str,
+        events: Sequence[Event],
+        encoded: list[EncodedEvent],
+        expected_seq: int,
+    ) -> int:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = conn.execute(_SELECT_STATE, (run_id,)).fetchone()
+            previous = None if row is None else state_from_row(run_id, row[1:])
+            current = 0 if previous is None else previous.summary.events
+            if current != expected_seq:
+                raise AppendConflict(run_id, expected_seq, current)
+            if not events:
+                conn.execute("ROLLBACK")
+                return current
+            state = summarize(run_id, events, previous=previous, first_seq=current + 1, clean=self.redactor.redact_text)
+            values = summary_row(state)
+            if row is None:
+                key = conn.execute(_INSERT_RUN, (run_id, *values)).lastrowid
+            else:
+                key = row[0]
+                conn.execute(_UPDATE_RUN, (*values, key))
+            conn.executemany(
+                _INSERT_EVENT, [(key, current + i, e.kind, e.at, e.data) for i, e in enumerate(encoded, start=1)]
+            )
+            conn.execute("COMMIT")
+            return state.summary.events
+        except sqlite3.IntegrityError:
+            _rollback(conn)
+            raise AppendConflict(run_id, expected_seq, _last_seq(conn, run_id)) from None
+        except BaseException:
+            _rollback(conn)
+            raise
+
+    def _after_write(self) -> None:
+        """Checkpoint the WAL in the worker thread now and then, so the event loop never does."""
+        if self._loop_conn is None or self._worker is None:
+            return
+        self._since_checkpoint += 1
+        if self._since_checkpoint < _CHECKPOINT_EVERY or (self._checkpoint is not None and not self._checkpoint.done()):
+            return
+        self._since_checkpoint = 0
+        self._checkpoint = asyncio.get_running_loop().run_in_executor(self._worker, self._checkpoint_in_worker)
+
+    def _checkpoint_in_worker(self) -> None:
+        conn = self._worker_conn
+        if conn is None:
+            return
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error:
+            return  # best effort: the next checkpoint catches up
+
+    async def read(self, run_id: str, *, after: int = 0) -> list[StoredEvent]:
+        def read(conn: sqlite3.Connection) -> list[StoredEvent]:
+            rows = conn.execute(_READ, (run_id, after)).fetchall()
+            return [StoredEvent(seq=seq, event=decode_event(data)) for seq, data in rows]
+
+        return await self._in_worker(read)
+
+    async def last_seq(self, run_id: str) -> int:
+        return await self._on_loop_or_worker(lambda conn: _last_seq(conn, run_id))
+
+    async def get_run(self, run_id: str) -> RunSummary | None:
+        def get(conn: sqlite3.Connection) -> RunSummary | None:
+            row = conn.execute(_SELECT_STATE, (run_id,)).fetchone()
+            return None if row is None else state_from_row(run_id, row[1:]).summary
+
+        return await self._on_loop_or_worker(get)
+
+    async def list_runs(
+        self, *, status: RunStatus | None = None, started_after: float | None = None, limit: int = 100
+    ) -> list[RunSummary]:
+        check_list_args(status, limit)
+        where: list[str] = []
+        params: list[Any] = []
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        if started_after is not None:
+            where.append("started_at > ?")
+            params.append(started_after)
+        sql = f"SELECT run_id, {_COLUMNS} FROM planexec_runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY started_at DESC, run_id DESC LIMIT ?"
+
+        def select(conn: sqlite3.Connection) -> list[RunSummary]:
+            rows = conn.execute(sql, (*params, limit)).fetchall()
+            return [state_from_row(row[0], row[1:]).summary for row in rows]
+
+        return await self._in_worker(select)
+
+    async def delete(self, run_id: str) -> bool:
+        return bool(await self._in_worker(lambda conn: _delete(conn, "run_id = ?", run_id)))
+
+    async def expire(self, *, older_than: float) -> list[str]:
+        return await self._in_worker(lambda conn: _delete(conn, "updated_at < ?", older_than))
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        await super().close()
+        if self._checkpoint is not None:
+            await self._checkpoint
+        worker = self._worker
+        if worker is None:
+            return
+        await asyncio.get_running_loop().run_in_executor(worker, self._close_in_worker)
+        worker.shutdown(wait=True)
+        self._worker = None
+
+    def _close_in_worker(self) -> None:
+        for conn in (self._loop_conn, self._worker_conn):
+            if conn is not None:
+                conn.close()
+        self._loop_conn = self._worker_conn = None
+
+
+def _last_seq(conn: sqlite3.Connection, run_id: str) -> int:
+    row = conn.execute("SELECT last_seq FROM planexec_runs WHERE run_id = ?", (run_id,)).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def _delete(conn: sqlite3.Connection, condition: str, value: Any) -> list[str]:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        rows = conn.execute(f"SELECT id, run_id FROM planexec_runs WHERE {condition}", (value,)).fetchall()
+        conn.executemany("DELETE FROM planexec_events WHERE run = ?", [(key,) for key, _ in rows])
+        conn.executemany("DELETE FROM planexec_runs WHERE id = ?", [(key,) for key, _ in rows])
+        conn.execute("COMMIT")
+    except BaseException:
+        _rollback(conn)
+        raise
+    return [run_id for _, run_id in rows]
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Create the tables, or bring them up to :data:`SCHEMA_VERSION`, in one transaction."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS planexec_schema "
+            "(component TEXT PRIMARY KEY, version INTEGER NOT NULL, updated_at REAL NOT NULL)"
+        )
+        row = conn.execute("SELECT version FROM planexec_schema WHERE component = 'store'").fetchone()
+        version = 0 if row is None else int(row[0])
+        if version > SCHEMA_VERSION:
+            raise UsageError(
+                f"this database has store schema version {version}, newer than this planexec knows "
+                f"({SCHEMA_VERSION}): upgrade planexec"
+            )
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in _MIGRATIONS[target]:
+                conn.execute(statement)
+        if version < SCHEMA_VERSION:
+            conn.execute(
+                "INSERT INTO planexec_schema (component, version, updated_at) VALUES ('store', ?, ?) "
+                "ON CONFLICT (component) DO UPDATE SET version = excluded.version, updated_at = excluded.updated_at",
+                (SCHEMA_VERSION, time.time()),
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        _rollback(conn)
+        raise

@@ -1,0 +1,184 @@
+"""The run summary: one pure fold from a run's events to the row that ``list_runs`` shows.
+
+Every backend keeps a summary row per run and updates it in the same transaction as each append,
+by folding the appended events into the previous summary with :func:`summarize`. The rules match
+``RunState``: ``finished`` after run_finished, ``waiting`` after run_suspended until run_resumed,
+else ``running``; cost and model calls add up over model_called events; pending approvals are
+the requested ones not yet decided.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, get_args
+
+from planexec.runtime._events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    Event,
+    ModelCalled,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    RunSuspended,
+)
+from planexec.store._base import RunStatus, RunSummary
+
+__all__ = ["SUMMARY_COLUMNS", "SummaryRow", "SummaryState", "state_from_row", "summarize", "summary_row"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SummaryState:
+    """A run's summary and the ids of its pending approvals (kept so that decisions match requests)."""
+
+    summary: RunSummary
+    pending: tuple[str, ...] = ()
+    suspended: bool = False
+
+
+def _same(text: str) -> str:
+    return text
+
+
+def summarize(
+    run_id: str,
+    events: Sequence[Event],
+    *,
+    previous: SummaryState | None = None,
+    first_seq: int = 1,
+    clean: Callable[[str], str] = _same,
+) -> SummaryState:
+    """Fold ``events`` (the log's events from ``first_seq`` on) into ``previous``.
+
+    ``clean`` is applied to the free text the summary copies from events (the goal and the stop
+    detail), so a store can redact it as it redacts the events themselves.
+    """
+    if not events:
+        if previous is None:
+            raise ValueError("summarize needs at least one event for a new run")
+        return previous
+    if previous is None:
+        first = events[0]
+        previous = SummaryState(
+            summary=RunSummary(
+                run_id=run_id,
+                goal="",
+                status="running",
+                stop_kind=None,
+                stop_detail=None,
+                cost=0.0,
+                model_calls=0,
+                started_at=first.at,
+                updated_at=first.at,
+                finished_at=None,
+                events=0,
+                pending_approvals=0,
+            )
+        )
+    s = previous.summary
+    goal, stop_kind, stop_detail, finished_at = s.goal, s.stop_kind, s.stop_detail, s.finished_at
+    started_at, cost, model_calls = s.started_at, s.cost, s.model_calls
+    pending = list(previous.pending)
+    suspended = previous.suspended
+    for event in events:
+        if isinstance(event, RunStarted):
+            goal, started_at = clean(event.goal), event.at
+        elif isinstance(event, ModelCalled):
+            cost += event.cost
+            model_calls += 1
+        elif isinstance(event, ApprovalRequested):
+            if event.approval_id not in pending:
+                pending.append(event.approval_id)
+        elif isinstance(event, ApprovalDecided):
+            if event.approval_id in pending:
+                pending.remove(event.approval_id)
+        elif isinstance(event, RunSuspended):
+            suspended = True
+        elif isinstance(event, RunResumed):
+            suspended = False
+        elif isinstance(event, RunFinished):
+            stop_kind, stop_detail, finished_at = event.stop.kind, clean(event.stop.detail), event.at
+    status: RunStatus = "finished" if stop_kind is not None else "waiting" if suspended else "running"
+    summary = replace(
+        s,
+        goal=goal,
+        status=status,
+        stop_kind=stop_kind,
+        stop_detail=stop_detail,
+        cost=cost,
+        model_calls=model_calls,
+        started_at=started_at,
+        updated_at=events[-1].at,
+        finished_at=finished_at,
+        events=first_seq + len(events) - 1,
+        pending_approvals=len(pending),
+    )
+    return SummaryState(summary=summary, pending=tuple(pending), suspended=suspended)
+
+
+SUMMARY_COLUMNS = (
+    "goal",
+    "status",
+    "stop_kind",
+    "stop_detail",
+    "cost",
+    "model_calls",
+    "started_at",
+    "updated_at",
+    "finished_at",
+    "last_seq",
+    "pending_approvals",
+    "pending",
+    "suspended",
+)
+"""The summary columns every SQL backend keeps in its runs table, in this order (after ``run_id``)."""
+
+SummaryRow = tuple[str, str, str | None, str | None, float, int, float, float, float | None, int, int, str, bool]
+
+
+def summary_row(state: SummaryState) -> SummaryRow:
+    """``state`` as values for :data:`SUMMARY_COLUMNS`."""
+    s = state.summary
+    return (
+        s.goal,
+        s.status,
+        s.stop_kind,
+        s.stop_detail,
+        s.cost,
+        s.model_calls,
+        s.started_at,
+        s.updated_at,
+        s.finished_at,
+        s.events,
+        s.pending_approvals,
+        json.dumps(list(state.pending)),
+        state.suspended,
+    )
+
+
+def state_from_row(run_id: str, row: Sequence[Any]) -> SummaryState:
+    """The inverse of :func:`summary_row`."""
+    (goal, status, stop_kind, stop_detail, cost, model_calls, started_at, updated_at, finished_at, last_seq) = row[:10]
+    pending_count, pending, suspended = row[10:13]
+    if status not in _STATUSES:
+        raise ValueError(f"run {run_id}: unknown status {status!r} in the runs table")
+    summary = RunSummary(
+        run_id=run_id,
+        goal=goal,
+        status=status,
+        stop_kind=stop_kind,
+        stop_detail=stop_detail,
+        cost=float(cost),
+        model_calls=int(model_calls),
+        started_at=float(started_at),
+        updated_at=float(updated_at),
+        finished_at=None if finished_at is None else float(finished_at),
+        events=int(last_seq),
+        pending_approvals=int(pending_count),
+    )
+    return SummaryState(summary=summary, pending=tuple(json.loads(pending)), suspended=bool(suspended))
+
+
+_STATUSES: frozenset[str] = frozenset(get_args(RunStatus))

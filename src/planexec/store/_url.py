@@ -1,0 +1,73 @@
+"""``open_store``: a store from a URL, the ``PLANEXEC_STORE`` variable, or the default SQLite file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from planexec._errors import Problem, UsageError
+from planexec.store._base import RunStore
+from planexec.store._memory import MemoryStore
+from planexec.store._postgres import PostgresStore
+from planexec.store._redact import Redactor
+from planexec.store._sqlite import SQLiteStore
+
+__all__ = ["ENV_VAR", "SUPPORTED_URLS", "default_store_path", "open_store"]
+
+ENV_VAR = "PLANEXEC_STORE"
+
+SUPPORTED_URLS = (
+    "memory://",
+    "sqlite:///absolute/path.db",
+    "sqlite:relative/path.db",
+    "postgresql://user:password@host:5432/database (or postgres://…)",
+)
+
+
+def default_store_path() -> Path:
+    """``$XDG_DATA_HOME/planexec/runs.db``, or ``~/.local/share/planexec/runs.db``."""
+    data_home = os.environ.get("XDG_DATA_HOME", "")
+    base = Path(data_home) if data_home and Path(data_home).is_absolute() else Path.home() / ".local" / "share"
+    return base / "planexec" / "runs.db"
+
+
+def open_store(url: str | None = None, *, redactor: Redactor | None = None) -> RunStore:
+    """The store ``url`` names; without one, ``$PLANEXEC_STORE``; without that, the default SQLite file.
+
+    Forms: ``memory://``; ``sqlite:///absolute/path.db``; ``sqlite:relative/path.db``;
+    ``postgresql://…`` or ``postgres://…`` (needs ``pip install 'planexec[postgres]'``).
+    Nothing is opened until the store is first used. ``redactor`` defaults to ``Redactor()``.
+    """
+    if url is None:
+        url = os.environ.get(ENV_VAR) or None
+    if url is None:
+        path = default_store_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return SQLiteStore(path, redactor=redactor)
+    scheme, sep, rest = url.partition(":")
+    scheme = scheme.lower()
+    if sep and scheme == "memory" and rest in ("", "//"):
+        return MemoryStore(redactor=redactor)
+    if sep and scheme == "sqlite":
+        return SQLiteStore(_sqlite_path(url, rest), redactor=redactor)
+    if sep and scheme in ("postgresql", "postgres") and rest.startswith("//"):
+        return PostgresStore(url, redactor=redactor)
+    raise _unsupported(url, "unknown store URL")
+
+
+def _sqlite_path(url: str, rest: str) -> Path:
+    if rest.startswith("///"):
+        path = rest[2:]
+    elif rest.startswith("//"):
+        raise _unsupported(url, "a sqlite URL has no host: use sqlite:///absolute/path.db or sqlite:relative/path.db")
+    else:
+        path = rest
+    if not path or path.endswith("/"):
+        raise _unsupported(url, "a sqlite URL needs a file name")
+    return Path(path).expanduser()
+
+
+def _unsupported(url: str, summary: str) -> UsageError:
+    shown = Redactor().redact_text(url)
+    forms = "; ".join(SUPPORTED_URLS)
+    return UsageError(summary, [Problem(code="store_url", where=f"store URL {shown!r}", message=f"supported: {forms}")])

@@ -1,0 +1,255 @@
+"""Shared by the store tests: realistic events, the backends under test, and PostgreSQL set-up.
+
+PostgreSQL cases need a real server: ``scripts/postgres start`` starts a throwaway one and prints
+``PLANEXEC_TEST_POSTGRES=…``. Without that variable they are skipped, unless
+``PLANEXEC_REQUIRE_POSTGRES=1`` (as in CI), when they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from planexec import ModelResponse, Plan, Problem, Step, StepError, StopReason, ToolCall, Usage, Verdict
+from planexec.executor import CheckResult
+from planexec.plan import NonEmpty
+from planexec.runtime import (
+    ApprovalDecided,
+    ApprovalRequested,
+    BudgetExhaustedEvent,
+    Event,
+    ModelCalled,
+    PlannerOutputRejected,
+    PlanningStarted,
+    PlanProposed,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    RunState,
+    RunSuspended,
+    StallDetected,
+    StepAttemptFailed,
+    StepCancelled,
+    StepFailed,
+    StepStarted,
+    StepSucceeded,
+    ToolCalled,
+)
+from planexec.store import MemoryStore, PostgresStore, Redactor, RunStore, SQLiteStore
+
+BACKENDS = ("memory", "sqlite", "postgres")
+DURABLE = ("sqlite", "postgres")
+
+
+# -- events ---------------------------------------------------------------------------------------
+
+PLAN = Plan(
+    version=1,
+    steps=(
+        Step(id="fetch", description="fetch rows", tool="fetch", args={"q": "orders"}, checks=(NonEmpty(),)),
+        Step(
+            id="sum",
+            description="add them up",
+            executor="model",
+            args={"rows": "${fetch}"},
+            depends_on=("fetch",),
+            effect="write",
+            approval="always",
+        ),
+    ),
+    reason="first plan",
+)
+
+
+def full_run(run_id: str, *, t0: float = 1_000.0, goal: str = "total the orders") -> list[Event]:
+    """One event of every kind, in an order a real run could produce (suspended, resumed, finished)."""
+    usage = Usage(input_tokens=120, output_tokens=30, requests=1)
+    error = StepError(kind="transient", message="rate limited", problems=(Problem(code="x", where="q", message="m"),))
+    return [
+        RunStarted(at=t0, run_id=run_id, goal=goal, budget={"model_calls": 10, "cost": 1.5, "steps": None}),
+        PlanningStarted(at=t0 + 1, trigger="initial", why="start"),
+        ModelCalled(
+            at=t0 + 2,
+            role="planner",
+            purpose="plan",
+            model="scripted",
+            request_chars=512,
+            response=ModelResponse(
+                text="",
+                tool_calls=(ToolCall(id="call_1", name="fetch", arguments={"q": "orders", "n": [1, 2]}),),
+                parsed={"steps": [{"id": "fetch"}], "note": None},
+                usage=usage,
+                cost=0.25,
+                model="scripted-1",
+                finish_reason="tool_calls",
+            ),
+            usage=usage,
+            cost=0.25,
+            duration=0.5,
+        ),
+        PlannerOutputRejected(at=t0 + 3, attempt=1, problems=(Problem(code="cycle", where="step 'a'", message="a"),)),
+        PlanProposed(at=t0 + 4, plan=PLAN, trigger="initial"),
+        ApprovalRequested(at=t0 + 5, approval_id="ap-plan", subject="plan", plan_version=1, reason="review"),
+        ApprovalRequested(at=t0 + 6, approval_id="ap-sum", subject="step", step_id="sum", reason="writes"),
+        RunSuspended(at=t0 + 7, reason="waiting for a human", approvals=("ap-plan", "ap-sum")),
+        RunResumed(at=t0 + 8, events=8),
+        ApprovalDecided(at=t0 + 9, approval_id="ap-plan", approved=True, by="ops"),
+        StepStarted(at=t0 + 10, step_id="fetch", executor="tools", tool="fetch", args={"q": "orders"}),
+        StepAttemptFailed(at=t0 + 11, step_id="fetch", attempt=1, error=error, retry_in=0.25),
+        StepSucceeded(
+            at=t0 + 12,
+            step_id="fetch",
+            output=[{"id": 1, "total": 30}, {"id": 2, "total": 12}],
+            verdict=Verdict(passed=True, checks=(CheckResult(name="non_empty", passed=True),)),
+            attempts=2,
+        ),
+        StepStarted(at=t0 + 13, step_id="sum", executor="model", idempotency_key="k-sum-1"),
+        ToolCalled(
+            at=t0 + 14, step_id="sum", call_id="c1", tool="fetch", args={"q": "more"}, output={"rows": []}, duration=0.1
+        ),
+        StepFailed(at=t0 + 15, step_id="sum", error=error, verdict=Verdict(passed=False), attempts=1),
+        StepCancelled(at=t0 + 16, step_id="sum", reason="obsolete"),
+        StallDetected(at=t0 + 17, rule="repeated_failure", detail="same call failed twice"),
+        BudgetExhaustedEvent(at=t0 + 18, budget="cost", limit=1.5, used=1.75),
+        ModelCalled(at=t0 + 19, role="planner", purpose="finish", model="scripted", cost=0.5, usage=usage),
+        RunFinished(at=t0 + 20, stop=StopReason(kind="budget_exhausted", detail="cost", budget="cost"), answer="42"),
+    ]
+
+
+def step_batch(tag: str, *, at: float = 2_000.0, size: int = 2) -> list[Event]:
+    """``size`` events that name ``tag``, so a reader can tell batches apart."""
+    events: list[Event] = [StepStarted(at=at, step_id=tag, executor="tools", tool="noop", args={"tag": tag})]
+    events += [
+        StepSucceeded(at=at, step_id=tag, output={"tag": tag, "part": i}, verdict=Verdict(passed=True))
+        for i in range(1, size)
+    ]
+    return events
+
+
+def batch_tag(event: Event) -> str:
+    tag = getattr(event, "step_id", None)
+    if not isinstance(tag, str):
+        raise AssertionError(f"not a batch event: {event!r}")
+    return tag
+
+
+def assert_whole_batches(events: list[Event], size: int) -> None:
+    """Every run of ``size`` events is one batch, in order, and no batch appears twice."""
+    assert len(events) % size == 0, len(events)
+    seen: set[str] = set()
+    for start in range(0, len(events), size):
+        tags = {batch_tag(e) for e in events[start : start + size]}
+        assert len(tags) == 1, f"a batch was split or interleaved at {start}: {tags}"
+        (tag,) = tags
+        assert tag not in seen, f"batch {tag} appears twice"
+        seen.add(tag)
+        assert isinstance(events[start], StepStarted)
+
+
+def fold(events: list[Event]) -> RunState:
+    return RunState.fold(events)
+
+
+# -- backends ---------------------------------------------------------------------------------------
+
+
+def postgres_url() -> str:
+    """The test server's URL, or skip (fail when PLANEXEC_REQUIRE_POSTGRES=1)."""
+    url = os.environ.get("PLANEXEC_TEST_POSTGRES", "")
+    if url:
+        return url
+    reason = "no PostgreSQL server: PLANEXEC_TEST_POSTGRES is not set (scripts/postgres start prints it)"
+    if os.environ.get("PLANEXEC_REQUIRE_POSTGRES") == "1":
+        pytest.fail(f"{reason}, but PLANEXEC_REQUIRE_POSTGRES=1")
+    pytest.skip(reason)
+
+
+def with_search_path(url: str, schema: str) -> str:
+    option = quote(f"-csearch_path={schema}", safe="")
+    return f"{url}{'&' if '?' in url else '?'}options={option}"
+
+
+@contextmanager
+def postgres_schema() -> Iterator[str]:
+    """A fresh schema on the test server, dropped afterwards; yields a URL whose tables live in it."""
+    import psycopg
+
+    url = postgres_url()
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield with_search_path(url, schema)
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+class Backend:
+    """One backend at one place: ``open()`` gives a new store there (a reopen, for durable ones)."""
+
+    def __init__(self, kind: str, *, path: Path | None = None, url: str | None = None) -> None:
+        self.kind = kind
+        self.path = path
+        self.url = url
+        self._memory: MemoryStore | None = None
+
+    @property
+    def durable(self) -> bool:
+        return self.kind in DURABLE
+
+    @property
+    def store_url(self) -> str:
+        if self.kind == "sqlite":
+            return f"sqlite://{self.path}"
+        if self.kind == "postgres" and self.url is not None:
+            return self.url
+        return "memory://"
+
+    def open(self, *, redactor: Redactor | None = None) -> RunStore:
+        if self.kind == "memory":
+            return MemoryStore(redactor=redactor)
+        if self.kind == "sqlite":
+            assert self.path is not None
+            return SQLiteStore(self.path, redactor=redactor)
+        assert self.url is not None
+        return PostgresStore(self.url, redactor=redactor)
+
+
+@contextmanager
+def make_backend(kind: str, tmp_path: Path) -> Iterator[Backend]:
+    if kind == "postgres":
+        with postgres_schema() as url:
+            yield Backend(kind, url=url)
+    else:
+        yield Backend(kind, path=tmp_path / "runs.db")
+
+
+# -- checks of the helpers themselves -----------------------------------------------------------------
+
+
+def test_full_run_has_every_event_kind_and_folds() -> None:
+    from typing import get_args
+
+    union = get_args(Event)[0]
+    kinds = {cls.__dataclass_fields__["kind"].default for cls in get_args(union)}
+    events = full_run("r")
+    assert {e.kind for e in events} == kinds
+    state = fold(events)
+    assert state.status == "finished"
+    assert len(state.pending_approvals) == 1
+
+
+def test_whole_batches_check_catches_a_split_batch() -> None:
+    events = step_batch("a") + step_batch("b")
+    assert_whole_batches(events, 2)
+    with pytest.raises(AssertionError):
+        assert_whole_batches([events[0], events[2], events[1], events[3]], 2)
+    with pytest.raises(AssertionError):
+        assert_whole_batches(events + step_batch("a"), 2)
