@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from planexec import Agent, Approvals, ModelRequest, Plan, ScriptedModel, Step, tool
+from planexec import Agent, Approvals, ModelRequest, Plan, ScriptedModel, Step, UsageError, tool
 from planexec.models import FunctionModel
 from planexec.runtime import ApprovalDecided, ApprovalRequested, RunFinished, RunSuspended, dump_event
 from planexec.store import MemoryStore
@@ -138,7 +138,7 @@ async def test_answering_in_process_with_decide() -> None:
     result = await run.result()
     assert result.stop.kind == "goal_met"
     assert {e.by for e in result.events if isinstance(e, ApprovalDecided)} == {"alice"}
-    with pytest.raises(Exception, match="answered already|no approval"):
+    with pytest.raises(UsageError, match=r"answered already"):
         run.decide(next(e.approval_id for e in result.events if isinstance(e, ApprovalRequested)), approved=True)
 
 
@@ -149,7 +149,8 @@ async def test_an_edited_plan_becomes_a_version_authored_by_a_human() -> None:
     first = await agent.run("clean up", run_id="c4")
     assert first.stop.kind == "waiting"
     question = next(e for e in first.events if isinstance(e, ApprovalRequested))
-    assert question.subject == "plan" and question.plan is not None
+    assert question.subject == "plan"
+    assert question.plan is not None
     edited = Plan(steps=(Step(id="only", description="just look", tool="look", args={"path": "/z"}),), reason="safer")
     resumed = await Agent(
         planner(), tools=tools(deleted), store=store, approvals=Approvals(deferred=True, plan=True)

@@ -481,10 +481,12 @@ def test_v2_fixture_loads_and_folds() -> None:
     events = _load_log(FIXTURES / "events_v2.jsonl")
     kinds = [e.kind for e in events]
     assert kinds.count("run_resumed") == 2
-    assert "step_held" in kinds and "run_suspended" in kinds
+    assert "step_held" in kinds
+    assert "run_suspended" in kinds
     state = RunState.fold(events)
     assert state.status == "finished"
-    assert state.stop is not None and state.stop.kind == "goal_met"
+    assert state.stop is not None
+    assert state.stop.kind == "goal_met"
     assert state.resumes == 2
     assert state.suspended is None
     mail = state.steps["mail"]

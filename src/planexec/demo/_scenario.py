@@ -14,6 +14,7 @@ from planexec.executor import ModelExecutor
 from planexec.models import FunctionModel
 from planexec.planner import Planner
 from planexec.runtime import Agent, Approvals, Budget
+from planexec.store import RunStore
 
 __all__ = ["CONSTRAINTS", "GOAL", "Demo", "build_demo"]
 
@@ -47,11 +48,19 @@ class Demo:
         return sorted(self.files.path(self.files.fixes).glob("*.patch"))
 
 
-def build_demo(workdir: Path, *, pace: float = 1.0, seed: int = 7, approvals: Approvals | None = None) -> Demo:
+def build_demo(
+    workdir: Path,
+    *,
+    pace: float = 1.0,
+    seed: int = 7,
+    approvals: Approvals | None = None,
+    store: RunStore | str | None = "default",
+) -> Demo:
     """Write the scenario's files into ``workdir`` and build the agent that audits them.
 
     ``pace`` scales the simulated latency of models and tools (0: none); it changes how fast the
-    demo runs, never what it does.
+    demo runs, never what it does. ``store``: where the run is logged (the default store, a URL,
+    a store, or None for memory only).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     files = write_scenario_files(workdir)
@@ -74,5 +83,6 @@ def build_demo(workdir: Path, *, pace: float = 1.0, seed: int = 7, approvals: Ap
         executor=ModelExecutor(model=analyst, name="analyst", tools=("inspect_branch",)),
         budget=Budget(model_calls=20, tool_calls=30, cost=0.5, wall_time=120.0, replans=2),
         approvals=approvals,
+        store=store,
     )
     return Demo(agent=agent, goal=GOAL, constraints=CONSTRAINTS, files=files, planner=planner, analyst=analyst)

@@ -55,6 +55,11 @@ class PlanningContext:
     budget_left: Mapping[str, Any]
     call: Callable[[Model, ModelRequest], Awaitable[ModelResponse]]
     rejected: Callable[[int, list[Problem]], None]
+    record: str | None = None
+    """The execution record as text, when taken at the start of the round (else read from ``state``)."""
+
+    def record_text(self, limit: int) -> str:
+        return self.record if self.record is not None else _prompt.describe_record(self.state, limit)
 
 
 @dataclass(kw_only=True)
@@ -87,17 +92,17 @@ class Planner:
 
     async def patch(self, ctx: PlanningContext, why: str) -> PlanDraft:
         """A new list of unfinished steps, after ``why`` (a failure, or a finished step)."""
-        extra = [_prompt.describe_record(ctx.state, self.record_chars), f"Why a new plan: {why}", _prompt.PATCH]
+        extra = [ctx.record_text(self.record_chars), f"Why a new plan: {why}", _prompt.PATCH]
         return await self._ask(ctx, _prompt.UPFRONT, extra, PlanDraft, self._check_draft, "planner.patch")
 
     async def turn(self, ctx: PlanningContext) -> Turn:
         """The next step, or stop with the answer (step-by-step policy)."""
-        extra = [_prompt.describe_record(ctx.state, self.record_chars)] if ctx.state.steps else []
+        extra = [ctx.record_text(self.record_chars)] if ctx.state.steps else []
         return await self._ask(ctx, _prompt.STEP_BY_STEP, extra, Turn, self._check_turn, "planner.turn")
 
     async def finish(self, ctx: PlanningContext) -> str:
         """The final answer from the finished record."""
-        extra = [_prompt.describe_record(ctx.state, self.record_chars), _prompt.FINISH]
+        extra = [ctx.record_text(self.record_chars), _prompt.FINISH]
         answer = await self._ask(ctx, _prompt.UPFRONT, extra, FinalAnswer, lambda _a, _c: [], "planner.finish")
         return answer.answer
 

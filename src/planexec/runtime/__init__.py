@@ -28,6 +28,8 @@ from planexec.runtime._events import (
     dump_event,
     load_event,
 )
+from planexec.runtime._replay import Fault
+from planexec.runtime._replaying import ReplayReport, replay_log
 from planexec.runtime._result import RunResult
 from planexec.runtime._settings import ApprovalDecision, ApprovalRequest, Approvals, Approver, Limits, RunContext
 from planexec.runtime._state import ApprovalRecord, RunState, StepRecord, StepStatus
@@ -47,11 +49,13 @@ __all__ = [
     "BudgetExhaustedEvent",
     "BudgetName",
     "Event",
+    "Fault",
     "Limits",
     "ModelCalled",
     "PlanProposed",
     "PlannerOutputRejected",
     "PlanningStarted",
+    "ReplayReport",
     "Run",
     "RunContext",
     "RunFinished",
@@ -75,4 +79,5 @@ __all__ = [
     "ToolCalled",
     "dump_event",
     "load_event",
+    "replay_log",
 ]

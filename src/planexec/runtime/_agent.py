@@ -19,6 +19,8 @@ from planexec.planner._planner import Planner
 from planexec.runtime._budget import Budget
 from planexec.runtime._engine import Engine, EngineConfig
 from planexec.runtime._events import Event, RunFinished, RunStarted, RunSuspended
+from planexec.runtime._replay import Fault
+from planexec.runtime._replaying import ReplayReport, replay_log
 from planexec.runtime._result import RunResult
 from planexec.runtime._settings import ApprovalDecision, Approvals, Limits, RunContext
 from planexec.runtime._state import RunState
@@ -196,8 +198,22 @@ class Agent:
             ],
             "executors": {name: e.kind for name, e in parts.executors.items()},
             "default_executor": parts.default_executor,
-            "planner": {"model": parts.planner.resolved_model().name, "policy": parts.planner.policy},
+            "planner": {
+                "model": parts.planner.resolved_model().name,
+                "policy": parts.planner.policy,
+                "replan": parts.planner.replan,
+                "max_repairs": parts.planner.max_repairs,
+            },
             "limits": dataclasses.asdict(self.limits),
+            "approvals": {
+                "plan": self.approvals.plan,
+                "steps": self.approvals.steps,
+                "ask": self.approvals.approver is not None or (self.approvals.deferred and self.store is not None),
+                "suspends": self.store is not None
+                and self.approvals.approver is None
+                and self.approvals.when_waiting == "suspend",
+            },
+            "predicates": sorted(self.acceptance.predicates),
         }
 
     def start(
@@ -222,6 +238,33 @@ class Agent:
             store=self.store,
         )
         return Run(engine)
+
+    async def replay(
+        self,
+        run_id: str,
+        *,
+        fork_at: int | None = None,
+        fault: Fault | None = None,
+        new_run_id: str | None = None,
+    ) -> ReplayReport:
+        """Replay a run from this agent's store, with no model and no tool called.
+
+        ``fork_at=N`` keeps the first N events and goes on live from there with this agent's
+        models and tools, as a new run; ``fault=Fault(step_id=..., kind=...)`` replays until that
+        step and fails it instead, then goes on live the same way.
+        """
+        store = self.store
+        if store is None:
+            raise UsageError("this agent has no store to replay from")
+        log = [s.event for s in await store.read(run_id)]
+        if not log:
+            raise UsageError(f"no run {run_id!r} in the store")
+        forking = fork_at is not None or fault is not None
+        first = log[0]
+        config = None
+        if forking and isinstance(first, RunStarted):
+            config = self._config({"forked_from": run_id})
+        return await replay_log(log, config=config, fork_at=fork_at, fault=fault, store=store, run_id=new_run_id)
 
     async def resume(self, run_id: str) -> Run:
         """Pick a run up from its log in this agent's store and go on with it.

@@ -132,8 +132,11 @@ class Engine:
         self.events: list[Event] = list(history or [])
         self.resuming = bool(history)
         self.replay = replay
+        self.budget = config.budget
+        """The caps checked before each call (in a replay, a recorded wall-time stop is served instead)."""
         if replay is not None:
             replay.cursor = max(replay.cursor, len(self.events))
+            self.budget = replace(config.budget, wall_time=None)
         self._listeners: list[Callable[[Event], None]] = []
         self._clock = config.context.clock
         self._rng: random.Random = config.context.rng()
@@ -254,6 +257,8 @@ class Engine:
         else:
             self.emit(self._started())
         wall = None if cfg.budget.wall_time is None else max(0.0, cfg.budget.wall_time - self.state.active_time)
+        if self.replay is not None:
+            wall = None  # a recorded wall-time stop is served from the log
         stop: Stop | None = None
         try:
             async with asyncio.timeout(wall) as deadline:
@@ -430,7 +435,7 @@ class Engine:
         cap = executor.max_concurrency
         if cap is not None and self._per_executor.get(executor.name, 0) >= cap:
             return False
-        budget = self.config.budget
+        budget = self.budget
         budget.check_step(self.state, in_flight=self._unstarted)
         if step.tool is not None:
             budget.check_tool_call(self.state, self.now(), in_flight=self._unstarted_tool_calls)
@@ -495,6 +500,8 @@ class Engine:
                 reserved = False
                 self._unreserve(step)
             key = self.idempotency_key(step) if step.tool is not None else None
+            if self.replay is not None and not self.replay.live:
+                await self.replay.turn(lambda e: isinstance(e, StepStarted) and e.step_id == step.id)
             self.emit(
                 StepStarted(
                     at=self.now(),
@@ -628,7 +635,7 @@ class Engine:
             self.replan_for_failures()
 
     def replan_for_failures(self) -> None:
-        if self.state.replans >= self.config.budget.replans:
+        if self.state.replans >= self.budget.replans:
             raise Stop(
                 StopReason(
                     kind="max_replans",
@@ -656,7 +663,7 @@ class Engine:
         Calls in flight count against the budgets, so calls made at once cannot overrun a cap.
         """
         estimate = estimate_tokens("".join(m.content for m in request.messages))
-        self.config.budget.check_model_call(
+        self.budget.check_model_call(
             self.state,
             self.now(),
             estimate,

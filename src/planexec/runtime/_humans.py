@@ -113,6 +113,9 @@ class Humans:
         if existing is not None:
             approval_id = existing.approval_id
         else:
+            if engine.replay is not None and not engine.replay.live:
+                step_id = request.step.id if request.step else None
+                await engine.replay.turn(lambda e: isinstance(e, ApprovalRequested) and e.step_id == step_id)
             approval_id = engine.new_id()
             engine.emit(
                 ApprovalRequested(

@@ -13,6 +13,7 @@ from planexec.plan._checks import CheckContext, check_steps
 from planexec.plan._plan import Author, Plan, PlanDraft, Turn
 from planexec.plan._step import Step
 from planexec.planner._planner import PlannerGaveUp, PlanningContext, with_finished
+from planexec.planner._prompt import describe_record
 from planexec.runtime._budget import BudgetHit
 from planexec.runtime._events import (
     BudgetExhaustedEvent,
@@ -85,7 +86,9 @@ class Planning:
         failed = frozenset(engine.unaddressed)
         if announce:
             engine.emit(PlanningStarted(at=engine.now(), trigger=kind, why=why))
-        self.task = asyncio.create_task(self._plan(kind, why, failed), name=f"planner:{kind}")
+        # what the planner may rely on is fixed when the round starts, so a replay decides the same
+        ctx = self._context()
+        self.task = asyncio.create_task(self._plan(kind, why, failed, ctx), name=f"planner:{kind}")
 
     def resume_approval(self, kind: PlanKind, plan: Plan, approval_id: str) -> None:
         """After a restart: wait again for the answer about a plan the planner already proposed."""
@@ -107,7 +110,7 @@ class Planning:
 
     def _context(self) -> PlanningContext:
         engine = self._engine
-        budget = engine.config.budget
+        budget = engine.budget
         max_steps = None if budget.steps is None else budget.steps - engine.state.steps_started
         return PlanningContext(
             goal=engine.goal,
@@ -121,14 +124,14 @@ class Planning:
             rejected=lambda attempt, problems: engine.emit(
                 PlannerOutputRejected(at=engine.now(), attempt=attempt, problems=tuple(problems))
             ),
+            record=describe_record(engine.state, engine.config.planner.record_chars),
         )
 
-    async def _plan(self, kind: PlanKind, why: str, failed: frozenset[str]) -> None:
+    async def _plan(self, kind: PlanKind, why: str, failed: frozenset[str], ctx: PlanningContext) -> None:
         engine = self._engine
         planner = engine.config.planner
         done = PlanDone(kind=kind, failed_at_start=failed)
         try:
-            ctx = self._context()
             if planner.policy == "step" and kind != "finish":
                 done.result = await planner.turn(ctx)
             elif kind == "initial":
@@ -232,8 +235,8 @@ class Planning:
         engine = self._engine
         problems = gave_up.problems
         step_budget = [p for p in problems if p.code == "budget_steps"]
-        if step_budget and engine.config.budget.steps is not None:
-            limit = engine.config.budget.steps
+        if step_budget and engine.budget.steps is not None:
+            limit = engine.budget.steps
             engine.emit(
                 BudgetExhaustedEvent(at=engine.now(), budget="steps", limit=limit, used=engine.state.steps_started)
             )
@@ -247,7 +250,7 @@ class Planning:
         engine = self._engine
         assert done.edited is not None
         steps = [s for s in done.edited.steps if not _done(engine, s.id)]
-        budget = engine.config.budget
+        budget = engine.budget
         max_steps = None if budget.steps is None else budget.steps - engine.state.steps_started
         problems = check_steps(steps, with_finished(self._checks, engine.state, max_steps))
         if problems:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from planexec.executor._outcome import ErrorKind, StepError, Verdict
@@ -33,6 +33,7 @@ from planexec.runtime._events import (
     StepAttemptFailed,
     StepCancelled,
     StepFailed,
+    StepStarted,
     StepSucceeded,
     ToolCalled,
 )
@@ -102,7 +103,8 @@ class Replayer:
 
     @property
     def forking(self) -> bool:
-        return self.fork_at is not None
+        """A fork or a fault: a new run that follows the log only up to a point."""
+        return self.fork_at is not None or self.fault is not None
 
     # -- what the engine asks of the outside -------------------------------------------------
 
@@ -119,7 +121,7 @@ class Replayer:
         if self.live or self.divergence is not None:
             return
         expected = self.log[self.cursor]
-        if not _same(expected, event, loose=self.forking and self.cursor == 0):
+        if not _same(expected, event, forked=self.forking):
             self._diverged(Divergence(self.cursor, expected, event))
             return
         self.cursor += 1
@@ -148,12 +150,18 @@ class Replayer:
                 if self.cursor < len(self.log) and not self.live and wanted(self.log[self.cursor]):
                     return self.log[self.cursor]
                 try:
-                    await asyncio.wait_for(self._moved.wait(), WATCHDOG_SECONDS)
+                    async with asyncio.timeout(WATCHDOG_SECONDS):
+                        await self._moved.wait()
                 except TimeoutError:
                     expected = self.log[self.cursor] if self.cursor < len(self.log) else None
                     self._diverged(Divergence(self.cursor, expected, None))
                     assert self.divergence is not None
                     raise self.divergence from None
+
+    async def turn(self, wanted: Callable[[Event], bool]) -> None:
+        """Wait until the log's next event is one ``wanted``: events a task emits after awaiting
+        something come out in the recorded order, whatever order the tasks wake up in."""
+        await self._until(wanted)
 
     async def model_call(self, engine: Engine, role: str, purpose: str, step_id: str | None) -> ModelResponse:
         event = await self._until(
@@ -224,7 +232,11 @@ class RecordedError(Exception):
     """A model call that failed when the run was recorded; ``str`` is the recorded text."""
 
 
-def _same(expected: Event, got: Event, *, loose: bool) -> bool:
-    if loose and isinstance(expected, RunStarted) and isinstance(got, RunStarted):
+def _same(expected: Event, got: Event, *, forked: bool) -> bool:
+    if isinstance(expected, RunStarted) and isinstance(got, RunStarted):
+        # how the run was set up is given, not decided: a replay or a fork may set it up otherwise
         return (expected.goal, expected.constraints) == (got.goal, got.constraints)
+    if forked and isinstance(expected, StepStarted) and isinstance(got, StepStarted):
+        # a fork is a new run: its calls carry keys of their own
+        return replace(expected, idempotency_key=got.idempotency_key) == got
     return expected == got

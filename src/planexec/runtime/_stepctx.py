@@ -69,7 +69,7 @@ class StepCtx:
             while True:
                 attempt += 1
                 if inner:  # the step's own first call was checked and counted when it was dispatched
-                    engine.config.budget.check_tool_call(
+                    engine.budget.check_tool_call(
                         engine.state,
                         engine._clock(),
                         in_flight=engine._unstarted_tool_calls + engine._inner_tool_calls_in_flight,
@@ -85,7 +85,7 @@ class StepCtx:
                         raise StepFailure(error) from None
                     delay = tool.retry.delay(attempt, engine._rng)
                     if not inner:
-                        engine.config.budget.check_tool_call(engine.state, engine._clock())
+                        engine.budget.check_tool_call(engine.state, engine._clock())
                         engine.emit(
                             StepAttemptFailed(
                                 at=engine._clock(), step_id=self.step.id, attempt=attempt, error=error, retry_in=delay

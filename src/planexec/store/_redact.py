@@ -163,6 +163,8 @@ def _phone(text: str) -> bool:
         return 8 <= len(digits) <= 15
     if not 10 <= len(digits) <= 15:
         return False
+    if re.match(r"\d{4}[.\-]\d{1,2}[.\-]\d{1,2}\b", text):
+        return False  # a date
     groups = re.split(r"[ .\-()]+", text.strip("()"))
     groups = [g for g in groups if g]
     if "." in text and len(groups) == 4 and all(len(g) <= 3 and int(g) <= 255 for g in groups):
@@ -243,7 +245,7 @@ PII_RULES: tuple[RedactionRule, ...] = (
         name="phone",
         pattern=r"(?<![\w+.\-])(?<!\d[ .\-])"
         r"(?:\+\d{8,15}|(?:\+\d{1,3}[ .\-]?)?(?:\(\d{1,5}\)[ .\-]?)?\d{2,5}(?:[ .\-]\d{2,5}){1,5})"
-        r"(?!\w)(?![ .\-]\d)",
+        r"(?!\w)(?![ .\-:/]\d)",
         validator=_phone,
     ),
 )

@@ -1,0 +1,182 @@
+"""Driving a replay: rebuild the run's set-up from its log, run the engine over the log segment by
+segment (a segment ends where the recorded process stopped), and report whether it matched."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from planexec._errors import UsageError
+from planexec.executor._acceptance import Acceptance
+from planexec.executor._base import Executor
+from planexec.executor._model import ModelExecutor
+from planexec.executor._tools import ToolExecutor
+from planexec.models._base import ModelRequest, ModelResponse
+from planexec.planner._planner import Planner
+from planexec.runtime._budget import Budget
+from planexec.runtime._engine import Engine, EngineConfig
+from planexec.runtime._events import ApprovalDecided, Event, RunStarted
+from planexec.runtime._replay import Fault, Replayer
+from planexec.runtime._result import RunResult
+from planexec.runtime._settings import Approvals, Limits, RunContext
+from planexec.store._base import RunStore
+from planexec.tools._tool import Tool, ToolContext
+from planexec.tools._toolset import Toolset
+
+__all__ = ["ReplayReport", "recorded_config", "replay_log"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayReport:
+    """What a replay found. ``matched``: every recorded event was reproduced, in order (a fork
+    matches when the part before the fork point did). ``events``: the events the replay produced."""
+
+    run_id: str
+    matched: bool
+    divergence: str | None
+    compared: int
+    events: tuple[Event, ...]
+    result: RunResult | None
+    """The run the replay produced (for a fork or a fault: the new run, live after the fork point)."""
+
+
+class _StandIn:
+    """A model a replay names but never calls."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        raise UsageError(f"a replay does not call models (asked {self._name} for {request.purpose})")
+
+
+def _stand_in_tool(spec: Mapping[str, Any]) -> Tool:
+    async def invoke(args: dict[str, Any], ctx: ToolContext) -> Any:
+        raise UsageError(f"a replay does not call tools (asked {spec['name']})")
+
+    return Tool(
+        name=spec["name"],
+        description=spec.get("description", ""),
+        parameters=spec.get("parameters", {"type": "object"}),
+        invoke=invoke,
+        output_schema=spec.get("output_schema"),
+        side_effect=bool(spec.get("side_effect", False)),
+        sensitive=bool(spec.get("sensitive", False)),
+        idempotent=bool(spec.get("idempotent", False)),
+    )
+
+
+def recorded_config(first: RunStarted) -> EngineConfig:
+    """The set-up a log records, with stand-ins for tools and models (they are never called)."""
+    cfg = first.config
+    if "tools" not in cfg:
+        raise UsageError("this log does not record its set-up (an older planexec wrote it): replay it with an agent")
+    tools = Toolset(*(_stand_in_tool(spec) for spec in cfg["tools"]))
+    planner_cfg = cfg.get("planner", {})
+    executors: dict[str, Executor] = {}
+    for name, kind in cfg.get("executors", {"tools": "tools"}).items():
+        if kind == "tools":
+            executors[name] = ToolExecutor(name=name)
+        else:
+            executors[name] = ModelExecutor(model=_StandIn(f"{name}-model"), name=name)
+    approvals_cfg = cfg.get("approvals", {})
+    return EngineConfig(
+        planner=Planner(
+            model=_StandIn(planner_cfg.get("model", "planner")),
+            policy=planner_cfg.get("policy", first.policy),
+            replan=planner_cfg.get("replan", first.replan),
+            max_repairs=planner_cfg.get("max_repairs", 2),
+        ),
+        tools=tools,
+        executors=executors,
+        default_executor=cfg.get("default_executor"),
+        budget=Budget(**first.budget),  # type: ignore[arg-type]
+        limits=Limits(**cfg.get("limits", {})),
+        acceptance=Acceptance(predicates=dict.fromkeys(cfg.get("predicates", []), lambda _s, _o: True)),
+        approvals=Approvals(plan=approvals_cfg.get("plan", False), steps=approvals_cfg.get("steps", "sensitive")),
+        context=RunContext(),
+        metadata=cfg,
+    )
+
+
+def _cancel(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+
+
+async def replay_log(
+    log: Sequence[Event],
+    *,
+    config: EngineConfig | None = None,
+    fork_at: int | None = None,
+    fault: Fault | None = None,
+    store: RunStore | None = None,
+    run_id: str | None = None,
+) -> ReplayReport:
+    """Replay ``log``. With ``fork_at`` or ``fault``, ``config`` (an agent's live set-up) takes
+    over from the fork point and the new run ``run_id`` is written to ``store``."""
+    events = list(log)
+    if not events or not isinstance(events[0], RunStarted):
+        raise UsageError("a log to replay must begin with run_started")
+    first = events[0]
+    forking = fork_at is not None or fault is not None
+    if fork_at is not None and not 0 < fork_at <= len(events):
+        raise UsageError(f"fork_at must be from 1 to {len(events)} (the number of events to keep)")
+    if not forking:
+        config = recorded_config(first)
+    elif config is None:
+        raise UsageError("a fork goes on live: it needs an agent's models and tools")
+    replayer = Replayer(log=events, fork_at=fork_at, fault=fault)
+    new_id = run_id or (first.run_id if not forking else config.context.new_id())
+    recorded = first.config.get("approvals")
+    engine: Engine | None = None
+    history: list[Event] | None = None
+    while True:
+        engine = Engine(
+            config,
+            goal=first.goal,
+            constraints=first.constraints,
+            run_id=new_id,
+            store=store if forking else None,
+            history=history,
+            replay=replayer,
+            recorded=recorded,
+        )
+        task = asyncio.create_task(engine.run(), name=f"replay:{new_id}")
+        replayer.abort = functools.partial(_cancel, task)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if replayer.divergence is not None or replayer.live or engine.state.finished:
+            break
+        if replayer.cursor >= len(events):
+            break
+        # The recorded process stopped here. Answers written meanwhile by others come before the
+        # next process resumes the run.
+        history = list(engine.events)
+        while replayer.cursor < len(events) and isinstance(events[replayer.cursor], ApprovalDecided):
+            history.append(events[replayer.cursor])
+            replayer.cursor += 1
+    divergence = replayer.divergence
+    compared = replayer.cursor if divergence is None else divergence.index
+    matched = divergence is None and (forking or replayer.cursor == len(events))
+    detail = str(divergence) if divergence is not None else None
+    if divergence is None and not matched:
+        detail = f"the replay ended after {replayer.cursor} of {len(events)} events"
+    result = None
+    if engine.state.finished or engine.state.suspended is not None:
+        result = RunResult.from_state(engine.state, engine.events)
+    return ReplayReport(
+        run_id=new_id,
+        matched=matched,
+        divergence=detail,
+        compared=compared,
+        events=tuple(engine.events),
+        result=result,
+    )

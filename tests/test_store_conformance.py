@@ -1,0 +1,534 @@
+"""The store conformance suite: every backend (memory, SQLite, PostgreSQL) passes the same tests."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from planexec import StopReason, UsageError
+from planexec.runtime import Event, RunFinished, RunResumed, RunStarted, RunSuspended, StepStarted
+from planexec.store import AppendConflict, RunStore, RunSummary, StoredEvent
+from tests.test_store_support import (
+    BACKENDS,
+    DURABLE,
+    Backend,
+    assert_whole_batches,
+    fold,
+    full_run,
+    make_backend,
+    step_batch,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    with make_backend(request.param, tmp_path) as b:
+        yield b
+
+
+@pytest.fixture(params=DURABLE)
+def durable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    with make_backend(request.param, tmp_path) as b:
+        yield b
+
+
+@pytest.fixture
+async def store(backend: Backend) -> AsyncIterator[RunStore]:
+    s = backend.open()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+def events_of(stored: list[StoredEvent]) -> list[Event]:
+    return [s.event for s in stored]
+
+
+def seqs_of(stored: list[StoredEvent]) -> list[int]:
+    return [s.seq for s in stored]
+
+
+# -- appending and reading ----------------------------------------------------------------------------
+
+
+async def test_is_a_run_store(store: RunStore) -> None:
+    assert isinstance(store, RunStore)
+
+
+async def test_every_event_kind_round_trips(store: RunStore) -> None:
+    events = full_run("r1")
+    last = 0
+    for start in range(0, len(events), 4):  # batches of up to 4
+        last = await store.append("r1", events[start : start + 4], expected_seq=last)
+    assert last == len(events)
+    stored = await store.read("r1")
+    assert seqs_of(stored) == list(range(1, len(events) + 1))
+    assert events_of(stored) == events
+
+
+async def test_append_returns_the_new_last_seq(store: RunStore) -> None:
+    assert await store.append("r", step_batch("a", size=3), expected_seq=0) == 3
+    assert await store.append("r", step_batch("b", size=1), expected_seq=3) == 4
+    assert await store.last_seq("r") == 4
+
+
+@pytest.mark.parametrize("wrong", [0, 1, 3, -1])
+async def test_append_after_the_wrong_seq_conflicts_and_changes_nothing(store: RunStore, wrong: int) -> None:
+    await store.append("r", step_batch("a"), expected_seq=0)
+    with pytest.raises(AppendConflict) as caught:
+        await store.append("r", step_batch("b"), expected_seq=wrong)
+    assert (caught.value.run_id, caught.value.expected, caught.value.actual) == ("r", wrong, 2)
+    assert {getattr(e, "step_id", None) for e in events_of(await store.read("r"))} == {"a"}
+    assert await store.last_seq("r") == 2
+
+
+async def test_a_new_run_must_start_at_zero(store: RunStore) -> None:
+    with pytest.raises(AppendConflict) as caught:
+        await store.append("new", step_batch("a"), expected_seq=5)
+    assert caught.value.actual == 0
+    assert await store.get_run("new") is None
+    assert await store.read("new") == []
+
+
+async def test_an_empty_append_checks_and_writes_nothing(store: RunStore) -> None:
+    assert await store.append("r", [], expected_seq=0) == 0
+    assert await store.get_run("r") is None
+    await store.append("r", step_batch("a"), expected_seq=0)
+    assert await store.append("r", [], expected_seq=2) == 2
+    with pytest.raises(AppendConflict):
+        await store.append("r", [], expected_seq=1)
+
+
+async def test_read_after(store: RunStore) -> None:
+    events = full_run("r")
+    await store.append("r", events, expected_seq=0)
+    n = len(events)
+    assert seqs_of(await store.read("r", after=0)) == list(range(1, n + 1))
+    assert events_of(await store.read("r", after=5)) == events[5:]
+    assert seqs_of(await store.read("r", after=n - 1)) == [n]
+    assert await store.read("r", after=n) == []
+    assert await store.read("r", after=n + 10) == []
+
+
+async def test_an_unknown_run(store: RunStore) -> None:
+    assert await store.read("nope") == []
+    assert await store.last_seq("nope") == 0
+    assert await store.get_run("nope") is None
+    assert await store.delete("nope") is False
+
+
+async def test_runs_are_separate(store: RunStore) -> None:
+    await store.append("a", step_batch("a1"), expected_seq=0)
+    await store.append("b", step_batch("b1", size=3), expected_seq=0)
+    await store.append("a", step_batch("a2"), expected_seq=2)
+    assert {getattr(e, "step_id", None) for e in events_of(await store.read("b"))} == {"b1"}
+    assert await store.last_seq("a") == 4
+    assert await store.last_seq("b") == 3
+
+
+async def test_a_run_id_must_be_a_non_empty_string(store: RunStore) -> None:
+    with pytest.raises(UsageError):
+        await store.append("", step_batch("a"), expected_seq=0)
+
+
+# -- summaries ------------------------------------------------------------------------------------------
+
+
+async def test_the_summary_agrees_with_the_run_state_after_every_append(store: RunStore) -> None:
+    events = full_run("r", goal="count the orders")
+    for i, event in enumerate(events):
+        await store.append("r", [event], expected_seq=i)
+        prefix = events[: i + 1]
+        state = fold(prefix)
+        summary = await store.get_run("r")
+        assert summary is not None
+        assert summary.run_id == "r"
+        assert summary.goal == "count the orders"
+        assert summary.status == state.status, event.kind
+        assert summary.cost == pytest.approx(state.cost)
+        assert summary.model_calls == state.model_calls
+        assert summary.pending_approvals == len(state.pending_approvals), event.kind
+        assert summary.started_at == events[0].at
+        assert summary.updated_at == event.at
+        assert summary.events == i + 1
+        assert summary.stop_kind == (state.stop.kind if state.stop else None)
+        assert summary.stop_detail == (state.stop.detail if state.stop else None)
+        assert summary.finished_at == state.finished_at
+
+
+async def test_status_transitions(store: RunStore) -> None:
+    async def status() -> tuple[str, float | None]:
+        summary = await store.get_run("r")
+        assert summary is not None
+        return summary.status, summary.duration
+
+    await store.append("r", [RunStarted(at=10.0, run_id="r", goal="g", budget={})], expected_seq=0)
+    assert await status() == ("running", None)
+    await store.append("r", [RunSuspended(at=11.0, reason="a human must answer")], expected_seq=1)
+    assert await status() == ("waiting", None)
+    await store.append("r", [RunResumed(at=12.0, events=2)], expected_seq=2)
+    assert await status() == ("running", None)
+    await store.append("r", [RunSuspended(at=13.0, reason="again")], expected_seq=3)
+    assert await status() == ("waiting", None)
+    await store.append(
+        "r", [RunFinished(at=14.5, stop=StopReason(kind="cancelled", detail="by a human"))], expected_seq=4
+    )
+    assert await status() == ("finished", 4.5)
+    summary = await store.get_run("r")
+    assert summary is not None
+    assert (summary.stop_kind, summary.stop_detail, summary.finished_at) == ("cancelled", "by a human", 14.5)
+
+
+async def test_a_log_that_does_not_start_with_run_started(store: RunStore) -> None:
+    await store.append("r", step_batch("a", at=50.0), expected_seq=0)
+    summary = await store.get_run("r")
+    assert summary is not None
+    assert (summary.goal, summary.started_at, summary.status, summary.events) == ("", 50.0, "running", 2)
+
+
+def _started(run_id: str, at: float) -> list[Event]:
+    return [RunStarted(at=at, run_id=run_id, goal=f"goal of {run_id}", budget={})]
+
+
+async def _make_listing(store: RunStore) -> None:
+    await store.append("r1", full_run("r1", t0=100.0), expected_seq=0)  # finished, updated at 120
+    await store.append("r2", [*_started("r2", 200.0), RunSuspended(at=201.0, reason="ask")], expected_seq=0)
+    await store.append("r3", _started("r3", 300.0), expected_seq=0)
+    await store.append("r4", _started("r4", 400.0), expected_seq=0)
+    await store.append("r5", _started("r5", 400.0), expected_seq=0)
+
+
+async def test_list_runs_newest_first_with_filters(store: RunStore) -> None:
+    await _make_listing(store)
+
+    def ids(runs: list[RunSummary]) -> list[str]:
+        return [r.run_id for r in runs]
+
+    assert ids(await store.list_runs()) == ["r5", "r4", "r3", "r2", "r1"]
+    assert ids(await store.list_runs(status="running")) == ["r5", "r4", "r3"]
+    assert ids(await store.list_runs(status="waiting")) == ["r2"]
+    assert ids(await store.list_runs(status="finished")) == ["r1"]
+    assert ids(await store.list_runs(started_after=200.0)) == ["r5", "r4", "r3"]
+    assert ids(await store.list_runs(started_after=200.0, status="running", limit=2)) == ["r5", "r4"]
+    assert ids(await store.list_runs(limit=1)) == ["r5"]
+    assert ids(await store.list_runs(limit=0)) == []
+    listed = {r.run_id: r for r in await store.list_runs()}
+    assert listed["r1"] == await store.get_run("r1")
+    assert listed["r2"].goal == "goal of r2"
+
+
+@pytest.mark.parametrize("kwargs", [{"status": "done"}, {"limit": -1}])
+async def test_list_runs_refuses_bad_arguments(store: RunStore, kwargs: dict[str, Any]) -> None:
+    with pytest.raises(UsageError):
+        await store.list_runs(**kwargs)
+
+
+# -- deleting and expiring ----------------------------------------------------------------------------
+
+
+async def test_delete(store: RunStore) -> None:
+    await _make_listing(store)
+    assert await store.delete("r3") is True
+    assert await store.delete("r3") is False
+    assert await store.get_run("r3") is None
+    assert await store.read("r3") == []
+    assert await store.last_seq("r3") == 0
+    assert [r.run_id for r in await store.list_runs()] == ["r5", "r4", "r2", "r1"]
+    assert len(await store.read("r1")) == len(full_run("r1"))
+    # the id can be used again, from the start
+    assert await store.append("r3", _started("r3", 500.0), expected_seq=0) == 1
+
+
+async def test_expire_deletes_runs_whose_newest_event_is_older(store: RunStore) -> None:
+    await _make_listing(store)
+    await store.append("r3", [RunSuspended(at=450.0, reason="later")], expected_seq=1)  # r3 now updated at 450
+    assert sorted(await store.expire(older_than=201.0)) == ["r1"]
+    assert sorted(await store.expire(older_than=400.5)) == ["r2", "r4", "r5"]
+    assert await store.expire(older_than=400.5) == []
+    assert [r.run_id for r in await store.list_runs()] == ["r3"]
+    assert await store.read("r2") == []
+    assert await store.last_seq("r3") == 2
+
+
+# -- closing ---------------------------------------------------------------------------------------------
+
+
+async def test_a_closed_store_refuses_work(backend: Backend) -> None:
+    store = backend.open()
+    await store.append("r", step_batch("a"), expected_seq=0)
+    await store.close()
+    await store.close()  # closing twice is fine
+    with pytest.raises(UsageError):
+        await store.append("r", step_batch("b"), expected_seq=2)
+    with pytest.raises(UsageError):
+        await store.read("r")
+
+
+async def test_a_store_that_was_never_used_closes(backend: Backend) -> None:
+    store = backend.open()
+    await store.close()
+
+
+async def test_the_log_survives_close_and_reopen(durable: Backend) -> None:
+    events = full_run("r")
+    first = durable.open()
+    await first.append("r", events[:10], expected_seq=0)
+    before = await first.get_run("r")
+    await first.close()
+
+    second = durable.open()
+    try:
+        assert events_of(await second.read("r")) == events[:10]
+        assert await second.get_run("r") == before
+        assert await second.append("r", events[10:], expected_seq=10) == len(events)
+    finally:
+        await second.close()
+
+    third = durable.open()
+    try:
+        assert events_of(await third.read("r")) == events
+        summary = await third.get_run("r")
+        assert summary is not None
+        assert summary.status == "finished"
+    finally:
+        await third.close()
+
+
+# -- concurrency -----------------------------------------------------------------------------------------
+
+
+async def _append_with_retry(store: RunStore, run_id: str, events: list[Event]) -> int:
+    """Append after whatever the log holds; on a conflict read again and retry. Returns the conflicts."""
+    conflicts = 0
+    while True:
+        last = await store.last_seq(run_id)
+        try:
+            await store.append(run_id, events, expected_seq=last)
+            return conflicts
+        except AppendConflict:
+            conflicts += 1
+        await asyncio.sleep(0)
+
+
+async def test_exactly_one_of_many_tasks_appending_after_the_same_seq_wins(store: RunStore) -> None:
+    await store.append("r", step_batch("seed"), expected_seq=0)
+    results = await asyncio.gather(
+        *(store.append("r", step_batch(f"t{i}"), expected_seq=2) for i in range(12)), return_exceptions=True
+    )
+    winners = [r for r in results if isinstance(r, int)]
+    losers = [r for r in results if isinstance(r, AppendConflict)]
+    assert winners == [4]
+    assert len(losers) == 11
+    assert all(c.expected == 2 and c.actual == 4 for c in losers)
+    assert await store.last_seq("r") == 4
+
+
+async def test_many_tasks_appending_to_one_run_leave_no_gap_and_no_duplicate(store: RunStore) -> None:
+    tasks, batches = 8, 6
+
+    async def writer(name: str) -> None:
+        for k in range(batches):
+            await _append_with_retry(store, "r", step_batch(f"{name}-{k}"))
+
+    await asyncio.gather(*(writer(f"w{i}") for i in range(tasks)))
+    stored = await store.read("r")
+    assert seqs_of(stored) == list(range(1, tasks * batches * 2 + 1))
+    assert_whole_batches(events_of(stored), 2)
+
+
+def _check_snapshot(stored: list[StoredEvent], size: int) -> None:
+    assert seqs_of(stored) == list(range(1, len(stored) + 1)), "a gap or a duplicate"
+    assert_whole_batches(events_of(stored), size)
+
+
+async def test_readers_during_writes_see_whole_batches_and_no_gap(backend: Backend) -> None:
+    """Writer tasks append batches of 3 while a reader task (and, for durable backends, a reader thread
+    with its own store and connections) reads the log over and over."""
+    writers, batches, size = 4, 8, 3
+    total = writers * batches * size
+    store = backend.open()
+    writing_done = asyncio.Event()
+    thread_done = threading.Event()
+    snapshots: list[int] = []
+
+    async def writer(name: str) -> None:
+        for k in range(batches):
+            await _append_with_retry(store, "r", step_batch(f"{name}-{k}", size=size))
+
+    async def reader(s: RunStore) -> None:
+        while True:
+            finished = writing_done.is_set() or thread_done.is_set()
+            stored = await s.read("r")
+            _check_snapshot(stored, size)
+            snapshots.append(len(stored))
+            if len(stored) == total or finished:
+                return
+            await asyncio.sleep(0)
+
+    def thread_reader() -> None:
+        async def run() -> None:
+            own = backend.open()
+            try:
+                await reader(own)
+            finally:
+                await own.close()
+
+        try:
+            asyncio.run(run())
+        finally:
+            thread_done.set()
+
+    async def write_all() -> None:
+        try:
+            await asyncio.gather(*(writer(f"w{i}") for i in range(writers)))
+        finally:
+            writing_done.set()
+
+    try:
+        jobs = [write_all(), reader(store)]
+        if backend.durable:
+            jobs.append(asyncio.to_thread(thread_reader))
+        await asyncio.gather(*jobs)
+        final = await store.read("r")
+        _check_snapshot(final, size)
+        assert len(final) == total
+        assert snapshots
+    finally:
+        await store.close()
+
+
+_WORKER = r"""
+import asyncio, sys
+from planexec import Verdict
+from planexec.runtime import StepStarted, StepSucceeded
+from planexec.store import AppendConflict, open_store
+
+url, run_id, name, batches = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+
+def batch(tag):
+    return [
+        StepStarted(at=3000.0, step_id=tag, executor="tools", tool="noop", args={"tag": tag}),
+        StepSucceeded(at=3000.0, step_id=tag, output={"tag": tag}, verdict=Verdict(passed=True)),
+    ]
+
+async def main():
+    store = open_store(url)
+    try:
+        await store.last_seq(run_id)  # connect before the race
+        print("ready", flush=True)
+        expected = int(sys.stdin.readline().split()[1])
+        try:
+            await store.append(run_id, batch(name + "-race"), expected_seq=expected)
+            print("won", flush=True)
+        except AppendConflict as e:
+            print("lost", e.actual, flush=True)
+        conflicts = done = 0
+        while done < batches:
+            last = await store.last_seq(run_id)
+            try:
+                await store.append(run_id, batch(f"{name}-{done}"), expected_seq=last)
+                done += 1
+            except AppendConflict:
+                conflicts += 1
+        print("done", conflicts, flush=True)
+    finally:
+        await store.close()
+
+asyncio.run(main())
+"""
+
+
+async def test_processes_appending_to_one_run(durable: Backend) -> None:
+    """Several OS processes, each with its own store: exactly one wins a race after the same seq, and
+    their appends with retries leave no gap and no duplicate, while a reader thread sees whole batches."""
+    workers, batches = 4, 12
+    store = durable.open()
+    await store.append("r", step_batch("seed"), expected_seq=0)
+    total = 2 + 2 + workers * batches * 2
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _WORKER,
+            durable.store_url,
+            "r",
+            f"p{i}",
+            str(batches),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=ROOT,
+        )
+        for i in range(workers)
+    ]
+    stop_reading = threading.Event()
+    snapshots: list[int] = []
+
+    def thread_reader() -> None:
+        async def run() -> None:
+            own = durable.open()
+            try:
+                while True:
+                    finished = stop_reading.is_set()
+                    stored = await own.read("r")
+                    _check_snapshot(stored, 2)
+                    snapshots.append(len(stored))
+                    if len(stored) == total or finished:
+                        return
+            finally:
+                await own.close()
+
+        asyncio.run(run())
+
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            line = await proc.stdout.readline()
+            if line.strip() != b"ready":
+                _, err = await proc.communicate()
+                pytest.fail(f"a worker did not start: {line!r}\n{err.decode()}")
+        reading = asyncio.create_task(asyncio.to_thread(thread_reader))
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write(b"go 2\n")
+            await proc.stdin.drain()
+        outputs = []
+        for proc in procs:
+            out, err = await proc.communicate()
+            assert proc.returncode == 0, err.decode()
+            outputs.append(out.decode().split("\n"))
+        stop_reading.set()
+        await reading
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.communicate()
+
+    race = [lines[0] for lines in outputs]
+    assert race.count("won") == 1
+    # a loser saw at least the winner's batch (and maybe more: the winner goes on appending)
+    assert all(line == "won" or (line.startswith("lost ") and int(line.split()[1]) >= 4) for line in race)
+    assert all(lines[1].startswith("done ") for lines in outputs)
+    try:
+        stored = await store.read("r")
+        _check_snapshot(stored, 2)
+        assert len(stored) == total
+        tags = {getattr(s.event, "step_id", None) for s in stored if isinstance(s.event, StepStarted)}
+        assert len([t for t in tags if str(t).endswith("-race")]) == 1
+        assert {f"p{i}-{k}" for i in range(workers) for k in range(batches)} <= tags
+        assert snapshots
+        summary = await store.get_run("r")
+        assert summary is not None
+        assert summary.events == total
+    finally:
+        await store.close()

@@ -1,0 +1,136 @@
+"""Backend details: the store-schema version table, SQLite's WAL mode and lock handling."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from planexec import UsageError
+from planexec.store import AppendConflict, SQLiteStore
+from tests.test_store_support import DURABLE, Backend, make_backend, step_batch
+
+
+@pytest.fixture(params=DURABLE)
+def durable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    with make_backend(request.param, tmp_path) as b:
+        yield b
+
+
+def _raw(backend: Backend, sql: str) -> list[tuple[object, ...]]:
+    """Run one statement on the backend's database outside the store."""
+    if backend.kind == "sqlite":
+        assert backend.path is not None
+        with closing(sqlite3.connect(backend.path, isolation_level=None)) as conn:
+            return conn.execute(sql).fetchall()
+    import psycopg
+
+    assert backend.url is not None
+    with psycopg.connect(backend.url, autocommit=True) as pg:
+        cur = pg.execute(sql.encode())
+        return cur.fetchall() if cur.description else []
+
+
+async def test_the_schema_version_is_recorded(durable: Backend) -> None:
+    store = durable.open()
+    try:
+        await store.append("r", step_batch("a"), expected_seq=0)
+    finally:
+        await store.close()
+    assert _raw(durable, "SELECT component, version FROM planexec_schema") == [("store", 1)]
+    again = durable.open()
+    try:
+        assert await again.last_seq("r") == 2  # opening again migrates nothing and finds the data
+    finally:
+        await again.close()
+    assert _raw(durable, "SELECT component, version FROM planexec_schema") == [("store", 1)]
+
+
+async def test_a_newer_schema_is_refused(durable: Backend) -> None:
+    store = durable.open()
+    await store.last_seq("r")
+    await store.close()
+    _raw(durable, "UPDATE planexec_schema SET version = 99 WHERE component = 'store'")
+    newer = durable.open()
+    try:
+        with pytest.raises(UsageError, match="upgrade planexec"):
+            await newer.last_seq("r")
+    finally:
+        await newer.close()
+
+
+async def test_sqlite_uses_wal(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "w.db")
+    await store.last_seq("r")
+    await store.close()
+    with closing(sqlite3.connect(tmp_path / "w.db")) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+async def test_sqlite_append_waits_for_a_lock_held_elsewhere(tmp_path: Path) -> None:
+    """While another connection holds the write lock, the append moves to the worker thread and
+    finishes once the lock is released."""
+    path = tmp_path / "l.db"
+    store = SQLiteStore(path)
+    try:
+        await store.append("r", step_batch("a"), expected_seq=0)
+        with closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")
+            pending = asyncio.create_task(store.append("r", step_batch("b"), expected_seq=2))
+            await asyncio.sleep(0)  # the task tries the loop connection, finds the lock taken, and hands over
+            assert not pending.done()
+            other.execute("COMMIT")
+            assert await pending == 4
+        assert [s.seq for s in await store.read("r")] == [1, 2, 3, 4]
+    finally:
+        await store.close()
+
+
+async def test_two_sqlite_stores_on_one_file(tmp_path: Path) -> None:
+    path = tmp_path / "two.db"
+    first, second = SQLiteStore(path), SQLiteStore(path)
+    try:
+        assert await first.append("r", step_batch("a"), expected_seq=0) == 2
+        with pytest.raises(AppendConflict) as caught:
+            await second.append("r", step_batch("b"), expected_seq=0)
+        assert caught.value.actual == 2
+        assert await second.append("r", step_batch("b"), expected_seq=2) == 4
+        assert [s.seq for s in await first.read("r")] == [1, 2, 3, 4]
+        summary = await first.get_run("r")
+        assert summary is not None
+        assert summary.events == 4
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_sqlite_synchronous_full(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "f.db", synchronous="full")
+    try:
+        assert await store.append("r", step_batch("a"), expected_seq=0) == 2
+        assert await store.last_seq("r") == 2
+        assert len(await store.read("r")) == 2
+    finally:
+        await store.close()
+
+
+def test_sqlite_refuses_an_unknown_synchronous_mode(tmp_path: Path) -> None:
+    with pytest.raises(UsageError):
+        SQLiteStore(tmp_path / "x.db", synchronous="off")  # type: ignore[arg-type]
+
+
+async def test_sqlite_checkpoints_in_the_worker(tmp_path: Path) -> None:
+    """Enough appends on the event loop start a WAL checkpoint in the worker thread; closing waits for it."""
+    store = SQLiteStore(tmp_path / "c.db")
+    try:
+        last = 0
+        for i in range(1001):
+            last = await store.append("r", step_batch(f"s{i}", size=1), expected_seq=last)
+        assert store._checkpoint is not None
+    finally:
+        await store.close()
+    assert store._checkpoint.done()
