@@ -3,7 +3,6 @@ a fork goes on live from any event; an injected fault shows how the planner reac
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,6 @@ from planexec import (
     Approvals,
     Budget,
     FunctionModel,
-    Limits,
     ModelRequest,
     Planner,
     RetryPolicy,
@@ -245,4 +243,3 @@ async def test_replaying_an_unknown_or_unrecorded_log_is_a_usage_error() -> None
         await agent.replay("nope")
     with pytest.raises(Exception, match="begin with run_started"):
         await replay_log([])
-    asyncio.get_running_loop()

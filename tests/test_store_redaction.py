@@ -298,8 +298,14 @@ async def test_read_back_shows_placeholders(backend: Backend) -> None:
         assert f"[REDACTED:{label}]" in text, label
 
 
+def _sqlite_files(path: Path) -> dict[str, bytes]:
+    """The database file and its -wal and -shm files, those that exist, by suffix."""
+    files = {suffix: Path(f"{path}{suffix}") for suffix in ("", "-wal", "-shm")}
+    return {suffix: p.read_bytes() for suffix, p in files.items() if p.exists()}
+
+
 def _sqlite_bytes(path: Path) -> bytes:
-    return b"".join(p.read_bytes() for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")) if p.exists())
+    return b"".join(_sqlite_files(path).values())
 
 
 async def test_a_planted_secret_never_reaches_the_sqlite_file(tmp_path: Path) -> None:
@@ -307,7 +313,9 @@ async def test_a_planted_secret_never_reaches_the_sqlite_file(tmp_path: Path) ->
     store = SQLiteStore(path)
     try:
         await store.append("r", planted_run("r"), expected_seq=0)
-        while_open = _sqlite_bytes(path)
+        files = _sqlite_files(path)
+        assert MARKER.encode() in files["-wal"], "while the store is open, the events are in the WAL"
+        while_open = b"".join(files.values())
     finally:
         await store.close()
     after_close = _sqlite_bytes(path)
