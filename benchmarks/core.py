@@ -15,11 +15,14 @@ import platform
 import resource
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
-from planexec import Agent, Budget, Limits, ScriptedModel, tool
+from planexec import Agent, Budget, Limits, RunState, ScriptedModel, tool
+from planexec.store import RunStore, SQLiteStore
 from planexec.tools import Tool
 
 
@@ -82,14 +85,43 @@ async def _timed(fn: Callable[[], Awaitable[Any]]) -> float:
     return time.perf_counter() - t0
 
 
-async def w1_planexec(n: int) -> float:
-    agent = Agent(ScriptedModel([chain_plan(n), {"answer": "ok"}]), tools=[_noop_tool()], budget=Budget())
+async def w1_planexec(n: int, store: RunStore | None = None) -> float:
+    agent = Agent(ScriptedModel([chain_plan(n), {"answer": "ok"}]), tools=[_noop_tool()], budget=Budget(), store=store)
 
     async def go() -> None:
         result = await agent.run("chain")
         assert result.ok, result.stop
 
     return await _timed(go)
+
+
+async def w4(n: int, repeat: int) -> dict[str, float]:
+    """W1 with the default durable store (a SQLite file) against no store; resume cost of the log."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "runs.db"
+        store = SQLiteStore(path)
+        durable: list[float] = []
+        memory: list[float] = []
+        for _ in range(repeat):
+            memory.append(await w1_planexec(n))
+            durable.append(await w1_planexec(n, store))
+        runs = await store.list_runs(limit=1)
+        run_id = runs[0].run_id
+        events = runs[0].events
+        t0 = time.perf_counter()
+        log = [s.event for s in await store.read(run_id)]
+        state = RunState.fold(log)
+        fold_s = time.perf_counter() - t0
+        assert state.finished
+        await store.close()
+        size = sum(f.stat().st_size for f in Path(folder).iterdir())
+    added = (statistics.median(durable) - statistics.median(memory)) / n * 1e6
+    return {
+        "added_us_per_step": round(added, 1),
+        "bytes_per_step": round(size / (repeat * n), 1),
+        "events_per_step": round(events / n, 2),
+        "read_and_fold_ms": round(fold_s * 1e3, 1),
+    }
 
 
 async def w1_floor(n: int) -> float:
@@ -114,7 +146,7 @@ async def w1_floor(n: int) -> float:
 
 async def w2(plan: dict[str, Any], model_latency: float) -> float:
     model = ScriptedModel([plan, {"answer": "ok"}], latency=model_latency)
-    agent = Agent(model, tools=[_sleep_tool()], limits=Limits(max_concurrency=64))
+    agent = Agent(model, tools=[_sleep_tool()], limits=Limits(max_concurrency=64), store=None)
 
     async def go() -> None:
         result = await agent.run("layers")
@@ -150,6 +182,16 @@ async def main(repeat: int) -> None:
             ratio=round(ours / floor, 2),
             goal="<= 40",
         )
+    for n in (100, 1000):
+        figures = await w4(n, repeat)
+        _emit(
+            rows,
+            workload=f"W4 N={n}",
+            metric="added_us_per_step",
+            planexec=figures["added_us_per_step"],
+            goal="<= 150",
+            **{k: v for k, v in figures.items() if k != "added_us_per_step"},
+        )
     cases = [("W2", layered_plan(), 0.1), ("W2b", uneven_plan(), 0.1), ("W2z", layered_plan(), 0.0)]
     for name, plan, latency in cases:
         bound = round(2 * latency + critical_path_s(plan), 4)  # plan call + critical path + answer call
@@ -166,10 +208,10 @@ async def main(repeat: int) -> None:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print()
     print(f"python {platform.python_version()} on {platform.machine()}, {repeat} repetitions, peak RSS {rss:.0f} MiB")
-    print(f"{'workload':<12} {'metric':<12} {'planexec':>10} {'reference':>10} {'ratio':>7}")
+    print(f"{'workload':<12} {'metric':<18} {'planexec':>10} {'reference':>10} {'ratio':>7}")
     for r in rows:
-        ref = r.get("asyncio_floor", r.get("bound"))
-        print(f"{r['workload']:<12} {r['metric']:<12} {r['planexec']:>10} {ref:>10} {r['ratio']:>7}")
+        ref = r.get("asyncio_floor", r.get("bound", r.get("goal", "")))
+        print(f"{r['workload']:<12} {r['metric']:<18} {r['planexec']:>10} {ref!s:>10} {r.get('ratio', ''):>7}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ every effect happens once, and the answer is the one an uninterrupted run gives.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -204,3 +205,26 @@ async def test_a_human_settles_an_uncertain_effect(choice: str, emails: int, ans
     assert result.stop.kind == "goal_met", result.stop
     assert ledger.calls.count(("email", "mail")) == emails
     assert answer_steps <= set(result.outputs)
+
+
+class BrokenStore(MemoryStore):
+    """A store whose disk fills up after a few writes."""
+
+    def __init__(self, writes: int) -> None:
+        super().__init__()
+        self.writes = writes
+
+    async def append(self, run_id: str, events: Sequence[Event], *, expected_seq: int) -> int:
+        if self.writes <= 0:
+            raise OSError("no space left on device")
+        self.writes -= 1
+        return await super().append(run_id, events, expected_seq=expected_seq)
+
+
+async def test_a_run_whose_log_cannot_be_written_stops_with_an_error_and_calls_no_side_effect() -> None:
+    ledger = Ledger()
+    agent = Agent(planner(), tools=ledger.tools(), store=BrokenStore(writes=1), budget=SAFETY)
+    result = await agent.run("pay and report", run_id="r1")
+    assert result.stop.kind == "error"
+    assert "no space left on device" in result.stop.detail
+    assert ("charge", "pay") not in ledger.calls

@@ -369,6 +369,8 @@ class Engine:
         else:
             self.planning.start("initial", "the run started")
         while True:
+            if self.journal is not None and self.journal.error is not None:
+                raise JournalFailed(f"the run log could not be written: {self.journal.error}")
             self._dispatch()
             if not self._running and self.planning.idle:
                 self._when_idle()

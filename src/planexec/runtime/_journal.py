@@ -84,6 +84,8 @@ class Journal:
     async def _write_loop(self) -> None:
         while True:
             await self._wake.wait()
+            # Let the loop run once more first: the events of this round are written together.
+            await asyncio.sleep(0)
             self._wake.clear()
             while self._buffer and self.error is None:
                 batch = self._buffer
