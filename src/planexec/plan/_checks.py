@@ -32,6 +32,9 @@ class CheckContext:
     """The executor for steps that name neither a tool nor an executor (None: such steps are errors)."""
     finished: Collection[str] = ()
     """Ids of steps that already finished in earlier plan versions; new steps may depend on them."""
+    finished_steps: Mapping[str, Step] = field(default_factory=dict)
+    """Their definitions, when known: a plan may list a finished step again unchanged (it stays
+    finished), but may not give its id to a different step."""
     max_steps: int | None = None
     """How many more steps the budget allows."""
     predicates: Collection[str] | None = None
@@ -54,7 +57,7 @@ def check_steps(steps: Sequence[Step], ctx: CheckContext) -> list[Problem]:
         if s.id in ids:
             problems.append(Problem(code="duplicate_id", where=where, message="two steps have this id"))
             continue
-        if s.id in ctx.finished:
+        if s.id in ctx.finished and ctx.finished_steps.get(s.id) != s:
             problems.append(
                 Problem(code="finished_id", where=where, message="a finished step has this id; choose a new id")
             )

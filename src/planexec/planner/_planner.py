@@ -52,11 +52,20 @@ class PlanningContext:
     tools: Toolset
     executors: Mapping[str, str]
     checks: CheckContext
+    """What plans are checked against; steps that have finished by the time an answer is checked
+    are added to it then (``current_checks``)."""
+    step_budget: int | None = None
+    """The run's step cap, if any."""
     budget_left: Mapping[str, Any]
     call: Callable[[Model, ModelRequest], Awaitable[ModelResponse]]
     rejected: Callable[[int, list[Problem]], None]
     record: str | None = None
     """The execution record as text, when taken at the start of the round (else read from ``state``)."""
+
+    def current_checks(self) -> CheckContext:
+        """The check context as of now: the steps finished so far, and the steps the budget still allows."""
+        left = None if self.step_budget is None else self.step_budget - self.state.steps_started
+        return with_finished(self.checks, self.state, left)
 
     def record_text(self, limit: int) -> str:
         return self.record if self.record is not None else _prompt.describe_record(self.state, limit)
@@ -152,7 +161,7 @@ class Planner:
             )
 
     def _check_draft(self, draft: PlanDraft, ctx: PlanningContext) -> list[Problem]:
-        return check_steps(draft.steps, ctx.checks)
+        return check_steps(draft.steps, ctx.current_checks())
 
     def _check_turn(self, turn: Turn, ctx: PlanningContext) -> list[Problem]:
         if turn.stop:
@@ -172,7 +181,7 @@ class Planner:
                 }
             )
             turn.step = step
-        return check_steps([step], ctx.checks)
+        return check_steps([step], ctx.current_checks())
 
 
 @functools.cache
@@ -211,5 +220,5 @@ def _parse(response: ModelResponse, output: type[T]) -> tuple[T | None, list[Pro
 
 def with_finished(checks: CheckContext, state: RunState, max_steps: int | None) -> CheckContext:
     """The check context for a planning round: finished steps known, the step budget applied."""
-    finished = [sid for sid, rec in state.steps.items() if rec.status == "succeeded"]
-    return replace(checks, finished=finished, max_steps=max_steps)
+    finished = {sid: rec.step for sid, rec in state.steps.items() if rec.status == "succeeded"}
+    return replace(checks, finished=tuple(finished), finished_steps=finished, max_steps=max_steps)

@@ -111,14 +111,14 @@ class Planning:
     def _context(self) -> PlanningContext:
         engine = self._engine
         budget = engine.budget
-        max_steps = None if budget.steps is None else budget.steps - engine.state.steps_started
         return PlanningContext(
             goal=engine.goal,
             constraints=engine.constraints,
             state=engine.state,
             tools=engine.config.tools,
             executors=self._executor_docs,
-            checks=with_finished(self._checks, engine.state, max_steps),
+            checks=self._checks,
+            step_budget=budget.steps,
             budget_left=budget.left(engine.state, engine.now()),
             call=lambda model, request: engine.call_model("planner", model, request, None),
             rejected=lambda attempt, problems: engine.emit(
