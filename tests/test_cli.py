@@ -380,11 +380,15 @@ def test_a_failed_run_exits_1_with_its_stop_reason(tmp_path: Path, tools_module:
     assert data["steps"][0]["error"] == {"kind": "tool_error", "message": "broken: broken on purpose"}
 
 
-def test_approve_plan_needs_a_terminal(tmp_path: Path, tools_module: str) -> None:
+def test_approve_plan_without_a_terminal_saves_the_question_and_suspends(tmp_path: Path, tools_module: str) -> None:
     planner = write_script(tmp_path, [PLAN, ANSWER])
-    result = invoke(["run", "x", "--planner", planner, "--tools", f"{tools_module}:TOOLS", "--approve-plan"])
-    assert result.exit_code == 2
-    assert "--approve-plan: plans can only be approved at a terminal" in result.stderr
+    result = invoke(
+        ["run", "x", "--planner", planner, "--tools", f"{tools_module}:TOOLS", "--approve-plan", "--no-live"]
+    )
+    assert result.exit_code == 3, result.output
+    assert "approval asked for plan v1" in result.stdout
+    assert "[--edit plan.json]" in result.stdout
+    assert "the store is in memory" in result.stderr  # the suite's default store: nothing to resume later
 
 
 @pytest.mark.parametrize(("answer", "code"), [("y", 0), ("n", 1)])
@@ -417,12 +421,21 @@ def test_sensitive_steps_are_asked_about_at_a_terminal(
     assert "Run step pub?" in result.stdout
 
 
-def test_without_a_terminal_no_approver_is_configured(tmp_path: Path, tools_module: str) -> None:
+@pytest.mark.parametrize("no_input", [False, True])
+def test_without_a_terminal_questions_are_saved_and_the_run_suspends(
+    tmp_path: Path, tools_module: str, monkeypatch: pytest.MonkeyPatch, no_input: bool
+) -> None:
+    if no_input:  # a terminal, but --no-input: the same
+        monkeypatch.setattr("planexec.cli._approve.is_interactive", lambda console: True)
     plan = {"steps": [{"id": "pub", "description": "Publish 7", "tool": "publish", "args": {"value": 7}}]}
     planner = write_script(tmp_path, [plan, {"answer": "published"}])
-    result = invoke(["run", "x", "--planner", planner, "--tools", f"{tools_module}:TOOLS", "--no-live"])
-    assert result.exit_code == 0, result.output
-    assert "approval" not in result.stdout
+    args = ["run", "x", "--planner", planner, "--tools", f"{tools_module}:TOOLS", "--no-live"]
+    result = invoke([*args, "--no-input"] if no_input else args)
+    assert result.exit_code == 3, result.output
+    assert "approval asked for step pub: sensitive tool publish" in result.stdout
+    assert "run suspended" in result.stdout
+    assert "Run step pub?" not in result.stdout
+    assert "planexec approve " in result.stdout
 
 
 # -- the pieces: one line per event, the report -----------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from planexec import Agent, Approvals, ModelRequest, Plan, ScriptedModel, Step, UsageError, tool
+from planexec import Agent, Approvals, ModelRequest, Plan, RunContext, RunState, ScriptedModel, Step, UsageError, tool
 from planexec.models import FunctionModel
 from planexec.runtime import ApprovalDecided, ApprovalRequested, RunFinished, RunSuspended, dump_event
 from planexec.store import MemoryStore
@@ -186,3 +186,31 @@ async def test_without_a_store_a_step_that_needs_a_human_is_refused_not_left_han
     model = ScriptedModel([{"steps": [{"id": "r", "description": "r", "tool": "risky", "approval": "always"}]}])
     result = await asyncio.wait_for(Agent(model, tools=[risky], store=None).run("go"), timeout=30)
     assert result.stop.kind == "rejected"
+
+
+async def test_time_spent_waiting_for_a_human_does_not_count_against_wall_time() -> None:
+    deleted: list[str] = []
+    store = MemoryStore()
+    clock = iter(float(t) for t in range(1_000_000))
+    first = await Agent(
+        planner(), tools=tools(deleted), store=store, approvals=DEFERRED, context=RunContext(clock=lambda: next(clock))
+    ).run("clean up", run_id="c6")
+    active = RunState.fold(first.events).active_time
+    for approval_id in first.events[-1].approvals:  # type: ignore[union-attr]
+        last = await store.last_seq("c6")
+        late = ApprovalDecided(at=500_000.0, approval_id=approval_id, approved=True)
+        await store.append("c6", [late], expected_seq=last)
+    log = [s.event for s in await store.read("c6")]
+    assert RunState.fold(log).active_time == active
+
+
+async def test_the_event_stream_of_a_resumed_run_goes_on_past_its_earlier_suspension() -> None:
+    deleted: list[str] = []
+    store = MemoryStore()
+    first = await Agent(planner(), tools=tools(deleted), store=store, approvals=DEFERRED).run("clean up", run_id="c7")
+    for approval_id in first.events[-1].approvals:  # type: ignore[union-attr]
+        await answer_in_store(store, "c7", approval_id, approved=True)
+    run = await Agent(planner(), tools=tools(deleted), store=store, approvals=DEFERRED).resume("c7")
+    kinds = [e.kind async for e in run.events()]
+    assert kinds.count("run_suspended") == 1
+    assert kinds[-1] == "run_finished"

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from planexec import StopReason, UsageError
-from planexec.runtime import Event, RunFinished, RunResumed, RunStarted, RunSuspended, StepStarted
+from planexec import StopReason, UsageError, Verdict
+from planexec.runtime import Event, RunFinished, RunResumed, RunStarted, RunSuspended, StepStarted, StepSucceeded
 from planexec.store import AppendConflict, RunStore, RunSummary, StoredEvent
 from tests.test_store_support import (
     BACKENDS,
@@ -73,6 +73,26 @@ async def test_every_event_kind_round_trips(store: RunStore) -> None:
     stored = await store.read("r1")
     assert seqs_of(stored) == list(range(1, len(events) + 1))
     assert events_of(stored) == events
+
+
+async def test_any_text_round_trips(store: RunStore) -> None:
+    """Non-ASCII text, control characters, NUL and a lone surrogate (undecodable bytes) read back the same."""
+    output = {
+        "text": "naïve café — 日本語 🚀",
+        "control": "a\x00b\x1fc\n",
+        "undecodable": b"ok\xff".decode(errors="surrogateescape"),
+    }
+    events: list[Event] = [
+        RunStarted(at=1.0, run_id="r", goal="Überprüfe die Bestellungen", budget={"cost": float("inf")}),
+        StepSucceeded(at=2.0, step_id="s", output=output, verdict=Verdict(passed=True)),
+    ]
+    events.append(RunFinished(at=3.0, stop=StopReason(kind="error", detail="bad\x00byte")))
+    await store.append("r", events, expected_seq=0)
+    assert events_of(await store.read("r")) == events
+    summary = await store.get_run("r")
+    assert summary is not None
+    assert summary.goal == "Überprüfe die Bestellungen"
+    assert summary.stop_detail in ("bad\x00byte", "bad\ufffdbyte"), "PostgreSQL text cannot hold NUL"
 
 
 async def test_append_returns_the_new_last_seq(store: RunStore) -> None:
@@ -301,6 +321,15 @@ async def test_the_log_survives_close_and_reopen(durable: Backend) -> None:
         assert summary.status == "finished"
     finally:
         await third.close()
+
+
+def test_a_store_outlives_an_event_loop(backend: Backend) -> None:
+    """A program may drive one store from several ``asyncio.run`` calls, one after another."""
+    store = backend.open()
+    assert asyncio.run(store.append("r", step_batch("a"), expected_seq=0)) == 2
+    assert asyncio.run(store.append("r", step_batch("b"), expected_seq=2)) == 4
+    assert seqs_of(asyncio.run(store.read("r"))) == [1, 2, 3, 4]
+    asyncio.run(store.close())
 
 
 # -- concurrency -----------------------------------------------------------------------------------------

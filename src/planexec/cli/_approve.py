@@ -1,23 +1,27 @@
-"""Asking a human at the terminal: plan and step approvals as yes/no prompts.
+"""Asking a human at the terminal: plan and step approvals as yes/no prompts, uncertain effects as
+a choice (retry, skip, done).
 
-Only used when both the input and the display are a terminal. Prompts are asked one at a time, with
-the live board paused so that the prompt is not drawn over.
+Only used when both the input and the display are a terminal and ``--no-input`` is not given;
+otherwise questions are saved in the run's log and the run is suspended. Prompts are asked one at
+a time, with the live board paused so that the prompt is not drawn over.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
+from typing import Any, Literal, cast
 
 from rich.console import Console
-from rich.prompt import Confirm
+from rich.prompt import Confirm, Prompt
 from rich.table import Table
 
 from planexec.cli._board import Display
 from planexec.plan import Step, render_text
-from planexec.runtime import ApprovalDecision, ApprovalRequest
+from planexec.runtime import ApprovalDecision, ApprovalRequest, Approvals
 
-__all__ = ["TerminalApprover", "is_interactive"]
+__all__ = ["TerminalApprover", "approvals_for", "is_interactive"]
 
 
 def is_interactive(console: Console) -> bool:
@@ -40,6 +44,13 @@ def _steps_table(steps: tuple[Step, ...]) -> Table:
     return table
 
 
+def approvals_for(console: Console, display: Display, *, no_input: bool, plan: bool) -> Approvals:
+    """Ask at the terminal when a human is there; otherwise save questions in the log and suspend."""
+    if not no_input and is_interactive(console):
+        return Approvals(approver=TerminalApprover(console, display), plan=plan)
+    return Approvals(deferred=True, plan=plan)
+
+
 class TerminalApprover:
     """An approver that shows what is to be approved and asks yes or no."""
 
@@ -53,11 +64,33 @@ class TerminalApprover:
             with self._display.paused():
                 question = self._show(request)
                 try:
+                    if request.subject == "effect":
+                        return await self._effect(question)
                     approved = await asyncio.to_thread(Confirm.ask, question, console=self._console, default=False)
                 except EOFError:
                     return ApprovalDecision(approved=False, reason="no answer (end of input)", by="terminal")
         reason = "approved at the terminal" if approved else "declined at the terminal"
         return ApprovalDecision(approved=approved, reason=reason, by="terminal")
+
+    async def _effect(self, question: str) -> ApprovalDecision:
+        """An uncertain effect: call again, skip the step, or mark it done (with its output)."""
+        answer = await asyncio.to_thread(
+            Prompt.ask, question, console=self._console, choices=["retry", "skip", "done"], default="skip"
+        )
+        choice = cast(Literal["retry", "skip", "done"], answer)
+        output: Any = None
+        if choice == "done":
+            while True:
+                text = await asyncio.to_thread(
+                    Prompt.ask, "The step's output (JSON; empty for none)", console=self._console, default=""
+                )
+                try:
+                    output = json.loads(text) if text.strip() else None
+                    break
+                except ValueError as e:
+                    self._console.print(f"not JSON: {e}", markup=False)
+        reason = f"{choice} at the terminal"
+        return ApprovalDecision(approved=True, choice=choice, output=output, reason=reason, by="terminal")
 
     def _show(self, request: ApprovalRequest) -> str:
         console = self._console
@@ -71,6 +104,11 @@ class TerminalApprover:
         step = request.step
         if step is None:
             return f"Approve ({request.reason})?"
+        if request.subject == "effect":
+            console.rule(f"step {step.id}: did its call take effect?")
+            console.print(f"{step.description}  [{request.reason}]", markup=False)
+            console.print(_steps_table((step,)))
+            return f"Step {step.id}: call again, skip it, or mark it done?"
         console.rule(f"approve step {step.id}?")
         console.print(f"{step.description}  [{request.reason}]", markup=False)
         console.print(_steps_table((step,)))

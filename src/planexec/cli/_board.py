@@ -18,6 +18,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
+from planexec.cli._watch import new_events
 from planexec.plan import render_text
 from planexec.runtime import (
     ApprovalDecided,
@@ -31,17 +32,22 @@ from planexec.runtime import (
     Run,
     RunFinished,
     RunResult,
+    RunResumed,
     RunStarted,
     RunState,
+    RunSuspended,
     StallDetected,
     StepAttemptFailed,
     StepCancelled,
     StepFailed,
+    StepHeld,
     StepRecord,
+    StepRequeued,
     StepStarted,
     StepSucceeded,
     ToolCalled,
 )
+from planexec.store import RunStore
 
 __all__ = [
     "Board",
@@ -57,6 +63,7 @@ __all__ = [
 STATUS = {
     "pending": ("waiting", "dim"),
     "running": ("running", "cyan"),
+    "held": ("held", "bold yellow"),
     "succeeded": ("done", "green"),
     "failed": ("failed", "red"),
     "cancelled": ("cancelled", "yellow"),
@@ -255,11 +262,27 @@ def describe_event(event: Event, state: RunState) -> str:
             line += f" [cancelled: {', '.join(event.cancelled)}]"
         return line
     if isinstance(event, ApprovalRequested):
-        what = f"step {event.step_id}" if event.subject == "step" else f"plan v{event.plan_version}"
-        return f"approval asked for {what}: {event.reason}"
+        what = {
+            "step": f"step {event.step_id}",
+            "plan": f"plan v{event.plan_version}",
+            "effect": f"the effect of step {event.step_id}",
+        }[event.subject]
+        return f"approval asked for {what}: {event.reason} (id {event.approval_id})"
     if isinstance(event, ApprovalDecided):
         verdict = "approved" if event.approved else "rejected"
+        if event.choice is not None:
+            verdict += f" ({event.choice})"
+        if event.edited_plan is not None:
+            verdict += " with an edited plan"
         return f"approval {verdict} by {event.by}" + (f": {event.reason}" if event.reason else "")
+    if isinstance(event, StepRequeued):
+        return f"step {event.step_id} back in the queue: {event.reason}"
+    if isinstance(event, StepHeld):
+        return f"step {event.step_id} held for a human ({event.approval_id}): {event.reason}"
+    if isinstance(event, RunSuspended):
+        return f"run suspended, waiting for {', '.join(event.approvals) or 'a human'}: {event.reason}"
+    if isinstance(event, RunResumed):
+        return f"run resumed from its log ({event.events} events)"
     if isinstance(event, StepStarted):
         where = f"tool {event.tool}" if event.tool else f"executor {event.executor}"
         return f"step {event.step_id} started ({where})"
@@ -396,15 +419,19 @@ async def _ticker(display: Display, interval: float) -> None:
         display.tick()
 
 
-async def follow(run: Run, display: Display, *, interval: float = 0.1) -> RunResult:
-    """Show ``run`` on ``display`` until it finishes, and return its result.
+async def follow(
+    run: Run, display: Display, *, interval: float = 0.1, since: int = 0, store: RunStore | None = None
+) -> RunResult:
+    """Show ``run`` on ``display`` until it finishes (or is suspended), and return its result.
 
-    If this coroutine is cancelled, the run is cancelled with it.
+    ``since``: how many events the run had when this process picked it up (they are not shown
+    again); ``store``: where a resumed run's log can be read. If this coroutine is cancelled, the
+    run is cancelled with it.
     """
     display.start()
     ticker = asyncio.create_task(_ticker(display, interval)) if display.ticks else None
     try:
-        async for event in run.events():
+        async for event in new_events(run, since=since, store=store, interval=interval):
             display.update(event, run.state)
     except asyncio.CancelledError:
         run.cancel()

@@ -1,18 +1,41 @@
-"""What the commands share: the console to show a run on, the display, and running to the end."""
+"""What the commands share: the console, the display, running a command's coroutine, refusing bad
+input, and following a run to its end."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
 
 from planexec.cli._board import Board, Display, LineDisplay, LiveDisplay, follow
-from planexec.runtime import Agent, RunResult
+from planexec.cli._options import Refused
+from planexec.runtime import Agent, Run, RunResult
+from planexec.store import RunStore
 
-__all__ = ["display_for", "exit_for", "make_console", "run_to_end", "say", "start_and_follow"]
+__all__ = [
+    "EXIT_OK",
+    "EXIT_STOPPED",
+    "EXIT_USAGE",
+    "EXIT_WAITING",
+    "View",
+    "display_for",
+    "exit_code",
+    "exit_for",
+    "follow_to_end",
+    "make_console",
+    "problem_exit",
+    "run_command",
+    "run_to_end",
+    "say",
+    "start_and_follow",
+]
+
+EXIT_OK, EXIT_STOPPED, EXIT_USAGE, EXIT_WAITING = 0, 1, 2, 3
 
 
 def make_console(*, as_json: bool) -> Console:
@@ -33,16 +56,54 @@ def display_for(console: Console, *, no_live: bool, title: str) -> Display:
     return LiveDisplay(console, Board(title=title))
 
 
+@dataclass(frozen=True, kw_only=True)
+class View:
+    """How a command that runs an agent shows it: where, live or in lines, JSON or not, and
+    whether a human at the terminal may be asked."""
+
+    console: Console
+    display: Display
+    as_json: bool
+    no_input: bool
+
+    @classmethod
+    def make(cls, *, as_json: bool, no_live: bool, no_input: bool, title: str = "planexec") -> View:
+        console = make_console(as_json=as_json)
+        return cls(
+            console=console,
+            display=display_for(console, no_live=no_live, title=title),
+            as_json=as_json,
+            no_input=no_input,
+        )
+
+
 def say(console: Console, text: str) -> None:
     """Print plain text: no markup, no highlighting, no wrapping."""
     console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
-async def start_and_follow(agent: Agent, goal: str, constraints: Sequence[str], display: Display) -> RunResult:
-    """Start ``goal`` and show it until it ends; when cancelled (Ctrl-C), return the cancelled run's result."""
-    run = agent.start(goal, constraints=constraints)
+def problem_exit(ctx: click.Context, problems: Sequence[str]) -> NoReturn:
+    """Say everything wrong with the invocation and exit with status 2."""
+    click.echo(f"Error: planexec {ctx.info_name}: {len(problems)} problem(s):", err=True)
+    for p in problems:
+        click.echo(f"  - {p}", err=True)
+    ctx.exit(EXIT_USAGE)
+
+
+def run_command(ctx: click.Context, main: Coroutine[Any, Any, int]) -> NoReturn:
+    """Run a command's coroutine in a fresh event loop and exit with the status it returns;
+    :class:`Refused` becomes the list of problems and exit status 2."""
     try:
-        return await follow(run, display)
+        code = asyncio.run(main)
+    except Refused as e:
+        problem_exit(ctx, e.problems)
+    ctx.exit(code)
+
+
+async def follow_to_end(run: Run, display: Display, *, since: int = 0, store: RunStore | None = None) -> RunResult:
+    """Show ``run`` until it ends or is suspended; when cancelled (Ctrl-C), return the cancelled run's result."""
+    try:
+        return await follow(run, display, since=since, store=store)
     except asyncio.CancelledError:
         # Ctrl-C: the run was cancelled with the display; report what it did instead of a traceback.
         task = asyncio.current_task()
@@ -51,14 +112,32 @@ async def start_and_follow(agent: Agent, goal: str, constraints: Sequence[str], 
         return await run.result()
 
 
+async def start_and_follow(
+    agent: Agent,
+    goal: str,
+    constraints: Sequence[str],
+    display: Display,
+    *,
+    metadata: Mapping[str, Any] | None = None,
+) -> RunResult:
+    """Start ``goal`` and show it until it ends; when cancelled (Ctrl-C), return the cancelled run's result."""
+    return await follow_to_end(agent.start(goal, constraints=constraints, metadata=metadata), display)
+
+
 def run_to_end(agent: Agent, goal: str, constraints: Sequence[str], display: Display) -> RunResult:
     """Run ``goal`` in a fresh event loop, showing it on ``display``; Ctrl-C cancels the run."""
     return asyncio.run(start_and_follow(agent, goal, constraints, display))
 
 
-def exit_for(ctx: click.Context, result: RunResult) -> None:
-    """Exit 0 when the goal was met; otherwise say why the run stopped and exit 1."""
+def exit_code(result: RunResult) -> int:
+    """0 when the goal was met, 3 when the run waits for a human, 1 when it stopped otherwise."""
     if result.ok:
-        ctx.exit(0)
-    click.echo(f"stopped: {result.stop}", err=True)
-    ctx.exit(1)
+        return EXIT_OK
+    return EXIT_WAITING if result.stop.kind == "waiting" else EXIT_STOPPED
+
+
+def exit_for(ctx: click.Context, result: RunResult) -> None:
+    """Exit with :func:`exit_code`, saying why the run stopped when the goal was not met."""
+    if not result.ok:
+        click.echo(f"stopped: {result.stop}", err=True)
+    ctx.exit(exit_code(result))

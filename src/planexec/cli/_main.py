@@ -1,4 +1,4 @@
-"""The ``planexec`` command: ``demo``, ``run`` and ``schema``."""
+"""The ``planexec`` command group: the global ``--store`` option and every command."""
 
 from __future__ import annotations
 
@@ -9,9 +9,15 @@ from pathlib import Path
 import click
 
 from planexec import __version__
-from planexec.cli._common import display_for, exit_for, make_console, run_to_end, say
-from planexec.cli._report import json_text, print_summary, result_json
+from planexec.cli._approvals import approvals, approve, reject
+from planexec.cli._common import View, run_command, say, start_and_follow
+from planexec.cli._finish import report_result
+from planexec.cli._gc import gc
+from planexec.cli._replay import replay
+from planexec.cli._resume import resume
 from planexec.cli._run import run
+from planexec.cli._runs import export, runs, show
+from planexec.cli._store_options import STORE_HELP, StoreChoice, remember_store, store_choice, using_store
 from planexec.demo import build_demo
 from planexec.plan import PLAN_SCHEMA_VERSION, plan_json_schema
 
@@ -20,11 +26,20 @@ __all__ = ["main"]
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="planexec", message="%(prog)s %(version)s")
-def main() -> None:
-    """Planner–executor agents: typed plans, parallel steps, checked results, bounded runs."""
+@click.option("--store", "store", metavar="URL", envvar="PLANEXEC_STORE", help=STORE_HELP)
+@click.pass_context
+def main(ctx: click.Context, store: str | None) -> None:
+    """Planner–executor agents: typed plans, parallel steps, checked results, bounded runs.
+
+    Runs are logged in a store (--store), where they can be listed (runs, show, export), answered
+    (approvals, approve, reject), picked up again (resume), replayed or forked (replay) and
+    deleted when old (gc).
+    """
+    remember_store(ctx, store)
 
 
-main.add_command(run)
+for command in (run, resume, runs, show, export, approvals, approve, reject, replay, gc):
+    main.add_command(command)
 
 
 @main.command()
@@ -66,17 +81,25 @@ def demo(ctx: click.Context, workdir: Path | None, no_live: bool, as_json: bool,
     It collects the logs (the current log turns out to be incomplete, so the plan is patched to
     fetch the archived segment), inspects the failing branch, finds the root cause and writes a
     patch into the work directory. Models and tools are scripted and local: nothing leaves the
-    machine.
+    machine. The run is logged in the store (see --store), so `planexec show` and `planexec
+    replay` work on it.
     """
-    console = make_console(as_json=as_json)
+    view = View.make(as_json=as_json, no_live=no_live, no_input=True, title="planexec demo")
     root = (workdir or Path(tempfile.mkdtemp(prefix="planexec-demo-"))).resolve()
-    scenario = build_demo(root, pace=pace)
-    say(console, f"workdir: {root}")
-    display = display_for(console, no_live=no_live, title="planexec demo")
-    result = run_to_end(scenario.agent, scenario.goal, scenario.constraints, display)
-    fixes = [str(p.relative_to(root)) for p in scenario.fix_files()]
-    if as_json:
-        click.echo(json_text(result_json(result, workdir=str(root), fixes=fixes)))
-    else:
-        print_summary(console, result, extra=[("workdir", str(root)), *(("fix", f) for f in fixes)])
-    exit_for(ctx, result)
+    run_command(ctx, _demo(view, root, pace, store_choice(ctx)))
+
+
+async def _demo(view: View, root: Path, pace: float, choice: StoreChoice) -> int:
+    async with using_store(choice) as store:
+        scenario = build_demo(root, pace=pace, store=store)
+        say(view.console, f"workdir: {root}")
+        result = await start_and_follow(scenario.agent, scenario.goal, scenario.constraints, view.display)
+        fixes = [str(p.relative_to(root)) for p in scenario.fix_files()]
+        return report_result(
+            view,
+            result,
+            choice,
+            store,
+            extra=[("workdir", str(root)), *(("fix", f) for f in fixes)],
+            json_extra={"workdir": str(root), "fixes": fixes},
+        )

@@ -18,11 +18,26 @@ from planexec.models import Model, resolve_model
 from planexec.runtime import Budget
 from planexec.tools import Tool, Toolset
 
-__all__ = ["BUDGET_FLAGS", "Problems", "load_model", "load_tools", "parse_budget", "parse_choice"]
+__all__ = [
+    "BUDGET_FLAGS",
+    "Problems",
+    "Refused",
+    "importable",
+    "load_model",
+    "load_tools",
+    "parse_budget",
+    "parse_choice",
+]
 
 
 class Problems(list[str]):
     """Everything wrong with one invocation."""
+
+    @classmethod
+    def of(cls, flag: str, message: str) -> Problems:
+        problems = cls()
+        problems.add(flag, message)
+        return problems
 
     def add(self, flag: str, message: str) -> None:
         self.append(f"{flag}: {message}" if flag else message)
@@ -33,6 +48,14 @@ class Problems(list[str]):
                 self.add(flag, f"{error.summary}: {p}")
         else:
             self.add(flag, error.summary)
+
+
+class Refused(Exception):
+    """A command cannot go on because of what it was given; it exits with status 2 listing every problem."""
+
+    def __init__(self, problems: Problems) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +123,12 @@ def _importable_here() -> None:
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)
+
+
+def importable(directory: str) -> None:
+    """Let ``module:attr`` references also name modules in ``directory`` (after everything else)."""
+    if directory and directory not in sys.path:
+        sys.path.append(directory)
 
 
 def load_model(flag: str, spec: str, problems: Problems) -> Model | None:

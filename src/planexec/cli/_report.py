@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from rich.console import Console, RenderableType
@@ -13,13 +13,15 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from planexec.runtime import ModelCalled, PlanProposed, RunResult, StepRecord
+from planexec.runtime import Event, ModelCalled, PlanProposed, RunResult, StepRecord
 
-__all__ = ["json_text", "print_summary", "result_json"]
+__all__ = ["RoleUsage", "json_text", "print_summary", "result_json", "step_json", "usage_by_role"]
 
 
 @dataclass(kw_only=True, slots=True)
-class _RoleUsage:
+class RoleUsage:
+    """Model calls, tokens, cost and time of one model role (planner, executor, judge)."""
+
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -31,10 +33,13 @@ def _model_calls(result: RunResult) -> list[ModelCalled]:
     return [e for e in result.events if isinstance(e, ModelCalled)]
 
 
-def _usage_by_role(result: RunResult) -> dict[str, _RoleUsage]:
-    roles: dict[str, _RoleUsage] = {}
-    for e in _model_calls(result):
-        row = roles.setdefault(e.role, _RoleUsage())
+def usage_by_role(events: Iterable[Event]) -> dict[str, RoleUsage]:
+    """Model usage per role, from a run's ``model_called`` events."""
+    roles: dict[str, RoleUsage] = {}
+    for e in events:
+        if not isinstance(e, ModelCalled):
+            continue
+        row = roles.setdefault(e.role, RoleUsage())
         row.calls += 1
         row.input_tokens += e.usage.input_tokens
         row.output_tokens += e.usage.output_tokens
@@ -77,9 +82,14 @@ def print_summary(console: Console, result: RunResult, *, extra: Iterable[tuple[
 
 def _answer(result: RunResult) -> RenderableType:
     stop = result.stop
-    title = Text("answer · goal met", style="bold green") if stop.ok else Text(f"stopped: {stop}", style="bold red")
+    if stop.ok:
+        title, style = Text("answer · goal met", style="bold green"), "green"
+    elif stop.kind == "waiting":
+        title, style = Text("waiting for a human's answer (the run is saved)", style="bold yellow"), "yellow"
+    else:
+        title, style = Text(f"stopped: {stop}", style="bold red"), "red"
     body: RenderableType = Text(result.answer) if result.answer else Text("(no answer)", style="dim")
-    return Panel(body, title=title, title_align="left", border_style="green" if stop.ok else "red")
+    return Panel(body, title=title, title_align="left", border_style=style)
 
 
 def _plans(result: RunResult) -> Table:
@@ -102,7 +112,7 @@ def _usage(result: RunResult) -> Table:
     table.add_column("model role")
     for name in ("calls", "input tokens", "output tokens", "cost", "time"):
         table.add_column(name, justify="right")
-    for role, row in _usage_by_role(result).items():
+    for role, row in usage_by_role(result.events).items():
         table.add_row(
             role,
             str(row.calls),
@@ -158,7 +168,8 @@ def _timings(result: RunResult, extra: Iterable[tuple[str, str]]) -> Table:
 # -- for programs ---------------------------------------------------------------------------
 
 
-def _step_json(rec: StepRecord) -> dict[str, Any]:
+def step_json(rec: StepRecord) -> dict[str, Any]:
+    """One step record as JSON data."""
     return {
         "id": rec.step.id,
         "status": rec.status,
@@ -203,23 +214,14 @@ def result_json(result: RunResult, **extra: Any) -> dict[str, Any]:
             }
             for p in result.plans
         ],
-        "steps": [_step_json(r) for r in result.steps.values()],
-        "superseded": [_step_json(r) for r in result.superseded],
+        "steps": [step_json(r) for r in result.steps.values()],
+        "superseded": [step_json(r) for r in result.superseded],
         "usage": {
             "model_calls": result.model_calls,
             "input_tokens": usage.input_tokens,
             "output_tokens": usage.output_tokens,
             "cost": result.cost,
-            "by_role": {
-                role: {
-                    "calls": row.calls,
-                    "input_tokens": row.input_tokens,
-                    "output_tokens": row.output_tokens,
-                    "cost": row.cost,
-                    "seconds": row.seconds,
-                }
-                for role, row in _usage_by_role(result).items()
-            },
+            "by_role": {role: asdict(row) for role, row in usage_by_role(result.events).items()},
         },
         "tool_calls": result.tool_calls,
         "replans": result.replans,

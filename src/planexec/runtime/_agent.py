@@ -59,11 +59,14 @@ class Run:
         for e in self._engine.events:
             queue.put_nowait(e)
         self._engine.subscribe(queue.put_nowait)
+        earlier = self._engine.history_length  # a resumed run's log holds earlier suspensions
         try:
+            seen = 0
             while True:
                 event = await queue.get()
+                seen += 1
                 yield event
-                if isinstance(event, RunFinished | RunSuspended):
+                if isinstance(event, RunFinished) or (isinstance(event, RunSuspended) and seen > earlier):
                     return
         finally:
             self._engine.unsubscribe(queue.put_nowait)
@@ -246,12 +249,14 @@ class Agent:
         fork_at: int | None = None,
         fault: Fault | None = None,
         new_run_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> ReplayReport:
         """Replay a run from this agent's store, with no model and no tool called.
 
         ``fork_at=N`` keeps the first N events and goes on live from there with this agent's
         models and tools, as a new run; ``fault=Fault(step_id=..., kind=...)`` replays until that
-        step and fails it instead, then goes on live the same way.
+        step and fails it instead, then goes on live the same way. ``metadata`` is recorded with
+        the new run, as with ``start``.
         """
         store = self.store
         if store is None:
@@ -263,7 +268,7 @@ class Agent:
         first = log[0]
         config = None
         if forking and isinstance(first, RunStarted):
-            config = self._config({"forked_from": run_id})
+            config = self._config({**(metadata or {}), "forked_from": run_id})
         return await replay_log(log, config=config, fork_at=fork_at, fault=fault, store=store, run_id=new_run_id)
 
     async def resume(self, run_id: str) -> Run:

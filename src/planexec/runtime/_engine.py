@@ -130,6 +130,7 @@ class Engine:
         self.run_id = run_id
         self.state = RunState.fold(history or [])
         self.events: list[Event] = list(history or [])
+        self.history_length = len(self.events)
         self.resuming = bool(history)
         self.replay = replay
         self.budget = config.budget

@@ -142,7 +142,8 @@ class RunState:
     """Set while the run waits for a human with its process gone; cleared when it is resumed."""
     resumes: int = 0
     active_time: float = 0.0
-    """Seconds the run has been running, not counting the time it was stopped between processes."""
+    """Seconds the run has been running, not counting the time it was suspended or its process was
+    gone (answers written meanwhile by others do not count either)."""
     last_at: float = 0.0
     """The ``at`` of the newest event."""
     stop: StopReason | None = None
@@ -178,7 +179,7 @@ class RunState:
         """Fold one event into the state."""
         self.events += 1
         at = event.at
-        if self.last_at and type(event) is not RunResumed:
+        if self.last_at and self.suspended is None and type(event) is not RunResumed:
             self.active_time += max(0.0, at - self.last_at)
         self.last_at = at
         _HANDLERS[type(event)](self, event)

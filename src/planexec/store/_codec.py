@@ -26,8 +26,18 @@ def encode_events(events: Sequence[Event], redactor: Redactor) -> list[EncodedEv
     out: list[EncodedEvent] = []
     for event in events:
         data = redactor.redact(dump_event(event))
-        out.append(EncodedEvent(event.kind, event.at, json.dumps(data, ensure_ascii=False, separators=(",", ":"))))
+        out.append(EncodedEvent(event.kind, event.at, _json(data)))
     return out
+
+
+def _json(data: Any) -> str:
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (from undecodable bytes): escape it, it reads back the same
+            text = json.dumps(data, separators=(",", ":"))
+    return text
 
 
 def decode_event(data: str | dict[str, Any]) -> Event:

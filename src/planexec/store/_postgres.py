@@ -60,7 +60,6 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             suspended boolean NOT NULL
         )""",
         "CREATE INDEX planexec_runs_started ON planexec_runs (started_at DESC, run_id DESC)",
-        "CREATE INDEX planexec_runs_updated ON planexec_runs (updated_at)",
         """CREATE TABLE planexec_events (
             run_id text NOT NULL REFERENCES planexec_runs (run_id) ON DELETE CASCADE,
             seq integer NOT NULL,
@@ -104,6 +103,10 @@ class PostgresStore(StoreBase):
     def __repr__(self) -> str:
         return f"PostgresStore({Redactor().redact_text(self.url)!r})"
 
+    def _clean(self, text: str) -> str:
+        """Summary text: redacted, and without NUL, which a PostgreSQL text column cannot hold."""
+        return self.redactor.redact_text(text).replace("\x00", "\ufffd")
+
     async def _ensure_open(self) -> None:
         self._check_open()
         if self._ready:
@@ -138,9 +141,7 @@ class PostgresStore(StoreBase):
                         raise AppendConflict(run_id, expected_seq, current)
                     if not events:
                         return current
-                    state = summarize(
-                        run_id, events, previous=previous, first_seq=current + 1, clean=self.redactor.redact_text
-                    )
+                    state = summarize(run_id, events, previous=previous, first_seq=current + 1, clean=self._clean)
                     values = summary_row(state)
                     if row is None:
                         await conn.execute(_INSERT_RUN, (run_id, *values))

@@ -24,9 +24,9 @@ Secrets, on by default (``Redactor(secrets=False)`` turns them off):
                        (the value only)                                        → ``secret``
 
 Personal data, off by default (``Redactor(pii=True)`` turns them on):
-    card_number        13–19 digit card numbers (spaces or dashes allowed) that start like a
-                       card network's and pass the Luhn check — and only those
     iban               international bank account numbers whose mod-97 check passes
+    card_number        13–19 digit card numbers (spaces or dashes allowed) that start like a
+                       card network's (2–6) and pass the Luhn check — and only those
     us_ssn             US social security numbers written ``123-45-6789``
     uk_nino            UK national insurance numbers (``AB 12 34 56 C``)
     es_dni             Spanish DNI/NIE numbers whose check letter is right (``12345678Z``)
@@ -44,13 +44,15 @@ Configuring::
     Redactor()                                   # secrets only (the default of every store)
     Redactor(pii=True)                           # secrets and personal data
     Redactor(pii=True, disable=["phone"])        # … without the phone rule
-    Redactor(rules=[RedactionRule(name="ticket", pattern=r"\\bTCK-\\d{6}\\b")])  # plus your own
+    Redactor(rules=[RedactionRule(name="ticket", pattern=r"\\bTCK-\\d{6}\\b", hints=["tck-"])])  # plus yours
     Redactor.off()                               # nothing is redacted
 
-Custom rules run after the built-in ones. Any rule can be switched off by name with ``disable``;
+A rule's ``hints`` (text every match contains) let the redactor skip strings cheaply; a custom
+rule without hints is tried on every string. Custom rules run after the built-in ones. Any rule can be switched off by name with ``disable``;
 an unknown name is a :class:`~planexec.UsageError` that lists the known ones. Rules are
 heuristics: they are tuned to miss little that looks like a secret, and to leave ordinary
-numbers, dates, versions and addresses alone.
+numbers, dates, versions and addresses alone. Redaction is one-way: the log keeps the
+placeholder, so a replay or a resumed run sees ``[REDACTED:…]`` where the secret was.
 """
 
 from __future__ import annotations
@@ -68,9 +70,11 @@ Validator = Callable[[str], bool]
 
 class RedactionRule:
     """One named pattern. ``validator`` (given the matched secret) must return True for a match to
-    count; ``label`` is shown in the placeholder and defaults to ``name``."""
+    count; ``label`` is shown in the placeholder and defaults to ``name``. ``hints`` are optional
+    pieces of text of which every match contains at least one (compared case-insensitively): a
+    string without any of them is not searched, which keeps redaction cheap."""
 
-    __slots__ = ("label", "name", "pattern", "validator")
+    __slots__ = ("_hint_pattern", "hints", "label", "name", "pattern", "validator")
 
     def __init__(
         self,
@@ -79,6 +83,7 @@ class RedactionRule:
         pattern: str | re.Pattern[str],
         validator: Validator | None = None,
         label: str | None = None,
+        hints: Sequence[str] = (),
     ) -> None:
         if not name:
             raise UsageError("a redaction rule needs a name")
@@ -86,6 +91,12 @@ class RedactionRule:
         self.pattern: re.Pattern[str] = re.compile(pattern) if isinstance(pattern, str) else pattern
         self.validator = validator
         self.label = label or name
+        self.hints: tuple[str, ...] = tuple(h.lower() for h in hints)
+        self._hint_pattern = _any_of(self.hints)
+
+    def may_match(self, lowered: str) -> bool:
+        """False when ``lowered`` (a text in lower case) contains none of the hints: no match is possible."""
+        return self._hint_pattern is None or self._hint_pattern.search(lowered) is not None
 
     def __repr__(self) -> str:
         return f"RedactionRule(name={self.name!r}, pattern={self.pattern.pattern!r}, label={self.label!r})"
@@ -106,6 +117,11 @@ class RedactionRule:
         whole_start = match.start()
         whole = match.group(0)
         return whole[: start - whole_start] + placeholder + whole[end - whole_start :]
+
+
+def _any_of(hints: Sequence[str]) -> re.Pattern[str] | None:
+    """One search for any of ``hints`` (lower case) in a lower-cased text."""
+    return re.compile("|".join(re.escape(h) for h in hints)) if hints else None
 
 
 # -- validators ------------------------------------------------------------------------------------
@@ -182,11 +198,13 @@ SECRET_RULES: tuple[RedactionRule, ...] = (
         pattern=re.compile(
             r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY-----|.*)", re.DOTALL
         ),
+        hints=("private key",),
     ),
     RedactionRule(
         name="url_password",
-        pattern=r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s/?#@:]*:(?P<secret>[^\s/?#@]+)@",
+        pattern=r"://[^\s/?#@:]*:(?P<secret>[^\s/?#@]+)@",
         label="password",
+        hints=("://",),
     ),
     RedactionRule(
         name="bearer_token",
@@ -196,50 +214,65 @@ SECRET_RULES: tuple[RedactionRule, ...] = (
             r"(?P<secret>[\w\-.~+/]{4,}=*)",
             re.IGNORECASE,
         ),
+        hints=("bearer", "authorization"),
     ),
     RedactionRule(
         name="api_key",
         pattern=r"(?<![\w-])(?:sk-(?:ant-|proj-|svcacct-)?[A-Za-z0-9_\-]{20,}|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"
         r"|AIza[0-9A-Za-z_\-]{35}|glpat-[A-Za-z0-9_\-]{20,}|hf_[A-Za-z0-9]{30,})",
+        hints=("sk-", "sk_", "rk_", "aiza", "glpat-", "hf_"),
     ),
-    RedactionRule(name="aws_access_key", pattern=r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    RedactionRule(name="aws_access_key", pattern=r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", hints=("akia", "asia")),
     RedactionRule(
-        name="github_token", pattern=r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})\b"
+        name="github_token",
+        pattern=r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})\b",
+        hints=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
     ),
-    RedactionRule(name="slack_token", pattern=r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"),
+    RedactionRule(name="slack_token", pattern=r"\bxox[abposr]-[A-Za-z0-9\-]{10,}", hints=("xox",)),
     RedactionRule(
         name="secret_assignment",
         pattern=re.compile(
-            r"\b[a-z0-9_.\-]*(?:api[_\-]?key|apikey|secret[_\-]?key|access[_\-]?key|private[_\-]?key|secret|token"
-            r"|password|passwd)[\"']?\s*[:=]\s*[\"']?(?P<secret>[^\s\"',;&{}\[\]()<>]{4,})",
+            r"(?:api[_\-]?key|apikey|secret[_\-]?key|access[_\-]?key|private[_\-]?key|secret|token|password|passwd)"
+            r"[\"']?\s*[:=]\s*[\"']?(?P<secret>[^\s\"',;&{}\[\]()<>]{4,})",
             re.IGNORECASE,
         ),
         validator=_assigned_value,
         label="secret",
+        hints=("key", "secret", "token", "passw"),
     ),
 )
+
+_DIGITS = tuple("0123456789")
 
 PII_RULES: tuple[RedactionRule, ...] = (
     RedactionRule(
         name="iban",
         pattern=r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b",
         validator=_iban,
+        hints=_DIGITS,
     ),
     RedactionRule(
         name="card_number",
         pattern=r"(?<![\d\-])(?<!\d[ \-])(?:\d[ \-]?){12,18}\d(?![\d\-])(?![ \-]\d)",
         validator=_card,
+        hints=_DIGITS,
     ),
-    RedactionRule(name="us_ssn", pattern=r"(?<![\d\-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d\-])"),
+    RedactionRule(
+        name="us_ssn",
+        pattern=r"(?<![\d\-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d\-])",
+        hints=_DIGITS,
+    ),
     RedactionRule(
         name="uk_nino",
         pattern=r"\b(?!BG|GB|NK|KN|TN|NT|ZZ)[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b",
+        hints=_DIGITS,
     ),
-    RedactionRule(name="es_dni", pattern=r"\b[XYZ0-9]\d{7}-?[A-Z]\b", validator=_dni),
+    RedactionRule(name="es_dni", pattern=r"\b[XYZ0-9]\d{7}-?[A-Z]\b", validator=_dni, hints=_DIGITS),
     RedactionRule(
         name="email",
         pattern=r"(?<![\w.+\-])[A-Za-z0-9._%+\-]+@[A-Za-z0-9](?:[A-Za-z0-9\-]*[A-Za-z0-9])?"
         r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9\-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,}\b",
+        hints=("@",),
     ),
     RedactionRule(
         name="phone",
@@ -247,6 +280,7 @@ PII_RULES: tuple[RedactionRule, ...] = (
         r"(?:\+\d{8,15}|(?:\+\d{1,3}[ .\-]?)?(?:\(\d{1,5}\)[ .\-]?)?\d{2,5}(?:[ .\-]\d{2,5}){1,5})"
         r"(?!\w)(?![ .\-:/]\d)",
         validator=_phone,
+        hints=_DIGITS,
     ),
 )
 
@@ -258,25 +292,14 @@ SENSITIVE_FIELDS = (
 """Dictionary keys whose string values are replaced whole (matched case-insensitively)."""
 
 _FIELD_PLACEHOLDER = "[REDACTED:secret]"
-
-
-_SCOPED_FLAGS = ((re.IGNORECASE, "i"), (re.DOTALL, "s"), (re.MULTILINE, "m"), (re.VERBOSE, "x"), (re.ASCII, "a"))
-
-
-def _without_group_names(pattern: re.Pattern[str]) -> str | None:
-    """The pattern as a scoped, unnamed group for one combined alternation (None: not possible)."""
-    source = re.sub(r"^\(\?[aiLmsux]+\)", "", pattern.pattern)
-    if "(?P=" in source or pattern.flags & re.LOCALE:
-        return None
-    flags = "".join(letter for flag, letter in _SCOPED_FLAGS if pattern.flags & flag)
-    source = re.sub(r"\(\?P<\w+>", "(?:", source)
-    return f"(?{flags}:{source})" if flags else f"(?:{source})"
+_CLEAN_TEXT_LENGTH = 64
+_CLEAN_TEXTS = 4096
 
 
 class Redactor:
     """Applies redaction rules to text and to JSON data. Immutable; share one freely."""
 
-    __slots__ = ("_fields", "_screen", "rules")
+    __slots__ = ("_clean", "_fields", "_hints", "_secret_keys", "rules")
 
     def __init__(
         self,
@@ -298,10 +321,15 @@ class Redactor:
                 [Problem(code="unknown_rule", where=f"rule {n!r}", message=f"known rules: {listing}") for n in unknown],
             )
         self.rules: tuple[RedactionRule, ...] = tuple(r for r in chosen if r.name not in off)
+        self._hints = _any_of([h for r in self.rules for h in r.hints]) if all(r.hints for r in self.rules) else None
+        """When every rule has hints: a text with none of them needs no rule run on it."""
+        self._clean: set[str] = set()
+        """Short texts seen to need nothing (keys and ids repeat in every event)."""
         self._fields: re.Pattern[str] | None = (
             re.compile(sensitive_fields) if isinstance(sensitive_fields, str) else sensitive_fields
         )
-        self._screen = self._build_screen(self.rules)
+        self._secret_keys: dict[str, bool] = {}
+        """Whether a dictionary key names a secret, by key (keys repeat in every event)."""
 
     @classmethod
     def off(cls) -> Redactor:
@@ -312,23 +340,22 @@ class Redactor:
     def active(self) -> bool:
         return bool(self.rules) or self._fields is not None
 
-    @staticmethod
-    def _build_screen(rules: Sequence[RedactionRule]) -> re.Pattern[str] | None:
-        """One alternation of every rule: a string it does not match needs no rule run on it."""
-        parts = [_without_group_names(r.pattern) for r in rules]
-        if not parts or any(p is None for p in parts):
-            return None
-        try:
-            return re.compile("|".join(p for p in parts if p is not None))
-        except re.error:
-            return None
-
     def redact_text(self, text: str) -> str:
         """``text`` with every rule applied in order."""
-        if not self.rules or (self._screen is not None and self._screen.search(text) is None):
+        if text in self._clean:
             return text
-        for rule in self.rules:
-            text = rule.apply(text)
+        original = text
+        lowered = text.lower()
+        if self._hints is None or self._hints.search(lowered) is not None:
+            for rule in self.rules:
+                if rule.may_match(lowered):
+                    redacted = rule.apply(text)
+                    if redacted != text:
+                        text, lowered = redacted, redacted.lower()
+        if text == original and len(text) <= _CLEAN_TEXT_LENGTH:
+            if len(self._clean) >= _CLEAN_TEXTS:
+                self._clean.clear()
+            self._clean.add(text)
         return text
 
     def redact(self, data: Any) -> Any:
@@ -338,17 +365,34 @@ class Redactor:
         return self._walk(data)
 
     def _walk(self, data: Any) -> Any:
+        # The hot path of every append: plain loops, scalars and known-clean strings handled inline.
         if isinstance(data, str):
-            return self.redact_text(data)
+            return data if data in self._clean else self.redact_text(data)
         if isinstance(data, dict):
             out: dict[str, Any] = {}
             for key, value in data.items():
-                new_key = self.redact_text(key) if isinstance(key, str) else key
-                if isinstance(value, str) and self._fields is not None and self._fields.search(str(key)) and value:
-                    out[new_key] = _FIELD_PLACEHOLDER
+                new_key = self.redact_text(key) if isinstance(key, str) and key not in self._clean else key
+                if isinstance(value, str):
+                    if value and self._names_a_secret(key):
+                        out[new_key] = _FIELD_PLACEHOLDER
+                    else:
+                        out[new_key] = value if value in self._clean else self.redact_text(value)
+                elif value is None or isinstance(value, int | float):
+                    out[new_key] = value
                 else:
                     out[new_key] = self._walk(value)
             return out
         if isinstance(data, list | tuple):
             return [self._walk(item) for item in data]
         return data
+
+    def _names_a_secret(self, key: Any) -> bool:
+        if self._fields is None:
+            return False
+        known = self._secret_keys.get(key)
+        if known is None:
+            known = self._fields.search(str(key)) is not None
+            if len(self._secret_keys) >= _CLEAN_TEXTS:
+                self._secret_keys.clear()
+            self._secret_keys[key] = known
+        return known

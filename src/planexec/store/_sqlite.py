@@ -24,7 +24,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -65,7 +65,6 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             suspended INTEGER NOT NULL
         )""",
         "CREATE INDEX planexec_runs_started ON planexec_runs (started_at DESC, run_id DESC)",
-        "CREATE INDEX planexec_runs_updated ON planexec_runs (updated_at)",
         """CREATE TABLE planexec_events (
             run INTEGER NOT NULL,
             seq INTEGER NOT NULL,
@@ -80,7 +79,6 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
 _COLUMNS = ", ".join(SUMMARY_COLUMNS)
 _SELECT_STATE = f"SELECT id, {_COLUMNS} FROM planexec_runs WHERE run_id = ?"
 _INSERT_RUN = f"INSERT INTO planexec_runs (run_id, {_COLUMNS}) VALUES (?, {', '.join('?' * len(SUMMARY_COLUMNS))})"
-_UPDATE_RUN = f"UPDATE planexec_runs SET {', '.join(f'{c} = ?' for c in SUMMARY_COLUMNS)} WHERE id = ?"
 _INSERT_EVENT = "INSERT INTO planexec_events (run, seq, kind, at, data) VALUES (?, ?, ?, ?, ?)"
 _READ = (
     "SELECT seq, data FROM planexec_events WHERE run = (SELECT id FROM planexec_runs WHERE run_id = ?) "
@@ -126,7 +124,7 @@ class SQLiteStore(StoreBase):
         self._ready = False
         self._opening: asyncio.Lock | None = None
         self._since_checkpoint = 0
-        self._checkpoint: asyncio.Future[None] | None = None
+        self._checkpoint: Future[None] | None = None
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -238,7 +236,7 @@ class SQLiteStore(StoreBase):
                 key = conn.execute(_INSERT_RUN, (run_id, *values)).lastrowid
             else:
                 key = row[0]
-                conn.execute(_UPDATE_RUN, (*values, key))
+                _update_run(conn, key, row[1:], values)
             conn.executemany(
                 _INSERT_EVENT, [(key, current + i, e.kind, e.at, e.data) for i, e in enumerate(encoded, start=1)]
             )
@@ -259,7 +257,7 @@ class SQLiteStore(StoreBase):
         if self._since_checkpoint < _CHECKPOINT_EVERY or (self._checkpoint is not None and not self._checkpoint.done()):
             return
         self._since_checkpoint = 0
-        self._checkpoint = asyncio.get_running_loop().run_in_executor(self._worker, self._checkpoint_in_worker)
+        self._checkpoint = self._worker.submit(self._checkpoint_in_worker)
 
     def _checkpoint_in_worker(self) -> None:
         conn = self._worker_conn
@@ -320,11 +318,10 @@ class SQLiteStore(StoreBase):
         if self._closed:
             return
         await super().close()
-        if self._checkpoint is not None:
-            await self._checkpoint
         worker = self._worker
         if worker is None:
             return
+        # The worker runs one call at a time, in order: a checkpoint under way finishes first.
         await asyncio.get_running_loop().run_in_executor(worker, self._close_in_worker)
         worker.shutdown(wait=True)
         self._worker = None
@@ -334,6 +331,17 @@ class SQLiteStore(StoreBase):
             if conn is not None:
                 conn.close()
         self._loop_conn = self._worker_conn = None
+
+
+def _update_run(conn: sqlite3.Connection, key: int, old: Sequence[Any], new: Sequence[Any]) -> None:
+    """Set only the summary columns that changed, so that an index whose columns did not change
+    (``started_at``, ``status``) is not rewritten: fewer pages per commit."""
+    changed = [
+        (column, value) for column, before, value in zip(SUMMARY_COLUMNS, old, new, strict=True) if before != value
+    ]
+    if changed:
+        assignments = ", ".join(f"{column} = ?" for column, _ in changed)
+        conn.execute(f"UPDATE planexec_runs SET {assignments} WHERE id = ?", (*(v for _, v in changed), key))
 
 
 def _last_seq(conn: sqlite3.Connection, run_id: str) -> int:

@@ -1,0 +1,243 @@
+"""``planexec approvals``, ``approve`` and ``reject``: the questions runs wait for, and answering
+them from any process. An answer is appended to the run's log; a suspended run that waits for
+nothing else is then resumed here, as ``planexec resume`` would."""
+
+from __future__ import annotations
+
+import getpass
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from planexec.cli._agent_options import AgentFlags, live_options
+from planexec.cli._answer import (
+    Answer,
+    check_answer,
+    load_edit,
+    parse_choice_flag,
+    parse_output,
+    pick_question,
+    record_answer,
+)
+from planexec.cli._common import View, make_console, run_command
+from planexec.cli._finish import waiting_lines
+from planexec.cli._format import cut, when
+from planexec.cli._options import Problems, Refused
+from planexec.cli._questions import about, answer_commands, approval_json
+from planexec.cli._report import json_text
+from planexec.cli._resume import load_log, resume_run
+from planexec.cli._store_options import StoreChoice, store_choice, store_flag, using_store
+from planexec.runtime import ApprovalRecord, RunStarted, RunState
+from planexec.store import RunStore
+
+__all__ = ["approvals", "approve", "reject"]
+
+SCAN = 10_000
+"""At most this many runs of each unfinished status are looked at for open questions."""
+
+MakeAnswer = Callable[[RunStarted, RunState, ApprovalRecord | None, Problems], Answer]
+
+
+def _default_by() -> str:
+    try:
+        return getpass.getuser() or "cli"
+    except Exception:  # no user name in this environment
+        return "cli"
+
+
+# -- listing ----------------------------------------------------------------------------------
+
+
+async def open_questions(store: RunStore) -> list[tuple[str, ApprovalRecord]]:
+    """Every unanswered question of every unfinished run, oldest first."""
+    found: list[tuple[str, ApprovalRecord]] = []
+    for status in ("waiting", "running"):
+        for summary in await store.list_runs(status=status, limit=SCAN):
+            if summary.pending_approvals:
+                state = RunState.fold(s.event for s in await store.read(summary.run_id))
+                found += [(summary.run_id, rec) for rec in state.pending_approvals]
+    return sorted(found, key=lambda item: item[1].requested_at)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the questions as a JSON list.")
+@click.pass_context
+def approvals(ctx: click.Context, as_json: bool) -> None:
+    """List the questions unfinished runs wait for: plans, steps and uncertain effects to approve."""
+    run_command(ctx, _list(store_choice(ctx), as_json))
+
+
+async def _list(choice: StoreChoice, as_json: bool) -> int:
+    async with using_store(choice) as store:
+        questions = await open_questions(store)
+    if as_json:
+        click.echo(json_text([approval_json(rec, run_id=run_id, choice=choice) for run_id, rec in questions]))
+        return 0
+    console = make_console(as_json=False)
+    if not questions:
+        console.print("no run waits for an answer", markup=False)
+        return 0
+    table = Table(title=f"open questions ({len(questions)})", title_justify="left", title_style="bold")
+    for name in ("run", "approval", "subject", "step", "reason", "asked at"):
+        table.add_column(name, overflow="fold")
+    for run_id, rec in questions:
+        step = rec.step_id or (f"plan v{rec.plan_version}" if rec.plan_version else "")
+        table.add_row(run_id, rec.approval_id, rec.subject, step, cut(rec.reason, 60), when(rec.requested_at))
+    console.print(table)
+    console.print("answer with:", markup=False)
+    for run_id, rec in questions:
+        for command in answer_commands(choice, run_id, rec):
+            console.print(f"  {command}", markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
+# -- answering --------------------------------------------------------------------------------
+
+
+async def _decide(
+    choice: StoreChoice, run_id: str, approval_id: str | None, make: MakeAnswer, *, resume: bool, view: View
+) -> int:
+    async with using_store(choice) as store:
+        log = await load_log(store, run_id, choice)
+        first = log[0]
+        assert isinstance(first, RunStarted)  # load_log checked it
+        state = RunState.fold(log)
+        problems = Problems()
+        rec = pick_question(state, approval_id, problems)
+        answer = make(first, state, rec, problems)
+        if problems or rec is None:
+            raise Refused(problems)
+        state = await record_answer(store, run_id, rec.approval_id, answer, log)
+        answered = state.approvals[rec.approval_id]
+        verdict = "approved" if answer.approved else "rejected"
+        extra = f" ({answer.choice})" if answer.choice else " with an edited plan" if answer.edited_plan else ""
+        click.echo(f"approval {rec.approval_id} ({about(rec)}) {verdict}{extra} by {answer.by}", err=view.as_json)
+        others = state.pending_approvals
+        if resume and not others and state.status == "waiting":
+            try:
+                return await resume_run(store, choice, log, AgentFlags(), view)
+            except Refused as e:
+                first_line = f"run {run_id}: the answer is recorded, but the run cannot be resumed here"
+                raise Refused(Problems([first_line, *e.problems])) from None
+    if view.as_json:
+        click.echo(json_text({"answered": approval_json(answered, run_id=run_id), "resumed": False}))
+    if others:
+        for line in waiting_lines(choice, run_id, others):
+            click.echo(line, err=view.as_json)
+    elif resume and state.status == "running":
+        click.echo(
+            f"run {run_id} is not suspended: a process running it reads the answer from the store; "
+            f"if none does, go on with `planexec {store_flag(choice)}resume {run_id}`",
+            err=True,
+        )
+    elif not resume:
+        click.echo(f"go on with: planexec {store_flag(choice)}resume {run_id}", err=view.as_json)
+    return 0
+
+
+def _resume_option() -> Callable[[Callable[..., None]], Callable[..., None]]:
+    return click.option(
+        "--resume/--no-resume",
+        default=True,
+        show_default=True,
+        help="Resume the run here when it is suspended and waits for nothing else (--no-resume: only record).",
+    )
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@click.argument("approval_id", metavar="[ID]", required=False)
+@click.option(
+    "--edit",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PLAN.json",
+    help="Approve this plan instead (a Plan as JSON, see `planexec schema`); checked before it is recorded.",
+)
+@click.option("--choice", metavar="[retry|skip|done]", help="For an uncertain effect: call again, skip, or mark done.")
+@click.option("--output", "output_json", metavar="JSON", help="With --choice done: the step's output, as JSON.")
+@click.option("--reason", default="", help="Why (recorded with the answer).")
+@click.option("--by", default=None, metavar="NAME", help="Who answers (default: the user name).")
+@_resume_option()
+@live_options
+@click.pass_context
+def approve(
+    ctx: click.Context,
+    /,
+    run_id: str,
+    approval_id: str | None,
+    edit: Path | None,
+    choice: str | None,
+    output_json: str | None,
+    reason: str,
+    by: str | None,
+    resume: bool,
+    no_live: bool,
+    no_input: bool,
+    as_json: bool,
+) -> None:
+    """Approve question ID of RUN (with no ID: its only open question).
+
+    A plan may be approved as edited (--edit): the edit is checked with the plan's static checks
+    against the tools the run recorded, and becomes a plan version authored by a human. An
+    uncertain effect (a side-effecting call under way when a process stopped) needs --choice.
+    The answer is appended to the run's log; then, when the run is suspended and waits for
+    nothing else, it is resumed here (exit status as `planexec run`).
+    """
+
+    def make(first: RunStarted, state: RunState, rec: ApprovalRecord | None, problems: Problems) -> Answer:
+        chosen = parse_choice_flag(choice, problems)
+        output = parse_output(output_json, problems)
+        edited = load_edit(edit, first, state, problems) if edit is not None else None
+        answer = Answer(
+            approved=True,
+            reason=reason,
+            by=by or _default_by(),
+            choice=chosen,
+            output=output,
+            edited_plan=edited,
+        )
+        check_answer(rec, answer, output_given=output_json is not None, edit_given=edit is not None, problems=problems)
+        return answer
+
+    view = View.make(as_json=as_json, no_live=no_live, no_input=no_input)
+    run_command(ctx, _decide(store_choice(ctx), run_id, approval_id, make, resume=resume, view=view))
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@click.argument("approval_id", metavar="ID")
+@click.option("--reason", required=True, help="Why (recorded with the answer).")
+@click.option("--by", default=None, metavar="NAME", help="Who answers (default: the user name).")
+@_resume_option()
+@live_options
+@click.pass_context
+def reject(
+    ctx: click.Context,
+    /,
+    run_id: str,
+    approval_id: str,
+    reason: str,
+    by: str | None,
+    resume: bool,
+    no_live: bool,
+    no_input: bool,
+    as_json: bool,
+) -> None:
+    """Reject question ID of RUN: the plan or step is not run.
+
+    The answer is appended to the run's log; then, when the run is suspended and waits for
+    nothing else, it is resumed here and goes on from the rejection (a rejected plan or step
+    stops the run as rejected).
+    """
+
+    def make(first: RunStarted, state: RunState, rec: ApprovalRecord | None, problems: Problems) -> Answer:
+        if not reason.strip():
+            problems.add("--reason", "say why the answer is no")
+        answer = Answer(approved=False, reason=reason, by=by or _default_by())
+        check_answer(rec, answer, output_given=False, edit_given=False, problems=problems)
+        return answer
+
+    view = View.make(as_json=as_json, no_live=no_live, no_input=no_input)
+    run_command(ctx, _decide(store_choice(ctx), run_id, approval_id, make, resume=resume, view=view))

@@ -1,0 +1,62 @@
+"""The end of a command that ran an agent: the report (tables or JSON), why the run stopped, the
+questions a suspended run waits for with the commands that answer them, and the exit status."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import click
+
+from planexec.cli._common import EXIT_STOPPED, EXIT_WAITING, View, exit_code
+from planexec.cli._questions import about, answer_commands, approval_json
+from planexec.cli._report import json_text, print_summary, result_json
+from planexec.cli._store_options import StoreChoice, is_memory
+from planexec.runtime import ApprovalRecord, RunResult, RunState
+from planexec.store import RunStore
+
+__all__ = ["report_result", "waiting_lines"]
+
+
+def waiting_lines(choice: StoreChoice, run_id: str, pending: Iterable[ApprovalRecord]) -> list[str]:
+    """What a suspended run waits for, and the exact commands that answer each question."""
+    pending = list(pending)
+    lines = [f"run {run_id} is saved in {choice.describe()} and waits for {len(pending)} answer(s):"]
+    lines += [f"  {rec.approval_id}  {about(rec)}: {rec.reason}" for rec in pending]
+    lines.append("answer with:")
+    for rec in pending:
+        lines += [f"  {command}" for command in answer_commands(choice, run_id, rec)]
+    return lines
+
+
+def report_result(
+    view: View,
+    result: RunResult,
+    choice: StoreChoice,
+    store: RunStore,
+    *,
+    extra: Iterable[tuple[str, str]] = (),
+    json_extra: Mapping[str, Any] | None = None,
+) -> int:
+    """Print the result and return the exit status (0 goal met, 1 stopped otherwise, 3 waiting)."""
+    code = exit_code(result)
+    pending = RunState.fold(result.events).pending_approvals if code == EXIT_WAITING else []
+    if view.as_json:
+        data = result_json(result, store=choice.describe(), **(json_extra or {}))
+        if code == EXIT_WAITING:
+            data["pending_approvals"] = [approval_json(rec, run_id=result.run_id, choice=choice) for rec in pending]
+        click.echo(json_text(data))
+    else:
+        print_summary(view.console, result, extra=[("run id", result.run_id), ("store", choice.describe()), *extra])
+    if code == EXIT_STOPPED:
+        click.echo(f"stopped: {result.stop}", err=True)
+    elif code == EXIT_WAITING:
+        for line in waiting_lines(choice, result.run_id, pending):
+            click.echo(line, err=view.as_json)
+        if is_memory(store):
+            click.echo(
+                "warning: the store is in memory: the run ends with this process and cannot be answered "
+                "or resumed; name a lasting store with --store or PLANEXEC_STORE",
+                err=True,
+            )
+    return code

@@ -1,0 +1,57 @@
+"""Open questions to humans, as the CLI shows them: what each is about, and the exact commands
+that answer it."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from planexec.cli._store_options import StoreChoice, store_flag
+from planexec.runtime import ApprovalRecord
+
+__all__ = ["about", "answer_commands", "approval_json"]
+
+
+def about(rec: ApprovalRecord) -> str:
+    """What the question is about, in a few words."""
+    if rec.subject == "plan":
+        return f"plan v{rec.plan_version}"
+    if rec.subject == "effect":
+        return f"the effect of step {rec.step_id}"
+    return f"step {rec.step_id}"
+
+
+def answer_commands(choice: StoreChoice, run_id: str, rec: ApprovalRecord) -> list[str]:
+    """Command lines that answer ``rec``: approve (with what an answer of its kind needs) and reject."""
+    head = f"planexec {store_flag(choice)}"
+    target = f"{shlex.quote(run_id)} {shlex.quote(rec.approval_id)}"
+    if rec.subject == "effect":
+        approve = f"{head}approve {target} --choice retry|skip|done"
+    elif rec.subject == "plan":
+        approve = f"{head}approve {target} [--edit plan.json]"
+    else:
+        approve = f"{head}approve {target}"
+    return [approve, f"{head}reject {target} --reason TEXT"]
+
+
+def approval_json(rec: ApprovalRecord, *, run_id: str, choice: StoreChoice | None = None) -> dict[str, Any]:
+    """One question (and its answer, if any) as JSON data."""
+    data: dict[str, Any] = {
+        "run_id": run_id,
+        "approval_id": rec.approval_id,
+        "subject": rec.subject,
+        "step_id": rec.step_id,
+        "plan_version": rec.plan_version,
+        "reason": rec.reason,
+        "asked_at": rec.requested_at,
+        "approved": rec.approved,
+        "by": rec.by,
+        "answer_reason": rec.decision_reason or None,
+        "choice": rec.choice,
+        "output": rec.output,
+        "edited": rec.edited_plan is not None,
+        "answered_at": rec.decided_at,
+    }
+    if choice is not None and rec.approved is None:
+        data["commands"] = answer_commands(choice, run_id, rec)
+    return data

@@ -1,0 +1,244 @@
+"""Building an agent from the command line, recording how with the run, and building it again
+from the log (``resume``, ``replay --fork-at``, ``approve``) with no flags.
+
+``planexec run`` records an :class:`AgentSpec` in the run's metadata (``metadata["cli"]``): the
+model strings, tool references, policy, replan policy, budget flags and constraints, and the
+working directory that module references are imported from. Flags given later override it for
+that command only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
+
+from planexec._errors import UsageError
+from planexec.cli._agent_options import POLICIES, REPLANS, AgentFlags
+from planexec.cli._options import Problems, Refused, importable, load_model, load_tools, parse_budget, parse_choice
+from planexec.cli._scripted import absolute_model_string, calls_made, rest_of_script
+from planexec.models import Model
+from planexec.planner import Planner, PolicyName, ReplanPolicy
+from planexec.runtime import Agent, Approvals, Event, RunStarted
+from planexec.store import RunStore
+from planexec.tools import Toolset
+
+__all__ = ["AgentSpec", "build_agent", "recorded_spec"]
+
+SPEC_VERSION = 1
+"""Version of the ``cli`` metadata (1: first version)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentSpec:
+    """How the command line builds an agent; recorded with each run it starts."""
+
+    planner: str | None = None
+    executor: str | None = None
+    tools: tuple[str, ...] = ()
+    policy: str = "upfront"
+    replan: str = "on_failure"
+    budget: Mapping[str, str] = field(default_factory=dict)
+    """Raw budget flag values by :class:`Budget` field."""
+    approve_plan: bool = False
+    constraints: tuple[str, ...] = ()
+    cwd: str | None = None
+    """The directory ``module:attr`` references were imported from."""
+
+    @classmethod
+    def for_run(cls, flags: AgentFlags, constraints: Sequence[str]) -> AgentSpec:
+        return cls(
+            planner=absolute_model_string(flags.planner) if flags.planner is not None else None,
+            executor=absolute_model_string(flags.executor) if flags.executor is not None else None,
+            tools=flags.tools,
+            policy=flags.policy or "upfront",
+            replan=flags.replan or "on_failure",
+            budget=dict(flags.budget),
+            approve_plan=bool(flags.approve_plan),
+            constraints=tuple(constraints),
+            cwd=os.getcwd(),
+        )
+
+    def metadata(self) -> dict[str, Any]:
+        """What ``Agent.start(metadata=...)`` records."""
+        return {
+            "cli": {
+                "version": SPEC_VERSION,
+                "planner": self.planner,
+                "executor": self.executor,
+                "tools": list(self.tools),
+                "policy": self.policy,
+                "replan": self.replan,
+                "budget": dict(self.budget),
+                "approve_plan": self.approve_plan,
+                "constraints": list(self.constraints),
+                "cwd": self.cwd,
+            }
+        }
+
+    def with_flags(self, flags: AgentFlags) -> AgentSpec:
+        """This spec with what ``flags`` say instead (budget flags one by one)."""
+        return replace(
+            self,
+            planner=absolute_model_string(flags.planner) if flags.planner is not None else self.planner,
+            executor=absolute_model_string(flags.executor) if flags.executor is not None else self.executor,
+            tools=flags.tools or self.tools,
+            policy=flags.policy if flags.policy is not None else self.policy,
+            replan=flags.replan if flags.replan is not None else self.replan,
+            budget={**self.budget, **flags.budget},
+            approve_plan=flags.approve_plan if flags.approve_plan is not None else self.approve_plan,
+        )
+
+
+def _strings(value: Any) -> tuple[str, ...] | None:
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    return None
+
+
+def _from_metadata(data: Mapping[str, Any], run_id: str, problems: Problems) -> AgentSpec:
+    """An :class:`AgentSpec` from recorded ``cli`` metadata; anything unreadable is a problem."""
+    where = f"run {run_id}"
+    bad: list[str] = []
+
+    def text(key: str, default: str | None) -> str | None:
+        value = data.get(key, default)
+        if value is None or isinstance(value, str):
+            return value
+        bad.append(key)
+        return default
+
+    tools = _strings(data.get("tools", []))
+    constraints = _strings(data.get("constraints", []))
+    budget = data.get("budget", {})
+    if not isinstance(budget, dict) or not all(isinstance(v, str) for v in budget.values()):
+        bad.append("budget")
+        budget = {}
+    approve_plan = data.get("approve_plan", False)
+    if not isinstance(approve_plan, bool):
+        bad.append("approve_plan")
+        approve_plan = False
+    spec = AgentSpec(
+        planner=text("planner", None),
+        executor=text("executor", None),
+        tools=tools if tools is not None else (),
+        policy=text("policy", "upfront") or "upfront",
+        replan=text("replan", "on_failure") or "on_failure",
+        budget=budget,
+        approve_plan=approve_plan,
+        constraints=constraints if constraints is not None else (),
+        cwd=text("cwd", None),
+    )
+    bad += [key for key, value in (("tools", tools), ("constraints", constraints)) if value is None]
+    for key in bad:
+        problems.add(where, f"the recorded command line has an unreadable {key!r}; give it as a flag")
+    return spec
+
+
+def _from_log(first: RunStarted) -> AgentSpec:
+    """What a run that was not started by ``planexec run`` says about itself."""
+    budget = {name: str(value) for name, value in first.budget.items() if value is not None}
+    return AgentSpec(policy=first.policy, replan=first.replan, budget=budget, constraints=first.constraints)
+
+
+async def recorded_spec(store: RunStore, first: RunStarted, problems: Problems) -> tuple[AgentSpec, bool]:
+    """The spec a run recorded, and whether it recorded one (a fork records none: its origin's is used)."""
+    seen: set[str] = set()
+    current = first
+    while True:
+        cli = current.config.get("cli")
+        if isinstance(cli, dict):
+            return _from_metadata(cli, current.run_id, problems), True
+        origin = current.config.get("forked_from")
+        if not isinstance(origin, str) or origin in seen:
+            return _from_log(first), False
+        seen.add(origin)
+        log = await store.read(origin)
+        if not log or not isinstance(log[0].event, RunStarted):
+            return _from_log(first), False
+        current = log[0].event
+
+
+def _model(
+    flag: str, spec: str, *, role: str, recorded: str | None, used: Sequence[Event], problems: Problems
+) -> Model | None:
+    """The model ``spec`` names; a scripted model the run recorded skips the replies it used."""
+    model = load_model(flag, spec, problems)
+    if model is None or recorded is None or absolute_model_string(spec) != recorded:
+        return model
+    try:
+        return rest_of_script(spec, model, calls_made(used, role=role, model=model.name))
+    except Exception as e:
+        problems.add(flag, f"cannot read the script again: {type(e).__name__}: {e}")
+        return None
+
+
+def build_agent(
+    spec: AgentSpec,
+    *,
+    store: RunStore,
+    approvals: Approvals,
+    recorded: AgentSpec | None = None,
+    used: Sequence[Event] = (),
+    needs_tools: Sequence[str] = (),
+    picked_up: bool = False,
+    problems: Problems | None = None,
+) -> Agent:
+    """The agent ``spec`` describes, logging to ``store``; raises :class:`Refused` listing every
+    problem (with ``problems`` found before).
+
+    ``recorded``: the spec the run recorded, when picking a run up; a scripted model it names
+    skips the replies the events ``used`` show it gave. ``needs_tools``: tools the run used.
+    ``picked_up``: the agent goes on with a stored run (``resume``, ``replay``, ``approve``).
+    """
+    problems = problems if problems is not None else Problems()
+    if spec.cwd:
+        importable(spec.cwd)
+    policy = parse_choice("--policy", spec.policy, POLICIES, problems)
+    replan = parse_choice("--replan", spec.replan, REPLANS, problems)
+    budget = parse_budget(spec.budget, problems)
+    planner = None
+    if spec.planner is None:
+        needed = "the run records no planner model" if picked_up else "a planning model is required"
+        problems.add("--planner", f"{needed}, e.g. --planner scripted:replies.json")
+    else:
+        planner = _model(
+            "--planner",
+            spec.planner,
+            role="planner",
+            recorded=recorded.planner if recorded else None,
+            used=used,
+            problems=problems,
+        )
+    executor = None
+    if spec.executor is not None:
+        executor = _model(
+            "--executor",
+            spec.executor,
+            role="executor",
+            recorded=recorded.executor if recorded else None,
+            used=used,
+            problems=problems,
+        )
+    before = len(problems)
+    tools = load_tools(spec.tools, problems)
+    if needs_tools and len(problems) == before:
+        have = Toolset(*tools).names
+        missing = [name for name in needs_tools if name not in have]
+        if missing:
+            problems.add("--tools", f"the run used tool(s) that are not given: {', '.join(missing)}")
+    if problems or planner is None or policy is None or replan is None:
+        raise Refused(problems)
+    try:
+        return Agent(
+            Planner(model=planner, policy=cast(PolicyName, policy), replan=cast(ReplanPolicy, replan)),
+            tools=tools,
+            executor=executor,
+            budget=budget,
+            approvals=approvals,
+            store=store,
+        )
+    except UsageError as e:
+        problems.add_usage_error("", e)
+        raise Refused(problems) from None

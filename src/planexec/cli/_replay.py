@@ -1,0 +1,201 @@
+"""``planexec replay RUN``: re-run a stored run from its log with no model and no tool called, and
+say whether it reproduces the log; or fork it (``--fork-at``, ``--fail``) and go on live as a new
+run with the agent rebuilt as for ``resume``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast, get_args
+
+import click
+
+from planexec._errors import UsageError
+from planexec.cli._agent_options import AgentFlags, agent_options
+from planexec.cli._approve import approvals_for
+from planexec.cli._board import describe_event
+from planexec.cli._common import EXIT_OK, EXIT_STOPPED, View, run_command, say
+from planexec.cli._finish import report_result
+from planexec.cli._options import Problems, Refused
+from planexec.cli._rebuild import build_agent, recorded_spec
+from planexec.cli._report import json_text
+from planexec.cli._resume import load_log
+from planexec.cli._store_options import StoreChoice, store_choice, using_store
+from planexec.executor import ErrorKind
+from planexec.runtime import Event, Fault, ReplayReport, RunStarted, RunState, StepStarted, replay_log
+
+__all__ = ["replay"]
+
+KINDS: tuple[str, ...] = get_args(ErrorKind)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fork:
+    """Where a replay leaves the log: after ``fork_at`` events, or at the first run of a failed step."""
+
+    fork_at: int | None = None
+    fault: Fault | None = None
+
+    def live_from(self, log: Sequence[Event]) -> int:
+        """How many events of the log come before the live part (what the rebuilt models already said)."""
+        ends = [len(log)] if self.fork_at is None else [self.fork_at]
+        if self.fault is not None:
+            ends.append(next(i for i, e in enumerate(log) if _starts(e, self.fault.step_id)) + 1)
+        return min(ends)
+
+
+def _starts(event: Event, step_id: str) -> bool:
+    return isinstance(event, StepStarted) and event.step_id == step_id
+
+
+def _parse_fork(fork_at: str | None, fail: str | None, log: Sequence[Event], problems: Problems) -> Fork:
+    at = None
+    if fork_at is not None:
+        try:
+            at = int(fork_at)
+            if not 1 <= at <= len(log):
+                problems.add("--fork-at", f"{fork_at!r} must be from 1 to {len(log)} (the events to keep)")
+                at = None
+        except ValueError:
+            problems.add("--fork-at", f"{fork_at!r} is not a whole number")
+    fault = None
+    if fail is not None:
+        step_id, sep, kind = fail.partition(":")
+        kind = kind if sep else "tool_error"
+        if kind not in KINDS:
+            problems.add("--fail", f"{kind!r} is not a step error kind: {', '.join(KINDS)}")
+        if not any(_starts(e, step_id) for e in log):
+            ran = sorted({e.step_id for e in log if isinstance(e, StepStarted)})
+            listing = ", ".join(ran) or "none"
+            problems.add("--fail", f"step {step_id!r} never ran in this run (steps that ran: {listing})")
+        elif kind in KINDS:
+            fault = Fault(step_id=step_id, kind=cast(ErrorKind, kind), message=f"fault injected by replay ({kind})")
+    return Fork(fork_at=at, fault=fault)
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--fork-at", metavar="N", help="Keep the first N events of the log, then go on live as a new run.")
+@click.option(
+    "--fail",
+    metavar="STEP[:KIND]",
+    help=f"Replay until STEP first runs and fail it with KIND instead (default tool_error; one of {', '.join(KINDS)}), "
+    "then go on live as a new run.",
+)
+@agent_options(for_run=False)
+@click.option(
+    "--approve-plan/--no-approve-plan",
+    default=None,
+    help="For a fork: approve each new plan version before it runs. Default: as the run recorded it.",
+)
+@click.option("--no-input", is_flag=True, help="For a fork: never ask at the terminal; save questions and suspend.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON on stdout.")
+@click.pass_context
+def replay(
+    ctx: click.Context,
+    /,
+    run_id: str,
+    fork_at: str | None,
+    fail: str | None,
+    no_input: bool,
+    as_json: bool,
+    **values: Any,
+) -> None:
+    """Replay RUN from its log.
+
+    Without --fork-at or --fail, the run is re-executed offline: every model answer, tool outcome,
+    human answer, time and id comes from the log, nothing is called, and every decision is
+    compared with the log. Exit status 0 when the replay matched the log, 1 when it diverged (the
+    first difference is shown).
+
+    With --fork-at or --fail, the replay leaves the log at that point and goes on live as a new
+    run, with the agent rebuilt as for `planexec resume` (model and tool flags override what the
+    run recorded). A scripted model the run recorded skips the replies it gave before the fork
+    point; a scripted model named here starts from its first reply. Exit status as `planexec run`.
+    """
+    flags = AgentFlags.take(values)
+    view = View.make(as_json=as_json, no_live=True, no_input=no_input)
+    run_command(ctx, _replay(store_choice(ctx), run_id, fork_at, fail, flags, view))
+
+
+async def _replay(
+    choice: StoreChoice, run_id: str, fork_at: str | None, fail: str | None, flags: AgentFlags, view: View
+) -> int:
+    async with using_store(choice) as store:
+        log = await load_log(store, run_id, choice)
+        if fork_at is None and fail is None:
+            try:
+                report = await replay_log(log)
+            except UsageError as e:
+                raise Refused(_usage(e)) from None
+            return _offline(view, run_id, report, len(log))
+        problems = Problems()
+        fork = _parse_fork(fork_at, fail, log, problems)
+        first = log[0]
+        assert isinstance(first, RunStarted)  # load_log checked it
+        recorded, has_record = await recorded_spec(store, first, problems)
+        spec = recorded.with_flags(flags)
+        if problems:
+            raise Refused(problems)
+        agent = build_agent(
+            spec,
+            store=store,
+            approvals=approvals_for(view.console, view.display, no_input=view.no_input, plan=spec.approve_plan),
+            recorded=recorded if has_record else None,
+            used=log[: fork.live_from(log)],
+            needs_tools=first.tools,
+            picked_up=True,
+            problems=problems,
+        )
+        try:
+            report = await agent.replay(run_id, fork_at=fork.fork_at, fault=fork.fault)
+        except UsageError as e:
+            raise Refused(_usage(e)) from None
+        if not report.matched or report.result is None:
+            why = report.divergence or "the fork neither finished nor was suspended"
+            click.echo(f"the replay of run {run_id} left the log before the fork point: {why}", err=True)
+            return EXIT_STOPPED
+        if not view.as_json:
+            _print_live_part(view, run_id, report)
+        return report_result(
+            view,
+            report.result,
+            choice,
+            store,
+            extra=[("forked from", f"{run_id} after event {report.compared}")],
+            json_extra={"forked_from": run_id, "replayed_events": report.compared},
+        )
+
+
+def _usage(error: UsageError) -> Problems:
+    problems = Problems()
+    problems.add_usage_error("RUN", error)
+    return problems
+
+
+def _offline(view: View, run_id: str, report: ReplayReport, total: int) -> int:
+    if view.as_json:
+        data = {
+            "run_id": run_id,
+            "matched": report.matched,
+            "compared": report.compared,
+            "events": total,
+            "divergence": report.divergence,
+        }
+        click.echo(json_text(data))
+    elif report.matched:
+        say(view.console, f"run {run_id} replayed exactly: {report.compared} of {total} events compared and matched")
+        say(view.console, "no model and no tool was called")
+    else:
+        say(view.console, f"run {run_id} did not replay as recorded: {report.divergence}")
+        say(view.console, f"{report.compared} of {total} events matched before the difference")
+    return EXIT_OK if report.matched else EXIT_STOPPED
+
+
+def _print_live_part(view: View, run_id: str, report: ReplayReport) -> None:
+    say(view.console, f"run {report.run_id}: a fork of run {run_id}, replayed for {report.compared} events, then live")
+    state = RunState()
+    for index, event in enumerate(report.events):
+        state.apply(event)
+        if index >= report.compared:
+            say(view.console, f"  {describe_event(event, state)}")

@@ -1,0 +1,225 @@
+"""One stored run in detail, for ``planexec show``: its goal and outcome, every plan version with
+who made it, why and what it changed, every step record, usage and cost, and the questions asked
+with their answers — as rich tables, or as one JSON document."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from planexec.cli._board import runs_on
+from planexec.cli._format import cut, money, seconds, when
+from planexec.cli._plan_diff import diff_plans
+from planexec.cli._questions import about, approval_json
+from planexec.cli._report import step_json, usage_by_role
+from planexec.plan import render_text
+from planexec.runtime import ApprovalRecord, Event, PlanProposed, RunState, StepRecord
+
+__all__ = ["print_run", "run_json"]
+
+
+def _triggers(log: Sequence[Event]) -> dict[int, str]:
+    return {e.plan.version: e.trigger for e in log if isinstance(e, PlanProposed)}
+
+
+def _records(state: RunState) -> list[tuple[StepRecord, bool]]:
+    """Every step record, superseded ones included (flagged), started ones first in start order."""
+    records = [(r, True) for r in state.superseded] + [(r, False) for r in state.steps.values()]
+    return sorted(records, key=lambda item: (item[0].started_at is None, item[0].started_at or 0.0))
+
+
+def _status_line(state: RunState) -> str:
+    if state.stop is not None:
+        return f"finished: {state.stop}"
+    if state.status == "waiting":
+        return f"waiting for {len(state.pending_approvals)} answer(s)"
+    return "running (or stopped without finishing: `planexec resume` goes on with it)"
+
+
+def _elapsed(state: RunState) -> float:
+    end = state.finished_at if state.finished_at is not None else state.last_at
+    return end - state.started_at
+
+
+# -- for people -------------------------------------------------------------------------------
+
+
+def print_run(console: Console, log: Sequence[Event]) -> None:
+    state = RunState.fold(log)
+    console.print(_head(state))
+    console.print(_plans(state, log))
+    console.print(_steps(state))
+    console.print(_usage(state, log))
+    if state.approvals:
+        console.print(_approvals(list(state.approvals.values())))
+
+
+def _head(state: RunState) -> RenderableType:
+    rows = Table.grid(padding=(0, 2))
+    rows.add_column(style="dim")
+    rows.add_column()
+    rows.add_row("goal", state.goal)
+    for c in state.constraints:
+        rows.add_row("constraint", c)
+    rows.add_row("status", _status_line(state))
+    rows.add_row("started", when(state.started_at))
+    rows.add_row("time", f"{seconds(_elapsed(state))} ({seconds(state.active_time)} running)")
+    rows.add_row("events", str(state.events))
+    answer: RenderableType = Text(state.answer) if state.answer else Text("(no answer)", style="dim")
+    ok = state.stop is not None and state.stop.ok
+    style = "green" if ok else "yellow" if state.stop is None else "red"
+    return Panel(Group(rows, Text(""), answer), title=f"run {state.run_id}", title_align="left", border_style=style)
+
+
+def _plans(state: RunState, log: Sequence[Event]) -> Table:
+    triggers = _triggers(log)
+    table = Table(title="plan versions", title_justify="left", title_style="bold", expand=True)
+    table.add_column("v", justify="right", no_wrap=True)
+    table.add_column("author", no_wrap=True)
+    table.add_column("trigger", no_wrap=True)
+    table.add_column("reason", ratio=1)
+    table.add_column("changes from the version before", ratio=2)
+    previous = None
+    for plan in state.plans:
+        diff = diff_plans(previous, plan)
+        changes = "\n".join(diff.lines()) or "(no change)"
+        table.add_row(str(plan.version), plan.author, triggers.get(plan.version, ""), plan.reason, changes)
+        previous = plan
+    return table
+
+
+def _outcome(rec: StepRecord) -> str:
+    if rec.error is not None:
+        return str(rec.error)
+    if rec.status == "succeeded":
+        return render_text(rec.output)
+    if rec.cancel_reason:
+        return rec.cancel_reason
+    return rec.step.description
+
+
+def _steps(state: RunState) -> Table:
+    table = Table(title="steps", title_justify="left", title_style="bold", expand=True)
+    table.add_column("step", no_wrap=True)
+    table.add_column("plan", justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("tool / executor", no_wrap=True)
+    table.add_column("tries", justify="right", no_wrap=True)
+    table.add_column("time", justify="right", no_wrap=True)
+    table.add_column("output or error", ratio=1)
+    for rec, superseded in _records(state):
+        status = rec.status + (" (replaced)" if superseded and rec.status != "dropped" else "")
+        table.add_row(
+            rec.step.id,
+            f"v{rec.plan_version}",
+            status,
+            runs_on(rec),
+            str(rec.attempts) if rec.attempts else "",
+            seconds(rec.duration),
+            cut(_outcome(rec), 200),
+        )
+    return table
+
+
+def _usage(state: RunState, log: Sequence[Event]) -> Table:
+    table = Table(title="usage", title_justify="left", title_style="bold")
+    table.add_column("model role")
+    for name in ("calls", "input tokens", "output tokens", "cost", "time"):
+        table.add_column(name, justify="right")
+    for role, row in usage_by_role(log).items():
+        table.add_row(
+            role,
+            str(row.calls),
+            f"{row.input_tokens:,}",
+            f"{row.output_tokens:,}",
+            money(row.cost),
+            seconds(row.seconds),
+        )
+    usage = state.usage
+    table.add_row(
+        Text("total", style="bold"),
+        str(state.model_calls),
+        f"{usage.input_tokens:,}",
+        f"{usage.output_tokens:,}",
+        money(state.cost),
+        "",
+    )
+    table.caption = f"tool calls {state.tool_calls} · steps started {state.steps_started} · replans {state.replans}"
+    return table
+
+
+def _answer_text(rec: ApprovalRecord) -> str:
+    if rec.approved is None:
+        return "waiting for an answer"
+    text = ("approved" if rec.approved else "rejected") + f" by {rec.by}"
+    if rec.choice:
+        text += f" ({rec.choice})"
+    if rec.edited_plan is not None:
+        text += " with an edited plan"
+    if rec.decision_reason:
+        text += f": {rec.decision_reason}"
+    return text
+
+
+def _approvals(records: list[ApprovalRecord]) -> Table:
+    table = Table(title="approvals", title_justify="left", title_style="bold", expand=True)
+    for name in ("id", "about", "reason", "asked at", "answer"):
+        table.add_column(name, overflow="fold")
+    for rec in records:
+        table.add_row(rec.approval_id, about(rec), rec.reason, when(rec.requested_at), _answer_text(rec))
+    return table
+
+
+# -- for programs -----------------------------------------------------------------------------
+
+
+def run_json(log: Sequence[Event]) -> dict[str, Any]:
+    """The run as JSON data."""
+    state = RunState.fold(log)
+    triggers = _triggers(log)
+    plans = []
+    previous = None
+    for plan in state.plans:
+        plans.append(
+            {
+                "version": plan.version,
+                "author": plan.author,
+                "trigger": triggers.get(plan.version),
+                "reason": plan.reason,
+                "steps": [s.model_dump(mode="json", exclude_defaults=True) for s in plan.steps],
+                "diff": diff_plans(previous, plan).json(),
+            }
+        )
+        previous = plan
+    stop = state.stop
+    return {
+        "run_id": state.run_id,
+        "goal": state.goal,
+        "constraints": list(state.constraints),
+        "status": state.status,
+        "stop": None if stop is None else {"kind": stop.kind, "detail": stop.detail, "budget": stop.budget},
+        "answer": state.answer,
+        "started_at": state.started_at,
+        "finished_at": state.finished_at,
+        "active_time": state.active_time,
+        "events": state.events,
+        "plans": plans,
+        "steps": [{**step_json(rec), "superseded": superseded} for rec, superseded in _records(state)],
+        "usage": {
+            "model_calls": state.model_calls,
+            "input_tokens": state.usage.input_tokens,
+            "output_tokens": state.usage.output_tokens,
+            "cost": state.cost,
+            "tool_calls": state.tool_calls,
+            "steps_started": state.steps_started,
+            "replans": state.replans,
+            "by_role": {role: asdict(row) for role, row in usage_by_role(log).items()},
+        },
+        "approvals": [approval_json(rec, run_id=state.run_id) for rec in state.approvals.values()],
+    }

@@ -1,0 +1,41 @@
+"""A run's events as they come, for a display: a fresh run's from the first, a resumed run's from
+where this process picked it up."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from planexec.runtime import Event, Run
+from planexec.store import RunStore
+
+__all__ = ["new_events"]
+
+
+async def new_events(
+    run: Run, *, since: int = 0, store: RunStore | None = None, interval: float = 0.1
+) -> AsyncIterator[Event]:
+    """The events of ``run`` after its first ``since`` (the history a resumed run was loaded with),
+    until it finishes or is suspended.
+
+    ``Run.events()`` replays the history first and ends at the first suspension it meets, which
+    for a resumed run is an earlier process's. When that happens, the rest is read from ``store``
+    while the run goes on, and finally from the run's own result.
+    """
+    seen = 0
+    async for event in run.events():
+        seen += 1
+        if seen > since:
+            yield event
+    if seen > since or store is None:
+        return
+    after = since
+    while not run.done:
+        for stored in await store.read(run.run_id, after=after):
+            after = stored.seq
+            yield stored.event
+        if not run.done:
+            await asyncio.sleep(interval)
+    result = await run.result()
+    for event in result.events[after:]:
+        yield event
