@@ -95,6 +95,10 @@ async def w1_planexec(n: int, store: RunStore | None = None) -> float:
     return await _timed(go)
 
 
+def _folder_size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.iterdir())
+
+
 async def w4(n: int, repeat: int) -> dict[str, float]:
     """W1 with the default durable store (a SQLite file) against no store; resume cost of the log."""
     with tempfile.TemporaryDirectory() as folder:
@@ -114,7 +118,7 @@ async def w4(n: int, repeat: int) -> dict[str, float]:
         fold_s = time.perf_counter() - t0
         assert state.finished
         await store.close()
-        size = sum(f.stat().st_size for f in Path(folder).iterdir())
+        size = _folder_size(Path(folder))
     added = (statistics.median(durable) - statistics.median(memory)) / n * 1e6
     return {
         "added_us_per_step": round(added, 1),

@@ -48,11 +48,12 @@ Configuring::
     Redactor.off()                               # nothing is redacted
 
 A rule's ``hints`` (text every match contains) let the redactor skip strings cheaply; a custom
-rule without hints is tried on every string. Custom rules run after the built-in ones. Any rule can be switched off by name with ``disable``;
-an unknown name is a :class:`~planexec.UsageError` that lists the known ones. Rules are
-heuristics: they are tuned to miss little that looks like a secret, and to leave ordinary
-numbers, dates, versions and addresses alone. Redaction is one-way: the log keeps the
-placeholder, so a replay or a resumed run sees ``[REDACTED:…]`` where the secret was.
+rule without hints is tried on every string. Custom rules run after the built-in ones. Any rule
+can be switched off by name with ``disable``; an unknown name is a :class:`~planexec.UsageError`
+that lists the known ones. Rules are heuristics: they are tuned to miss little that looks like a
+secret, and to leave ordinary numbers, dates, versions and addresses alone. Redaction is one-way:
+the log keeps the placeholder, so a replay or a resumed run sees ``[REDACTED:…]`` where the
+secret was.
 """
 
 from __future__ import annotations
