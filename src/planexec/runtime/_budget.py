@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
@@ -80,25 +81,30 @@ class Budget:
             raise BudgetHit("steps", self.steps, started)
 
     def _check(self, state: RunState, now: float, *names: BudgetName, pending: dict[str, int]) -> None:
-        used = _used(state, now)
         for name in names:
             cap = getattr(self, name)
-            spent = used[name] + pending.get(name, 0)
-            if cap is not None and spent >= cap:
+            if cap is None:
+                continue
+            spent = _USED[name](state, now) + pending.get(name, 0)
+            if spent >= cap:
                 raise BudgetHit(name, cap, spent)
 
 
+_USED: dict[str, Callable[[RunState, float], float]] = {
+    "model_calls": lambda state, _now: state.model_calls,
+    "input_tokens": lambda state, _now: state.usage.input_tokens,
+    "output_tokens": lambda state, _now: state.usage.output_tokens,
+    "cost": lambda state, _now: state.cost,
+    "wall_time": lambda state, now: state.active_time + max(0.0, now - state.last_at),
+    "tool_calls": lambda state, _now: state.tool_calls,
+    "steps": lambda state, _now: state.steps_started,
+    "replans": lambda state, _now: state.replans,
+}
+"""How much of each budget a run has used, from its state."""
+
+
 def _used(state: RunState, now: float) -> dict[str, float]:
-    return {
-        "model_calls": state.model_calls,
-        "input_tokens": state.usage.input_tokens,
-        "output_tokens": state.usage.output_tokens,
-        "cost": state.cost,
-        "wall_time": state.active_time + max(0.0, now - state.last_at),
-        "tool_calls": state.tool_calls,
-        "steps": state.steps_started,
-        "replans": state.replans,
-    }
+    return {name: used(state, now) for name, used in _USED.items()}
 
 
 class BudgetHit(Exception):

@@ -492,7 +492,7 @@ class Engine:
                 if decision.choice == "skip" or not decision.approved:
                     message = f"a human skipped the step after an uncertain effect: {decision.reason or 'no reason'}"
                     raise StepFailure(StepError(kind="tool_error", message=message))
-            else:
+            elif self.humans.may_ask(step):
                 await self.humans.gate(step)
             try:
                 args = self.planning.compiled_args(step).resolve(self.state.outputs)

@@ -44,6 +44,15 @@ class Humans:
 
     # -- the gate before a step runs ---------------------------------------------------------
 
+    def may_ask(self, step: Step) -> bool:
+        """Whether ``gate`` can do anything for ``step`` (a cheap test that spares most steps a wait)."""
+        if step.approval == "always" or step.confidence is not None:
+            return True
+        engine = self._engine
+        tools = engine.config.tools
+        sensitive = step.tool is not None and step.tool in tools and tools.get(step.tool).sensitive
+        return sensitive or (engine.can_ask_humans and engine.config.approvals.steps == "all")
+
     async def gate(self, step: Step) -> None:
         """The confidence gate and step approvals; raises ``StepFailure`` when the step may not run."""
         engine = self._engine
