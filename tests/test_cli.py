@@ -9,17 +9,12 @@ import os
 import shutil
 import subprocess
 import sys
-import uuid
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 from rich.console import Console
 
 from planexec import Agent, ScriptedModel, __version__, plan_json_schema
-from planexec.cli import main
 from planexec.cli._board import (
     Board,
     LineDisplay,
@@ -55,36 +50,14 @@ from planexec.runtime import (
     StopReason,
     ToolCalled,
 )
+from tests.cli_support import ARITHMETIC_TOOLS, invoke, write_script, write_tools_module
 from tests.support import Blocker
-
-
-def invoke(args: Sequence[str], *, input: str | None = None) -> Result:
-    return CliRunner().invoke(main, list(args), input=input, catch_exceptions=False)
-
 
 # -- fixtures: a tools module and a scripted planner written into tmp_path -------------------------
 
-TOOLS_SOURCE = '''
-from planexec import ToolError, tool
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
-
-
-@tool
-def double(x: int) -> int:
-    """Double a number."""
-    return 2 * x
-
-
-@tool
-def broken(x: int) -> int:
-    """Always fails."""
-    raise ToolError("broken on purpose")
-
+TOOLS_SOURCE = (
+    ARITHMETIC_TOOLS
+    + '''
 
 @tool(side_effect=True, sensitive=True)
 def publish(value: int) -> str:
@@ -98,6 +71,7 @@ def plain(x: int) -> int:
 
 TOOLS = [add, double, broken, publish]
 '''
+)
 
 PLAN = {
     "reason": "add, then double the sum",
@@ -124,16 +98,7 @@ def _keep_sys_path(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def tools_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A module of tools importable by name; each test gets a fresh module name."""
-    name = f"cli_tools_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{name}.py").write_text(TOOLS_SOURCE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return name
-
-
-def write_script(tmp_path: Path, replies: list[Any], name: str = "planner.json") -> str:
-    path = tmp_path / name
-    path.write_text(json.dumps(replies))
-    return f"scripted:{path}"
+    return write_tools_module(tmp_path, monkeypatch, TOOLS_SOURCE, "cli_tools")
 
 
 # -- --version and schema --------------------------------------------------------------------------

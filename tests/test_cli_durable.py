@@ -12,18 +12,17 @@ import re
 import shutil
 import subprocess
 import sys
-import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from planexec import Agent, Approvals, ScriptedModel
-from planexec.cli import main
 from planexec.runtime import ApprovalDecided, Event, RunStarted, StepStarted
 from planexec.store import open_store
+from tests.cli_support import invoke, write_runs, write_script, write_tools_module
 
 TOOLS_SOURCE = '''
 from pathlib import Path
@@ -97,12 +96,10 @@ class Cli:
     tools: str
 
     def __call__(self, *args: str, input: str | None = None) -> Result:
-        return CliRunner().invoke(main, ["--store", self.store, *args], input=input, catch_exceptions=False)
+        return invoke(["--store", self.store, *args], input=input)
 
     def script(self, replies: list[Any], name: str = "planner.json") -> str:
-        path = self.tmp / name
-        path.write_text(json.dumps(replies))
-        return f"scripted:{path}"
+        return write_script(self.tmp, replies, name)
 
     def run(self, replies: list[Any], *extra: str, goal: str = "publish the sum") -> Result:
         return self(
@@ -124,14 +121,7 @@ class Cli:
         return asyncio.run(read())
 
     def write(self, run_id: str, events: list[Event]) -> None:
-        async def write() -> None:
-            store = open_store(self.store)
-            try:
-                await store.append(run_id, events, expected_seq=0)
-            finally:
-                await store.close()
-
-        asyncio.run(write())
+        write_runs(self.store, {run_id: events})
 
 
 @pytest.fixture(autouse=True)
@@ -142,9 +132,7 @@ def _keep_sys_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Cli:
-    name = f"durable_tools_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{name}.py").write_text(TOOLS_SOURCE)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    name = write_tools_module(tmp_path, monkeypatch, TOOLS_SOURCE, "durable_tools")
     return Cli(tmp=tmp_path, store=f"sqlite:///{tmp_path}/runs.db", tools=name)
 
 

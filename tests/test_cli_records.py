@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,32 +15,9 @@ from planexec.cli import main
 from planexec.cli._plan_diff import diff_plans
 from planexec.plan import Plan, Step
 from planexec.runtime import Event, RunFinished, RunStarted, StopReason, load_event
-from planexec.store import open_store
+from tests.cli_support import ARITHMETIC_TOOLS, invoke, write_runs, write_script, write_tools_module
 
-TOOLS_SOURCE = '''
-from planexec import ToolError, tool
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
-
-
-@tool
-def double(x: int) -> int:
-    """Double a number."""
-    return 2 * x
-
-
-@tool
-def broken(x: int) -> int:
-    """Always fails."""
-    raise ToolError("broken on purpose")
-
-
-TOOLS = [add, double, broken]
-'''
+TOOLS_SOURCE = ARITHMETIC_TOOLS + "\n\nTOOLS = [add, double, broken]\n"
 
 PATCHED = [
     {
@@ -86,10 +61,7 @@ def _keep_sys_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    name = f"records_tools_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{name}.py").write_text(TOOLS_SOURCE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return f"{name}:TOOLS"
+    return f"{write_tools_module(tmp_path, monkeypatch, TOOLS_SOURCE, 'records_tools')}:TOOLS"
 
 
 @pytest.fixture
@@ -98,13 +70,7 @@ def store(tmp_path: Path) -> str:
 
 
 def cli(store: str, *args: str) -> Result:
-    return CliRunner().invoke(main, ["--store", store, *args], catch_exceptions=False)
-
-
-def script(tmp_path: Path, replies: list[Any], name: str = "planner.json") -> str:
-    path = tmp_path / name
-    path.write_text(json.dumps(replies))
-    return f"scripted:{path}"
+    return invoke(["--store", store, *args])
 
 
 def run_json(store: str, *args: str) -> dict[str, Any]:
@@ -116,29 +82,23 @@ def run_json(store: str, *args: str) -> dict[str, Any]:
 def seed_old_runs(store: str, count: int) -> list[str]:
     """Runs whose every event is dated 1970: older than any age."""
 
-    async def write() -> list[str]:
-        s = open_store(store)
-        ids = [f"old{i}" for i in range(count)]
-        try:
-            for run_id in ids:
-                events: list[Event] = [
-                    RunStarted(at=1000.0, run_id=run_id, goal="long ago", budget={}),
-                    RunFinished(at=1001.0, stop=StopReason(kind="goal_met")),
-                ]
-                await s.append(run_id, events, expected_seq=0)
-        finally:
-            await s.close()
-        return ids
-
-    return asyncio.run(write())
+    logs: dict[str, list[Event]] = {
+        run_id: [
+            RunStarted(at=1000.0, run_id=run_id, goal="long ago", budget={}),
+            RunFinished(at=1001.0, stop=StopReason(kind="goal_met")),
+        ]
+        for run_id in (f"old{i}" for i in range(count))
+    }
+    write_runs(store, logs)
+    return list(logs)
 
 
 # -- runs, show, export ---------------------------------------------------------------------------
 
 
 def test_runs_lists_the_store_newest_first(tmp_path: Path, tools: str, store: str) -> None:
-    first = run_json(store, "first goal", "--planner", script(tmp_path, SIMPLE), "--tools", tools)
-    patched = run_json(store, "second goal", "--planner", script(tmp_path, PATCHED, "p.json"), "--tools", tools)
+    first = run_json(store, "first goal", "--planner", write_script(tmp_path, SIMPLE), "--tools", tools)
+    patched = run_json(store, "second goal", "--planner", write_script(tmp_path, PATCHED, "p.json"), "--tools", tools)
     listed = json.loads(cli(store, "runs", "--json").stdout)
     assert [r["run_id"] for r in listed] == [patched["run_id"], first["run_id"]]
     assert {r["status"] for r in listed} == {"finished"}
@@ -159,7 +119,7 @@ def test_runs_lists_the_store_newest_first(tmp_path: Path, tools: str, store: st
 
 
 def test_show_gives_every_plan_version_with_its_diff(tmp_path: Path, tools: str, store: str) -> None:
-    data = run_json(store, "compute", "--planner", script(tmp_path, PATCHED), "--tools", tools)
+    data = run_json(store, "compute", "--planner", write_script(tmp_path, PATCHED), "--tools", tools)
     assert data["ok"], data
     run_id = data["run_id"]
 
@@ -212,7 +172,7 @@ def test_diff_of_a_first_version_adds_everything() -> None:
 
 
 def test_export_writes_one_event_envelope_per_line(tmp_path: Path, tools: str, store: str) -> None:
-    run_id = run_json(store, "compute", "--planner", script(tmp_path, SIMPLE), "--tools", tools)["run_id"]
+    run_id = run_json(store, "compute", "--planner", write_script(tmp_path, SIMPLE), "--tools", tools)["run_id"]
     out = cli(store, "export", run_id)
     assert out.exit_code == 0
     lines = out.stdout.splitlines()
@@ -248,7 +208,7 @@ def test_a_bad_store_url_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_the_store_can_come_from_the_environment(tmp_path: Path, tools: str, store: str) -> None:
     runner = CliRunner(env={"PLANEXEC_STORE": store})
-    planner = script(tmp_path, SIMPLE)
+    planner = write_script(tmp_path, SIMPLE)
     ran = runner.invoke(main, ["run", "compute", "--planner", planner, "--tools", tools, "--json"])
     assert ran.exit_code == 0, ran.output
     run_id = json.loads(ran.stdout)["run_id"]
@@ -259,7 +219,7 @@ def test_the_store_can_come_from_the_environment(tmp_path: Path, tools: str, sto
 
 
 def test_replaying_a_finished_run_matches_its_log(tmp_path: Path, tools: str, store: str) -> None:
-    run_id = run_json(store, "compute", "--planner", script(tmp_path, PATCHED), "--tools", tools)["run_id"]
+    run_id = run_json(store, "compute", "--planner", write_script(tmp_path, PATCHED), "--tools", tools)["run_id"]
     (tmp_path / "planner.json").unlink()  # nothing is asked of the model again
     replayed = cli(store, "replay", run_id)
     assert replayed.exit_code == 0, replayed.output
@@ -271,7 +231,7 @@ def test_replaying_a_finished_run_matches_its_log(tmp_path: Path, tools: str, st
 
 
 def test_replay_with_an_injected_fault_goes_on_live(tmp_path: Path, tools: str, store: str) -> None:
-    run_id = run_json(store, "compute", "--planner", script(tmp_path, SIMPLE), "--tools", tools)["run_id"]
+    run_id = run_json(store, "compute", "--planner", write_script(tmp_path, SIMPLE), "--tools", tools)["run_id"]
     patch = {
         "reason": "sum failed: add other numbers",
         "steps": [
@@ -285,7 +245,7 @@ def test_replay_with_an_injected_fault_goes_on_live(tmp_path: Path, tools: str, 
             },
         ],
     }
-    fork_planner = script(tmp_path, [patch, {"answer": "1 + 4 doubled is 10"}], name="fork.json")
+    fork_planner = write_script(tmp_path, [patch, {"answer": "1 + 4 doubled is 10"}], name="fork.json")
     forked = cli(store, "replay", run_id, "--fail", "sum:timeout", "--planner", fork_planner)
     assert forked.exit_code == 0, forked.output
     out = forked.stdout
@@ -309,7 +269,7 @@ def test_replay_with_an_injected_fault_goes_on_live(tmp_path: Path, tools: str, 
 def test_a_fork_with_the_recorded_planner_skips_the_replies_already_used(
     tmp_path: Path, tools: str, store: str
 ) -> None:
-    run_id = run_json(store, "compute", "--planner", script(tmp_path, SIMPLE), "--tools", tools)["run_id"]
+    run_id = run_json(store, "compute", "--planner", write_script(tmp_path, SIMPLE), "--tools", tools)["run_id"]
     # keep run_started, planning_started and the planner's answer; decide the rest live
     forked = cli(store, "replay", run_id, "--fork-at", "3", "--json")
     assert forked.exit_code == 0, forked.output
@@ -320,7 +280,7 @@ def test_a_fork_with_the_recorded_planner_skips_the_replies_already_used(
 
 
 def test_bad_replay_options_are_listed_together(tmp_path: Path, tools: str, store: str) -> None:
-    run_id = run_json(store, "compute", "--planner", script(tmp_path, SIMPLE), "--tools", tools)["run_id"]
+    run_id = run_json(store, "compute", "--planner", write_script(tmp_path, SIMPLE), "--tools", tools)["run_id"]
     result = cli(store, "replay", run_id, "--fork-at", "0", "--fail", "nope:sideways")
     assert result.exit_code == 2
     err = result.stderr
@@ -335,7 +295,7 @@ def test_bad_replay_options_are_listed_together(tmp_path: Path, tools: str, stor
 
 def test_gc_removes_old_runs_and_dry_run_does_not(tmp_path: Path, tools: str, store: str) -> None:
     old = seed_old_runs(store, 2)
-    fresh = run_json(store, "compute", "--planner", script(tmp_path, SIMPLE), "--tools", tools)["run_id"]
+    fresh = run_json(store, "compute", "--planner", write_script(tmp_path, SIMPLE), "--tools", tools)["run_id"]
 
     dry = cli(store, "gc", "--older-than", "30d", "--dry-run")
     assert dry.exit_code == 0

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Self, get_args
+from typing import Any, Self, get_args
 
 from planexec._errors import Problem, UsageError
 from planexec.store._base import RunStatus
 from planexec.store._redact import Redactor
+from planexec.store._summary import SUMMARY_COLUMNS
 
-__all__ = ["StoreBase", "check_list_args", "check_run_id"]
+__all__ = ["StoreBase", "check_list_args", "check_run_id", "check_schema_version", "list_runs_sql"]
 
 _STATUSES = get_args(RunStatus)
 
@@ -27,6 +28,35 @@ def check_list_args(status: str | None, limit: int) -> None:
         problems.append(Problem(code="limit", where="limit", message=f"must be an int >= 0, not {limit!r}"))
     if problems:
         raise UsageError("invalid list_runs arguments", problems)
+
+
+def list_runs_sql(
+    placeholder: str, status: RunStatus | None, started_after: float | None, limit: int
+) -> tuple[str, tuple[Any, ...]]:
+    """The ``list_runs`` query on ``planexec_runs`` and its parameters; ``placeholder`` is the
+    driver's parameter marker (``?`` or ``%s``). Each row is the run id, then the summary columns."""
+    where: list[str] = []
+    params: list[Any] = []
+    if status is not None:
+        where.append(f"status = {placeholder}")
+        params.append(status)
+    if started_after is not None:
+        where.append(f"started_at > {placeholder}")
+        params.append(started_after)
+    sql = f"SELECT run_id, {', '.join(SUMMARY_COLUMNS)} FROM planexec_runs"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += f" ORDER BY started_at DESC, run_id DESC LIMIT {placeholder}"
+    return sql, (*params, limit)
+
+
+def check_schema_version(version: int, known: int) -> None:
+    """Refuse a database whose store schema is newer than the one this code knows."""
+    if version > known:
+        raise UsageError(
+            f"this database has store schema version {version}, newer than this planexec knows "
+            f"({known}): upgrade planexec"
+        )
 
 
 class StoreBase:

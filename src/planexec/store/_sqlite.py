@@ -32,7 +32,7 @@ from planexec._errors import UsageError
 from planexec.runtime._events import Event
 from planexec.store._base import AppendConflict, RunStatus, RunSummary, StoredEvent
 from planexec.store._codec import EncodedEvent, decode_event, encode_events
-from planexec.store._common import StoreBase, check_list_args, check_run_id
+from planexec.store._common import StoreBase, check_list_args, check_run_id, check_schema_version, list_runs_sql
 from planexec.store._redact import Redactor
 from planexec.store._summary import SUMMARY_COLUMNS, state_from_row, summarize, summary_row
 
@@ -289,21 +289,10 @@ class SQLiteStore(StoreBase):
         self, *, status: RunStatus | None = None, started_after: float | None = None, limit: int = 100
     ) -> list[RunSummary]:
         check_list_args(status, limit)
-        where: list[str] = []
-        params: list[Any] = []
-        if status is not None:
-            where.append("status = ?")
-            params.append(status)
-        if started_after is not None:
-            where.append("started_at > ?")
-            params.append(started_after)
-        sql = f"SELECT run_id, {_COLUMNS} FROM planexec_runs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY started_at DESC, run_id DESC LIMIT ?"
+        sql, params = list_runs_sql("?", status, started_after, limit)
 
         def select(conn: sqlite3.Connection) -> list[RunSummary]:
-            rows = conn.execute(sql, (*params, limit)).fetchall()
+            rows = conn.execute(sql, params).fetchall()
             return [state_from_row(row[0], row[1:]).summary for row in rows]
 
         return await self._in_worker(select)
@@ -372,11 +361,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
         )
         row = conn.execute("SELECT version FROM planexec_schema WHERE component = 'store'").fetchone()
         version = 0 if row is None else int(row[0])
-        if version > SCHEMA_VERSION:
-            raise UsageError(
-                f"this database has store schema version {version}, newer than this planexec knows "
-                f"({SCHEMA_VERSION}): upgrade planexec"
-            )
+        check_schema_version(version, SCHEMA_VERSION)
         for target in range(version + 1, SCHEMA_VERSION + 1):
             for statement in _MIGRATIONS[target]:
                 conn.execute(statement)
