@@ -15,8 +15,10 @@
     │   ├── RunCancelled
     │   ├── UnrecoverableError
     │   └── WaitingForHuman     not an end: the run is saved until a human answers
-    └── ToolError               raised by a tool's own code to say how its call failed
-        └── TransientToolError  worth retrying (rate limits, flaky services)
+    ├── ToolError               raised by a tool's own code to say how its call failed
+    │   └── TransientToolError  worth retrying (rate limits, flaky services)
+    └── ModelCallError          a provider call failed (``retryable`` says whether to try again);
+                                defined in planexec.models
 
 Errors never log when they are built, and every message names what to change.
 """

@@ -3,11 +3,14 @@
 from planexec.models._base import (
     Message,
     Model,
+    ModelCallError,
     ModelRequest,
     ModelResponse,
     ModelSettings,
     NotSupported,
     OutputSpec,
+    StreamDelta,
+    StreamingModel,
     ToolCall,
     ToolSpec,
     Usage,
@@ -16,30 +19,52 @@ from planexec.models._base import (
     stream_request,
 )
 from planexec.models._guard import allow_model_requests, check_model_requests_allowed
+from planexec.models._prices import Price, cost_of, price_for, set_price
 from planexec.models._registry import known_providers, register_provider, resolve_model
+from planexec.models._resilience import (
+    FallbackModel,
+    ModelRetryPolicy,
+    ProviderLimits,
+    call_with_retries,
+    configure_provider,
+    provider_limits,
+)
 from planexec.models._scripted import FunctionModel, Reply, ScriptedModel, tool_calls
 
 __all__ = [
+    "FallbackModel",
     "FunctionModel",
     "Message",
     "Model",
+    "ModelCallError",
     "ModelRequest",
     "ModelResponse",
+    "ModelRetryPolicy",
     "ModelSettings",
     "NotSupported",
     "OutputSpec",
+    "Price",
+    "ProviderLimits",
     "Reply",
     "ScriptedModel",
+    "StreamDelta",
+    "StreamingModel",
     "ToolCall",
     "ToolSpec",
     "Usage",
     "allow_model_requests",
+    "call_with_retries",
     "check_model_requests_allowed",
+    "configure_provider",
+    "cost_of",
     "count_tokens",
     "estimate_tokens",
     "known_providers",
+    "price_for",
+    "provider_limits",
     "register_provider",
     "resolve_model",
+    "set_price",
     "stream_request",
     "tool_calls",
 ]

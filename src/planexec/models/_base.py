@@ -12,16 +12,19 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from planexec._errors import UsageError
+from planexec._errors import PlanexecError, UsageError
 
 __all__ = [
     "Message",
     "Model",
+    "ModelCallError",
     "ModelRequest",
     "ModelResponse",
     "ModelSettings",
     "NotSupported",
     "OutputSpec",
+    "StreamDelta",
+    "StreamingModel",
     "ToolCall",
     "ToolSpec",
     "Usage",
@@ -153,13 +156,46 @@ class NotSupported(UsageError):
     """An optional model capability was asked of a model that does not have it."""
 
 
-async def stream_request(model: Model, request: ModelRequest) -> AsyncIterator[str]:
-    """Stream a response's text, where the model supports streaming."""
-    stream = getattr(model, "stream", None)
-    if stream is None:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StreamDelta:
+    """A piece of a response as it streams: text (structured output arrives as its JSON text)."""
+
+    text: str
+
+
+@runtime_checkable
+class StreamingModel(Model, Protocol):
+    """A model that can also stream: ``stream`` yields deltas, then the whole response, last."""
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]: ...
+
+
+class ModelCallError(PlanexecError):
+    """A provider call failed. ``retryable``: the same call may succeed later (rate limits, server
+    errors, timeouts, dropped connections); ``retry_after``: seconds the provider asked to wait."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        retryable: bool,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.provider = provider
+        self.retryable = retryable
+        self.status = status
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+async def stream_request(model: Model, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
+    """Stream a response where the model supports streaming: deltas, then the whole response."""
+    if not isinstance(model, StreamingModel):
         raise NotSupported(f"streaming is not supported by {model.name}")
-    async for chunk in stream(request):
-        yield chunk
+    async for item in model.stream(request):
+        yield item
 
 
 def count_tokens(model: Model, request: ModelRequest) -> int:

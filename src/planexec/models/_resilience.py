@@ -1,0 +1,181 @@
+"""Resilience for provider calls: retries with backoff and jitter that honour ``Retry-After``, a
+concurrency limit and a request-rate limit per provider shared by every run in the process, and
+an ordered list of fallback models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from planexec._errors import Problem, UsageError
+from planexec.models._base import Model, ModelCallError, ModelRequest, ModelResponse, StreamDelta, StreamingModel
+
+__all__ = [
+    "FallbackModel",
+    "ModelRetryPolicy",
+    "ProviderLimits",
+    "call_with_retries",
+    "configure_provider",
+    "provider_limits",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelRetryPolicy:
+    """How a failed provider call is tried again. Only ``ModelCallError(retryable=True)`` is
+    retried; a ``retry_after`` from the provider replaces the computed delay when it is longer."""
+
+    max_attempts: int = 4
+    initial_delay: float = 0.5
+    multiplier: float = 2.0
+    max_delay: float = 30.0
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.max_attempts < 1:
+            problems.append(Problem(code="retry", where="max_attempts", message="must be at least 1"))
+        if self.initial_delay < 0 or self.max_delay < 0:
+            problems.append(Problem(code="retry", where="delay", message="must not be negative"))
+        if not 0 <= self.jitter <= 1:
+            problems.append(Problem(code="retry", where="jitter", message="must be from 0 to 1"))
+        if problems:
+            raise UsageError("invalid model retry policy", problems)
+
+    def delay(self, attempt: int, error: ModelCallError, rng: random.Random) -> float:
+        base = min(self.max_delay, self.initial_delay * self.multiplier ** (attempt - 1))
+        base *= 1 + rng.uniform(-self.jitter, self.jitter)
+        if error.retry_after is not None:
+            base = max(base, min(error.retry_after, self.max_delay))
+        return max(0.0, base)
+
+
+class ProviderLimits:
+    """At most ``max_concurrency`` calls at once and ``requests_per_minute`` calls in any minute."""
+
+    def __init__(self, *, max_concurrency: int | None = None, requests_per_minute: float | None = None) -> None:
+        self.max_concurrency = max_concurrency
+        self.requests_per_minute = requests_per_minute
+        self._semaphore = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        self._starts: deque[float] = deque()
+        self._lock = asyncio.Lock()
+
+    async def acquire(self) -> None:
+        if self.requests_per_minute:
+            async with self._lock:
+                while True:
+                    now = time.monotonic()
+                    while self._starts and now - self._starts[0] >= 60.0:
+                        self._starts.popleft()
+                    if len(self._starts) < self.requests_per_minute:
+                        self._starts.append(now)
+                        break
+                    await asyncio.sleep(60.0 - (now - self._starts[0]))
+        if self._semaphore is not None:
+            await self._semaphore.acquire()
+
+    def release(self) -> None:
+        if self._semaphore is not None:
+            self._semaphore.release()
+
+
+_limits: dict[str, ProviderLimits] = {}
+
+
+def configure_provider(
+    provider: str, *, max_concurrency: int | None = None, requests_per_minute: float | None = None
+) -> None:
+    """Set the process-wide limits of ``provider`` (``openai``, ``anthropic``, a base URL, …)."""
+    _limits[provider] = ProviderLimits(max_concurrency=max_concurrency, requests_per_minute=requests_per_minute)
+
+
+def provider_limits(provider: str) -> ProviderLimits:
+    """The limits shared by every call to ``provider`` in this process (none until configured)."""
+    limits = _limits.get(provider)
+    if limits is None:
+        limits = _limits[provider] = ProviderLimits()
+    return limits
+
+
+async def call_with_retries(
+    provider: str,
+    call: Callable[[], Awaitable[T]],
+    policy: ModelRetryPolicy,
+    *,
+    rng: random.Random | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> T:
+    """Make ``call`` within the provider's limits, retrying retryable failures per ``policy``."""
+    rng = rng or random.Random()
+    limits = provider_limits(provider)
+    attempt = 0
+    while True:
+        attempt += 1
+        await limits.acquire()
+        try:
+            return await call()
+        except ModelCallError as e:
+            if not e.retryable or attempt >= policy.max_attempts:
+                raise
+            delay = policy.delay(attempt, e, rng)
+        finally:
+            limits.release()
+        await sleep(delay)
+
+
+class FallbackModel:
+    """Tries ``models`` in order: when one fails (after its own retries), the next is asked."""
+
+    def __init__(self, models: Sequence[Model], *, name: str | None = None) -> None:
+        if not models:
+            raise UsageError("a fallback list needs at least one model")
+        self.models = tuple(models)
+        self._name = name or " > ".join(m.name for m in self.models)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        errors: list[str] = []
+        for model in self.models:
+            try:
+                return await model.request(request)
+            except ModelCallError as e:
+                errors.append(f"{model.name}: {e}")
+        raise ModelCallError(
+            "every model in the fallback list failed: " + "; ".join(errors), provider="fallback", retryable=False
+        )
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
+        errors: list[str] = []
+        for model in self.models:
+            started = False
+            try:
+                if isinstance(model, StreamingModel):
+                    async for item in model.stream(request):
+                        started = True
+                        yield item
+                else:
+                    yield await model.request(request)
+                return
+            except ModelCallError as e:
+                if started:
+                    raise  # part of an answer was already passed on: another model cannot continue it
+                errors.append(f"{model.name}: {e}")
+        raise ModelCallError(
+            "every model in the fallback list failed: " + "; ".join(errors), provider="fallback", retryable=False
+        )
+
+
+def _all_failed(errors: list[str]) -> ModelCallError:
+    message = "every model in the fallback list failed: " + "; ".join(errors)
+    return ModelCallError(message, provider="fallback", retryable=False)
