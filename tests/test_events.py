@@ -58,6 +58,7 @@ from planexec.runtime import (
     StepHeld,
     StepRequeued,
     StepStarted,
+    StepStreamed,
     StepSucceeded,
     ToolCalled,
     dump_event,
@@ -145,6 +146,7 @@ EXAMPLES: dict[str, Event] = {
     "step_cancelled": StepCancelled(at=12.0, step_id="c", reason="obsolete after plan v3"),
     "budget_exhausted": BudgetExhaustedEvent(at=13.0, budget="cost", limit=1.0, used=1.25),
     "stall_detected": StallDetected(at=14.0, rule="identical_patch", detail="same patch"),
+    "step_streamed": StepStreamed(at=14.45, step=_PLAN.steps[0], plan_version=3),
     "run_suspended": RunSuspended(at=14.5, reason="waiting for a human", approvals=("ap1", "ap2")),
     "run_resumed": RunResumed(at=14.6, events=40),
     "step_requeued": StepRequeued(at=14.7, step_id="a", reason="interrupted; it has no side effect"),
@@ -178,7 +180,7 @@ def test_every_event_kind_has_an_example() -> None:
 def test_event_round_trip(kind: str) -> None:
     event = EXAMPLES[kind]
     dumped = dump_event(event)
-    assert dumped["v"] == EVENT_SCHEMA_VERSION == 2
+    assert dumped["v"] == EVENT_SCHEMA_VERSION == 3
     assert dumped["event"]["kind"] == kind
     text = json.dumps(dumped, ensure_ascii=False)
     loaded = load_event(json.loads(text))
@@ -196,7 +198,7 @@ def test_events_are_frozen_and_keyword_only() -> None:
         make("step_cancelled", 1.0, "c", "why")
 
 
-@pytest.mark.parametrize("envelope", [{"v": 3, "event": {}}, {"v": 0}, {"event": {"kind": "run_finished"}}, {}])
+@pytest.mark.parametrize("envelope", [{"v": 4, "event": {}}, {"v": 0}, {"event": {"kind": "run_finished"}}, {}])
 def test_unknown_version_is_refused(envelope: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="version"):
         load_event(envelope)
@@ -500,4 +502,6 @@ def test_v2_fixture_loads_and_folds() -> None:
     for line, event in zip(
         (FIXTURES / "events_v2.jsonl").read_text(encoding="utf-8").splitlines(), events, strict=True
     ):
-        assert dump_event(event) == json.loads(line)
+        old = json.loads(line)
+        assert old["v"] == 2
+        assert dump_event(event)["event"] == old["event"]

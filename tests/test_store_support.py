@@ -40,6 +40,7 @@ from planexec.runtime import (
     StepHeld,
     StepRequeued,
     StepStarted,
+    StepStreamed,
     StepSucceeded,
     ToolCalled,
 )
@@ -97,6 +98,9 @@ def full_run(run_id: str, *, t0: float = 1_000.0, goal: str = "total the orders"
         ),
         PlannerOutputRejected(at=t0 + 3, attempt=1, problems=(Problem(code="cycle", where="step 'a'", message="a"),)),
         PlanProposed(at=t0 + 4, plan=PLAN, trigger="initial"),
+        StepStreamed(
+            at=t0 + 4.5, step=Step(id="early", description="started while streaming", tool="fetch"), plan_version=2
+        ),
         ApprovalRequested(at=t0 + 5, approval_id="ap-plan", subject="plan", plan_version=1, reason="review", plan=PLAN),
         ApprovalRequested(at=t0 + 6, approval_id="ap-sum", subject="step", step_id="sum", reason="writes"),
         RunSuspended(at=t0 + 7, reason="waiting for a human", approvals=("ap-plan", "ap-sum")),

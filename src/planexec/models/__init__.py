@@ -1,5 +1,9 @@
-"""Models: the neutral interface, ``provider:name`` strings, and the shipped test doubles."""
+"""Models: the neutral interface, ``provider:name`` strings, provider adapters, and the shipped
+test doubles. ``OpenAIModel`` is imported on first use: it needs ``pip install 'planexec[openai]'``."""
 
+from typing import TYPE_CHECKING, Any
+
+from planexec.models._anthropic import AnthropicModel
 from planexec.models._base import (
     Message,
     Model,
@@ -20,6 +24,7 @@ from planexec.models._base import (
 )
 from planexec.models._guard import allow_model_requests, check_model_requests_allowed
 from planexec.models._prices import Price, cost_of, price_for, set_price
+from planexec.models._profiles import ModelProfile, profile_for, strict_json_schema
 from planexec.models._registry import known_providers, register_provider, resolve_model
 from planexec.models._resilience import (
     FallbackModel,
@@ -29,19 +34,22 @@ from planexec.models._resilience import (
     configure_provider,
     provider_limits,
 )
-from planexec.models._scripted import FunctionModel, Reply, ScriptedModel, tool_calls
+from planexec.models._scripted import FunctionModel, Reply, ScriptedModel, StreamingScriptedModel, tool_calls
 
 __all__ = [
+    "AnthropicModel",
     "FallbackModel",
     "FunctionModel",
     "Message",
     "Model",
     "ModelCallError",
+    "ModelProfile",
     "ModelRequest",
     "ModelResponse",
     "ModelRetryPolicy",
     "ModelSettings",
     "NotSupported",
+    "OpenAIModel",
     "OutputSpec",
     "Price",
     "ProviderLimits",
@@ -49,6 +57,7 @@ __all__ = [
     "ScriptedModel",
     "StreamDelta",
     "StreamingModel",
+    "StreamingScriptedModel",
     "ToolCall",
     "ToolSpec",
     "Usage",
@@ -61,10 +70,22 @@ __all__ = [
     "estimate_tokens",
     "known_providers",
     "price_for",
+    "profile_for",
     "provider_limits",
     "register_provider",
     "resolve_model",
     "set_price",
     "stream_request",
+    "strict_json_schema",
     "tool_calls",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OpenAIModel":
+        try:
+            from planexec.models._openai import OpenAIModel
+        except ModuleNotFoundError as e:
+            raise ImportError(f"OpenAIModel needs the OpenAI SDK: pip install 'planexec[openai]' ({e})") from e
+        return OpenAIModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

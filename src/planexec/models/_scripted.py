@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeAlias
 
 from planexec._errors import Problem, UnexpectedModelCall
-from planexec.models._base import ModelRequest, ModelResponse, ToolCall, Usage, estimate_tokens
+from planexec.models._base import ModelRequest, ModelResponse, StreamDelta, ToolCall, Usage, estimate_tokens
 
-__all__ = ["FunctionModel", "Reply", "ScriptedModel", "tool_calls"]
+__all__ = ["FunctionModel", "Reply", "ScriptedModel", "StreamingScriptedModel", "tool_calls"]
 
 Reply: TypeAlias = (
     "ModelResponse | dict[str, Any] | list[Any] | str | BaseException"
@@ -56,9 +56,12 @@ class _Simulated:
     def name(self) -> str:
         return self._name
 
-    async def _answer(self, request: ModelRequest, reply: Any) -> ModelResponse:
-        latency = self._latency(request) if callable(self._latency) else self._latency
-        if latency > 0:
+    def latency_of(self, request: ModelRequest) -> float:
+        return self._latency(request) if callable(self._latency) else self._latency
+
+    async def _answer(self, request: ModelRequest, reply: Any, *, wait: bool = True) -> ModelResponse:
+        latency = self.latency_of(request)
+        if wait and latency > 0:
             await asyncio.sleep(latency)
         while callable(reply) and not isinstance(reply, ModelResponse):
             reply = reply(request)
@@ -128,6 +131,9 @@ class ScriptedModel(_Simulated):
         return len(self._script) - len(self.calls)
 
     async def request(self, request: ModelRequest) -> ModelResponse:
+        return await self._answer(request, self._next(request))
+
+    def _next(self, request: ModelRequest) -> Reply:
         index = len(self.calls)
         self.calls.append(request)
         if index >= len(self._script):
@@ -141,7 +147,7 @@ class ScriptedModel(_Simulated):
                     )
                 ],
             )
-        return await self._answer(request, self._script[index])
+        return self._script[index]
 
     def assert_consumed(self) -> None:
         """Raise ``UnexpectedModelCall`` unless every scripted reply was used."""
@@ -150,6 +156,45 @@ class ScriptedModel(_Simulated):
                 f"scripted model {self._name!r} was called {len(self.calls)} time(s); "
                 f"{self.remaining} scripted repl(ies) were never used"
             )
+
+
+class StreamingScriptedModel(ScriptedModel):
+    """A ScriptedModel that also streams, as real providers do: each reply's text arrives in
+    pieces spread evenly over its latency, then the whole response.
+
+    ``pieces`` splits a reply's text (default: ``chunks`` pieces of about equal size).
+    """
+
+    def __init__(
+        self,
+        script: Sequence[Reply],
+        *,
+        chunks: int = 8,
+        pieces: Callable[[str], list[str]] | None = None,
+        name: str = "scripted-stream",
+        latency: float | Callable[[ModelRequest], float] = 0.0,
+        usage: Usage | None = None,
+        cost_per_million: tuple[float, float] | None = None,
+    ) -> None:
+        super().__init__(script, name=name, latency=latency, usage=usage, cost_per_million=cost_per_million)
+        self._pieces = pieces or (lambda text: _even_pieces(text, chunks))
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
+        response = await self._answer(request, self._next(request), wait=False)
+        pieces = [p for p in self._pieces(response.text) if p]
+        pause = self.latency_of(request) / (len(pieces) + 1)
+        for piece in pieces:
+            if pause > 0:
+                await asyncio.sleep(pause)
+            yield StreamDelta(text=piece)
+        if pause > 0:
+            await asyncio.sleep(pause)
+        yield response
+
+
+def _even_pieces(text: str, chunks: int) -> list[str]:
+    size = max(1, -(-len(text) // max(1, chunks)))
+    return [text[i : i + size] for i in range(0, len(text), size)]
 
 
 class FunctionModel(_Simulated):

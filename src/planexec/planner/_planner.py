@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from planexec._errors import Problem
-from planexec.models._base import Message, Model, ModelRequest, ModelResponse, OutputSpec
+from planexec.models._base import Message, Model, ModelRequest, ModelResponse, OutputSpec, StreamingModel
 from planexec.models._registry import resolve_model
 from planexec.plan._checks import CheckContext, check_steps
 from planexec.plan._plan import FinalAnswer, PlanDraft, Turn
+from planexec.plan._step import Step
 from planexec.planner import _prompt
+from planexec.planner._stream import StreamedSteps
 from planexec.tools._toolset import Toolset
 
 if TYPE_CHECKING:
@@ -61,6 +63,10 @@ class PlanningContext:
     rejected: Callable[[int, list[Problem]], None]
     record: str | None = None
     """The execution record as text, when taken at the start of the round (else read from ``state``)."""
+    call_stream: Callable[[Model, ModelRequest, Callable[[str], None]], Awaitable[ModelResponse]] | None = None
+    """Call a streaming model, passing each piece of text on as it arrives."""
+    on_step: Callable[[Step], None] | None = None
+    """Receives each step of a streaming answer the moment it is complete (streaming dispatch)."""
 
     def current_checks(self) -> CheckContext:
         """The check context as of now: the steps finished so far, and the steps the budget still allows."""
@@ -84,6 +90,8 @@ class Planner:
     policy: PolicyName = "upfront"
     replan: ReplanPolicy = "on_failure"
     max_repairs: int = 2
+    stream: bool = True
+    """With a model that streams, hand each step on as soon as it is complete (streaming dispatch)."""
     instructions: str = ""
     record_chars: int = 600
     _resolved: Model | None = field(default=None, init=False, repr=False)
@@ -140,7 +148,14 @@ class Planner:
         spec = _output_spec(output)
         attempt = 0
         while True:
-            response = await ctx.call(model, ModelRequest(messages=tuple(messages), output=spec, purpose=purpose))
+            request = ModelRequest(messages=tuple(messages), output=spec, purpose=purpose)
+            if self._streams(model, ctx, output):
+                assert ctx.call_stream is not None
+                reader = StreamedSteps("step" if output is Turn else "steps")
+                on_text = functools.partial(self._early_steps, reader, ctx=ctx)
+                response = await ctx.call_stream(model, request, on_text)
+            else:
+                response = await ctx.call(model, request)
             value, problems = _parse(response, output)
             if value is not None:
                 problems = check(value, ctx)
@@ -159,6 +174,34 @@ class Planner:
                     + "\nReply again with the whole corrected JSON.",
                 )
             )
+
+    def _streams(self, model: Model, ctx: PlanningContext, output: type[BaseModel]) -> bool:
+        """Whether to stream this answer and hand on its steps while it streams."""
+        return (
+            self.stream
+            and ctx.call_stream is not None
+            and ctx.on_step is not None
+            and output in (PlanDraft, Turn)
+            and isinstance(model, StreamingModel)
+        )
+
+    def _early_steps(self, reader: StreamedSteps, text: str, *, ctx: PlanningContext) -> None:
+        assert ctx.on_step is not None
+        for raw in reader.feed(text):
+            try:
+                step = Step.model_validate(raw)
+            except ValidationError:
+                continue  # the whole answer is validated, and repaired, when it is complete
+            if reader.scalars.get("stop") is True:
+                continue
+            if step.confidence is None and "confidence" in reader.scalars:
+                confidence = reader.scalars["confidence"]
+                if not isinstance(confidence, int | float) or not 0 <= confidence <= 1:
+                    continue
+                step = step.model_copy(update={"confidence": float(confidence)})
+            if reader.key == "step" and step.confidence is None:
+                continue  # a turn's step is gated on its confidence: wait for the whole turn
+            ctx.on_step(step)
 
     def _check_draft(self, draft: PlanDraft, ctx: PlanningContext) -> list[Problem]:
         return check_steps(draft.steps, ctx.current_checks())

@@ -13,7 +13,7 @@ from planexec.executor._acceptance import Acceptance
 from planexec.executor._base import Executor
 from planexec.executor._model import ModelExecutor
 from planexec.executor._tools import ToolExecutor
-from planexec.models._base import Model
+from planexec.models._base import Model, StreamingModel
 from planexec.plan._plan import Plan
 from planexec.planner._planner import Planner
 from planexec.runtime._budget import Budget
@@ -206,6 +206,7 @@ class Agent:
                 "policy": parts.planner.policy,
                 "replan": parts.planner.replan,
                 "max_repairs": parts.planner.max_repairs,
+                "streams": parts.planner.stream and isinstance(parts.planner.resolved_model(), StreamingModel),
             },
             "limits": dataclasses.asdict(self.limits),
             "approvals": {

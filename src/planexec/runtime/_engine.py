@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -18,7 +18,14 @@ from planexec._errors import UsageError
 from planexec.executor._acceptance import Acceptance
 from planexec.executor._base import Executor, StepFailure
 from planexec.executor._outcome import PASSED, StepError, Verdict
-from planexec.models._base import Model, ModelRequest, ModelResponse, estimate_tokens
+from planexec.models._base import (
+    Model,
+    ModelCallError,
+    ModelRequest,
+    ModelResponse,
+    StreamingModel,
+    estimate_tokens,
+)
 from planexec.plan._bindings import BindingError
 from planexec.plan._checks import CheckContext
 from planexec.plan._step import Step
@@ -660,7 +667,46 @@ class Engine:
 
     # -- calls on behalf of the planner and executors ---------------------------------------
 
-    async def call_model(self, role: str, model: Model, request: ModelRequest, step_id: str | None) -> ModelResponse:
+    async def call_model_streaming(
+        self,
+        role: str,
+        model: Model,
+        request: ModelRequest,
+        step_id: str | None,
+        on_text: Callable[[str], None],
+        on_step: Callable[[Step], None],
+    ) -> ModelResponse:
+        """A model call whose answer streams: each piece of text goes to ``on_text`` as it comes (in
+        a replay, the recorded early steps go to ``on_step`` where the log has them)."""
+        if self.replay is not None and not self.replay.live:
+            self.budget.check_model_call(self.state, self.now(), 0)
+            return await self.replay.model_call(self, role, request.purpose, step_id, on_step=on_step)
+        assert isinstance(model, StreamingModel)
+
+        async def streamed(request: ModelRequest) -> ModelResponse:
+            response: ModelResponse | None = None
+            async for item in model.stream(request):
+                if isinstance(item, ModelResponse):
+                    response = item
+                else:
+                    on_text(item.text)
+            if response is None:
+                raise ModelCallError(
+                    f"{model.name} ended its stream without a response", provider=model.name, retryable=False
+                )
+            return response
+
+        return await self.call_model(role, model, request, step_id, send=streamed)
+
+    async def call_model(
+        self,
+        role: str,
+        model: Model,
+        request: ModelRequest,
+        step_id: str | None,
+        *,
+        send: Callable[[ModelRequest], Awaitable[ModelResponse]] | None = None,
+    ) -> ModelResponse:
         """One model call on the run's behalf: budgets checked before it, the answer logged after.
 
         Calls in flight count against the budgets, so calls made at once cannot overrun a cap.
@@ -686,7 +732,7 @@ class Engine:
         self._model_tokens_in_flight += estimate
         error: Exception | None = None
         try:
-            response = await model.request(request)
+            response = await (send or model.request)(request)
         except Exception as e:
             error = e
         finally:

@@ -10,6 +10,7 @@ fixture log of every version loadable in the tests):
        humans); step_started records the idempotency key; approval_requested carries the proposed
        plan and may concern an uncertain effect; approval_decided may carry a choice, an output or
        an edited plan. Version 1 logs load unchanged.
+    3: step_streamed (a step started while its plan was still streaming). Older logs load unchanged.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from planexec._errors import Problem
 from planexec.executor._outcome import StepError, Verdict
 from planexec.models._base import ModelResponse, Usage
 from planexec.plan._plan import Plan
+from planexec.plan._step import Step
 from planexec.runtime._stop import BudgetName, StopReason
 
 __all__ = [
@@ -46,14 +48,15 @@ __all__ = [
     "StepHeld",
     "StepRequeued",
     "StepStarted",
+    "StepStreamed",
     "StepSucceeded",
     "ToolCalled",
     "dump_event",
     "load_event",
 ]
 
-EVENT_SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+EVENT_SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 PlanTrigger = Literal["initial", "failure", "after_step", "turn", "human"]
 
@@ -130,6 +133,17 @@ ApprovalSubject = Literal["plan", "step", "effect"]
 side-effecting call that may or may not have happened (the process stopped during it)."""
 
 EffectChoice = Literal["retry", "skip", "done"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepStreamed:
+    """A step of a plan still streaming from the planner passed its checks and may start now."""
+
+    kind: Literal["step_streamed"] = "step_streamed"
+    at: float
+    step: Step
+    plan_version: int
+    """The plan version the step will belong to once the whole plan has arrived."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -309,6 +323,7 @@ Event: TypeAlias = Annotated[
     | PlanningStarted
     | PlannerOutputRejected
     | PlanProposed
+    | StepStreamed
     | ApprovalRequested
     | ApprovalDecided
     | StepStarted

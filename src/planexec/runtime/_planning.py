@@ -22,6 +22,7 @@ from planexec.runtime._events import (
     PlanProposed,
     PlanTrigger,
     StepCancelled,
+    StepStreamed,
 )
 from planexec.runtime._replay import RecordedError
 from planexec.runtime._settings import ApprovalDecision, ApprovalRequest
@@ -71,6 +72,9 @@ class Planning:
         self.after_step_wanted = False
         self.last_failure_patch: str | None = None
         self.compiled: dict[str, tuple[Step, CompiledArgs]] = {}
+        self._streamed: list[Step] = []
+        """Steps of the answer now streaming that were handed on early."""
+        self._streaming_open = False
 
     @property
     def idle(self) -> bool:
@@ -88,6 +92,8 @@ class Planning:
             engine.emit(PlanningStarted(at=engine.now(), trigger=kind, why=why))
         # what the planner may rely on is fixed when the round starts, so a replay decides the same
         ctx = self._context()
+        self._streamed = []
+        self._streaming_open = kind != "finish"
         self.task = asyncio.create_task(self._plan(kind, why, failed, ctx), name=f"planner:{kind}")
 
     def resume_approval(self, kind: PlanKind, plan: Plan, approval_id: str) -> None:
@@ -125,7 +131,39 @@ class Planning:
                 PlannerOutputRejected(at=engine.now(), attempt=attempt, problems=tuple(problems))
             ),
             record=describe_record(engine.state, engine.config.planner.record_chars),
+            call_stream=lambda model, request, on_text: engine.call_model_streaming(
+                "planner", model, request, None, on_text, self.streamed_step
+            ),
+            on_step=self.streamed_step,
         )
+
+    def streamed_step(self, step: Step) -> None:
+        """A step of the answer still streaming: check it against what is known, and let it start.
+
+        Early steps must come in an order that needs nothing later (dependencies first), must be new
+        ids (or ids of steps that failed), and must pass the same static checks; the first that
+        does not stops early starting for the rest of the answer, which is then checked whole.
+        """
+        engine = self._engine
+        state = engine.state
+        if not self._streaming_open or self.task is None:
+            return
+        old = state.steps.get(step.id)
+        if old is not None and old.status not in ("failed", "cancelled", "dropped"):
+            self._streaming_open = False
+            return
+        budget = engine.budget
+        left = None if budget.steps is None else budget.steps - state.steps_started
+        checks = with_finished(self._checks, state, left)
+        if check_steps([*self._streamed, step], checks):
+            self._streaming_open = False
+            return
+        self._streamed.append(step)
+        engine.emit(StepStreamed(at=engine.now(), step=step, plan_version=len(state.plans) + 1))
+        self.compiled[step.id] = (step, compile_args(step.args))
+        succeeded = {sid for sid, rec in state.steps.items() if rec.status == "succeeded"}
+        engine.ready.add(step, succeeded)
+        engine.wake()
 
     async def _plan(self, kind: PlanKind, why: str, failed: frozenset[str], ctx: PlanningContext) -> None:
         engine = self._engine

@@ -34,6 +34,7 @@ from planexec.runtime._events import (
     StepCancelled,
     StepFailed,
     StepStarted,
+    StepStreamed,
     StepSucceeded,
     ToolCalled,
 )
@@ -163,10 +164,30 @@ class Replayer:
         something come out in the recorded order, whatever order the tasks wake up in."""
         await self._until(wanted)
 
-    async def model_call(self, engine: Engine, role: str, purpose: str, step_id: str | None) -> ModelResponse:
-        event = await self._until(
-            lambda e: isinstance(e, ModelCalled) and e.role == role and e.purpose == purpose and e.step_id == step_id
-        )
+    async def model_call(
+        self,
+        engine: Engine,
+        role: str,
+        purpose: str,
+        step_id: str | None,
+        *,
+        on_step: Callable[[Step], None] | None = None,
+    ) -> ModelResponse:
+        def mine(e: Event) -> bool:
+            if on_step is not None and isinstance(e, StepStreamed):
+                return True  # a step the answer streamed before it was complete
+            return isinstance(e, ModelCalled) and e.role == role and e.purpose == purpose and e.step_id == step_id
+
+        while True:
+            event = await self._until(mine)
+            if isinstance(event, StepStreamed):
+                assert on_step is not None
+                before = self.cursor
+                on_step(event.step)
+                if self.cursor == before:  # the engine did not take it where the recorded run did
+                    self._diverged(Divergence(self.cursor, event, None))
+                continue
+            break
         assert isinstance(event, ModelCalled)
         engine.emit(event)
         if event.response is None:

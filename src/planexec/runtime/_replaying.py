@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +15,7 @@ from planexec.executor._acceptance import Acceptance
 from planexec.executor._base import Executor
 from planexec.executor._model import ModelExecutor
 from planexec.executor._tools import ToolExecutor
-from planexec.models._base import ModelRequest, ModelResponse
+from planexec.models._base import ModelRequest, ModelResponse, StreamDelta
 from planexec.planner._planner import Planner
 from planexec.runtime._budget import Budget
 from planexec.runtime._engine import Engine, EngineConfig
@@ -58,6 +58,14 @@ class _StandIn:
         raise UsageError(f"a replay does not call models (asked {self._name} for {request.purpose})")
 
 
+class _StreamingStandIn(_StandIn):
+    """The stand-in for a planner that streamed: the replay takes the streaming path too."""
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
+        raise UsageError(f"a replay does not call models (asked {self.name} for {request.purpose})")
+        yield  # pragma: no cover - makes this an async generator
+
+
 def _stand_in_tool(spec: Mapping[str, Any]) -> Tool:
     async def invoke(args: dict[str, Any], ctx: ToolContext) -> Any:
         raise UsageError(f"a replay does not call tools (asked {spec['name']})")
@@ -90,7 +98,7 @@ def recorded_config(first: RunStarted) -> EngineConfig:
     approvals_cfg = cfg.get("approvals", {})
     return EngineConfig(
         planner=Planner(
-            model=_StandIn(planner_cfg.get("model", "planner")),
+            model=(_StreamingStandIn if planner_cfg.get("streams") else _StandIn)(planner_cfg.get("model", "planner")),
             policy=planner_cfg.get("policy", first.policy),
             replan=planner_cfg.get("replan", first.replan),
             max_repairs=planner_cfg.get("max_repairs", 2),

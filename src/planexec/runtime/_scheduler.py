@@ -72,6 +72,19 @@ class ReadyQueue:
             depth.setdefault(sid, 1)
         return depth
 
+    def add(self, step: Step, succeeded: Collection[str]) -> None:
+        """A step of a plan still streaming: it can start once its dependencies have succeeded.
+        Its place in the critical path is not known yet, so streamed steps go in arrival order."""
+        self._steps[step.id] = step
+        self._dependents.setdefault(step.id, [])
+        for d in step.depends_on:
+            self._dependents.setdefault(d, []).append(step.id)
+        self._priority[step.id] = (0, len(self._priority))
+        left = sum(1 for d in step.depends_on if d not in succeeded)
+        self._remaining[step.id] = left
+        if left == 0:
+            heapq.heappush(self._heap, (*self._priority[step.id], step.id))
+
     def succeeded(self, step_id: str) -> None:
         """A step succeeded: its dependents whose dependencies are now all done become ready."""
         for dep in self._dependents.get(step_id, ()):

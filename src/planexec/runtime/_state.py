@@ -33,6 +33,7 @@ from planexec.runtime._events import (
     StepHeld,
     StepRequeued,
     StepStarted,
+    StepStreamed,
     StepSucceeded,
     ToolCalled,
 )
@@ -225,6 +226,12 @@ class RunState:
                 rec.status = "dropped"
                 self.superseded.append(self.steps.pop(sid))
 
+    def _step_streamed(self, e: StepStreamed) -> None:
+        old = self.steps.get(e.step.id)
+        if old is not None:
+            self.superseded.append(old)
+        self.steps[e.step.id] = StepRecord(step=e.step, plan_version=e.plan_version)
+
     def _approval_requested(self, e: ApprovalRequested) -> None:
         self.approvals[e.approval_id] = ApprovalRecord(
             approval_id=e.approval_id,
@@ -324,6 +331,7 @@ _HANDLERS: dict[type, Callable[[RunState, Any], None]] = {
     PlanningStarted: RunState._planning_started,
     PlannerOutputRejected: RunState._output_rejected,
     PlanProposed: RunState._plan_proposed,
+    StepStreamed: RunState._step_streamed,
     ApprovalRequested: RunState._approval_requested,
     ApprovalDecided: RunState._approval_decided,
     StepStarted: RunState._step_started,
