@@ -183,13 +183,19 @@ class StreamingScriptedModel(ScriptedModel):
         response = await self._answer(request, self._next(request), wait=False)
         pieces = [p for p in self._pieces(response.text) if p]
         pause = self.latency_of(request) / (len(pieces) + 1)
-        for piece in pieces:
-            if pause > 0:
-                await asyncio.sleep(pause)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for k, piece in enumerate(pieces, 1):
+            await _until(loop, start + k * pause)  # on a fixed schedule: sleeps do not add up their delays
             yield StreamDelta(text=piece)
-        if pause > 0:
-            await asyncio.sleep(pause)
+        await _until(loop, start + (len(pieces) + 1) * pause)
         yield response
+
+
+async def _until(loop: asyncio.AbstractEventLoop, when: float) -> None:
+    delay = when - loop.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
 
 
 def _even_pieces(text: str, chunks: int) -> list[str]:
