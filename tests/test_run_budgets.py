@@ -282,3 +282,17 @@ async def test_the_budget_left_is_part_of_every_planner_request() -> None:
     assert "model_calls 4" in planner.calls[1].last_user_text
     assert "tool_calls 8" in planner.calls[1].last_user_text
     assert [e.role for e in events_of(result, ModelCalled)] == ["planner", "planner"]
+
+
+async def test_a_call_whose_input_alone_would_go_over_the_cost_cap_is_not_made() -> None:
+    from planexec.models import Price, set_price
+
+    set_price("priced-test-model", Price(input=1_000_000.0, output=0.0))  # a dollar a token
+    try:
+        planner = ScriptedModel([ONE_STEP, {"answer": "never asked"}], name="priced-test-model")
+        result = await Agent(planner, tools=[counting_add(Counter())], budget=Budget(cost=0.5)).run("1+2")
+    finally:
+        set_price("priced-test-model", None)
+    hit = assert_budget_stop(result, "cost")
+    assert hit.used > 0.5
+    assert planner.calls == []

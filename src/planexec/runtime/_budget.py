@@ -57,13 +57,17 @@ class Budget:
         *,
         in_flight: int = 0,
         in_flight_tokens: int = 0,
+        estimated_cost: float = 0.0,
     ) -> None:
         """Raise ``BudgetHit`` if a model call now would go over a cap.
 
         ``in_flight`` calls (and their estimated input tokens) have been sent but not answered yet:
         they count as spent, so that calls made at the same time cannot overrun a cap together.
+        ``estimated_cost`` is what the call's input alone will cost, where the price is known.
         """
         self._check(state, now, "model_calls", "output_tokens", "cost", "wall_time", pending={"model_calls": in_flight})
+        if self.cost is not None and estimated_cost > 0 and state.cost + estimated_cost > self.cost:
+            raise BudgetHit("cost", self.cost, state.cost + estimated_cost)
         if self.input_tokens is not None:
             used = state.usage.input_tokens + in_flight_tokens + estimated_input_tokens
             if used > self.input_tokens:

@@ -26,6 +26,7 @@ from planexec.models._base import (
     StreamingModel,
     estimate_tokens,
 )
+from planexec.models._prices import Price, price_for
 from planexec.plan._bindings import BindingError
 from planexec.plan._checks import CheckContext
 from planexec.plan._step import Step
@@ -678,9 +679,6 @@ class Engine:
     ) -> ModelResponse:
         """A model call whose answer streams: each piece of text goes to ``on_text`` as it comes (in
         a replay, the recorded early steps go to ``on_step`` where the log has them)."""
-        if self.replay is not None and not self.replay.live:
-            self.budget.check_model_call(self.state, self.now(), 0)
-            return await self.replay.model_call(self, role, request.purpose, step_id, on_step=on_step)
         assert isinstance(model, StreamingModel)
 
         async def streamed(request: ModelRequest) -> ModelResponse:
@@ -696,7 +694,7 @@ class Engine:
                 )
             return response
 
-        return await self.call_model(role, model, request, step_id, send=streamed)
+        return await self.call_model(role, model, request, step_id, send=streamed, on_step=on_step)
 
     async def call_model(
         self,
@@ -706,22 +704,26 @@ class Engine:
         step_id: str | None,
         *,
         send: Callable[[ModelRequest], Awaitable[ModelResponse]] | None = None,
+        on_step: Callable[[Step], None] | None = None,
     ) -> ModelResponse:
         """One model call on the run's behalf: budgets checked before it, the answer logged after.
 
         Calls in flight count against the budgets, so calls made at once cannot overrun a cap.
         """
         estimate = estimate_tokens("".join(m.content for m in request.messages))
+        price = getattr(model, "price", None)
+        price = price if isinstance(price, Price) else price_for(model.name)
         self.budget.check_model_call(
             self.state,
             self.now(),
             estimate,
             in_flight=self._model_calls_in_flight,
             in_flight_tokens=self._model_tokens_in_flight,
+            estimated_cost=estimate * price.input / 1e6 if price is not None else 0.0,
         )
         if self.replay is not None and not self.replay.live:
             try:
-                return await self.replay.model_call(self, role, request.purpose, step_id)
+                return await self.replay.model_call(self, role, request.purpose, step_id, on_step=on_step)
             except RecordedError as e:
                 if role != "executor":
                     raise
