@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from planexec import __version__
+from planexec import UsageError, __version__
 from planexec.cli._approvals import approvals, approve, reject
 from planexec.cli._common import View, run_command, say, start_and_follow
 from planexec.cli._finish import report_result
@@ -19,6 +19,7 @@ from planexec.cli._run import run
 from planexec.cli._runs import export, runs, show
 from planexec.cli._store_options import STORE_HELP, StoreChoice, remember_store, store_choice, using_store
 from planexec.demo import build_demo
+from planexec.models import Model, resolve_model
 from planexec.plan import PLAN_SCHEMA_VERSION, plan_json_schema
 
 __all__ = ["main"]
@@ -74,24 +75,44 @@ def schema(output: Path | None) -> None:
     show_default=True,
     help="Scale the simulated latency of the scripted models and tools (0: none).",
 )
+@click.option("--planner", "planner_spec", metavar="MODEL", help="A real planning model instead of the scripted one.")
+@click.option("--executor", "executor_spec", metavar="MODEL", help="A real model for the analyst's step.")
 @click.pass_context
-def demo(ctx: click.Context, workdir: Path | None, no_live: bool, as_json: bool, pace: float) -> None:
+def demo(
+    ctx: click.Context,
+    workdir: Path | None,
+    no_live: bool,
+    as_json: bool,
+    pace: float,
+    planner_spec: str | None,
+    executor_spec: str | None,
+) -> None:
     """Run the offline demo: an agent audits a failing customer workflow.
 
     It collects the logs (the current log turns out to be incomplete, so the plan is patched to
     fetch the archived segment), inspects the failing branch, finds the root cause and writes a
     patch into the work directory. Models and tools are scripted and local: nothing leaves the
     machine. The run is logged in the store (see --store), so `planexec show` and `planexec
-    replay` work on it.
+    replay` work on it. With --planner/--executor, real models (e.g. openai:gpt-4o,
+    anthropic:claude-sonnet-4-5, ollama:qwen2.5) plan and analyse over the same files and tools.
     """
     view = View.make(as_json=as_json, no_live=no_live, no_input=True, title="planexec demo")
     root = (workdir or Path(tempfile.mkdtemp(prefix="planexec-demo-"))).resolve()
-    run_command(ctx, _demo(view, root, pace, store_choice(ctx)))
+    try:
+        models = (
+            resolve_model(planner_spec) if planner_spec else None,
+            resolve_model(executor_spec) if executor_spec else None,
+        )
+    except UsageError as e:
+        raise click.UsageError(str(e)) from None
+    run_command(ctx, _demo(view, root, pace, store_choice(ctx), models))
 
 
-async def _demo(view: View, root: Path, pace: float, choice: StoreChoice) -> int:
+async def _demo(
+    view: View, root: Path, pace: float, choice: StoreChoice, models: tuple[Model | None, Model | None]
+) -> int:
     async with using_store(choice) as store:
-        scenario = build_demo(root, pace=pace, store=store)
+        scenario = build_demo(root, pace=pace, store=store, planner_model=models[0], executor_model=models[1])
         say(view.console, f"workdir: {root}")
         result = await start_and_follow(scenario.agent, scenario.goal, scenario.constraints, view.display)
         fixes = [str(p.relative_to(root)) for p in scenario.fix_files()]

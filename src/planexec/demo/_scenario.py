@@ -11,7 +11,7 @@ from planexec.demo._pace import Pace
 from planexec.demo._planner import planner_reply
 from planexec.demo._tools import demo_tools
 from planexec.executor import ModelExecutor
-from planexec.models import FunctionModel
+from planexec.models import FunctionModel, Model
 from planexec.planner import Planner
 from planexec.runtime import Agent, Approvals, Budget
 from planexec.store import RunStore
@@ -55,12 +55,16 @@ def build_demo(
     seed: int = 7,
     approvals: Approvals | None = None,
     store: RunStore | str | None = "default",
+    planner_model: Model | str | None = None,
+    executor_model: Model | str | None = None,
 ) -> Demo:
     """Write the scenario's files into ``workdir`` and build the agent that audits them.
 
     ``pace`` scales the simulated latency of models and tools (0: none); it changes how fast the
     demo runs, never what it does. ``store``: where the run is logged (the default store, a URL,
-    a store, or None for memory only).
+    a store, or None for memory only). ``planner_model`` and ``executor_model`` replace the
+    scripted models with real ones (``openai:gpt-4o``, ``ollama:qwen2.5``, …): the same files and
+    tools, a real planner and analyst.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     files = write_scenario_files(workdir)
@@ -78,9 +82,9 @@ def build_demo(
         cost_per_million=(0.25, 1.25),
     )
     agent = Agent(
-        Planner(model=planner, record_chars=4000),
+        Planner(model=planner_model or planner, record_chars=4000),
         tools=demo_tools(files, timing),
-        executor=ModelExecutor(model=analyst, name="analyst", tools=("inspect_branch",)),
+        executor=ModelExecutor(model=executor_model or analyst, name="analyst", tools=("inspect_branch",)),
         budget=Budget(model_calls=20, tool_calls=30, cost=0.5, wall_time=120.0, replans=2),
         approvals=approvals,
         store=store,
