@@ -36,6 +36,9 @@ from planexec.models._resilience import (
 )
 from planexec.models._scripted import FunctionModel, Reply, ScriptedModel, StreamingScriptedModel, tool_calls
 
+if TYPE_CHECKING:
+    from planexec.models._openai import OpenAIModel
+
 __all__ = [
     "AnthropicModel",
     "FallbackModel",

@@ -8,6 +8,8 @@ Built in:
   a request to call tools.
 * ``object:package.module:attribute`` — any model object importable from Python (or a
   function of no arguments that returns one).
+* ``anthropic:MODEL`` — Claude on Anthropic's Messages API (the ``anthropic`` extra); the key from
+  ``ANTHROPIC_API_KEY``, the base URL from ``ANTHROPIC_BASE_URL`` when set.
 
 Providers register themselves with :func:`register_provider`.
 """
@@ -104,5 +106,33 @@ def _import_object(ref: str) -> Model:
     return obj
 
 
+def _anthropic_model(name: str) -> Model:
+    """``anthropic:claude-…``: the SDK is imported (and its absence reported) when the model is built."""
+    from planexec.models._anthropic import AnthropicModel
+
+    return AnthropicModel(name)
+
+
+def _openai_family(provider: str) -> ProviderFactory:
+    """A factory that imports the OpenAI adapter only when a model string asks for it."""
+
+    def factory(rest: str) -> Model:
+        try:
+            from planexec.models._openai import model_from_string
+        except ModuleNotFoundError as e:
+            if (e.name or "").split(".")[0] not in ("openai", "httpx2", "httpx"):
+                raise
+            raise ModelNotFound(
+                f"{provider}:{rest} needs the OpenAI SDK",
+                [Problem(code="missing_extra", where=provider, message="pip install 'planexec[openai]'")],
+            ) from e
+        return model_from_string(provider, rest)
+
+    return factory
+
+
 register_provider("scripted", _scripted_from_file)
 register_provider("object", _import_object)
+for _name in ("openai", "ollama", "vllm", "lmstudio", "llamacpp", "openai-compatible"):
+    register_provider(_name, _openai_family(_name))
+register_provider("anthropic", _anthropic_model)

@@ -1,0 +1,599 @@
+"""Anthropic's Messages API as a planexec model, through the official ``anthropic`` SDK.
+
+Neutral → wire: system messages become the ``system`` parameter; assistant tool calls become
+``tool_use`` blocks; tool results become ``tool_result`` blocks of the next user turn (results in a
+row share one turn). Structured output travels through tool use: the output spec is offered as a
+tool whose ``input_schema`` is the JSON Schema, forced with ``tool_choice`` when no other tool is
+offered; its input comes back as ``parsed`` and its JSON as ``text``.
+
+The SDK is imported when a model is built, so ``planexec.models`` imports without it. Its own
+retries are off: every call goes through :func:`call_with_retries` under the provider name
+``anthropic`` (rate limits with ``retry-after``, 5xx and 529 overloaded, timeouts and dropped
+connections are retryable ``ModelCallError``\\ s; other 4xx are not). A stream is retried only when
+it fails before its first delta.
+
+Token counts: Anthropic reports ``input_tokens`` without cache reads and cache writes; the neutral
+``input_tokens`` is the sum of all three, and ``cached_input_tokens`` the cache reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import inspect
+import json
+import os
+import re
+import time
+import weakref
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from planexec._errors import ModelNotFound, Problem, UsageError
+from planexec.models._base import (
+    FinishReason,
+    Message,
+    ModelCallError,
+    ModelRequest,
+    ModelResponse,
+    StreamDelta,
+    ToolCall,
+    Usage,
+)
+from planexec.models._guard import check_model_requests_allowed
+from planexec.models._prices import Price, cost_of, price_for
+from planexec.models._resilience import ModelRetryPolicy, call_with_retries
+
+if TYPE_CHECKING:
+    import anthropic
+    from anthropic import AsyncStream
+    from anthropic.types import RawMessageStreamEvent
+
+__all__ = ["AnthropicModel"]
+
+PROVIDER = "anthropic"
+INSTALL_HINT = "pip install 'planexec[anthropic]'"
+
+_FINISH: dict[str, FinishReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "refusal": "refusal",
+}
+_RETRYABLE_ERROR_TYPES = frozenset({"overloaded_error", "rate_limit_error", "api_error", "timeout_error"})
+_TOOL_NAME = re.compile(r"[^A-Za-z0-9_-]")
+_DEFAULT_RETRY = ModelRetryPolicy()
+
+
+class AnthropicModel:
+    """A Claude model on Anthropic's Messages API; implements ``request`` and ``stream``.
+
+    ``api_key`` (else the environment variable ``api_key_env``) is read when the first request is
+    made, so a model can be built, and a run replayed, without one. ``base_url`` defaults to
+    ``ANTHROPIC_BASE_URL`` when set. ``timeout`` and ``max_tokens`` apply unless a request's
+    settings say otherwise. ``price`` overrides the price table. A ``client`` (an
+    ``anthropic.AsyncAnthropic``) is used with its own settings but without its retries, and
+    never closed here.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        api_key_env: str = "ANTHROPIC_API_KEY",
+        retry: ModelRetryPolicy = _DEFAULT_RETRY,
+        timeout: float = 60.0,
+        max_tokens: int = 4096,
+        client: anthropic.AsyncAnthropic | None = None,
+        price: Price | None = None,
+    ) -> None:
+        _require_sdk()
+        problems = []
+        if not model:
+            problems.append(Problem(code="model", where="model", message="name a model, e.g. 'claude-sonnet-4-6'"))
+        if timeout <= 0:
+            problems.append(Problem(code="model", where="timeout", message="must be positive"))
+        if max_tokens < 1:
+            problems.append(Problem(code="model", where="max_tokens", message="must be at least 1"))
+        if problems:
+            raise UsageError("invalid Anthropic model settings", problems)
+        self.model = model
+        self.base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
+        self.api_key_env = api_key_env
+        self.retry = retry
+        self.timeout = timeout
+        self.max_tokens = max_tokens
+        self.price = price
+        self._api_key = api_key
+        self._given_client = client.with_options(max_retries=0) if client is not None else None  # retries are ours
+        self._own_client: anthropic.AsyncAnthropic | None = None
+        self._own_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{PROVIDER}:{self.model}"
+
+    def __repr__(self) -> str:
+        return f"AnthropicModel({self.model!r}, base_url={self.base_url!r})"
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        check_model_requests_allowed(self.name)
+        client = self._client()
+        wire = _Wire.build(request, max_tokens=self.max_tokens, client=client)
+        timeout = request.settings.timeout or self.timeout
+
+        async def attempt() -> ModelResponse:
+            with _translated_errors():
+                message = await client.messages.create(model=self.model, **wire.params, timeout=timeout)
+            return _from_message(message, wire.output, self._price())
+
+        return await call_with_retries(PROVIDER, attempt, self.retry)
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
+        """Text deltas (and the output tool's JSON as it is written), then the whole response."""
+        check_model_requests_allowed(self.name)
+        client = self._client()
+        wire = _Wire.build(request, max_tokens=self.max_tokens, client=client)
+        timeout = request.settings.timeout or self.timeout
+
+        async def open_stream() -> tuple[AsyncStream[RawMessageStreamEvent], _StreamReader, list[StreamDelta]]:
+            with _translated_errors():
+                events = await client.messages.create(model=self.model, **wire.params, stream=True, timeout=timeout)
+            reader = _StreamReader(wire.output)
+            try:
+                while (event := await _next_event(events)) is not None:
+                    if deltas := reader.feed(event):
+                        return events, reader, deltas
+                reader.check_complete()
+            except BaseException:
+                await events.close()
+                raise
+            return events, reader, []
+
+        events, reader, first = await call_with_retries(PROVIDER, open_stream, self.retry)
+        try:
+            for delta in first:
+                yield delta
+            while (event := await _next_event(events)) is not None:
+                for delta in reader.feed(event):
+                    yield delta
+            reader.check_complete()
+        finally:
+            await events.close()
+        yield reader.response(self._price())
+
+    async def aclose(self) -> None:
+        """Close the HTTP client this model opened (a client passed in is left open).
+
+        A client opened under an event loop that has since stopped cannot be closed from another:
+        it is dropped, and its connections go with that loop.
+        """
+        client, loop = self._own_client, self._own_loop() if self._own_loop is not None else None
+        self._own_client = self._own_loop = None
+        if client is not None and loop is asyncio.get_running_loop():
+            await client.close()
+
+    async def __aenter__(self) -> AnthropicModel:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _price(self) -> Price | None:
+        return self.price or price_for(self.model)
+
+    def _client(self) -> anthropic.AsyncAnthropic:
+        """The given client, or one of our own for the running event loop (made on first use)."""
+        if self._given_client is not None:
+            return self._given_client
+        loop = asyncio.get_running_loop()
+        if self._own_client is not None and self._own_loop is not None and self._own_loop() is loop:
+            return self._own_client
+        key = self._api_key or os.environ.get(self.api_key_env)
+        if not key:
+            raise UsageError(
+                f"no Anthropic API key for {self.name}",
+                [Problem(code="api_key", where=self.api_key_env, message=f"set {self.api_key_env} or pass api_key=")],
+            )
+        import anthropic
+
+        # The key goes in x-api-key, where the API documents it (some SDK releases send ``api_key``
+        # as a bearer token, which the API reserves for OAuth tokens).
+        headers = cast("dict[str, str]", {"X-Api-Key": key, "Authorization": anthropic.Omit()})
+        # A client's connections belong to the loop that opened them: another loop gets a new client.
+        self._own_client = anthropic.AsyncAnthropic(
+            api_key=key, base_url=self.base_url, timeout=self.timeout, max_retries=0, default_headers=headers
+        )
+        self._own_loop = weakref.ref(loop)
+        return self._own_client
+
+
+def _require_sdk() -> None:
+    try:
+        import anthropic  # noqa: F401
+    except ImportError as e:
+        raise ModelNotFound(f"Anthropic models need the anthropic package: {INSTALL_HINT}") from e
+
+
+# -- neutral → wire ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _OutputTool:
+    """The tool that carries structured output. ``wrapped``: the schema is not an object, so the
+    answer travels as ``{"value": ...}``."""
+
+    name: str
+    wrapped: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Wire:
+    params: dict[str, Any]
+    output: _OutputTool | None = None
+
+    @classmethod
+    def build(cls, request: ModelRequest, *, max_tokens: int, client: anthropic.AsyncAnthropic) -> _Wire:
+        system, turns = _turns(request.messages)
+        tools: list[dict[str, Any]] = [
+            {"name": t.name, "description": t.description, "input_schema": {"type": "object", **t.parameters}}
+            for t in request.tools
+        ]
+        params: dict[str, Any] = {"max_tokens": request.settings.max_tokens or max_tokens, "messages": turns}
+        if request.settings.temperature is not None and _takes(type(client.messages), "temperature"):
+            params["temperature"] = request.settings.temperature
+        output = None
+        if request.output is not None:
+            name = _output_tool_name(request.output.name, {t.name for t in request.tools})
+            schema, wrapped = _object_schema(request.output.json_schema)
+            output = _OutputTool(name=name, wrapped=wrapped)
+            tools.append(
+                {
+                    "name": name,
+                    "description": "Give the final answer with this tool: its input is the answer, "
+                    "JSON that fits the schema.",
+                    "input_schema": schema,
+                }
+            )
+            if request.tools:
+                params["tool_choice"] = {"type": "auto"}
+                note = f"When you have the final answer, give it by calling the tool {name!r}, not as text."
+                system = f"{system}\n\n{note}" if system else note
+            else:
+                params["tool_choice"] = {"type": "tool", "name": name}
+        if tools:
+            params["tools"] = tools
+        if system:
+            params["system"] = system
+        return cls(params=params, output=output)
+
+
+def _takes(resource: type[Any], parameter: str) -> bool:
+    """Whether this SDK release's ``messages.create`` has ``parameter`` (recent ones have no temperature)."""
+    return parameter in inspect.signature(resource.create).parameters
+
+
+def _turns(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
+    """The system text, and the user/assistant turns (adjacent turns of one role merged)."""
+    system: list[str] = []
+    turns: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "system":
+            if m.content:
+                system.append(m.content)
+            continue
+        role, blocks = _blocks(m)
+        if not blocks:
+            continue
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+    return "\n\n".join(system), turns
+
+
+def _blocks(m: Message) -> tuple[str, list[dict[str, Any]]]:
+    if m.role == "tool":
+        if not m.tool_call_id:
+            raise UsageError(
+                "a tool result needs the id of the call it answers",
+                [Problem(code="message", where="tool_call_id", message="set it on every role='tool' message")],
+            )
+        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id}
+        if m.content:
+            result["content"] = m.content
+        return "user", [result]
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+    if m.role == "assistant":
+        blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in m.tool_calls]
+    return m.role, blocks
+
+
+def _object_schema(schema: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """Tool input must be an object: other schemas are wrapped as ``{"value": schema}``."""
+    result = dict(schema)
+    if result.get("type") == "object":
+        return result, False
+    if "type" not in result and "properties" in result:
+        return {"type": "object", **result}, False
+    defs: dict[str, Any] = {key: result.pop(key) for key in ("$defs", "definitions") if key in result}
+    return {"type": "object", "properties": {"value": result}, "required": ["value"], **defs}, True
+
+
+def _output_tool_name(name: str, taken: set[str]) -> str:
+    base = _TOOL_NAME.sub("_", name)[:56] or "output"
+    return base if base not in taken else f"{base}_answer"
+
+
+# -- wire → neutral ---------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True, slots=True)
+class _Reply:
+    """A reply in the making: what both the whole-message and the streamed paths collect."""
+
+    model: str = ""
+    texts: list[str] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)
+    answer_json: str | None = None
+    answer: Any = None
+    stop_reason: str | None = None
+    explanation: str | None = None
+    input_tokens: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    output_tokens: int = 0
+
+    def add_tool_use(self, *, call_id: str, name: str, arguments: Any, output: _OutputTool | None) -> None:
+        if output is not None and name == output.name:
+            value = arguments
+            if output.wrapped:
+                value = arguments.get("value") if isinstance(arguments, dict) else None
+            self.answer = value
+            if self.answer_json is None:
+                self.answer_json = json.dumps(value, ensure_ascii=False)
+            return
+        if not isinstance(arguments, dict):
+            raise ModelCallError(
+                f"the model called {name!r} with arguments that are not a JSON object",
+                provider=PROVIDER,
+                retryable=False,
+            )
+        self.calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
+
+    def response(self, price: Price | None) -> ModelResponse:
+        usage = Usage(
+            input_tokens=self.input_tokens + self.cache_read + self.cache_write,
+            output_tokens=self.output_tokens,
+            cached_input_tokens=self.cache_read,
+            requests=1,
+        )
+        text = "".join(self.texts)
+        finish = _FINISH.get(self.stop_reason or "end_turn", "stop")
+        if finish == "tool_calls" and not self.calls:
+            finish = "stop"  # only the output tool was called: the answer is in ``parsed``
+        refusal = None
+        if finish == "refusal":
+            refusal = self.explanation or text or "the model declined to answer"
+        return ModelResponse(
+            text=self.answer_json if self.answer_json is not None else text,
+            tool_calls=tuple(self.calls),
+            parsed=self.answer,
+            usage=usage,
+            cost=cost_of(usage, price),
+            model=self.model,
+            finish_reason=finish,
+            refusal=refusal,
+        )
+
+
+def _from_message(message: anthropic.types.Message, output: _OutputTool | None, price: Price | None) -> ModelResponse:
+    u = message.usage
+    reply = _Reply(
+        model=message.model,
+        stop_reason=message.stop_reason,
+        explanation=_explanation(getattr(message, "stop_details", None)),
+        input_tokens=u.input_tokens,
+        cache_read=u.cache_read_input_tokens or 0,
+        cache_write=u.cache_creation_input_tokens or 0,
+        output_tokens=u.output_tokens,
+    )
+    for block in message.content:
+        if block.type == "text":
+            reply.texts.append(block.text)
+        elif block.type == "tool_use":
+            reply.add_tool_use(call_id=block.id, name=block.name, arguments=block.input, output=output)
+    return reply.response(price)
+
+
+def _explanation(details: Any) -> str | None:
+    """Why the model refused, from ``stop_details`` (SDK releases before it have none)."""
+    explanation = getattr(details, "explanation", None)
+    return explanation if isinstance(explanation, str) and explanation else None
+
+
+@dataclass(kw_only=True, slots=True)
+class _Block:
+    kind: str
+    id: str = ""
+    name: str = ""
+    parts: list[str] = field(default_factory=list)
+
+
+class _StreamReader:
+    """Folds stream events into a reply; ``feed`` returns the deltas to pass on."""
+
+    def __init__(self, output: _OutputTool | None) -> None:
+        self._output = output
+        self._blocks: dict[int, _Block] = {}
+        self._reply = _Reply()
+        self._stopped = False
+
+    def feed(self, event: RawMessageStreamEvent) -> list[StreamDelta]:
+        reply = self._reply
+        if event.type == "message_start":
+            m = event.message
+            reply.model = m.model
+            reply.input_tokens = m.usage.input_tokens
+            reply.cache_read = m.usage.cache_read_input_tokens or 0
+            reply.cache_write = m.usage.cache_creation_input_tokens or 0
+            reply.output_tokens = m.usage.output_tokens
+        elif event.type == "content_block_start":
+            block = event.content_block
+            if block.type == "text":
+                self._blocks[event.index] = _Block(kind="text", parts=[block.text] if block.text else [])
+                return [StreamDelta(text=block.text)] if block.text else []
+            if block.type == "tool_use":
+                self._blocks[event.index] = _Block(kind="tool_use", id=block.id, name=block.name)
+        elif event.type == "content_block_delta":
+            return self._delta(event.index, event.delta)
+        elif event.type == "message_delta":
+            reply.stop_reason = event.delta.stop_reason or reply.stop_reason
+            reply.explanation = _explanation(getattr(event.delta, "stop_details", None)) or reply.explanation
+            u = event.usage  # cumulative counts
+            reply.output_tokens = u.output_tokens
+            reply.input_tokens = u.input_tokens if u.input_tokens is not None else reply.input_tokens
+            reply.cache_read = u.cache_read_input_tokens if u.cache_read_input_tokens is not None else reply.cache_read
+            if u.cache_creation_input_tokens is not None:
+                reply.cache_write = u.cache_creation_input_tokens
+        elif event.type == "message_stop":
+            self._stopped = True
+        return []
+
+    def _delta(self, index: int, delta: Any) -> list[StreamDelta]:
+        block = self._blocks.get(index)
+        if block is None:
+            return []
+        if delta.type == "text_delta" and block.kind == "text":
+            block.parts.append(delta.text)
+            return [StreamDelta(text=delta.text)] if delta.text else []
+        if delta.type == "input_json_delta" and block.kind == "tool_use":
+            block.parts.append(delta.partial_json)
+            output = self._output
+            streams = output is not None and block.name == output.name and not output.wrapped
+            return [StreamDelta(text=delta.partial_json)] if streams and delta.partial_json else []
+        return []
+
+    def check_complete(self) -> None:
+        if not self._stopped:
+            raise ModelCallError("the response stream ended before message_stop", provider=PROVIDER, retryable=True)
+
+    def response(self, price: Price | None) -> ModelResponse:
+        reply = self._reply
+        for _index, block in sorted(self._blocks.items()):
+            if block.kind == "text":
+                reply.texts.append("".join(block.parts))
+                continue
+            raw = "".join(block.parts)
+            is_answer = self._output is not None and block.name == self._output.name
+            try:
+                arguments = json.loads(raw) if raw.strip() else {}
+            except ValueError:
+                if not is_answer:
+                    raise ModelCallError(
+                        f"the model's arguments for {block.name!r} are not valid JSON: {raw[:200]!r}",
+                        provider=PROVIDER,
+                        retryable=False,
+                    ) from None
+                reply.answer_json = raw  # the caller sees the broken JSON, and can ask for a repair
+                continue
+            if is_answer and not (self._output and self._output.wrapped):
+                reply.answer_json = raw or "{}"  # the very text that was streamed
+            reply.add_tool_use(call_id=block.id, name=block.name, arguments=arguments, output=self._output)
+        return reply.response(price)
+
+
+async def _next_event(events: AsyncStream[RawMessageStreamEvent]) -> RawMessageStreamEvent | None:
+    try:
+        with _translated_errors():
+            return await anext(events)
+    except StopAsyncIteration:
+        return None
+    except ValueError as e:  # an event whose data is not JSON
+        raise ModelCallError(
+            f"a malformed event in the response stream: {e}", provider=PROVIDER, retryable=False
+        ) from e
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _translated_errors() -> Iterator[None]:
+    """SDK and transport failures become ``ModelCallError``; anything else passes unchanged."""
+    try:
+        yield
+    except Exception as e:
+        error = _call_error(e)
+        if error is None:
+            raise
+        raise error from e
+
+
+def _call_error(e: Exception) -> ModelCallError | None:
+    import anthropic
+
+    timeout, transport = _transport_errors()
+    if isinstance(e, anthropic.APITimeoutError | timeout):
+        return ModelCallError("the Anthropic API did not answer in time", provider=PROVIDER, retryable=True)
+    if isinstance(e, anthropic.APIConnectionError | transport):
+        return ModelCallError(f"cannot reach the Anthropic API: {e}", provider=PROVIDER, retryable=True)
+    if isinstance(e, anthropic.APIStatusError):
+        error = e.body.get("error") if isinstance(e.body, dict) else None
+        kind = error.get("type") if isinstance(error, dict) else None
+        detail = error.get("message") if isinstance(error, dict) else None
+        status = e.status_code
+        named = f" ({kind})" if kind else ""
+        if status < 400:  # an error event in the middle of a stream
+            what, retryable = f"the response stream broke off{named}", kind in _RETRYABLE_ERROR_TYPES
+        else:
+            what, retryable = f"the Anthropic API answered {status}{named}", status in (408, 429) or status >= 500
+        return ModelCallError(
+            f"{what}: {detail or e.message}",
+            provider=PROVIDER,
+            retryable=retryable,
+            status=status if status >= 400 else None,
+            retry_after=_retry_after(e.response.headers),
+        )
+    if isinstance(e, anthropic.AnthropicError):
+        return ModelCallError(f"the Anthropic API call failed: {e}", provider=PROVIDER, retryable=False)
+    return None
+
+
+def _transport_errors() -> tuple[type[Exception], type[Exception]]:
+    """Timeouts and other transport failures of the HTTP library under the SDK, raised as they are
+    when a stream breaks off (SDK 2 is built on httpx2, earlier releases on httpx)."""
+    try:
+        import httpx2 as http
+    except ImportError:  # pragma: no cover - an SDK release built on httpx
+        import httpx as http  # type: ignore[no-redef, import-not-found, unused-ignore]
+    return http.TimeoutException, http.TransportError
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait, from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date)."""
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())

@@ -1,0 +1,571 @@
+"""OpenAI and OpenAI-compatible servers (vLLM, Ollama, llama.cpp, LM Studio, …) through the official
+``openai`` SDK's chat completions.
+
+* Neutral → wire: messages keep their roles (an assistant's tool calls and the tool results that
+  answer them included); tools become function tools; an :class:`OutputSpec` becomes the best
+  structured output the :class:`ModelProfile` allows (strict JSON Schema, non-strict JSON Schema,
+  JSON mode with the schema in the system message, or the schema in the system message alone).
+* Wire → neutral: text, tool calls, ``parsed`` (the reply as JSON when structured output was asked
+  for, ``None`` when it does not parse: the planner then asks for a repair), usage (estimated from
+  the text when a server reports none), the finish reason, a refusal and the cost.
+* Tool-call arguments that are not a JSON object fail the call with a non-retryable
+  :class:`ModelCallError` naming the tool and the parse error. Calling the tool with empty or
+  guessed arguments instead could run a side-effecting tool with its defaults; the failure goes
+  to the run's failure routing like any other executor failure. Empty arguments mean ``{}``.
+* Retries: the SDK's own are off; every request goes through :func:`call_with_retries` under the
+  limits key (the base URL when one is given, else the provider), so rate limits (``retry-after``
+  and ``retry-after-ms`` honoured), server errors, timeouts and dropped connections are retried
+  with backoff and jitter within the process-wide limits. A stream is retried only while nothing
+  has been passed on to the caller; the provider's concurrency slot is held until the first
+  output arrives, not for the whole stream.
+* Keys: ``api_key``, else the ``api_key_env`` variable. A missing key raises :class:`UsageError`
+  naming the variable when the model is built, for OpenAI itself (``require_key``); other servers
+  get a placeholder key, since most run without authentication.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import openai
+from openai import AsyncOpenAI, AsyncStream, NotGiven, Omit, not_given, omit
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessageFunctionToolCallParam,
+    ChatCompletionMessageParam,
+    ChatCompletionStreamOptionsParam,
+)
+from openai.types.chat.completion_create_params import ResponseFormat
+from openai.types.completion_usage import CompletionUsage
+
+from planexec._errors import ModelNotFound, Problem, UsageError
+from planexec.models._base import (
+    FinishReason,
+    Message,
+    ModelCallError,
+    ModelRequest,
+    ModelResponse,
+    NotSupported,
+    OutputSpec,
+    StreamDelta,
+    ToolCall,
+    ToolSpec,
+    Usage,
+    estimate_tokens,
+)
+from planexec.models._guard import check_model_requests_allowed
+from planexec.models._prices import Price, cost_of, price_for
+from planexec.models._profiles import ModelProfile, local_server, profile_for, strict_json_schema
+from planexec.models._resilience import ModelRetryPolicy, call_with_retries
+
+__all__ = ["OpenAIModel", "model_from_string"]
+
+_NO_KEY = "unused"
+"""Sent to servers that need no key: the SDK insists on one."""
+_DEFAULT_RETRY = ModelRetryPolicy()
+
+
+class OpenAIModel:
+    """A chat model behind OpenAI's API or any server that speaks it.
+
+    ``provider`` labels the model (``openai``, ``ollama``, ``vllm``, …) and picks its default
+    ``profile``; ``base_url`` (with its API path, e.g. ``http://localhost:11434/v1``) points at a
+    compatible server, and when it is None the SDK's default (or ``OPENAI_BASE_URL``) is used.
+    ``require_key`` defaults to true for ``openai`` only. ``client`` replaces the SDK client this
+    model would build (its retries are turned off; the caller closes it). ``price`` overrides the
+    price table, which is consulted for ``openai`` models only.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        provider: str = "openai",
+        base_url: str | None = None,
+        api_key: str | None = None,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        require_key: bool | None = None,
+        profile: ModelProfile | None = None,
+        retry: ModelRetryPolicy = _DEFAULT_RETRY,
+        timeout: float = 60.0,
+        client: AsyncOpenAI | None = None,
+        price: Price | None = None,
+    ) -> None:
+        problems = []
+        if not model:
+            problems.append(Problem(code="model", where="model", message="must not be empty"))
+        if timeout <= 0:
+            problems.append(Problem(code="timeout", where="timeout", message="must be positive"))
+        if problems:
+            raise UsageError("invalid OpenAI model settings", problems)
+        self.model = model
+        self.provider = provider
+        self.base_url = base_url
+        self.profile = profile or profile_for(provider, model)
+        self.retry = retry
+        self.timeout = timeout
+        self.price = price
+        self._given = client.with_options(max_retries=0) if client is not None else None
+        required = provider == "openai" if require_key is None else require_key
+        self._api_key = _api_key(self.name, api_key, api_key_env, required) if client is None else _NO_KEY
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _OwnClient] = weakref.WeakKeyDictionary()
+
+    @property
+    def name(self) -> str:
+        if self.provider == "openai-compatible" and self.base_url:
+            return f"{self.provider}:{self.model}@{self.base_url}"
+        return f"{self.provider}:{self.model}"
+
+    @property
+    def limits_key(self) -> str:
+        """The key of the process-wide limits this model's calls count against."""
+        return self.base_url or self.provider
+
+    def __repr__(self) -> str:
+        return f"OpenAIModel({self.name!r})"
+
+    async def aclose(self) -> None:
+        """Close the HTTP client this model built for the running event loop (a client passed in
+        is left to its owner). Clients built in other loops close when those loops end."""
+        own = self._clients.pop(asyncio.get_running_loop(), None)
+        if own is not None:
+            await own.closer.aclose()
+
+    async def __aenter__(self) -> OpenAIModel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _sdk(self) -> AsyncOpenAI:
+        """The client for the running loop: a client's connections belong to the loop that opened
+        them, so each loop (each ``asyncio.run``, e.g. each ``run_sync``) gets its own."""
+        if self._given is not None:
+            return self._given
+        loop = asyncio.get_running_loop()
+        own = self._clients.get(loop)
+        if own is None:
+            client = AsyncOpenAI(api_key=self._api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0)
+            own = self._clients[loop] = _OwnClient(client=client, closer=_close_when_the_loop_ends(client))
+            await anext(own.closer)
+        return own.client
+
+    # -- the two calls ---------------------------------------------------------------------
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        wire = self._wire(request)
+        client = await self._sdk()
+
+        async def attempt() -> ChatCompletion:
+            check_model_requests_allowed(self.name)
+            try:
+                return await client.chat.completions.create(
+                    model=self.model,
+                    messages=wire.messages,
+                    tools=wire.tools,
+                    response_format=wire.response_format,
+                    temperature=wire.temperature,
+                    max_completion_tokens=wire.max_completion_tokens,
+                    max_tokens=wire.max_tokens,
+                    timeout=wire.timeout,
+                )
+            except openai.APIError as e:
+                raise _call_error(e, self.provider, self.name) from e
+
+        completion = await call_with_retries(self.limits_key, attempt, self.retry)
+        if not completion.choices:
+            raise ModelCallError(f"{self.name} answered without a choice", provider=self.provider, retryable=False)
+        choice = completion.choices[0]
+        message = choice.message
+        state = _Reply(model=completion.model or self.model, finish=choice.finish_reason, usage=completion.usage)
+        state.text.append(message.content or "")
+        if message.refusal:
+            state.refusal.append(message.refusal)
+        for i, call in enumerate(message.tool_calls or ()):
+            if call.type == "function":
+                state.calls[i] = _PendingCall(id=call.id, name=call.function.name, arguments=[call.function.arguments])
+        return self._response(state, request)
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
+        """Text deltas as they arrive, then the whole response (usage from the last chunk)."""
+        wire = self._wire(request)
+        client = await self._sdk()
+
+        async def start() -> tuple[AsyncStream[ChatCompletionChunk], _Reply, list[StreamDelta]]:
+            check_model_requests_allowed(self.name)
+            try:
+                chunks = await client.chat.completions.create(
+                    model=self.model,
+                    messages=wire.messages,
+                    tools=wire.tools,
+                    response_format=wire.response_format,
+                    temperature=wire.temperature,
+                    max_completion_tokens=wire.max_completion_tokens,
+                    max_tokens=wire.max_tokens,
+                    timeout=wire.timeout,
+                    stream=True,
+                    stream_options=wire.stream_options,
+                )
+            except openai.APIError as e:
+                raise _call_error(e, self.provider, self.name) from e
+            state = _Reply(model=self.model)
+            try:
+                first = await self._read_until_output(chunks, state)
+            except BaseException:
+                await chunks.close()
+                raise
+            return chunks, state, first
+
+        chunks, state, first = await call_with_retries(self.limits_key, start, self.retry)
+        try:
+            for delta in first:
+                yield delta
+            while not state.ended:
+                for delta in await self._next(chunks, state):
+                    yield delta
+        finally:
+            await chunks.close()
+        yield self._response(state, request)
+
+    async def _read_until_output(self, chunks: AsyncStream[ChatCompletionChunk], state: _Reply) -> list[StreamDelta]:
+        while not state.ended:
+            deltas = await self._next(chunks, state)
+            if deltas:
+                return deltas
+        return []
+
+    async def _next(self, chunks: AsyncStream[ChatCompletionChunk], state: _Reply) -> list[StreamDelta]:
+        try:
+            chunk = await chunks.__anext__()
+        except StopAsyncIteration:
+            state.ended = True
+            if state.finish is None:  # the connection closed mid-reply: what came is not the whole answer
+                raise ModelCallError(
+                    f"{self.name}: the stream ended before the reply was finished",
+                    provider=self.provider,
+                    retryable=True,
+                ) from None
+            return []
+        except openai.APIError as e:
+            raise _call_error(e, self.provider, self.name) from e
+        return state.add(chunk)
+
+    # -- neutral ↔ wire --------------------------------------------------------------------
+
+    def _wire(self, request: ModelRequest) -> _Wire:
+        profile = self.profile
+        if request.tools and not profile.tools:
+            raise NotSupported(f"tool calling is not supported by {self.name} (see its ModelProfile)")
+        messages = list(request.messages)
+        response_format: ResponseFormat | Omit = omit
+        if request.output is not None:
+            response_format, in_prompt = _response_format(profile, request.output)
+            if in_prompt:
+                messages = _with_schema_instruction(messages, request.output)
+        settings = request.settings
+        cap = settings.max_tokens if settings.max_tokens is not None else omit
+        usage_option: ChatCompletionStreamOptionsParam | Omit = (
+            {"include_usage": True} if profile.streaming_usage else omit
+        )
+        return _Wire(
+            messages=[_wire_message(m) for m in messages],
+            tools=[_wire_tool(t) for t in request.tools] if request.tools else omit,
+            response_format=response_format,
+            temperature=settings.temperature if settings.temperature is not None and profile.temperature else omit,
+            max_completion_tokens=cap if profile.max_tokens_param == "max_completion_tokens" else omit,
+            max_tokens=cap if profile.max_tokens_param == "max_tokens" else omit,
+            timeout=settings.timeout if settings.timeout is not None else not_given,
+            stream_options=usage_option,
+        )
+
+    def _response(self, state: _Reply, request: ModelRequest) -> ModelResponse:
+        text = "".join(state.text)
+        calls = tuple(_tool_call(i, pending, self) for i, pending in sorted(state.calls.items()))
+        refusal = "".join(state.refusal) or None
+        if refusal is None and state.finish == "content_filter":
+            refusal = "the provider's content filter stopped the reply"
+        if state.usage is not None:
+            details = state.usage.prompt_tokens_details
+            usage = Usage(
+                input_tokens=state.usage.prompt_tokens,
+                output_tokens=state.usage.completion_tokens,
+                cached_input_tokens=(details.cached_tokens or 0) if details is not None else 0,
+                requests=1,
+            )
+        else:
+            sent = "".join(m.content for m in request.messages)
+            said = text + "".join(json.dumps(c.arguments) for c in calls)
+            usage = Usage(input_tokens=estimate_tokens(sent), output_tokens=estimate_tokens(said), requests=1)
+        price = self.price or (price_for(self.model) if self.provider == "openai" else None)
+        return ModelResponse(
+            text=text,
+            tool_calls=calls,
+            parsed=_parse_json(text) if request.output is not None and refusal is None else None,
+            usage=usage,
+            cost=cost_of(usage, price),
+            model=state.model,
+            finish_reason=_finish_reason(state.finish, bool(calls), refusal),
+            refusal=refusal,
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _OwnClient:
+    client: AsyncOpenAI
+    closer: AsyncGenerator[None, None]
+
+
+async def _close_when_the_loop_ends(client: AsyncOpenAI) -> AsyncGenerator[None, None]:
+    """Started in the loop ``client`` belongs to. An event loop finalizes the async generators
+    still open when it shuts down (``asyncio.run`` does), and this one then closes the client's
+    connections inside that loop, before it is gone."""
+    try:
+        yield
+    finally:
+        await client.close()
+
+
+# -- the reply as it accumulates ---------------------------------------------------------------
+
+
+@dataclass(kw_only=True, slots=True)
+class _PendingCall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True, slots=True)
+class _Reply:
+    """A reply being put together, from one completion or from a stream's chunks."""
+
+    model: str
+    finish: str | None = None
+    usage: CompletionUsage | None = None
+    text: list[str] = field(default_factory=list)
+    refusal: list[str] = field(default_factory=list)
+    calls: dict[int, _PendingCall] = field(default_factory=dict)
+    ended: bool = False
+
+    def add(self, chunk: ChatCompletionChunk) -> list[StreamDelta]:
+        """Take in one chunk; return the text deltas to pass on."""
+        if chunk.model:
+            self.model = chunk.model
+        if chunk.usage is not None:
+            self.usage = chunk.usage
+        deltas: list[StreamDelta] = []
+        for choice in chunk.choices[:1]:
+            delta = choice.delta
+            if delta.content:
+                self.text.append(delta.content)
+                deltas.append(StreamDelta(text=delta.content))
+            if delta.refusal:
+                self.refusal.append(delta.refusal)
+            for piece in delta.tool_calls or ():
+                pending = self.calls.setdefault(piece.index, _PendingCall())
+                pending.id = pending.id or (piece.id or "")
+                if piece.function is not None:
+                    pending.name += piece.function.name or ""
+                    pending.arguments.append(piece.function.arguments or "")
+            if choice.finish_reason is not None:
+                self.finish = choice.finish_reason
+        return deltas
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Wire:
+    messages: list[ChatCompletionMessageParam]
+    tools: list[ChatCompletionFunctionToolParam] | Omit
+    response_format: ResponseFormat | Omit
+    temperature: float | Omit
+    max_completion_tokens: int | Omit
+    max_tokens: int | Omit
+    timeout: float | NotGiven
+    stream_options: ChatCompletionStreamOptionsParam | Omit
+
+
+# -- conversions -----------------------------------------------------------------------------
+
+
+def _wire_message(message: Message) -> ChatCompletionMessageParam:
+    if message.role == "system":
+        return {"role": "system", "content": message.content}
+    if message.role == "user":
+        return {"role": "user", "content": message.content}
+    if message.role == "tool":
+        if not message.tool_call_id:
+            raise UsageError("a tool message needs the tool_call_id of the call it answers")
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    if not message.tool_calls:
+        return {"role": "assistant", "content": message.content}
+    calls: list[ChatCompletionMessageFunctionToolCallParam] = [
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+        for c in message.tool_calls
+    ]
+    return {"role": "assistant", "content": message.content or None, "tool_calls": calls}
+
+
+def _wire_tool(tool: ToolSpec) -> ChatCompletionFunctionToolParam:
+    return {
+        "type": "function",
+        "function": {"name": tool.name, "description": tool.description, "parameters": dict(tool.parameters)},
+    }
+
+
+def _response_format(profile: ModelProfile, spec: OutputSpec) -> tuple[ResponseFormat | Omit, bool]:
+    """The ``response_format`` for ``spec``, and whether the schema must also go in the prompt."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", spec.name)[:64] or "output"
+    if profile.strict_json_schema and spec.strict:
+        strict = strict_json_schema(spec.json_schema)
+        if strict is not None:
+            return {"type": "json_schema", "json_schema": {"name": name, "schema": strict, "strict": True}}, False
+    if profile.json_schema:
+        schema = dict(spec.json_schema)
+        return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": False}}, False
+    if profile.json_mode:
+        return {"type": "json_object"}, True
+    return omit, True
+
+
+def _with_schema_instruction(messages: list[Message], spec: OutputSpec) -> list[Message]:
+    instruction = "Reply with one JSON object and nothing else. It must fit this JSON Schema:\n" + json.dumps(
+        spec.json_schema, separators=(",", ":"), ensure_ascii=False
+    )
+    if messages and messages[0].role == "system":
+        first = messages[0]
+        return [Message(role="system", content=f"{first.content}\n\n{instruction}"), *messages[1:]]
+    return [Message(role="system", content=instruction), *messages]
+
+
+def _tool_call(index: int, pending: _PendingCall, model: OpenAIModel) -> ToolCall:
+    raw = "".join(pending.arguments).strip()
+    try:
+        arguments = json.loads(raw) if raw else {}
+        problem = None if isinstance(arguments, dict) else f"a JSON {type(arguments).__name__}, not an object"
+    except ValueError as e:
+        problem = f"not valid JSON ({e})"
+    if problem is not None:
+        raise ModelCallError(
+            f"{model.name} called tool {pending.name!r} with arguments that are {problem}: {raw[:200]!r}",
+            provider=model.provider,
+            retryable=False,
+        )
+    return ToolCall(id=pending.id or f"call_{index + 1}", name=pending.name, arguments=arguments)
+
+
+_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
+
+
+def _parse_json(text: str) -> Any:
+    fenced = _FENCE.match(text)
+    try:
+        return json.loads(fenced.group(1) if fenced else text)
+    except ValueError:
+        return None
+
+
+def _finish_reason(reason: str | None, has_calls: bool, refusal: str | None) -> FinishReason:
+    if refusal is not None:
+        return "refusal"
+    if has_calls:
+        return "tool_calls"  # some compatible servers say "stop" after tool calls
+    return "length" if reason == "length" else "stop"
+
+
+# -- errors and keys ---------------------------------------------------------------------------
+
+
+def _call_error(error: openai.APIError, provider: str, name: str) -> ModelCallError:
+    if isinstance(error, openai.APITimeoutError):
+        return ModelCallError(f"{name}: the request timed out", provider=provider, retryable=True)
+    if isinstance(error, openai.APIConnectionError):
+        return ModelCallError(f"{name}: cannot connect ({error.message})", provider=provider, retryable=True)
+    if isinstance(error, openai.APIStatusError):
+        status = error.status_code
+        retryable = status in (408, 409, 429) or status >= 500
+        if status == 429 and error.code == "insufficient_quota":
+            retryable = False  # waiting does not add credit
+        hint = " (check the API key)" if status in (401, 403) else ""
+        return ModelCallError(
+            f"{name} answered {status}: {error.message}{hint}",
+            provider=provider,
+            retryable=retryable,
+            status=status,
+            retry_after=_retry_after(error.response.headers),
+        )
+    retryable = error.type == "server_error" or error.code in ("server_error", "rate_limit_exceeded")
+    return ModelCallError(f"{name} reported an error: {error.message}", provider=provider, retryable=retryable)
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds the server asked to wait: ``retry-after-ms``, else ``retry-after`` (seconds or a date)."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _api_key(name: str, api_key: str | None, env: str | None, required: bool) -> str:
+    key = api_key or (os.environ.get(env) if env else None)
+    if key:
+        return key
+    if not required:
+        return _NO_KEY
+    what = f"{env} is not set" if env else f"no API key for {name}"
+    raise UsageError(
+        what,
+        [Problem(code="api_key", where=name, message=f"set {env or 'an API key variable'} or pass api_key=")],
+    )
+
+
+# -- model strings -----------------------------------------------------------------------------
+
+_AT_URL = re.compile(r"^(?P<model>.+)@(?P<url>https?://\S+)$")
+
+
+def model_from_string(provider: str, rest: str) -> OpenAIModel:
+    """The model a ``provider:rest`` string names (see :mod:`planexec.models._registry`)."""
+    if provider == "openai":
+        return OpenAIModel(rest)
+    if provider == "openai-compatible":
+        m = _AT_URL.match(rest)
+        if m is None:
+            raise ModelNotFound(
+                f"openai-compatible:{rest} names no server",
+                [Problem(code="model_string", where=rest, message="use openai-compatible:MODEL@http://host:port/v1")],
+            )
+        return OpenAIModel(
+            m["model"],
+            provider=provider,
+            base_url=m["url"].rstrip("/"),
+            api_key_env="OPENAI_COMPATIBLE_API_KEY",
+        )
+    server = local_server(provider)
+    if server is None:
+        raise ModelNotFound(f"{provider!r} is not an OpenAI-compatible provider")
+    return OpenAIModel(rest, provider=provider, base_url=server.base_url(), api_key_env=server.api_key_env)

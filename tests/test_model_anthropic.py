@@ -1,0 +1,676 @@
+"""The Anthropic adapter on the wire: the official SDK inside it talks to a scripted server on 127.0.0.1
+that answers in the Messages API's documented formats (message objects, and server-sent events)."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import queue
+import socket
+import sys
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anthropic
+import pytest
+
+from planexec import ModelNotFound, ToolCall, Usage, UsageError, resolve_model
+from planexec.models import (
+    AnthropicModel,
+    Message,
+    Model,
+    ModelCallError,
+    ModelRequest,
+    ModelResponse,
+    ModelRetryPolicy,
+    ModelSettings,
+    OutputSpec,
+    Price,
+    StreamDelta,
+    StreamingModel,
+    ToolSpec,
+    allow_model_requests,
+    cost_of,
+    price_for,
+)
+from tests.http_fake import Event, FakeServer, Hang, Json, Reply, Sse, serve
+
+MODEL = "claude-sonnet-4-6"
+KEY = "sk-ant-test"
+FAST = ModelRetryPolicy(initial_delay=0, max_delay=0.01)
+
+PLAN_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"steps": {"type": "array", "items": {"type": "object"}}},
+    "required": ["steps"],
+}
+FIND = ToolSpec(
+    name="find",
+    description="Search the web.",
+    parameters={"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+)
+
+
+# -- the provider's formats ---------------------------------------------------------------------
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+def tool_use(name: str, value: dict[str, Any], call_id: str = "toolu_01") -> dict[str, Any]:
+    return {"type": "tool_use", "id": call_id, "name": name, "input": value}
+
+
+def message(
+    *content: dict[str, Any],
+    stop_reason: str = "end_turn",
+    usage: dict[str, int] | None = None,
+    stop_details: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A Messages API response object."""
+    body: dict[str, Any] = {
+        "id": "msg_01",
+        "type": "message",
+        "role": "assistant",
+        "model": MODEL,
+        "content": list(content),
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": usage or {"input_tokens": 12, "output_tokens": 6},
+    }
+    if stop_details is not None:
+        body["stop_details"] = stop_details
+    return body
+
+
+def pieces(value: str, size: int = 7) -> list[str]:
+    return [value[i : i + size] for i in range(0, len(value), size)]
+
+
+def stream_events(body: dict[str, Any], *, size: int = 7) -> list[Event]:
+    """``body`` (a message object) as the documented event stream, text and tool input in pieces."""
+    usage = body["usage"]
+    start = {**body, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    events = [Event({"type": "message_start", "message": start}, name="message_start")]
+    for index, block in enumerate(body["content"]):
+        if block["type"] == "text":
+            first: dict[str, Any] = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": p} for p in pieces(block["text"], size)]
+        else:
+            first = {**block, "input": {}}
+            raw = json.dumps(block["input"])
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in pieces(raw, size)]
+        events.append(
+            Event({"type": "content_block_start", "index": index, "content_block": first}, name="content_block_start")
+        )
+        events += [
+            Event({"type": "content_block_delta", "index": index, "delta": d}, name="content_block_delta")
+            for d in deltas
+        ]
+        events.append(Event({"type": "content_block_stop", "index": index}, name="content_block_stop"))
+    delta: dict[str, Any] = {"stop_reason": body["stop_reason"], "stop_sequence": None}
+    if "stop_details" in body:
+        delta["stop_details"] = body["stop_details"]
+    events.append(
+        Event(
+            {"type": "message_delta", "delta": delta, "usage": {"output_tokens": usage["output_tokens"]}},
+            name="message_delta",
+        )
+    )
+    events.append(Event({"type": "message_stop"}, name="message_stop"))
+    return events
+
+
+class _AnswerAsAsked(queue.Queue[Reply]):
+    """Answers a streaming request's scripted message object with the same message as events."""
+
+    def __init__(self, server: FakeServer) -> None:
+        super().__init__()
+        self._server = server
+
+    def get_nowait(self) -> Reply:
+        reply = super().get_nowait()
+        asked = self._server.requests[-1].body
+        if isinstance(reply, Json) and reply.status == 200 and isinstance(asked, dict) and asked.get("stream"):
+            return Sse(stream_events(reply.body))
+        return reply
+
+
+def answer_as_asked(server: FakeServer) -> FakeServer:
+    """Let ``server`` answer scripted message objects as JSON or as a stream, whichever was asked,
+    as the real API does; the tests then hold whether or not the caller streams."""
+    server._replies = _AnswerAsAsked(server)
+    return server
+
+
+# -- fixtures -----------------------------------------------------------------------------------
+
+shared_server = pytest.fixture(serve, scope="module", name="shared_server")
+
+
+@pytest.fixture
+def server(shared_server: FakeServer) -> FakeServer:
+    """The module's server (one for all its tests, as stopping one takes a while), cleared for this test."""
+    return cleared(shared_server)
+
+
+def cleared(server: FakeServer) -> FakeServer:
+    """``server`` with no requests recorded and no scripted replies left over from an earlier test."""
+    server.requests.clear()
+    with contextlib.suppress(queue.Empty):
+        while True:
+            server._replies.get_nowait()
+    return server
+
+
+@pytest.fixture
+def live(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Real requests allowed (to the local server only), with no Anthropic settings from outside."""
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_CUSTOM_HEADERS"):
+        monkeypatch.delenv(name, raising=False)
+    allow_model_requests(True)
+    try:
+        yield
+    finally:
+        allow_model_requests(False)
+
+
+@pytest.fixture
+async def model(server: FakeServer, live: None) -> AsyncIterator[AnthropicModel]:
+    async with AnthropicModel(MODEL, base_url=server.url, api_key=KEY, retry=FAST) as m:
+        yield m
+
+
+def ask(*messages: Message, **options: Any) -> ModelRequest:
+    if not messages:
+        messages = (Message(role="system", content="Be brief."), Message(role="user", content="Plan it."))
+    return ModelRequest(messages=messages, **options)
+
+
+def sent(server: FakeServer, index: int = -1) -> dict[str, Any]:
+    body = server.requests[index].body
+    assert isinstance(body, dict)
+    return body
+
+
+async def collect(stream: AsyncIterator[StreamDelta | ModelResponse], into: list[StreamDelta | ModelResponse]) -> None:
+    async for item in stream:
+        into.append(item)
+
+
+# -- requests and answers -------------------------------------------------------------------------
+
+
+async def test_text_answer_and_the_request_on_the_wire(server: FakeServer, model: AnthropicModel) -> None:
+    assert isinstance(model, Model)
+    assert isinstance(model, StreamingModel)
+    assert model.name == f"anthropic:{MODEL}"
+    server.reply(Json(message(text("Hello "), text("there."), usage={"input_tokens": 20, "output_tokens": 4})))
+
+    response = await model.request(ask())
+
+    assert response.text == "Hello there."
+    assert (response.tool_calls, response.parsed, response.finish_reason, response.refusal) == ((), None, "stop", None)
+    assert response.model == MODEL
+    assert response.usage == Usage(input_tokens=20, output_tokens=4, requests=1)
+    (request,) = server.requests
+    assert (request.method, request.path) == ("POST", "/v1/messages")
+    assert request.headers["x-api-key"] == KEY
+    assert "authorization" not in request.headers
+    assert request.headers["anthropic-version"]
+    assert request.headers["content-type"].startswith("application/json")
+    assert request.body == {
+        "model": MODEL,
+        "max_tokens": 4096,
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Plan it."}]}],
+    }
+
+
+async def test_structured_output_is_a_forced_tool_whose_input_is_parsed(
+    server: FakeServer, model: AnthropicModel
+) -> None:
+    plan = {"steps": [{"id": "s1", "tool": "add"}]}
+    server.reply(Json(message(tool_use("plandraft", plan), stop_reason="tool_use")))
+
+    response = await model.request(ask(output=OutputSpec(name="plandraft", json_schema=PLAN_SCHEMA)))
+
+    assert response.parsed == plan
+    assert json.loads(response.text) == plan
+    assert response.tool_calls == ()
+    assert response.finish_reason == "stop"
+    body = sent(server)
+    assert body["tool_choice"] == {"type": "tool", "name": "plandraft"}
+    (offered,) = body["tools"]
+    assert offered["name"] == "plandraft"
+    assert offered["input_schema"] == PLAN_SCHEMA
+    assert offered["description"]
+
+
+async def test_a_schema_that_is_not_an_object_travels_wrapped(server: FakeServer, model: AnthropicModel) -> None:
+    schema = {"type": "array", "items": {"$ref": "#/$defs/City"}, "$defs": {"City": {"type": "string"}}}
+    server.reply(Json(message(tool_use("cities", {"value": ["Paris", "Rome"]}), stop_reason="tool_use")))
+
+    response = await model.request(ask(output=OutputSpec(name="cities", json_schema=schema)))
+
+    assert response.parsed == ["Paris", "Rome"]
+    assert json.loads(response.text) == ["Paris", "Rome"]
+    (offered,) = sent(server)["tools"]
+    assert offered["input_schema"] == {
+        "type": "object",
+        "properties": {"value": {"type": "array", "items": {"$ref": "#/$defs/City"}}},
+        "required": ["value"],
+        "$defs": {"City": {"type": "string"}},
+    }
+
+
+async def test_tool_calls_out_and_tool_results_back(server: FakeServer, model: AnthropicModel) -> None:
+    server.reply(
+        Json(
+            message(
+                text("Two searches."),
+                tool_use("find", {"q": "paris"}, "toolu_a"),
+                tool_use("find", {"q": "rome"}, "toolu_b"),
+                stop_reason="tool_use",
+            )
+        ),
+        Json(message(text("Both found."))),
+    )
+    first = await model.request(ask(tools=(FIND,)))
+    assert first.finish_reason == "tool_calls"
+    assert first.text == "Two searches."
+    assert first.tool_calls == (
+        ToolCall(id="toolu_a", name="find", arguments={"q": "paris"}),
+        ToolCall(id="toolu_b", name="find", arguments={"q": "rome"}),
+    )
+    body = sent(server)
+    assert body["tools"] == [{"name": "find", "description": "Search the web.", "input_schema": dict(FIND.parameters)}]
+    assert "tool_choice" not in body
+
+    history = (
+        Message(role="system", content="Be brief."),
+        Message(role="system", content="Use the tools."),
+        Message(role="user", content="Plan it."),
+        Message(role="assistant", content=first.text, tool_calls=first.tool_calls),
+        Message(role="tool", content='["paris: 2M"]', tool_call_id="toolu_a"),
+        Message(role="tool", content='["rome: 3M"]', tool_call_id="toolu_b"),
+    )
+    second = await model.request(ask(*history, tools=(FIND,)))
+
+    assert second.text == "Both found."
+    body = sent(server)
+    assert body["system"] == "Be brief.\n\nUse the tools."
+    assert body["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "Plan it."}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Two searches."},
+                {"type": "tool_use", "id": "toolu_a", "name": "find", "input": {"q": "paris"}},
+                {"type": "tool_use", "id": "toolu_b", "name": "find", "input": {"q": "rome"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_a", "content": '["paris: 2M"]'},
+                {"type": "tool_result", "tool_use_id": "toolu_b", "content": '["rome: 3M"]'},
+            ],
+        },
+    ]
+
+
+async def test_output_tool_offered_beside_other_tools(server: FakeServer, model: AnthropicModel) -> None:
+    server.reply(Json(message(text("Done:"), tool_use("step_result", {"total": 5}), stop_reason="tool_use")))
+
+    output = OutputSpec(
+        name="step_result", json_schema={"type": "object", "properties": {"total": {"type": "integer"}}}
+    )
+    response = await model.request(ask(tools=(FIND,), output=output))
+
+    assert response.parsed == {"total": 5}
+    assert json.loads(response.text) == {"total": 5}
+    assert (response.tool_calls, response.finish_reason) == ((), "stop")
+    body = sent(server)
+    assert [t["name"] for t in body["tools"]] == ["find", "step_result"]
+    assert body["tool_choice"] == {"type": "auto"}
+    assert "'step_result'" in body["system"]
+
+
+async def test_settings_of_a_request(server: FakeServer, model: AnthropicModel) -> None:
+    create = anthropic.resources.messages.AsyncMessages.create
+    server.reply(Json(message(text("ok"))))
+    await model.request(ask(settings=ModelSettings(temperature=0.2, max_tokens=123, timeout=5.0)))
+    body = sent(server)
+    assert body["max_tokens"] == 123
+    # the temperature goes where the SDK release has the parameter (recent ones have none)
+    assert body.get("temperature") == (0.2 if "temperature" in inspect.signature(create).parameters else None)
+
+
+async def test_usage_with_cache_reads_and_cost(server: FakeServer, model: AnthropicModel) -> None:
+    usage = {"input_tokens": 100, "cache_read_input_tokens": 900, "cache_creation_input_tokens": 0, "output_tokens": 50}
+    server.reply(Json(message(text("ok"), usage=usage)), Json(message(text("ok"), usage=usage)))
+
+    response = await model.request(ask())
+
+    assert response.usage == Usage(input_tokens=1000, output_tokens=50, cached_input_tokens=900, requests=1)
+    price = price_for(MODEL)
+    assert price is not None
+    assert response.cost == pytest.approx(
+        (100 * price.input + 900 * (price.cached_input or 0) + 50 * price.output) / 1e6
+    )
+    assert response.cost == cost_of(response.usage, price)
+
+    priced = AnthropicModel(MODEL, base_url=model.base_url, api_key=KEY, price=Price(input=1.0, output=2.0))
+    async with priced:
+        response = await priced.request(ask())
+    assert response.cost == pytest.approx((1000 * 1.0 + 50 * 2.0) / 1e6)
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "finish"),
+    [("end_turn", "stop"), ("stop_sequence", "stop"), ("max_tokens", "length"), ("tool_use", "stop")],
+)
+async def test_stop_reasons(server: FakeServer, model: AnthropicModel, stop_reason: str, finish: str) -> None:
+    server.reply(Json(message(text("partial"), stop_reason=stop_reason)))
+    response = await model.request(ask())
+    assert (response.finish_reason, response.refusal) == (finish, None)
+
+
+async def test_a_refusal(server: FakeServer, model: AnthropicModel) -> None:
+    details = {"type": "refusal", "category": "cyber", "explanation": "This could enable harm."}
+    server.reply(Json(message(stop_reason="refusal", stop_details=details)), Json(message(stop_reason="refusal")))
+
+    response = await model.request(ask(output=OutputSpec(name="plandraft", json_schema=PLAN_SCHEMA)))
+    assert (response.finish_reason, response.refusal, response.parsed) == ("refusal", "This could enable harm.", None)
+
+    response = await model.request(ask())
+    assert response.finish_reason == "refusal"
+    assert response.refusal
+
+
+# -- failures and retries ---------------------------------------------------------------------------
+
+
+def api_error(kind: str, status: int, headers: dict[str, str] | None = None) -> Json:
+    body = {"type": "error", "error": {"type": kind, "message": f"{kind} happened"}}
+    return Json(body, status=status, headers=headers or {})
+
+
+async def test_rate_limit_then_success(server: FakeServer, model: AnthropicModel) -> None:
+    server.reply(api_error("rate_limit_error", 429, {"retry-after": "0"}), Json(message(text("ok"))))
+    assert (await model.request(ask())).text == "ok"
+    assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"), [({"retry-after": "7"}, 7.0), ({"retry-after-ms": "1500", "retry-after": "2"}, 1.5)]
+)
+async def test_a_rate_limit_carries_the_wait_asked_for(
+    server: FakeServer, live: None, headers: dict[str, str], seconds: float
+) -> None:
+    server.reply(api_error("rate_limit_error", 429, headers))
+    once = ModelRetryPolicy(max_attempts=1)
+    async with AnthropicModel(MODEL, base_url=server.url, api_key=KEY, retry=once) as model:
+        with pytest.raises(ModelCallError) as info:
+            await model.request(ask())
+    error = info.value
+    assert (error.provider, error.status, error.retryable, error.retry_after) == ("anthropic", 429, True, seconds)
+    assert "rate_limit_error" in str(error)
+
+
+@pytest.mark.parametrize(("kind", "status"), [("api_error", 500), ("overloaded_error", 529)])
+async def test_server_errors_then_success(server: FakeServer, model: AnthropicModel, kind: str, status: int) -> None:
+    server.reply(api_error(kind, status), api_error(kind, status), Json(message(text("ok"))))
+    assert (await model.request(ask())).text == "ok"
+    assert len(server.requests) == 3
+
+
+@pytest.mark.parametrize(
+    ("kind", "status"), [("invalid_request_error", 400), ("authentication_error", 401), ("not_found_error", 404)]
+)
+async def test_other_client_errors_are_not_retried(
+    server: FakeServer, model: AnthropicModel, kind: str, status: int
+) -> None:
+    server.reply(api_error(kind, status), Json(message(text("never sent"))))
+    with pytest.raises(ModelCallError) as info:
+        await model.request(ask())
+    assert (info.value.status, info.value.retryable) == (status, False)
+    assert kind in str(info.value)
+    assert len(server.requests) == 1
+
+
+async def test_a_timeout_is_retried_then_reported(server: FakeServer, live: None) -> None:
+    server.reply(Hang(), Hang())
+    retry = ModelRetryPolicy(max_attempts=2, initial_delay=0, max_delay=0.01)
+    async with AnthropicModel(MODEL, base_url=server.url, api_key=KEY, retry=retry, timeout=0.2) as model:
+        with pytest.raises(ModelCallError, match="in time") as info:
+            await model.request(ask())
+    assert info.value.retryable
+    assert len(server.requests) == 2
+
+
+async def test_a_server_that_is_not_there(live: None) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    retry = ModelRetryPolicy(max_attempts=2, initial_delay=0, max_delay=0.01)
+    async with AnthropicModel(MODEL, base_url=f"http://127.0.0.1:{port}", api_key=KEY, retry=retry) as model:
+        with pytest.raises(ModelCallError, match="cannot reach") as info:
+            await model.request(ask())
+    assert info.value.retryable
+
+
+# -- keys, the request switch, model strings, the extra ---------------------------------------------
+
+
+async def test_a_missing_api_key(server: FakeServer, live: None) -> None:
+    async with AnthropicModel(MODEL, base_url=server.url) as model:
+        with pytest.raises(UsageError, match="ANTHROPIC_API_KEY"):
+            await model.request(ask())
+    async with AnthropicModel(MODEL, base_url=server.url, api_key_env="MY_CLAUDE_KEY") as model:
+        with pytest.raises(UsageError, match="MY_CLAUDE_KEY"):
+            await model.request(ask())
+    assert server.requests == []
+
+
+async def test_the_key_from_the_environment(server: FakeServer, live: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-from-env")
+    server.reply(Json(message(text("ok"))))
+    async with AnthropicModel(MODEL, base_url=server.url) as model:
+        await model.request(ask())
+    assert server.requests[0].headers["x-api-key"] == "sk-ant-from-env"
+
+
+async def test_requests_are_blocked_unless_allowed(server: FakeServer) -> None:
+    async with AnthropicModel(MODEL, base_url=server.url, api_key=KEY) as model:
+        with pytest.raises(UsageError, match="blocked"):
+            await model.request(ask())
+        with pytest.raises(UsageError, match="blocked"):
+            await collect(model.stream(ask()), [])
+    assert server.requests == []
+
+
+async def test_a_model_string(server: FakeServer, live: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-from-env")
+    server.reply(Json(message(text("ok"))))
+    model = resolve_model(f"anthropic:{MODEL}")
+    assert isinstance(model, AnthropicModel)
+    assert (model.name, model.base_url) == (f"anthropic:{MODEL}", server.url)
+    async with model:
+        assert (await model.request(ask())).text == "ok"
+    assert server.requests[0].headers["x-api-key"] == "sk-ant-from-env"
+
+
+def test_without_the_sdk_the_message_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "anthropic", None)
+    with pytest.raises(ModelNotFound, match=r"pip install 'planexec\[anthropic\]'"):
+        resolve_model(f"anthropic:{MODEL}")
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(UsageError) as info:
+        AnthropicModel("", timeout=0, max_tokens=0)
+    assert len(info.value.problems) == 3
+
+
+async def test_a_client_passed_in_is_used_and_left_open(server: FakeServer, live: None) -> None:
+    client = anthropic.AsyncAnthropic(api_key="sk-ant-own", base_url=server.url)  # the SDK would retry twice
+    server.reply(api_error("api_error", 500), Json(message(text("one"))), Json(message(text("two"))))
+    once = ModelRetryPolicy(max_attempts=1)
+    async with AnthropicModel(MODEL, client=client, retry=once) as model:
+        with pytest.raises(ModelCallError):
+            await model.request(ask())
+        assert (await model.request(ask())).text == "one"
+    assert (await client.messages.create(model=MODEL, max_tokens=5, messages=[])).content
+    await client.close()
+    for r in server.requests:  # the client's own way of sending its key
+        assert "sk-ant-own" in r.headers.get("x-api-key", "") + r.headers.get("authorization", "")
+
+
+# -- streaming ----------------------------------------------------------------------------------------
+
+
+async def test_streamed_text_then_the_whole_response(server: FakeServer, model: AnthropicModel) -> None:
+    body = message(text("Hello there, planner."), usage={"input_tokens": 30, "output_tokens": 9})
+    events = stream_events(body)
+    events.insert(2, Event({"type": "ping"}, name="ping"))
+    server.reply(Sse(events))
+
+    items: list[StreamDelta | ModelResponse] = []
+    await collect(model.stream(ask()), items)
+
+    *deltas, last = items
+    assert deltas == [StreamDelta(text=p) for p in pieces("Hello there, planner.")]
+    assert isinstance(last, ModelResponse)
+    assert last.text == "Hello there, planner."
+    assert last.usage == Usage(input_tokens=30, output_tokens=9, requests=1)
+    assert last.cost == cost_of(last.usage, price_for(MODEL))
+    assert sent(server)["stream"] is True
+
+
+async def test_streamed_structured_output_arrives_as_json_pieces(server: FakeServer, model: AnthropicModel) -> None:
+    plan = {"steps": [{"id": "s1", "tool": "add", "args": {"a": 1, "b": 2}}, {"id": "s2", "tool": "add"}]}
+    body = message(tool_use("plandraft", plan), stop_reason="tool_use", usage={"input_tokens": 50, "output_tokens": 40})
+    server.reply(Sse(stream_events(body, size=5)))
+
+    items: list[StreamDelta | ModelResponse] = []
+    await collect(model.stream(ask(output=OutputSpec(name="plandraft", json_schema=PLAN_SCHEMA))), items)
+
+    *deltas, last = items
+    assert deltas == [StreamDelta(text=p) for p in pieces(json.dumps(plan), 5)]
+    assert isinstance(last, ModelResponse)
+    assert last.parsed == plan
+    assert last.text == "".join(d.text for d in deltas if isinstance(d, StreamDelta))
+    assert (last.finish_reason, last.tool_calls) == ("stop", ())
+    assert last.usage == Usage(input_tokens=50, output_tokens=40, requests=1)
+    assert sent(server)["tool_choice"] == {"type": "tool", "name": "plandraft"}
+
+
+async def test_streamed_tool_calls(server: FakeServer, model: AnthropicModel) -> None:
+    body = message(
+        text("Looking."),
+        tool_use("find", {"q": "paris"}, "toolu_a"),
+        tool_use("find", {"q": "rome"}, "toolu_b"),
+        stop_reason="tool_use",
+    )
+    server.reply(Sse(stream_events(body, size=4)))
+
+    items: list[StreamDelta | ModelResponse] = []
+    await collect(model.stream(ask(tools=(FIND,))), items)
+
+    *deltas, last = items
+    assert deltas == [StreamDelta(text="Look"), StreamDelta(text="ing.")]  # tool input is not text
+    assert isinstance(last, ModelResponse)
+    assert last.finish_reason == "tool_calls"
+    assert last.tool_calls == (
+        ToolCall(id="toolu_a", name="find", arguments={"q": "paris"}),
+        ToolCall(id="toolu_b", name="find", arguments={"q": "rome"}),
+    )
+
+
+async def test_a_streamed_refusal(server: FakeServer, model: AnthropicModel) -> None:
+    details = {"type": "refusal", "category": None, "explanation": "Not this one."}
+    server.reply(Sse(stream_events(message(text("I can't"), stop_reason="refusal", stop_details=details))))
+    items: list[StreamDelta | ModelResponse] = []
+    await collect(model.stream(ask()), items)
+    last = items[-1]
+    assert isinstance(last, ModelResponse)
+    assert (last.finish_reason, last.refusal) == ("refusal", "Not this one.")
+
+
+async def test_a_stream_that_fails_before_its_first_delta_is_retried(server: FakeServer, model: AnthropicModel) -> None:
+    events = stream_events(message(text("ok")))
+    server.reply(api_error("overloaded_error", 529), Sse(events[:1]), Sse(events))
+
+    items: list[StreamDelta | ModelResponse] = []
+    await collect(model.stream(ask()), items)
+
+    assert items[0] == StreamDelta(text="ok")
+    assert isinstance(items[-1], ModelResponse)
+    assert len(server.requests) == 3
+    assert all(sent(server, i)["stream"] is True for i in range(3))
+
+
+async def test_a_stream_that_fails_after_a_delta_is_not_retried(server: FakeServer, model: AnthropicModel) -> None:
+    events = stream_events(message(text("Hello there")), size=5)
+    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    server.reply(Sse([*events[:3], Event(overloaded, name="error")]), Json(message(text("never sent"))))
+
+    items: list[StreamDelta | ModelResponse] = []
+    with pytest.raises(ModelCallError, match="overloaded_error") as info:
+        await collect(model.stream(ask()), items)
+
+    assert items == [StreamDelta(text="Hello")]
+    assert info.value.retryable  # a caller may start again; the stream itself cannot continue
+    assert len(server.requests) == 1
+
+
+async def test_a_stream_cut_short(server: FakeServer, model: AnthropicModel) -> None:
+    events = stream_events(message(text("Hello there")), size=5)
+    server.reply(Sse(events[:4]))
+    items: list[StreamDelta | ModelResponse] = []
+    with pytest.raises(ModelCallError, match="message_stop"):
+        await collect(model.stream(ask()), items)
+    assert items == [StreamDelta(text="Hello"), StreamDelta(text=" ther")]
+
+
+async def test_broken_streamed_json_is_passed_on_for_a_repair(server: FakeServer, model: AnthropicModel) -> None:
+    events = stream_events(message(tool_use("plandraft", {}), stop_reason="tool_use"))
+    broken = {"type": "input_json_delta", "partial_json": '{"steps": [{"id": '}
+    events[2] = Event({"type": "content_block_delta", "index": 0, "delta": broken}, name="content_block_delta")
+    server.reply(Sse(events))
+
+    items: list[StreamDelta | ModelResponse] = []
+    await collect(model.stream(ask(output=OutputSpec(name="plandraft", json_schema=PLAN_SCHEMA))), items)
+
+    last = items[-1]
+    assert isinstance(last, ModelResponse)
+    assert (last.parsed, last.text) == (None, '{"steps": [{"id": ')  # the planner reports it and asks again
+
+
+async def test_a_streamed_tool_call_with_broken_arguments(server: FakeServer, model: AnthropicModel) -> None:
+    events = stream_events(message(tool_use("find", {}), stop_reason="tool_use"))
+    broken = {"type": "input_json_delta", "partial_json": '{"q": '}
+    events[2] = Event({"type": "content_block_delta", "index": 0, "delta": broken}, name="content_block_delta")
+    server.reply(Sse(events))
+    with pytest.raises(ModelCallError, match="not valid JSON") as info:
+        await collect(model.stream(ask(tools=(FIND,))), [])
+    assert not info.value.retryable
+
+
+async def test_tool_names_fit_the_api(server: FakeServer, model: AnthropicModel) -> None:
+    taken = ToolSpec(name="final_answer", description="A tool that happens to have the name.", parameters={})
+    server.reply(Json(message(tool_use("final_answer_answer", {"answer": "yes"}), stop_reason="tool_use")))
+
+    output = OutputSpec(name="final answer", json_schema={"type": "object", "properties": {"answer": {}}})
+    response = await model.request(ask(tools=(taken,), output=output))
+
+    assert response.parsed == {"answer": "yes"}
+    assert response.tool_calls == ()
+    tools = sent(server)["tools"]
+    assert [t["name"] for t in tools] == ["final_answer", "final_answer_answer"]
+    assert tools[0]["input_schema"] == {"type": "object"}

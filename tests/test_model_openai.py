@@ -1,0 +1,692 @@
+"""The OpenAI adapter on the wire: the official SDK inside it talks to a scripted server on 127.0.0.1.
+
+Each test checks the request the SDK sent (path, model, messages, tools, response format, streaming
+options) and answers in the chat completions formats (JSON, or server-sent ``data:`` chunks ending
+with ``data: [DONE]``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from planexec import UsageError, resolve_model
+from planexec.models import (
+    Message,
+    ModelCallError,
+    ModelRequest,
+    ModelResponse,
+    ModelRetryPolicy,
+    ModelSettings,
+    NotSupported,
+    OpenAIModel,
+    OutputSpec,
+    StreamDelta,
+    StreamingModel,
+    ToolCall,
+    ToolSpec,
+    Usage,
+    allow_model_requests,
+    cost_of,
+    price_for,
+)
+from planexec.models._profiles import COMPATIBLE, ModelProfile
+from tests.http_fake import Event, FakeServer, Hang, Json, Recorded, Sse, serve
+
+FAST = ModelRetryPolicy(max_attempts=3, initial_delay=0, max_delay=0.01, jitter=0)
+
+server = pytest.fixture(serve)
+
+
+@pytest.fixture(autouse=True)
+def allow_requests() -> Iterator[None]:
+    """Real model requests are blocked in the suite (conftest.py); these go to 127.0.0.1 only."""
+    allow_model_requests(True)
+    try:
+        yield
+    finally:
+        allow_model_requests(False)
+
+
+Make = Callable[..., OpenAIModel]
+
+
+@pytest.fixture
+async def make(server: FakeServer) -> AsyncIterator[Make]:
+    """Build models that talk to the fake server, and close their clients afterwards."""
+    built: list[OpenAIModel] = []
+
+    def build(model: str = "gpt-4o-mini", **options: Any) -> OpenAIModel:
+        options.setdefault("api_key", "sk-test")
+        options.setdefault("base_url", server.url + "/v1")
+        options.setdefault("retry", FAST)
+        built.append(OpenAIModel(model, **options))
+        return built[-1]
+
+    yield build
+    for model in built:
+        await model.aclose()
+
+
+# -- the provider's formats --------------------------------------------------------------------
+
+
+def completion(
+    content: str | None = "",
+    *,
+    tool_calls: list[dict[str, Any]] | None = None,
+    refusal: str | None = None,
+    finish: str = "stop",
+    usage: tuple[int, int, int] | None = (12, 5, 0),
+    model: str = "gpt-4o-mini-2024-07-18",
+) -> Json:
+    """A chat completion: one choice, and usage as (prompt, completion, cached prompt) tokens."""
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal}
+    if tool_calls is not None:
+        message["tool_calls"] = tool_calls
+    body: dict[str, Any] = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+    }
+    if usage is not None:
+        body["usage"] = usage_body(*usage)
+    return Json(body)
+
+
+def usage_body(prompt: int, completion: int, cached: int = 0) -> dict[str, Any]:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+
+
+def function_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None, *, wait: threading.Event | None = None) -> Event:
+    body = {
+        "id": "chatcmpl-2",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": "gpt-4o-mini-2024-07-18",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return Event(body, wait=wait)
+
+
+def usage_chunk(prompt: int, completion: int, cached: int = 0) -> Event:
+    body = {
+        "id": "chatcmpl-2",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": "gpt-4o-mini-2024-07-18",
+        "choices": [],
+        "usage": usage_body(prompt, completion, cached),
+    }
+    return Event(body)
+
+
+DONE = Event("[DONE]")
+
+
+def text_stream(*pieces: str, usage: tuple[int, int] = (9, 4)) -> Sse:
+    """A streamed text answer: one chunk per piece, then usage, then [DONE]."""
+    events = [chunk({"role": "assistant", "content": ""})]
+    events += [chunk({"content": p}) for p in pieces]
+    return Sse([*events, chunk({}, "stop"), usage_chunk(*usage), DONE])
+
+
+def error(status: int, message: str, headers: dict[str, str] | None = None, code: str | None = None) -> Json:
+    return Json({"error": {"message": message, "type": "test", "code": code}}, status=status, headers=headers or {})
+
+
+def ask(text: str = "hello", *, output: OutputSpec | None = None, tools: tuple[ToolSpec, ...] = ()) -> ModelRequest:
+    return ModelRequest(
+        messages=(Message(role="system", content="be brief"), Message(role="user", content=text)),
+        output=output,
+        tools=tools,
+    )
+
+
+ANSWER = OutputSpec(
+    name="final answer",
+    json_schema={
+        "type": "object",
+        "title": "FinalAnswer",
+        "properties": {"answer": {"type": "string"}, "sources": {"type": "array", "items": {"type": "string"}}},
+        "required": ["answer"],
+    },
+)
+SEARCH = ToolSpec(
+    name="search",
+    description="Search the web.",
+    parameters={"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+)
+
+
+def body(recorded: Recorded) -> dict[str, Any]:
+    assert isinstance(recorded.body, dict)
+    return recorded.body
+
+
+# -- requests and plain answers ----------------------------------------------------------------
+
+
+async def test_messages_tools_and_settings_on_the_wire(server: FakeServer, make: Make) -> None:
+    server.reply(completion("Paris has about 2 million people.", usage=(120, 9, 64)))
+    model = make()
+    assert isinstance(model, StreamingModel)
+    assert model.name == "openai:gpt-4o-mini"
+    request = ModelRequest(
+        messages=(
+            Message(role="system", content="You research."),
+            Message(role="user", content="How many people live in Paris?"),
+            Message(
+                role="assistant",
+                content="",
+                tool_calls=(ToolCall(id="call_a", name="search", arguments={"q": "paris population"}),),
+            ),
+            Message(role="tool", content='["2.1 million"]', tool_call_id="call_a"),
+        ),
+        tools=(SEARCH,),
+        settings=ModelSettings(temperature=0.2, max_tokens=300, timeout=5.0),
+    )
+    response = await model.request(request)
+
+    [sent] = server.requests
+    assert (sent.method, sent.path) == ("POST", "/v1/chat/completions")
+    assert sent.headers["authorization"] == "Bearer sk-test"
+    wire = body(sent)
+    assert wire["model"] == "gpt-4o-mini"
+    assert wire["messages"] == [
+        {"role": "system", "content": "You research."},
+        {"role": "user", "content": "How many people live in Paris?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_a",
+                    "type": "function",
+                    "function": {"name": "search", "arguments": '{"q": "paris population"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_a", "content": '["2.1 million"]'},
+    ]
+    assert wire["tools"] == [
+        {
+            "type": "function",
+            "function": {"name": "search", "description": "Search the web.", "parameters": dict(SEARCH.parameters)},
+        }
+    ]
+    assert wire["temperature"] == 0.2
+    assert wire["max_completion_tokens"] == 300
+    assert "max_tokens" not in wire
+    assert "stream" not in wire
+    assert "response_format" not in wire
+
+    assert response.text == "Paris has about 2 million people."
+    assert response.tool_calls == ()
+    assert response.parsed is None
+    assert response.finish_reason == "stop"
+    assert response.refusal is None
+    assert response.model == "gpt-4o-mini-2024-07-18"
+    assert response.usage == Usage(input_tokens=120, output_tokens=9, cached_input_tokens=64, requests=1)
+    assert response.cost == cost_of(response.usage, price_for("gpt-4o-mini"))
+    assert response.cost == pytest.approx((56 * 0.15 + 64 * 0.075 + 9 * 0.60) / 1e6)
+
+
+async def test_structured_output_is_strict_json_schema(server: FakeServer, make: Make) -> None:
+    server.reply(completion('{"answer": "42", "sources": []}'))
+    response = await make().request(ask(output=ANSWER))
+
+    assert body(server.requests[0])["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "final_answer",
+            "strict": True,
+            "schema": {
+                "type": "object",
+                "title": "FinalAnswer",
+                "properties": {"answer": {"type": "string"}, "sources": {"type": "array", "items": {"type": "string"}}},
+                "required": ["answer", "sources"],
+                "additionalProperties": False,
+            },
+        },
+    }
+    assert response.parsed == {"answer": "42", "sources": []}
+
+
+async def test_a_schema_strict_mode_cannot_take_is_sent_non_strict(server: FakeServer, make: Make) -> None:
+    free_form = {"type": "object", "properties": {"args": {"type": "object", "additionalProperties": True}}}
+    server.reply(completion('{"args": {"x": 1}}'))
+    response = await make().request(ask(output=OutputSpec(name="call", json_schema=free_form)))
+
+    fmt = body(server.requests[0])["response_format"]
+    assert fmt == {"type": "json_schema", "json_schema": {"name": "call", "schema": free_form, "strict": False}}
+    assert response.parsed == {"args": {"x": 1}}
+
+
+async def test_unparsable_structured_output_leaves_parsed_empty(server: FakeServer, make: Make) -> None:
+    server.reply(completion('{"answer": "4'), completion('```json\n{"answer": "4"}\n```'))
+    model = make()
+    broken = await model.request(ask(output=ANSWER))
+    assert (broken.text, broken.parsed) == ('{"answer": "4', None)
+    fenced = await model.request(ask(output=ANSWER))
+    assert fenced.parsed == {"answer": "4"}
+
+
+async def test_a_compatible_server_gets_json_mode_and_max_tokens(server: FakeServer, make: Make) -> None:
+    server.reply(completion('{"answer": "hi"}', usage=None, model="qwen2.5"))
+    model = make("qwen2.5", provider="ollama", api_key=None, api_key_env=None)
+    assert model.profile == COMPATIBLE
+    request = ModelRequest(
+        messages=(Message(role="system", content="be brief"), Message(role="user", content="hello")),
+        output=ANSWER,
+        settings=ModelSettings(max_tokens=50),
+    )
+    response = await model.request(request)
+
+    sent = server.requests[0]
+    wire = body(sent)
+    assert sent.headers["authorization"] == "Bearer unused"
+    assert wire["response_format"] == {"type": "json_object"}
+    assert wire["max_tokens"] == 50
+    assert "max_completion_tokens" not in wire
+    system = wire["messages"][0]
+    assert system["role"] == "system"
+    assert system["content"].startswith("be brief\n\nReply with one JSON object")
+    assert json.dumps(ANSWER.json_schema, separators=(",", ":")) in system["content"]
+    assert wire["messages"][1] == {"role": "user", "content": "hello"}
+
+    assert response.parsed == {"answer": "hi"}
+    assert response.cost is None  # local models are not priced
+    assert response.usage.requests == 1
+    assert response.usage.input_tokens > 0  # estimated: the server reported none
+    assert response.usage.output_tokens > 0
+
+
+async def test_lm_studio_gets_a_non_strict_schema_not_json_mode(server: FakeServer, make: Make) -> None:
+    server.reply(completion('{"answer": "hi"}'))
+    await make("qwen2.5-7b-instruct", provider="lmstudio", api_key_env=None).request(ask(output=ANSWER))
+    fmt = body(server.requests[0])["response_format"]
+    assert fmt["type"] == "json_schema"
+    assert fmt["json_schema"]["strict"] is False
+
+
+async def test_a_profile_without_tools_refuses_them_before_sending(server: FakeServer, make: Make) -> None:
+    model = make("tiny", provider="vllm", profile=ModelProfile(tools=False, max_tokens_param="max_tokens"))
+    with pytest.raises(NotSupported, match="tool calling is not supported by vllm:tiny"):
+        await model.request(ask(tools=(SEARCH,)))
+    assert server.requests == []
+
+
+async def test_reasoning_models_get_no_temperature(server: FakeServer, make: Make) -> None:
+    server.reply(completion("ok"))
+    await make("o4-mini").request(
+        ModelRequest(messages=(Message(role="user", content="hi"),), settings=ModelSettings(temperature=0.3))
+    )
+    assert "temperature" not in body(server.requests[0])
+
+
+# -- tool calls --------------------------------------------------------------------------------
+
+
+async def test_tool_calls(server: FakeServer, make: Make) -> None:
+    server.reply(
+        completion(
+            None,
+            tool_calls=[function_call("call_1", "search", '{"q": "paris"}'), function_call("call_2", "search", "")],
+            finish="tool_calls",
+        )
+    )
+    response = await make().request(ask(tools=(SEARCH,)))
+    assert response.tool_calls == (
+        ToolCall(id="call_1", name="search", arguments={"q": "paris"}),
+        ToolCall(id="call_2", name="search", arguments={}),
+    )
+    assert response.finish_reason == "tool_calls"
+    assert response.text == ""
+
+
+async def test_tool_calls_after_a_stop_finish_still_count_as_tool_calls(server: FakeServer, make: Make) -> None:
+    server.reply(completion("", tool_calls=[function_call("c", "search", '{"q": "x"}')], finish="stop"))
+    response = await make("llama3.1", provider="ollama", api_key_env=None).request(ask(tools=(SEARCH,)))
+    assert response.finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize("arguments", ['{"q": "par', "[1, 2]"])
+async def test_malformed_tool_arguments_fail_the_call(server: FakeServer, make: Make, arguments: str) -> None:
+    server.reply(completion(None, tool_calls=[function_call("call_1", "search", arguments)], finish="tool_calls"))
+    with pytest.raises(ModelCallError) as info:
+        await make().request(ask(tools=(SEARCH,)))
+    assert not info.value.retryable
+    assert "tool 'search'" in str(info.value)
+    assert arguments in str(info.value)
+    assert len(server.requests) == 1
+
+
+# -- streaming ---------------------------------------------------------------------------------
+
+
+async def test_streamed_text_arrives_in_order_then_the_whole_response(server: FakeServer, make: Make) -> None:
+    gate = threading.Event()
+    server.reply(
+        Sse(
+            [
+                chunk({"role": "assistant", "content": ""}),
+                chunk({"content": "Hel"}),
+                chunk({"content": "lo, "}, wait=gate),  # sent only once the first piece has been seen
+                chunk({"content": "world"}),
+                chunk({}, "stop"),
+                usage_chunk(30, 3, 10),
+                DONE,
+            ]
+        )
+    )
+    # A short client timeout: were the stream buffered, the gated chunk would never be read in time.
+    model = make(timeout=5.0)
+    items: list[StreamDelta | ModelResponse] = []
+    async for item in model.stream(ask()):
+        if not items:
+            assert isinstance(item, StreamDelta)
+            gate.set()
+        items.append(item)
+
+    *deltas, last = items
+    assert deltas == [StreamDelta(text="Hel"), StreamDelta(text="lo, "), StreamDelta(text="world")]
+    assert isinstance(last, ModelResponse)
+    assert last.text == "Hello, world"
+    assert last.finish_reason == "stop"
+    assert last.usage == Usage(input_tokens=30, output_tokens=3, cached_input_tokens=10, requests=1)
+    assert last.cost == cost_of(last.usage, price_for("gpt-4o-mini"))
+
+    wire = body(server.requests[0])
+    assert wire["stream"] is True
+    assert wire["stream_options"] == {"include_usage": True}
+
+
+async def test_streamed_structured_output_is_parsed_at_the_end(server: FakeServer, make: Make) -> None:
+    server.reply(text_stream('{"answer": ', '"42", "sources": []}'))
+    items = [item async for item in make().stream(ask(output=ANSWER))]
+    assert [i.text for i in items if isinstance(i, StreamDelta)] == ['{"answer": ', '"42", "sources": []}']
+    last = items[-1]
+    assert isinstance(last, ModelResponse)
+    assert last.parsed == {"answer": "42", "sources": []}
+    assert body(server.requests[0])["response_format"]["json_schema"]["strict"] is True
+
+
+async def test_streamed_tool_calls_are_put_together_from_fragments(server: FakeServer, make: Make) -> None:
+    def fragment(index: int, **fields: Any) -> Event:
+        function = {k: v for k, v in fields.items() if k in ("name", "arguments")}
+        piece: dict[str, Any] = {"index": index, "function": function}
+        if "id" in fields:
+            piece |= {"id": fields["id"], "type": "function"}
+        return chunk({"tool_calls": [piece]})
+
+    server.reply(
+        Sse(
+            [
+                chunk({"role": "assistant", "content": None}),
+                fragment(0, id="call_p", name="search", arguments=""),
+                fragment(0, arguments='{"q": '),
+                fragment(1, id="call_r", name="search", arguments='{"q": "ro'),
+                fragment(0, arguments='"paris"}'),
+                fragment(1, arguments='me"}'),
+                chunk({}, "tool_calls"),
+                usage_chunk(50, 20),
+                DONE,
+            ]
+        )
+    )
+    items = [item async for item in make().stream(ask(tools=(SEARCH,)))]
+    [last] = items  # no text: the whole response only
+    assert isinstance(last, ModelResponse)
+    assert last.tool_calls == (
+        ToolCall(id="call_p", name="search", arguments={"q": "paris"}),
+        ToolCall(id="call_r", name="search", arguments={"q": "rome"}),
+    )
+    assert last.finish_reason == "tool_calls"
+    assert last.usage.total_tokens == 70
+
+
+async def test_a_compatible_server_without_streamed_usage(server: FakeServer, make: Make) -> None:
+    server.reply(Sse([chunk({"content": "hi"}), chunk({}, "stop"), DONE]))
+    model = make("m", provider="llamacpp", profile=ModelProfile(streaming_usage=False, max_tokens_param="max_tokens"))
+    items = [item async for item in model.stream(ask())]
+    assert "stream_options" not in body(server.requests[0])
+    last = items[-1]
+    assert isinstance(last, ModelResponse)
+    assert last.usage == Usage(input_tokens=4, output_tokens=1, requests=1)  # estimated: none was streamed
+
+
+async def test_a_stream_is_retried_before_anything_was_passed_on(server: FakeServer, make: Make) -> None:
+    server.reply(error(429, "slow down", {"retry-after": "0"}), error(503, "busy"), text_stream("ok"))
+    items = [item async for item in make().stream(ask())]
+    assert [type(i).__name__ for i in items] == ["StreamDelta", "ModelResponse"]
+    assert len(server.requests) == 3
+
+
+async def test_a_stream_that_fails_midway_is_not_retried(server: FakeServer, make: Make) -> None:
+    broken = {"error": {"message": "the server fell over", "type": "server_error", "code": None}}
+    server.reply(Sse([chunk({"content": "Hel"}), Event(broken)]), text_stream("never sent"))
+    seen: list[StreamDelta | ModelResponse] = []
+
+    async def consume() -> None:
+        async for item in make().stream(ask()):
+            seen.append(item)
+
+    with pytest.raises(ModelCallError, match="the server fell over"):
+        await consume()
+    assert seen == [StreamDelta(text="Hel")]
+    assert len(server.requests) == 1
+
+
+async def test_a_stream_cut_off_before_its_end_is_an_error(server: FakeServer, make: Make) -> None:
+    server.reply(Sse([]), Sse([chunk({"content": "Hel"})]), text_stream("never sent"))
+    seen: list[StreamDelta | ModelResponse] = []
+
+    async def consume() -> None:
+        async for item in make().stream(ask()):
+            seen.append(item)
+
+    with pytest.raises(ModelCallError, match="ended before the reply was finished") as info:
+        await consume()
+    assert info.value.retryable
+    assert seen == [StreamDelta(text="Hel")]
+    assert len(server.requests) == 2  # the empty stream was retried; the cut one had passed text on
+
+
+# -- failures and retries ----------------------------------------------------------------------
+
+
+async def test_rate_limit_with_retry_after_then_success(server: FakeServer, make: Make) -> None:
+    server.reply(error(429, "Rate limit reached", {"retry-after": "0"}), completion("done"))
+    response = await make().request(ask())
+    assert response.text == "done"
+    assert len(server.requests) == 2
+    assert body(server.requests[0]) == body(server.requests[1])
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [({"retry-after": "7"}, 7.0), ({"retry-after-ms": "1500", "retry-after": "2"}, 1.5), ({}, None)],
+)
+async def test_rate_limit_reports_how_long_to_wait(
+    server: FakeServer, make: Make, headers: dict[str, str], expected: float | None
+) -> None:
+    server.reply(error(429, "Rate limit reached", headers))
+    with pytest.raises(ModelCallError) as info:
+        await make(retry=ModelRetryPolicy(max_attempts=1)).request(ask())
+    e = info.value
+    assert (e.status, e.retryable, e.retry_after, e.provider) == (429, True, expected, "openai")
+
+
+async def test_exhausted_quota_is_not_retried(server: FakeServer, make: Make) -> None:
+    server.reply(error(429, "You exceeded your current quota", code="insufficient_quota"))
+    with pytest.raises(ModelCallError) as info:
+        await make().request(ask())
+    assert not info.value.retryable
+    assert len(server.requests) == 1
+
+
+async def test_server_error_then_success(server: FakeServer, make: Make) -> None:
+    server.reply(error(500, "internal error"), completion("recovered"))
+    assert (await make().request(ask())).text == "recovered"
+    assert len(server.requests) == 2
+
+
+async def test_retries_give_up_after_the_policys_attempts(server: FakeServer, make: Make) -> None:
+    server.reply(error(502, "bad gateway"), error(502, "bad gateway"), error(502, "bad gateway"))
+    with pytest.raises(ModelCallError) as info:
+        await make().request(ask())
+    assert (info.value.status, info.value.retryable) == (502, True)
+    assert "502" in str(info.value)
+    assert len(server.requests) == 3
+
+
+async def test_a_bad_request_is_not_retried(server: FakeServer, make: Make) -> None:
+    server.reply(error(400, "Invalid schema for response_format"))
+    with pytest.raises(ModelCallError) as info:
+        await make().request(ask())
+    assert (info.value.status, info.value.retryable) == (400, False)
+    assert "Invalid schema" in str(info.value)
+    assert len(server.requests) == 1
+
+
+async def test_a_rejected_key_says_so(server: FakeServer, make: Make) -> None:
+    server.reply(error(401, "Incorrect API key provided"))
+    with pytest.raises(ModelCallError, match="check the API key") as info:
+        await make().request(ask())
+    assert not info.value.retryable
+
+
+async def test_a_timeout_is_retried_then_reported(server: FakeServer, make: Make) -> None:
+    server.reply(Hang(), Hang())
+    model = make(timeout=0.2, retry=ModelRetryPolicy(max_attempts=2, initial_delay=0, max_delay=0.01))
+    with pytest.raises(ModelCallError, match="timed out") as info:
+        await model.request(ask())
+    assert info.value.retryable
+    assert info.value.status is None
+    assert len(server.requests) == 2
+
+
+async def test_a_per_call_timeout_overrides_the_models(server: FakeServer, make: Make) -> None:
+    server.reply(Hang())
+    request = ModelRequest(messages=(Message(role="user", content="hi"),), settings=ModelSettings(timeout=0.2))
+    with pytest.raises(ModelCallError, match="timed out"):
+        await make(timeout=60.0, retry=ModelRetryPolicy(max_attempts=1)).request(request)
+
+
+async def test_a_refused_connection_is_retryable(make: Make) -> None:
+    dead = FakeServer()
+    url = dead.url
+    dead.close()
+    with pytest.raises(ModelCallError, match="cannot connect") as info:
+        await make(base_url=url + "/v1", retry=ModelRetryPolicy(max_attempts=1)).request(ask())
+    assert info.value.retryable
+
+
+# -- refusals ----------------------------------------------------------------------------------
+
+
+async def test_a_refusal(server: FakeServer, make: Make) -> None:
+    server.reply(completion(None, refusal="I can't help with that."))
+    response = await make().request(ask(output=ANSWER))
+    assert response.refusal == "I can't help with that."
+    assert response.finish_reason == "refusal"
+    assert response.parsed is None
+
+
+async def test_a_content_filter_stop_reads_as_a_refusal(server: FakeServer, make: Make) -> None:
+    server.reply(completion("", finish="content_filter"))
+    response = await make().request(ask())
+    assert response.finish_reason == "refusal"
+    assert response.refusal is not None
+    assert "content filter" in response.refusal
+
+
+async def test_a_streamed_refusal(server: FakeServer, make: Make) -> None:
+    server.reply(Sse([chunk({"refusal": "I can't "}), chunk({"refusal": "help."}), chunk({}, "stop"), DONE]))
+    items = [item async for item in make().stream(ask(output=ANSWER))]
+    last = items[-1]
+    assert isinstance(last, ModelResponse)
+    assert (last.refusal, last.finish_reason, last.parsed) == ("I can't help.", "refusal", None)
+
+
+# -- keys and the switch that blocks real requests ----------------------------------------------
+
+
+def test_a_missing_key_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(UsageError, match="OPENAI_API_KEY is not set"):
+        OpenAIModel("gpt-4o-mini")
+    with pytest.raises(UsageError, match="OPENAI_API_KEY is not set"):
+        resolve_model("openai:gpt-4o-mini")
+    with pytest.raises(UsageError, match="MY_GATEWAY_KEY is not set"):
+        OpenAIModel(
+            "m", provider="gateway", base_url="http://127.0.0.1:9/v1", api_key_env="MY_GATEWAY_KEY", require_key=True
+        )
+
+
+async def test_the_key_comes_from_the_environment(
+    server: FakeServer, make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    server.reply(completion("ok"))
+    await make(api_key=None).request(ask())
+    assert server.requests[0].headers["authorization"] == "Bearer sk-from-env"
+
+
+async def test_blocked_requests_never_reach_the_server(server: FakeServer, make: Make) -> None:
+    model = make()
+    allow_model_requests(False)
+    with pytest.raises(UsageError, match="blocked"):
+        await model.request(ask())
+    with pytest.raises(UsageError, match="blocked"):
+        [item async for item in model.stream(ask())]
+    assert server.requests == []
+
+
+async def test_a_client_passed_in_is_used_with_its_retries_off(server: FakeServer) -> None:
+    import openai
+
+    client = openai.AsyncOpenAI(api_key="sk-mine", base_url=server.url + "/v1", max_retries=5)
+    server.reply(error(500, "boom"))
+    try:
+        model = OpenAIModel("gpt-4o-mini", client=client, retry=ModelRetryPolicy(max_attempts=1))
+        with pytest.raises(ModelCallError):
+            await model.request(ask())
+        await model.aclose()  # not its client: left open
+        assert not client.is_closed()
+    finally:
+        await client.close()
+    assert len(server.requests) == 1
+    assert server.requests[0].headers["authorization"] == "Bearer sk-mine"
+
+
+def test_one_model_serves_several_event_loops(server: FakeServer) -> None:
+    """As with ``Agent.run_sync`` called twice: each loop gets its own client, closed as the loop ends
+    (an unclosed connection would surface here as a ResourceWarning, an error in this suite)."""
+    server.reply(completion("one"), completion("two"))
+    model = OpenAIModel("gpt-4o-mini", api_key="sk-test", base_url=server.url + "/v1", retry=FAST)
+
+    async def once() -> str:
+        return (await model.request(ask())).text
+
+    assert asyncio.run(once()) == "one"
+    assert asyncio.run(once()) == "two"
+    gc.collect()

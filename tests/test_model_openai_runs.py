@@ -1,0 +1,178 @@
+"""Whole runs with OpenAI models as planner and executor, against a scripted server on 127.0.0.1.
+
+Plans stream (the planner streams proposals so that steps can start early); final answers do not.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from planexec import Agent, Planner, tool
+from planexec.models import ModelRetryPolicy, OpenAIModel, allow_model_requests
+from planexec.runtime import PlannerOutputRejected, StepStreamed
+from tests.http_fake import Event, FakeServer, Sse, serve
+from tests.support import SAFETY, events_of
+from tests.test_model_openai import DONE, body, chunk, completion, function_call, usage_chunk
+
+server = pytest.fixture(serve)
+
+
+@pytest.fixture(autouse=True)
+def allow_requests() -> Iterator[None]:
+    allow_model_requests(True)
+    try:
+        yield
+    finally:
+        allow_model_requests(False)
+
+
+@pytest.fixture
+async def models(server: FakeServer) -> AsyncIterator[tuple[OpenAIModel, OpenAIModel]]:
+    """A planner model and an executor model, both served by ``server``."""
+    fast = ModelRetryPolicy(max_attempts=2, initial_delay=0, max_delay=0.01)
+    url = server.url + "/v1"
+    planner = OpenAIModel("gpt-4o", api_key="sk-test", base_url=url, retry=fast)
+    executor = OpenAIModel("gpt-4o-mini", api_key="sk-test", base_url=url, retry=fast)
+    yield planner, executor
+    await planner.aclose()
+    await executor.aclose()
+
+
+POPULATIONS = {"paris": 2, "rome": 3}
+
+
+@tool
+async def population(city: str) -> int:
+    """The population of a city, in millions."""
+    return POPULATIONS[city]
+
+
+def streamed_json(value: Any, *, pieces: int = 3) -> Sse:
+    """``value`` as JSON text streamed in a few chunks, then usage and [DONE]."""
+    text = json.dumps(value)
+    size = -(-len(text) // pieces)
+    return streamed_text(*(text[i : i + size] for i in range(0, len(text), size)))
+
+
+def streamed_text(*pieces: str) -> Sse:
+    events: list[Event] = [chunk({"role": "assistant", "content": ""})]
+    events += [chunk({"content": p}) for p in pieces]
+    return Sse([*events, chunk({}, "stop"), usage_chunk(200, 40), DONE])
+
+
+def tool_plan(*cities: str) -> dict[str, Any]:
+    return {
+        "reason": "look the cities up",
+        "steps": [
+            {"id": c, "description": f"population of {c}", "tool": "population", "args": {"city": c}} for c in cities
+        ],
+    }
+
+
+def messages(i: int, server: FakeServer) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = body(server.requests[i])["messages"]
+    return result
+
+
+async def test_planner_and_executor_on_openai(server: FakeServer, models: tuple[OpenAIModel, OpenAIModel]) -> None:
+    planner, executor = models
+    plan = {"reason": "one research step", "steps": [{"id": "m1", "description": "find how many live in Paris"}]}
+    server.reply(
+        streamed_json(plan),
+        completion(None, tool_calls=[function_call("call_9", "population", '{"city": "paris"}')], finish="tool_calls"),
+        completion("About 2 million people live in Paris.", usage=(80, 12, 0)),
+        completion('{"answer": "Paris: about 2 million"}', usage=(300, 10, 128)),
+    )
+    result = await Agent(planner, tools=[population], executor=executor, budget=SAFETY).run("How big is Paris?")
+
+    assert result.stop.kind == "goal_met", result.stop
+    assert result.answer == "Paris: about 2 million"
+    assert result.outputs == {"m1": "About 2 million people live in Paris."}
+    [call] = result.steps["m1"].tool_calls
+    assert (call.call_id, call.tool, call.args, call.output) == ("call_9", "population", {"city": "paris"}, 2)
+
+    propose, first, second, finish = (body(r) for r in server.requests)
+    assert [propose["model"], first["model"], second["model"], finish["model"]] == [
+        "gpt-4o",
+        "gpt-4o-mini",
+        "gpt-4o-mini",
+        "gpt-4o",
+    ]
+    # The plan streams; its schema has free-form arguments, so it goes non-strict.
+    assert propose["stream"] is True
+    assert propose["stream_options"] == {"include_usage": True}
+    assert propose["response_format"]["type"] == "json_schema"
+    assert propose["response_format"]["json_schema"]["strict"] is False
+    # The executor is offered the tool, then sees its own call and the result.
+    assert [t["function"]["name"] for t in first["tools"]] == ["population"]
+    assert first["tools"][0]["function"]["parameters"]["properties"]["city"]["type"] == "string"
+    assert "response_format" not in first
+    assistant, answer = second["messages"][-2:]
+    assert assistant["role"] == "assistant"
+    assert assistant["tool_calls"][0]["id"] == "call_9"
+    assert json.loads(assistant["tool_calls"][0]["function"]["arguments"]) == {"city": "paris"}
+    assert answer == {"role": "tool", "tool_call_id": "call_9", "content": "2"}
+    # The final answer's schema can be strict.
+    assert "stream" not in finish
+    fmt = finish["response_format"]["json_schema"]
+    assert fmt["strict"] is True
+    assert fmt["schema"]["additionalProperties"] is False
+    assert fmt["schema"]["required"] == ["answer"]
+
+    assert result.usage.requests == 4
+    assert result.usage.input_tokens == 200 + 12 + 80 + 300
+    assert result.cost > 0
+
+
+async def test_malformed_plan_json_is_repaired(server: FakeServer, models: tuple[OpenAIModel, OpenAIModel]) -> None:
+    planner, _ = models
+    server.reply(
+        streamed_text('{"reason": "look up", "steps": [{"id": "paris", "tool": ', '"population", '),
+        streamed_json(tool_plan("paris", "rome")),
+        completion('{"answer": "5 million together"}'),
+    )
+    result = await Agent(planner, tools=[population], budget=SAFETY).run("Paris and Rome together?")
+
+    assert result.stop.kind == "goal_met", result.stop
+    assert result.answer == "5 million together"
+    assert result.outputs == {"paris": 2, "rome": 3}
+    assert len(server.requests) == 3
+    *_, sent_back, problems = messages(1, server)
+    assert sent_back["role"] == "assistant"
+    assert sent_back["content"].startswith('{"reason": "look up"')
+    assert problems["role"] == "user"
+    assert "not valid JSON" in problems["content"]
+    [rejected] = events_of(result, PlannerOutputRejected)
+    assert rejected.problems[0].code == "invalid_json"
+    # The repaired plan's steps were handed on while it streamed.
+    assert [e.step.id for e in events_of(result, StepStreamed)] == ["paris", "rome"]
+
+
+async def test_a_refusal_goes_back_to_the_planner(server: FakeServer, models: tuple[OpenAIModel, OpenAIModel]) -> None:
+    planner, _ = models
+    refusal = Sse([chunk({"role": "assistant", "refusal": "I can't help with that."}), chunk({}, "stop"), DONE])
+    server.reply(refusal, streamed_json(tool_plan("rome")), completion('{"answer": "3 million"}'))
+    result = await Agent(planner, tools=[population], budget=SAFETY).run("How big is Rome?")
+
+    assert result.stop.kind == "goal_met", result.stop
+    assert result.answer == "3 million"
+    last = messages(1, server)[-1]
+    assert last["role"] == "user"
+    assert "the model refused: I can't help with that." in last["content"]
+
+
+async def test_a_planner_that_keeps_refusing_stops_the_run(
+    server: FakeServer, models: tuple[OpenAIModel, OpenAIModel]
+) -> None:
+    planner, _ = models
+    server.reply(*(completion(None, refusal="No.") for _ in range(2)))
+    agent = Agent(Planner(model=planner, max_repairs=1, stream=False), tools=[population], budget=SAFETY)
+    result = await agent.run("How big is Rome?")
+
+    assert not result.ok
+    assert "refused" in result.stop.detail
+    assert len(server.requests) == 2
