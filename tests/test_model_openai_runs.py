@@ -6,6 +6,7 @@ Plans stream (the planner streams proposals so that steps can start early); fina
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -176,3 +177,37 @@ async def test_a_planner_that_keeps_refusing_stops_the_run(
     assert not result.ok
     assert "refused" in result.stop.detail
     assert len(server.requests) == 2
+
+
+async def test_step_one_runs_while_the_openai_stream_is_still_sending_step_five(
+    server: FakeServer, models: tuple[OpenAIModel, OpenAIModel]
+) -> None:
+    planner, _ = models
+    first_started = threading.Event()
+    seen: list[str] = []
+
+    @tool
+    async def work(name: str) -> str:
+        """Work on one item."""
+        seen.append(name)
+        first_started.set()
+        return f"did {name}"
+
+    steps = [
+        {"id": f"s{i}", "description": f"step {i}", "tool": "work", "args": {"name": f"s{i}"}} for i in range(1, 6)
+    ]
+    text = json.dumps({"reason": "five steps", "steps": steps})
+    cut = text.index(json.dumps(steps[0])) + len(json.dumps(steps[0]))
+    early, late = text[:cut], text[cut:]
+    events: list[Event] = [chunk({"role": "assistant", "content": ""}), chunk({"content": early})]
+    # the rest of the plan (steps 2 to 5) is sent only once step 1's tool has started
+    events.append(chunk({"content": late}, wait=first_started))
+    server.reply(Sse([*events, chunk({}, "stop"), usage_chunk(100, 50), DONE]))
+    server.reply(completion(json.dumps({"answer": "all five done"})))
+    result = await Agent(Planner(model=planner), tools=[work], store=None, budget=SAFETY).run("do five things")
+    assert result.stop.kind == "goal_met", result.stop
+    streamed = events_of(result, StepStreamed)
+    assert streamed[0].step.id == "s1"
+    kinds = [e.kind for e in result.events]
+    assert kinds.index("step_started") < kinds.index("model_called")  # step 1 ran before the plan was complete
+    assert sorted(seen) == ["s1", "s2", "s3", "s4", "s5"]

@@ -11,7 +11,8 @@ Built in:
 * ``anthropic:MODEL`` — Claude on Anthropic's Messages API (the ``anthropic`` extra); the key from
   ``ANTHROPIC_API_KEY``, the base URL from ``ANTHROPIC_BASE_URL`` when set.
 
-Providers register themselves with :func:`register_provider`.
+``A | B`` is an ordered fallback list of any of these. Providers register themselves with
+:func:`register_provider`.
 """
 
 from __future__ import annotations
@@ -42,11 +43,29 @@ def known_providers() -> tuple[str, ...]:
 
 
 def resolve_model(spec: str | Model) -> Model:
-    """A model from a ``provider:name`` string, or the model itself."""
+    """A model from a ``provider:name`` string, or the model itself.
+
+    ``A | B | C`` (model strings joined by ``|``) is an ordered fallback list: when a model fails
+    after its own retries, the next one is asked.
+    """
     if not isinstance(spec, str):
         if isinstance(spec, Model):
             return spec
         raise ModelNotFound(f"{spec!r} is not a model: it needs a name and an async request() method")
+    if "|" in spec:
+        from planexec.models._resilience import FallbackModel
+
+        parts = [p.strip() for p in spec.split("|")]
+        problems: list[Problem] = []
+        models: list[Model] = []
+        for part in parts:
+            try:
+                models.append(resolve_model(part))
+            except ModelNotFound as e:
+                problems += e.problems or [Problem(code="model_string", where=part, message=e.summary)]
+        if problems:
+            raise ModelNotFound(f"cannot resolve the fallback list {spec!r}", problems)
+        return FallbackModel(models)
     provider, sep, rest = spec.partition(":")
     if not sep or not rest:
         raise ModelNotFound(
