@@ -45,8 +45,12 @@ class Acceptance:
     judge: Model | str | None = None
     judge_all: bool = False
 
+    def checks_anything(self, step: Step) -> bool:
+        """Whether ``step``'s output is checked at all (a step with nothing to check passes)."""
+        return bool(step.checks) or step.output_schema is not None or self.accept is not None or self._judges(step)
+
     async def verdict(self, step: Step, output: Any, ctx: StepContext) -> Verdict:
-        if not step.checks and step.output_schema is None and self.accept is None and not self._judges(step):
+        if not self.checks_anything(step):
             return PASSED
         results: list[CheckResult] = []
         if step.output_schema is not None:

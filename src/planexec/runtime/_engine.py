@@ -529,7 +529,10 @@ class Engine:
                 await self._replayed_step(step, done)
             else:
                 done.output = await executor.run(step, args, ctx)
-                done.verdict = await self.config.acceptance.verdict(step, done.output, ctx)
+                acceptance = self.config.acceptance
+                done.verdict = (
+                    await acceptance.verdict(step, done.output, ctx) if acceptance.checks_anything(step) else PASSED
+                )
             if done.verdict is not None and not done.verdict.passed:
                 reasons = "; ".join(f"{c.name}: {c.detail}" for c in done.verdict.failures)
                 done.error = StepError(kind="acceptance", message=f"acceptance checks failed: {reasons}")

@@ -222,9 +222,10 @@ class Humans:
 
     def blocked(self) -> bool:
         """Whether everything under way waits for a human."""
+        if not self._futures:
+            return False
         engine = self._engine
-        running = set(engine.running_steps)
-        if not self._futures or not running <= self.waiting_steps:
+        if not engine.running_steps.keys() <= self.waiting_steps:
             return False
         return engine.planning_idle or self.planning_waits
 

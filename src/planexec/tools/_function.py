@@ -175,11 +175,15 @@ def _build(
             value = output_adapter.validate_python(output)
         except ValidationError as e:
             raise ValueError(str(e)) from None
+        if type(value) in _JSON_PRIMITIVES:
+            return value  # already JSON data
         return output_adapter.dump_python(value, mode="json")
 
     is_async = inspect.iscoroutinefunction(fn)
 
     async def invoke(args: dict[str, Any], ctx: ToolContext) -> Any:
+        if is_async and context_param is None and not positional:
+            return await fn(**args)  # the common case, kept short: it runs for every call
         kwargs = dict(args)
         if context_param is not None:
             kwargs[context_param] = ctx
