@@ -10,32 +10,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from planexec._errors import UsageError
 from planexec.executor._acceptance import Acceptance
-from planexec.executor._base import Executor, StepFailure
-from planexec.executor._outcome import PASSED, StepError, Verdict
+from planexec.executor._base import Executor
+from planexec.executor._outcome import StepError
 from planexec.models._base import (
     Model,
-    ModelCallError,
     ModelRequest,
     ModelResponse,
-    StreamingModel,
-    estimate_tokens,
 )
-from planexec.models._prices import Price, price_for
-from planexec.plan._bindings import BindingError
 from planexec.plan._checks import CheckContext
 from planexec.plan._step import Step
 from planexec.planner._planner import Planner
 from planexec.runtime._budget import Budget, BudgetHit
+from planexec.runtime._calls import ModelCalls
 from planexec.runtime._events import (
     BudgetExhaustedEvent,
     Event,
-    ModelCalled,
     RunFinished,
     RunResumed,
     RunStarted,
@@ -43,18 +38,17 @@ from planexec.runtime._events import (
     StallDetected,
     StepCancelled,
     StepFailed,
-    StepStarted,
     StepSucceeded,
 )
 from planexec.runtime._humans import Humans
 from planexec.runtime._journal import Journal, JournalFailed
 from planexec.runtime._planning import PlanDone, PlanKind, Planning, Stop
 from planexec.runtime._recovery import restore
-from planexec.runtime._replay import RecordedError, Replayer
+from planexec.runtime._replay import Replayer
 from planexec.runtime._scheduler import ReadyQueue
-from planexec.runtime._settings import ApprovalDecision, ApprovalRequest, Approvals, Limits, RunContext
+from planexec.runtime._settings import ApprovalDecision, Approvals, Limits, RunContext
 from planexec.runtime._state import RunState, canonical_call
-from planexec.runtime._stepctx import StepCtx
+from planexec.runtime._step_run import StepDone, run_step
 from planexec.runtime._stop import StopReason
 from planexec.store._base import RunStore
 from planexec.tools._toolset import Toolset
@@ -81,19 +75,6 @@ class EngineConfig:
 
 class _Suspend(Exception):
     """Internal signal: only humans can move the run on, and it is to be saved and left."""
-
-
-@dataclass(slots=True)
-class _StepDone:
-    step_id: str
-    token: int
-    output: Any = None
-    verdict: Verdict | None = None
-    error: StepError | None = None
-    attempts: int = 1
-    started: bool = True
-    budget: BudgetHit | None = None
-    crash: BaseException | None = None
 
 
 class _Wake:
@@ -149,7 +130,7 @@ class Engine:
         self._listeners: list[Callable[[Event], None]] = []
         self._clock = config.context.clock
         self._rng: random.Random = config.context.rng()
-        self.queue: asyncio.Queue[_StepDone | PlanDone | _Wake | _Recorded] = asyncio.Queue()
+        self.queue: asyncio.Queue[StepDone | PlanDone | _Wake | _Recorded] = asyncio.Queue()
         self.ready = ReadyQueue()
         self._running: dict[str, tuple[asyncio.Task[None], int]] = {}
         self._tokens: dict[str, int] = {}
@@ -160,8 +141,6 @@ class Engine:
         # together cannot overrun a cap together.
         self._unstarted = 0
         self._unstarted_tool_calls = 0
-        self._model_calls_in_flight = 0
-        self._model_tokens_in_flight = 0
         self._inner_tool_calls_in_flight = 0
         self._helpers: set[asyncio.Task[None]] = set()
         self.unaddressed: list[str] = []
@@ -171,6 +150,7 @@ class Engine:
         if store is not None:
             self.journal = Journal(store, run_id, persisted=len(self.events), on_foreign=self._foreign)
         self.humans = Humans(self)
+        self.models = ModelCalls(self)
         approvals = config.approvals
         self.can_ask_humans = approvals.approver is not None or (approvals.deferred and self.journal is not None)
         """Whether questions can be asked at all (a callback, or a log to keep them in)."""
@@ -386,7 +366,7 @@ class Engine:
             elif self.humans.blocked() and not self.ready.has_ready:
                 self._when_blocked()
             done = await self.queue.get()
-            if isinstance(done, _StepDone):
+            if isinstance(done, StepDone):
                 self._step_done(done)
             elif isinstance(done, PlanDone):
                 self.planning.done(done)
@@ -430,7 +410,7 @@ class Engine:
         self._tokens[step.id] = token
         if held is not None:
             self._count(step, +1)  # dispatched steps were counted when reserved
-        coro = self._run_step(step, self._executor_of(step), token, held)
+        coro = run_step(self, step, self._executor_of(step), token, held)
         self._running[step.id] = (asyncio.create_task(coro, name=f"step:{step.id}"), token)
 
     def _reserve(self, step: Step) -> bool:
@@ -487,108 +467,12 @@ class Engine:
 
     # -- one step --------------------------------------------------------------------------
 
-    async def _run_step(self, step: Step, executor: Executor, token: int, held: str | None) -> None:
-        ctx = StepCtx(self, step)
-        done = _StepDone(step_id=step.id, token=token, started=False)
-        reserved = held is None
-        try:
-            if held is not None:
-                decision = await self._await_effect(step, held)
-                if decision.choice == "done":
-                    done.output, done.verdict = decision.output, PASSED
-                    raise _Settled()
-                if decision.choice == "skip" or not decision.approved:
-                    message = f"a human skipped the step after an uncertain effect: {decision.reason or 'no reason'}"
-                    raise StepFailure(StepError(kind="tool_error", message=message))
-            elif self.humans.may_ask(step):
-                await self.humans.gate(step)
-            try:
-                args = self.planning.compiled_args(step).resolve(self.state.outputs)
-            except BindingError as e:
-                raise StepFailure(StepError(kind="binding", message=str(e), problems=tuple(e.problems))) from None
-            done.started = True
-            if reserved:
-                reserved = False
-                self._unreserve(step)
-            key = self.idempotency_key(step) if step.tool is not None else None
-            if self.replay is not None and not self.replay.live:
-                await self.replay.turn(lambda e: isinstance(e, StepStarted) and e.step_id == step.id)
-            self.emit(
-                StepStarted(
-                    at=self.now(),
-                    step_id=step.id,
-                    executor=executor.name,
-                    tool=step.tool,
-                    args=args,
-                    idempotency_key=key,
-                )
-            )
-            if self.journal is not None and self.side_effecting(step):
-                await self.journal.flush()  # the intent is saved before the effect can happen
-            if self.replay is not None and not self.replay.live:
-                await self._replayed_step(step, done)
-            else:
-                done.output = await executor.run(step, args, ctx)
-                acceptance = self.config.acceptance
-                done.verdict = (
-                    await acceptance.verdict(step, done.output, ctx) if acceptance.checks_anything(step) else PASSED
-                )
-            if done.verdict is not None and not done.verdict.passed:
-                reasons = "; ".join(f"{c.name}: {c.detail}" for c in done.verdict.failures)
-                done.error = StepError(kind="acceptance", message=f"acceptance checks failed: {reasons}")
-        except _Settled:
-            pass
-        except StepFailure as f:
-            done.error = f.error
-        except BudgetHit as hit:
-            done.budget = hit
-        except (UsageError, JournalFailed) as e:
-            done.crash = e
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            done.error = StepError(kind="tool_error", message=f"{type(e).__name__}: {e}")
-        finally:
-            if reserved:
-                self._unreserve(step)
-        if not self.replaying:
-            done.attempts = ctx.attempts
-        self.queue.put_nowait(done)
-
-    async def _replayed_step(self, step: Step, done: _StepDone) -> None:
-        assert self.replay is not None
-        outcome = await self.replay.step_outcome(self, step)
-        done.output, done.verdict, done.attempts = outcome.output, outcome.verdict, outcome.attempts
-        if outcome.budget is not None:
-            raise outcome.budget
-        if outcome.error is not None and outcome.error.kind != "acceptance":
-            raise StepFailure(outcome.error)
-
-    async def _await_effect(self, step: Step, approval_id: str) -> ApprovalDecision:
-        self.humans.waiting_steps.add(step.id)
-        self.wake()
-        try:
-            record = self.state.approvals[approval_id]
-            if record.approved is not None:
-                return ApprovalDecision(
-                    approved=record.approved,
-                    reason=record.decision_reason,
-                    choice=record.choice,
-                    output=record.output,
-                )
-            request = ApprovalRequest(
-                approval_id=approval_id, run_id=self.run_id, subject="effect", step=step, reason=record.reason
-            )
-            return await self.humans.ask(request, version=record.plan_version, existing=record)
-        finally:
-            self.humans.waiting_steps.discard(step.id)
-
-    def _unreserve(self, step: Step) -> None:
+    def unreserve(self, step: Step) -> None:
         self._unstarted -= 1
         if step.tool is not None:
             self._unstarted_tool_calls -= 1
 
-    def _step_done(self, done: _StepDone) -> None:
+    def _step_done(self, done: StepDone) -> None:
         current = self._running.get(done.step_id)
         if current is None or current[1] != done.token:
             return  # a cancelled or superseded attempt
@@ -671,6 +555,17 @@ class Engine:
 
     # -- calls on behalf of the planner and executors ---------------------------------------
 
+    async def call_model(
+        self,
+        role: str,
+        model: Model,
+        request: ModelRequest,
+        step_id: str | None,
+        *,
+        on_step: Callable[[Step], None] | None = None,
+    ) -> ModelResponse:
+        return await self.models.call(role, model, request, step_id, on_step=on_step)
+
     async def call_model_streaming(
         self,
         role: str,
@@ -680,88 +575,4 @@ class Engine:
         on_text: Callable[[str], None],
         on_step: Callable[[Step], None],
     ) -> ModelResponse:
-        """A model call whose answer streams: each piece of text goes to ``on_text`` as it comes (in
-        a replay, the recorded early steps go to ``on_step`` where the log has them)."""
-        assert isinstance(model, StreamingModel)
-
-        async def streamed(request: ModelRequest) -> ModelResponse:
-            response: ModelResponse | None = None
-            async for item in model.stream(request):
-                if isinstance(item, ModelResponse):
-                    response = item
-                else:
-                    on_text(item.text)
-            if response is None:
-                raise ModelCallError(
-                    f"{model.name} ended its stream without a response", provider=model.name, retryable=False
-                )
-            return response
-
-        return await self.call_model(role, model, request, step_id, send=streamed, on_step=on_step)
-
-    async def call_model(
-        self,
-        role: str,
-        model: Model,
-        request: ModelRequest,
-        step_id: str | None,
-        *,
-        send: Callable[[ModelRequest], Awaitable[ModelResponse]] | None = None,
-        on_step: Callable[[Step], None] | None = None,
-    ) -> ModelResponse:
-        """One model call on the run's behalf: budgets checked before it, the answer logged after.
-
-        Calls in flight count against the budgets, so calls made at once cannot overrun a cap.
-        """
-        estimate = estimate_tokens("".join(m.content for m in request.messages))
-        price = getattr(model, "price", None)
-        price = price if isinstance(price, Price) else price_for(model.name)
-        self.budget.check_model_call(
-            self.state,
-            self.now(),
-            estimate,
-            in_flight=self._model_calls_in_flight,
-            in_flight_tokens=self._model_tokens_in_flight,
-            estimated_cost=estimate * price.input / 1e6 if price is not None else 0.0,
-        )
-        if self.replay is not None and not self.replay.live:
-            try:
-                return await self.replay.model_call(self, role, request.purpose, step_id, on_step=on_step)
-            except RecordedError as e:
-                if role != "executor":
-                    raise
-                raise StepFailure(StepError(kind="executor", message=f"the model failed: {e}")) from None
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
-        self._model_calls_in_flight += 1
-        self._model_tokens_in_flight += estimate
-        error: Exception | None = None
-        try:
-            response = await (send or model.request)(request)
-        except Exception as e:
-            error = e
-        finally:
-            self._model_calls_in_flight -= 1
-            self._model_tokens_in_flight -= estimate
-        record = ModelCalled(
-            at=self.now(),
-            role=role,
-            purpose=request.purpose,
-            model=model.name,
-            step_id=step_id,
-            request_chars=request.chars,
-            duration=loop.time() - t0,
-        )
-        if error is not None:
-            self.emit(replace(record, error=f"{type(error).__name__}: {error}"))
-            if isinstance(error, UsageError) or role != "executor":
-                raise error
-            raise StepFailure(
-                StepError(kind="executor", message=f"the model failed: {type(error).__name__}: {error}")
-            ) from error
-        self.emit(replace(record, response=response, usage=response.usage, cost=response.cost or 0.0))
-        return response
-
-
-class _Settled(Exception):
-    """Internal: a held step was settled by a human without running it."""
+        return await self.models.call_streaming(role, model, request, step_id, on_text, on_step)

@@ -220,6 +220,26 @@ class Humans:
             await asyncio.sleep(engine.config.approvals.poll_interval)
             await journal.catch_up()
 
+    async def await_effect(self, step: Step, approval_id: str) -> ApprovalDecision:
+        """Wait for a human to settle a held step: retry, skip, or mark it done."""
+        self.waiting_steps.add(step.id)
+        self._engine.wake()
+        try:
+            record = self._engine.state.approvals[approval_id]
+            if record.approved is not None:
+                return ApprovalDecision(
+                    approved=record.approved,
+                    reason=record.decision_reason,
+                    choice=record.choice,
+                    output=record.output,
+                )
+            request = ApprovalRequest(
+                approval_id=approval_id, run_id=self._engine.run_id, subject="effect", step=step, reason=record.reason
+            )
+            return await self.ask(request, version=record.plan_version, existing=record)
+        finally:
+            self.waiting_steps.discard(step.id)
+
     def blocked(self) -> bool:
         """Whether everything under way waits for a human."""
         if not self._futures:

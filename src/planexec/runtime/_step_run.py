@@ -1,0 +1,122 @@
+"""Carrying out one step: the gate, binding resolution, the intent written before any side effect,
+the executor, the acceptance verdict — or, in a replay, the recorded outcome — reported to the loop."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from planexec._errors import UsageError
+from planexec.executor._base import Executor, StepFailure
+from planexec.executor._outcome import PASSED, StepError, Verdict
+from planexec.plan._bindings import BindingError
+from planexec.plan._step import Step
+from planexec.runtime._budget import BudgetHit
+from planexec.runtime._events import StepStarted
+from planexec.runtime._journal import JournalFailed
+from planexec.runtime._stepctx import StepCtx
+
+if TYPE_CHECKING:
+    from planexec.runtime._engine import Engine
+
+__all__ = ["StepDone", "run_step"]
+
+
+@dataclass(slots=True)
+class StepDone:
+    """How one step ended, as the loop receives it."""
+
+    step_id: str
+    token: int
+    output: Any = None
+    verdict: Verdict | None = None
+    error: StepError | None = None
+    attempts: int = 1
+    started: bool = True
+    budget: BudgetHit | None = None
+    crash: BaseException | None = None
+
+
+class _Settled(Exception):
+    """Internal: a held step was settled by a human without running it."""
+
+
+async def run_step(engine: Engine, step: Step, executor: Executor, token: int, held: str | None) -> None:
+    """Carry out one step (or settle a held one) and report how it ended to the loop."""
+    ctx = StepCtx(engine, step)
+    done = StepDone(step_id=step.id, token=token, started=False)
+    reserved = held is None
+    try:
+        if held is not None:
+            decision = await engine.humans.await_effect(step, held)
+            if decision.choice == "done":
+                done.output, done.verdict = decision.output, PASSED
+                raise _Settled()
+            if decision.choice == "skip" or not decision.approved:
+                message = f"a human skipped the step after an uncertain effect: {decision.reason or 'no reason'}"
+                raise StepFailure(StepError(kind="tool_error", message=message))
+        elif engine.humans.may_ask(step):
+            await engine.humans.gate(step)
+        try:
+            args = engine.planning.compiled_args(step).resolve(engine.state.outputs)
+        except BindingError as e:
+            raise StepFailure(StepError(kind="binding", message=str(e), problems=tuple(e.problems))) from None
+        done.started = True
+        if reserved:
+            reserved = False
+            engine.unreserve(step)
+        key = engine.idempotency_key(step) if step.tool is not None else None
+        if engine.replay is not None and not engine.replay.live:
+            await engine.replay.turn(lambda e: isinstance(e, StepStarted) and e.step_id == step.id)
+        engine.emit(
+            StepStarted(
+                at=engine.now(),
+                step_id=step.id,
+                executor=executor.name,
+                tool=step.tool,
+                args=args,
+                idempotency_key=key,
+            )
+        )
+        if engine.journal is not None and engine.side_effecting(step):
+            await engine.journal.flush()  # the intent is saved before the effect can happen
+        if engine.replay is not None and not engine.replay.live:
+            await _replayed_step(engine, step, done)
+        else:
+            done.output = await executor.run(step, args, ctx)
+            acceptance = engine.config.acceptance
+            done.verdict = (
+                await acceptance.verdict(step, done.output, ctx) if acceptance.checks_anything(step) else PASSED
+            )
+        if done.verdict is not None and not done.verdict.passed:
+            reasons = "; ".join(f"{c.name}: {c.detail}" for c in done.verdict.failures)
+            done.error = StepError(kind="acceptance", message=f"acceptance checks failed: {reasons}")
+    except _Settled:
+        pass
+    except StepFailure as f:
+        done.error = f.error
+    except BudgetHit as hit:
+        done.budget = hit
+    except (UsageError, JournalFailed) as e:
+        done.crash = e
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:
+        done.error = StepError(kind="tool_error", message=f"{type(e).__name__}: {e}")
+    finally:
+        if reserved:
+            engine.unreserve(step)
+    if not engine.replaying:
+        done.attempts = ctx.attempts
+    engine.queue.put_nowait(done)
+
+
+async def _replayed_step(engine: Engine, step: Step, done: StepDone) -> None:
+    assert engine.replay is not None
+    outcome = await engine.replay.step_outcome(engine, step)
+    done.output, done.verdict, done.attempts = outcome.output, outcome.verdict, outcome.attempts
+    if outcome.budget is not None:
+        raise outcome.budget
+    if outcome.error is not None and outcome.error.kind != "acceptance":
+        raise StepFailure(outcome.error)
