@@ -293,3 +293,19 @@ async def test_an_executor_step_on_an_unknown_executor_route_is_a_static_problem
     result = await Agent(planner, tools=[ping]).run("ping")
     assert result.stop.kind == "goal_met"
     assert "unknown executor 'gpu'" in planner.calls[1].last_user_text
+
+
+async def test_a_timeout_raised_by_a_tool_without_a_timeout_of_its_own_is_logged_as_a_timeout() -> None:
+    from planexec import Budget, RetryPolicy
+
+    @tool(retry=RetryPolicy(max_attempts=1))
+    async def slow() -> str:
+        """Gives up waiting on something."""
+        raise TimeoutError("the upstream did not answer")
+
+    planner = ScriptedModel([{"steps": [tool_step("s", "slow", {})]}], name="p")
+    result = await Agent(planner, tools=[slow], budget=Budget(replans=0)).run("go")
+    error = result.steps["s"].error
+    assert error is not None
+    assert error.kind == "timeout"
+    assert "the upstream did not answer" in error.message

@@ -150,7 +150,9 @@ class StepCtx:
 
 def _tool_error(tool: Tool, e: Exception) -> StepError:
     if isinstance(e, TimeoutError):
-        return StepError(kind="timeout", message=f"{tool.name} timed out after {tool.timeout:g}s")
+        after = f" after {tool.timeout:g}s" if tool.timeout is not None else ""
+        detail = f": {e}" if str(e) and tool.timeout is None else ""
+        return StepError(kind="timeout", message=f"{tool.name} timed out{after}{detail}")
     kind: Literal["transient", "tool_error"] = "transient" if tool.retry.retries(e) else "tool_error"
     text = str(e) or type(e).__name__
     return StepError(kind=kind, message=f"{tool.name}: {text}")
