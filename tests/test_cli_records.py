@@ -266,6 +266,24 @@ def test_replay_with_an_injected_fault_goes_on_live(tmp_path: Path, tools: str, 
     }
 
 
+def test_replay_under_a_fault_profile_goes_live_at_the_first_spoiled_call(
+    tmp_path: Path, tools: str, store: str
+) -> None:
+    run_id = run_json(store, "compute", "--planner", write_script(tmp_path, SIMPLE), "--tools", tools)["run_id"]
+    profile = tmp_path / "faults.yaml"
+    profile.write_text("seed: 1\ntool_error_rate: 1.0\n")
+    patch = {"reason": "the tools are failing", "steps": []}
+    fork_planner = write_script(tmp_path, [patch, {"answer": "gave up on the tools"}], name="fork.json")
+    forked = cli(store, "replay", run_id, "--faults", str(profile), "--planner", fork_planner, "--json")
+    assert forked.exit_code == 0, forked.output
+    doc = json.loads(forked.stdout)
+    assert doc["answer"] == "gave up on the tools"
+    assert doc["forked_from"] == run_id
+    bad = cli(store, "replay", run_id, "--faults", "no-such-profile")
+    assert bad.exit_code == 2
+    assert "neither a profile" in bad.output
+
+
 def test_a_fork_with_the_recorded_planner_skips_the_replies_already_used(
     tmp_path: Path, tools: str, store: str
 ) -> None:

@@ -26,7 +26,7 @@ from planexec import (
     tool_calls,
 )
 from planexec.demo import build_demo
-from planexec.runtime import Event, Fault, RunStarted, StepStarted, replay_log
+from planexec.runtime import Event, Fault, RunStarted, StepAttemptFailed, StepStarted, replay_log
 from planexec.store import MemoryStore
 from planexec.tools import Tool
 
@@ -243,3 +243,30 @@ async def test_replaying_an_unknown_or_unrecorded_log_is_a_usage_error() -> None
         await agent.replay("nope")
     with pytest.raises(Exception, match="begin with run_started"):
         await replay_log([])
+
+
+async def test_a_replay_under_a_fault_profile_goes_live_at_the_first_spoiled_call_reproducibly() -> None:
+    from planexec.faults import FaultProfile
+
+    calls: list[str] = []
+    store, run_id = await record(Agent(patching_planner(), tools=counting_tools(calls), store=MemoryStore()))
+    recorded = [s.event for s in await store.read(run_id)]
+
+    def react(request: ModelRequest) -> Any:
+        if request.purpose == "planner.patch":
+            return {"reason": "work around the faults", "steps": [tool_step("z", "fetch", {"item": "plain"})]}
+        return {"answer": "survived"}
+
+    async def replay_once(seed: int) -> list[str]:
+        agent = Agent(FunctionModel(react), tools=counting_tools(calls), store=store)
+        profile = FaultProfile(seed=seed, tool_error_rate=0.6)
+        report = await agent.replay(run_id, faults=profile)
+        assert report.result is not None
+        assert report.matched  # the part before the first spoiled call is the recorded run
+        injected = [e for e in report.events if isinstance(e, StepAttemptFailed) and "injected" in e.error.message]
+        assert injected, "the profile spoiled no call"
+        return [e.kind for e in report.events]
+
+    first = await replay_once(3)
+    assert first == await replay_once(3)  # the same seed spoils the same calls
+    assert first != [e.kind for e in recorded]

@@ -4,11 +4,14 @@ run with the agent rebuilt as for ``resume``."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast, get_args
 
 import click
+import yaml
 
 from planexec._errors import UsageError
 from planexec.cli._agent_options import AgentFlags, agent_options
@@ -22,6 +25,7 @@ from planexec.cli._report import json_text
 from planexec.cli._resume import load_log
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
 from planexec.executor import ErrorKind
+from planexec.faults import PROFILES, FaultProfile
 from planexec.runtime import Event, Fault, ReplayReport, RunStarted, RunState, StepStarted, replay_log
 
 __all__ = ["replay"]
@@ -82,6 +86,14 @@ def _parse_fork(fork_at: str | None, fail: str | None, log: Sequence[Event], pro
     help=f"Replay until STEP first runs and fail it with KIND instead (default tool_error; one of {', '.join(KINDS)}), "
     "then go on live as a new run.",
 )
+@click.option(
+    "--faults",
+    metavar="PROFILE",
+    help="Replay until the first call this fault profile spoils, then go on live with its faults injected, as a "
+    "new run. A profile's name (flaky-tools, slow-tools, garbage-output, bad-planner, unknown-tools, "
+    "rate-limit-storm, chaos) or a YAML/JSON file of its fields.",
+)
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="The fault profile's seed (default: its own).")
 @agent_options(for_run=False)
 @click.option(
     "--approve-plan/--no-approve-plan",
@@ -97,6 +109,8 @@ def replay(
     run_id: str,
     fork_at: str | None,
     fail: str | None,
+    faults: str | None,
+    seed: int | None,
     no_input: bool,
     as_json: bool,
     **values: Any,
@@ -109,21 +123,53 @@ def replay(
     first difference is shown).
 
     With --fork-at or --fail, the replay leaves the log at that point and goes on live as a new
-    run, with the agent rebuilt as for `planexec resume` (model and tool flags override what the
+    run (with --faults: at the first call the profile spoils, with the profile's faults injected
+    from there on), with the agent rebuilt as for `planexec resume` (model and tool flags override what the
     run recorded). A scripted model the run recorded skips the replies it gave before the fork
     point; a scripted model named here starts from its first reply. Exit status as `planexec run`.
     """
     flags = AgentFlags.take(values)
     view = View.make(as_json=as_json, no_live=True, no_input=no_input)
-    run_command(ctx, _replay(store_choice(ctx), run_id, fork_at, fail, flags, view))
+    problems = Problems()
+    profile = _fault_profile(faults, seed, problems) if faults is not None else None
+    if problems:
+        raise click.UsageError(str(problems))
+    run_command(ctx, _replay(store_choice(ctx), run_id, fork_at, fail, flags, view, profile))
+
+
+def _fault_profile(value: str, seed: int | None, problems: Problems) -> FaultProfile | None:
+    """A fault profile by name, or from a YAML/JSON file of its fields."""
+    try:
+        if value in PROFILES:
+            profile = PROFILES[value]
+        else:
+            path = Path(value)
+            if not path.is_file():
+                problems.add("--faults", f"{value!r} is neither a profile ({', '.join(PROFILES)}) nor a file")
+                return None
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                problems.add("--faults", f"{value} does not hold a mapping of profile fields")
+                return None
+            profile = FaultProfile.from_mapping(data)
+    except (UsageError, OSError, yaml.YAMLError) as e:
+        problems.add("--faults", str(e))
+        return None
+    return profile if seed is None else dataclasses.replace(profile, seed=seed)
 
 
 async def _replay(
-    choice: StoreChoice, run_id: str, fork_at: str | None, fail: str | None, flags: AgentFlags, view: View
+    choice: StoreChoice,
+    run_id: str,
+    fork_at: str | None,
+    fail: str | None,
+    flags: AgentFlags,
+    view: View,
+    faults: FaultProfile | None = None,
 ) -> int:
     async with using_store(choice) as store:
         log = await load_log(store, run_id, choice)
-        if fork_at is None and fail is None:
+        if fork_at is None and fail is None and faults is None:
             try:
                 report = await replay_log(log)
             except UsageError as e:
@@ -142,13 +188,13 @@ async def _replay(
             store=store,
             approvals=approvals_for(view.console, view.display, no_input=view.no_input, plan=spec.approve_plan),
             recorded=recorded if has_record else None,
-            used=log[: fork.live_from(log)],
+            used=log if faults is not None else log[: fork.live_from(log)],
             needs_tools=first.tools,
             picked_up=True,
             problems=problems,
         )
         try:
-            report = await agent.replay(run_id, fork_at=fork.fork_at, fault=fork.fault)
+            report = await agent.replay(run_id, fork_at=fork.fork_at, fault=fork.fault, faults=faults)
         except UsageError as e:
             raise Refused(_usage(e)) from None
         if not report.matched or report.result is None:

@@ -11,7 +11,7 @@ import copy
 import dataclasses
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from planexec.faults._draw import draw
@@ -60,6 +60,12 @@ class FaultyModel:
     @property
     def name(self) -> str:
         return self.inner.name
+
+    def continue_from(self, answered: Mapping[str, int], *, calls: int) -> None:
+        """Count on from a run replayed up to here: ``answered`` calls per purpose, ``calls`` in all
+        (a replay that goes on live meets the faults the live run would have met)."""
+        self._answered = dict(answered)
+        self.calls = calls
 
     @property
     def price(self) -> object:

@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from planexec._errors import Problem, UsageError
 from planexec.executor._acceptance import Acceptance
@@ -27,6 +27,9 @@ from planexec.runtime._state import RunState
 from planexec.store._base import RunStore
 from planexec.tools._tool import Tool
 from planexec.tools._toolset import Toolset
+
+if TYPE_CHECKING:
+    from planexec.faults import FaultProfile
 
 __all__ = ["Agent", "Run"]
 
@@ -251,13 +254,15 @@ class Agent:
         fault: Fault | None = None,
         new_run_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        faults: FaultProfile | None = None,
     ) -> ReplayReport:
         """Replay a run from this agent's store, with no model and no tool called.
 
         ``fork_at=N`` keeps the first N events and goes on live from there with this agent's
         models and tools, as a new run; ``fault=Fault(step_id=..., kind=...)`` replays until that
-        step and fails it instead, then goes on live the same way. ``metadata`` is recorded with
-        the new run, as with ``start``.
+        step and fails it instead, then goes on live the same way; ``faults=FaultProfile(...)``
+        replays until the first call the profile spoils and goes on live there with this agent's
+        tools and models wrapped by the profile. ``metadata`` is recorded with the new run.
         """
         store = self.store
         if store is None:
@@ -265,12 +270,14 @@ class Agent:
         log = [s.event for s in await store.read(run_id)]
         if not log:
             raise UsageError(f"no run {run_id!r} in the store")
-        forking = fork_at is not None or fault is not None
+        forking = fork_at is not None or fault is not None or faults is not None
         first = log[0]
         config = None
         if forking and isinstance(first, RunStarted):
             config = self._config({**(metadata or {}), "forked_from": run_id})
-        return await replay_log(log, config=config, fork_at=fork_at, fault=fault, store=store, run_id=new_run_id)
+        return await replay_log(
+            log, config=config, fork_at=fork_at, fault=fault, faults=faults, store=store, run_id=new_run_id
+        )
 
     async def resume(self, run_id: str) -> Run:
         """Pick a run up from its log in this agent's store and go on with it.

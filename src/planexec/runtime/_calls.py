@@ -91,9 +91,10 @@ class ModelCalls:
             in_flight_tokens=self._model_tokens_in_flight,
             estimated_cost=estimate * price.input / 1e6 if price is not None else 0.0,
         )
-        if engine.replay is not None and not engine.replay.live:
+        replay = engine.replay
+        if replay is not None and not replay.live and not replay.goes_live_for_model(role, request.purpose):
             try:
-                return await engine.replay.model_call(engine, role, request.purpose, step_id, on_step=on_step)
+                return await replay.model_call(engine, role, request.purpose, step_id, on_step=on_step)
             except RecordedError as e:
                 if role != "executor":
                     raise

@@ -40,6 +40,8 @@ from planexec.runtime._events import (
 )
 
 if TYPE_CHECKING:
+    from planexec.faults import FaultProfile
+    from planexec.faults._models import FaultyModel
     from planexec.plan._step import Step
     from planexec.runtime._engine import Engine
 
@@ -86,6 +88,10 @@ class Replayer:
     fork_at: int | None = None
     """Serve the log up to this many events, then go on live (None: replay the whole log)."""
     fault: Fault | None = None
+    faults: FaultProfile | None = None
+    """A fault profile: the replay goes on live at the first call the profile would spoil."""
+    wrappers: dict[str, FaultyModel] = field(default_factory=dict)
+    """The live models, by role, wrapped with ``faults``: told where the replay left off."""
     cursor: int = 0
     divergence: Divergence | None = None
     abort: Callable[[], None] | None = None
@@ -93,6 +99,7 @@ class Replayer:
     _moved: asyncio.Condition = field(default_factory=asyncio.Condition)
     _ids: list[str] = field(default_factory=list)
     _served_faults: set[str] = field(default_factory=set)
+    _model_calls: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._ids = [e.approval_id for e in self.log if isinstance(e, ApprovalRequested)]
@@ -105,7 +112,7 @@ class Replayer:
     @property
     def forking(self) -> bool:
         """A fork or a fault: a new run that follows the log only up to a point."""
-        return self.fork_at is not None or self.fault is not None
+        return self.fork_at is not None or self.fault is not None or self.faults is not None
 
     # -- what the engine asks of the outside -------------------------------------------------
 
@@ -158,6 +165,36 @@ class Replayer:
                     self._diverged(Divergence(self.cursor, expected, None))
                     assert self.divergence is not None
                     raise self.divergence from None
+
+    def goes_live_for_step(self, engine: Engine, step: Step) -> bool:
+        """With a fault profile: go on live here when the profile spoils this step's first call."""
+        if self.faults is None or self.live or step.tool is None:
+            return False
+        key = engine.idempotency_key(step).removeprefix(f"{engine.run_id}:")
+        if self.faults.tool_fault(step.tool, key, 1) is None:
+            return False
+        self._go_live()
+        return True
+
+    def goes_live_for_model(self, role: str, purpose: str) -> bool:
+        """With a fault profile: go on live here when the profile spoils this model answer."""
+        if self.faults is None or self.live:
+            return False
+        count = self._model_calls.get((role, purpose), 0) + 1
+        self._model_calls[(role, purpose)] = count
+        storm = self.faults.rate_limit_storm > 0 and sum(self._model_calls.values()) == 1
+        if not storm and self.faults.model_fault(role, purpose, count) is None:
+            return False
+        self._model_calls[(role, purpose)] = count - 1  # the live model answers this call
+        self._go_live(storm=storm)
+        return True
+
+    def _go_live(self, *, storm: bool = False) -> None:
+        self.fork_at = self.cursor
+        for role, model in self.wrappers.items():
+            answered = {p: n for (r, p), n in self._model_calls.items() if r == role}
+            storm_calls = 0 if storm else self.faults.rate_limit_storm if self.faults else 0
+            model.continue_from(answered, calls=sum(answered.values()) + storm_calls)
 
     async def turn(self, wanted: Callable[[Event], bool]) -> None:
         """Wait until the log's next event is one ``wanted``: events a task emits after awaiting

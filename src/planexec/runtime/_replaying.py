@@ -7,8 +7,8 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from planexec._errors import UsageError
 from planexec.executor._acceptance import Acceptance
@@ -21,6 +21,10 @@ from planexec.runtime._budget import Budget
 from planexec.runtime._engine import Engine, EngineConfig
 from planexec.runtime._events import ApprovalDecided, Event, RunStarted
 from planexec.runtime._replay import Fault, Replayer
+
+if TYPE_CHECKING:
+    from planexec.faults import FaultProfile
+    from planexec.faults._models import FaultyModel
 from planexec.runtime._result import RunResult
 from planexec.runtime._settings import Approvals, Limits, RunContext
 from planexec.store._base import RunStore
@@ -115,6 +119,31 @@ def recorded_config(first: RunStarted) -> EngineConfig:
     )
 
 
+def with_faults(config: EngineConfig, faults: FaultProfile) -> tuple[EngineConfig, dict[str, FaultyModel]]:
+    """``config`` with its tools and models wrapped by a fault profile (and the model wrappers)."""
+    from planexec.faults._models import FaultyModel
+
+    wrappers: dict[str, FaultyModel] = {}
+    planner_model = faults.wrap_model(config.planner.resolved_model(), role="planner")
+    if isinstance(planner_model, FaultyModel):
+        wrappers["planner"] = planner_model
+    executors: dict[str, Executor] = {}
+    for name, executor in config.executors.items():
+        if isinstance(executor, ModelExecutor):
+            model = faults.wrap_model(executor.resolved_model(), role="executor")
+            if isinstance(model, FaultyModel):
+                wrappers.setdefault("executor", model)
+            executor = replace(executor, model=model)
+        executors[name] = executor
+    config = replace(
+        config,
+        tools=Toolset(*faults.wrap_tools(list(config.tools))),
+        planner=replace(config.planner, model=planner_model),
+        executors=executors,
+    )
+    return config, wrappers
+
+
 def _cancel(task: asyncio.Task[Any]) -> None:
     task.cancel()
 
@@ -125,6 +154,7 @@ async def replay_log(
     config: EngineConfig | None = None,
     fork_at: int | None = None,
     fault: Fault | None = None,
+    faults: FaultProfile | None = None,
     store: RunStore | None = None,
     run_id: str | None = None,
 ) -> ReplayReport:
@@ -134,7 +164,7 @@ async def replay_log(
     if not events or not isinstance(events[0], RunStarted):
         raise UsageError("a log to replay must begin with run_started")
     first = events[0]
-    forking = fork_at is not None or fault is not None
+    forking = fork_at is not None or fault is not None or faults is not None
     if fork_at is not None and not 0 < fork_at <= len(events):
         raise UsageError(f"fork_at must be from 1 to {len(events)} (the number of events to keep)")
     if not forking:
@@ -142,6 +172,9 @@ async def replay_log(
     elif config is None:
         raise UsageError("a fork goes on live: it needs an agent's models and tools")
     replayer = Replayer(log=events, fork_at=fork_at, fault=fault)
+    if faults is not None:
+        config, wrappers = with_faults(config, faults)
+        replayer.faults, replayer.wrappers = faults, wrappers
     new_id = run_id or (first.run_id if not forking else config.context.new_id())
     recorded = first.config.get("approvals")
     engine: Engine | None = None

@@ -81,7 +81,8 @@ async def run_step(engine: Engine, step: Step, executor: Executor, token: int, h
         )
         if engine.journal is not None and engine.side_effecting(step):
             await engine.journal.flush()  # the intent is saved before the effect can happen
-        if engine.replay is not None and not engine.replay.live:
+        replay = engine.replay
+        if replay is not None and not replay.live and not replay.goes_live_for_step(engine, step):
             await _replayed_step(engine, step, done)
         else:
             done.output = await executor.run(step, args, ctx)
