@@ -11,6 +11,7 @@ import click
 from planexec import UsageError, __version__
 from planexec.cli._approvals import approvals, approve, reject
 from planexec.cli._common import View, run_command, say, start_and_follow
+from planexec.cli._eval import eval_command
 from planexec.cli._finish import report_result
 from planexec.cli._gc import gc
 from planexec.cli._replay import replay
@@ -41,6 +42,7 @@ def main(ctx: click.Context, store: str | None) -> None:
 
 for command in (run, resume, runs, show, export, approvals, approve, reject, replay, gc):
     main.add_command(command)
+main.add_command(eval_command, name="eval")
 
 
 @main.command()

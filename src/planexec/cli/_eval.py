@@ -1,0 +1,309 @@
+"""``planexec eval SUITE.yaml``: run a suite of golden tasks, show and write the report, and
+compare it with a baseline report.
+
+Exit status: 0 when nothing regressed (and, with --fail-on-task-failure, every run passed), 1 when
+something regressed beyond its tolerance or a run failed under --fail-on-task-failure, 2 when the
+suite or the command line is wrong (every problem is listed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, cast
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from planexec._errors import UsageError
+from planexec.cli._common import EXIT_OK, EXIT_STOPPED, make_console, problem_exit, say
+from planexec.cli._options import Problems, Refused
+from planexec.cli._store_options import StoreChoice, store_choice, using_store
+from planexec.eval import (
+    EvalReport,
+    EvalSettings,
+    RunReport,
+    Suite,
+    SuiteInvalid,
+    Tolerances,
+    compare_reports,
+    load_report,
+    load_suite,
+    report_text,
+    run_suite,
+)
+from planexec.eval._faults import fault_problems, read_faults_option
+from planexec.eval._suite import AGENT_KINDS, AgentKind, FaultSpec
+from planexec.eval._table import failure_lines, report_tables
+from planexec.store import RunStore
+
+__all__ = ["eval_command"]
+
+
+@click.command(name="eval")
+@click.argument("suite_path", metavar="SUITE.yaml", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--concurrency", type=click.IntRange(min=1), help="Runs at once (default: the suite's, else 4).")
+@click.option("--json", "json_out", metavar="FILE", help="Write the report as JSON to FILE ('-': stdout).")
+@click.option(
+    "--baseline", type=click.Path(dir_okay=False, path_type=Path), help="A report to compare with (from --json)."
+)
+@click.option(
+    "--faults",
+    metavar="PROFILE|FILE",
+    help="Inject faults into every task: a profile's name (e.g. flaky-tools, chaos) or a YAML/JSON file of its fields.",
+)
+@click.option(
+    "--seed", type=click.IntRange(min=0), help="The seed of the fault profiles (default: the suite's, else 0)."
+)
+@click.option(
+    "--agent",
+    type=click.Choice(AGENT_KINDS),
+    default="planexec",
+    show_default=True,
+    help="Run the tasks with planexec, or with the ReAct baseline (each task's react_model, else its executor).",
+)
+@click.option("--store", "store_url", metavar="URL", help="Log planexec runs in this store (default: not logged).")
+@click.option("--tolerance-pass-rate", type=click.FloatRange(min=0), help="Allowed drop of a pass rate (default 0.0).")
+@click.option(
+    "--tolerance-cost", type=click.FloatRange(min=0), help="Allowed relative rise of cost per run (default 0.1)."
+)
+@click.option(
+    "--tolerance-latency", type=click.FloatRange(min=0), help="Allowed relative rise of latency per run (default 0.25)."
+)
+@click.option("--fail-on-task-failure", is_flag=True, help="Exit 1 when any run of any task fails.")
+@click.option("--no-live", is_flag=True, help="Print a line per finished run instead of a progress bar.")
+@click.pass_context
+def eval_command(
+    ctx: click.Context,
+    /,
+    suite_path: Path,
+    concurrency: int | None,
+    json_out: str | None,
+    baseline: Path | None,
+    faults: str | None,
+    seed: int | None,
+    agent: str,
+    store_url: str | None,
+    tolerance_pass_rate: float | None,
+    tolerance_cost: float | None,
+    tolerance_latency: float | None,
+    fail_on_task_failure: bool,
+    no_live: bool,
+) -> None:
+    """Evaluate an agent on a suite of golden tasks (a YAML file).
+
+    Each task runs as many times as it asks (repeat), concurrently, each run with fresh models.
+    A run passes when its goal was met, it called the tools the task expects and its answer
+    passes the task's checks. The report shows, per task and overall: pass rate, steps, tool
+    success rate, replans, stalls, escalations, judge disagreement, tokens, cost, latency and
+    achieved parallelism.
+
+    With --baseline, each regression beyond its tolerance (options, else the suite's
+    `tolerances:`, else the defaults) is named and the exit status is 1. Tolerances: pass rate
+    as an absolute drop; cost and latency as a relative rise of the mean per run.
+    """
+    given = {"pass_rate": tolerance_pass_rate, "cost": tolerance_cost, "latency": tolerance_latency}
+    options = _Options(
+        suite_path=suite_path,
+        settings=EvalSettings(agent=cast(AgentKind, agent), concurrency=concurrency, seed=seed),
+        faults=faults,
+        json_out=json_out,
+        baseline=baseline,
+        tolerances={k: v for k, v in given.items() if v is not None},
+        fail_on_task_failure=fail_on_task_failure,
+        no_live=no_live,
+        store=_store(ctx, store_url),
+    )
+    suite, fault_spec, base = _prepare(ctx, options)
+    settings = replace(options.settings, faults=fault_spec)
+    console = make_console(as_json=json_out == "-")
+    if options.store is not None and settings.agent == "react":
+        click.echo("note: ReAct runs are not logged in a store; --store is ignored", err=True)
+    try:
+        report = asyncio.run(_run(suite, settings, options.store, console, no_live=no_live))
+    except Refused as e:
+        problem_exit(ctx, e.problems)
+    ctx.exit(_finish(report, suite, base, options, console))
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Options:
+    """What the command line asked for."""
+
+    suite_path: Path
+    settings: EvalSettings
+    faults: str | None
+    json_out: str | None
+    baseline: Path | None
+    tolerances: dict[str, float]
+    fail_on_task_failure: bool
+    no_live: bool
+    store: StoreChoice | None
+
+
+def _store(ctx: click.Context, url: str | None) -> StoreChoice | None:
+    """The store runs are logged in: this command's --store, else the group's when typed; else none."""
+    if url:
+        return StoreChoice(url=url, typed=True)
+    outer = store_choice(ctx)
+    return outer if outer.typed and outer.url else None
+
+
+def _prepare(ctx: click.Context, options: _Options) -> tuple[Suite, FaultSpec | None, EvalReport | None]:
+    """The suite, the fault profile and the baseline; every problem with any of them exits with status 2."""
+    problems = Problems()
+    suite = _read_suite(options, problems)
+    faults = _read_faults(options.faults, problems)
+    base = _read_baseline(options.baseline, problems)
+    if options.json_out not in (None, "-") and Path(options.json_out).is_dir():
+        problems.add("--json", f"{options.json_out} is a folder")
+    if problems or suite is None:
+        problem_exit(ctx, problems)
+    return suite, faults, base
+
+
+def _finish(report: EvalReport, suite: Suite, base: EvalReport | None, options: _Options, console: Console) -> int:
+    """Show the report, write it, compare it with the baseline; the exit status."""
+    for table in report_tables(report):
+        console.print(table)
+    for line in failure_lines(report):
+        say(console, line)
+    _write(report, options.json_out, console)
+    code = EXIT_OK
+    if base is not None:
+        code = _compare(report, base, replace(suite.tolerances, **options.tolerances), console)
+    if options.fail_on_task_failure and report.failed_runs:
+        say(console, f"{len(report.failed_runs)} run(s) failed")
+        code = EXIT_STOPPED
+    return code
+
+
+def _read_suite(options: _Options, problems: Problems) -> Suite | None:
+    try:
+        return load_suite(options.suite_path, agent=options.settings.agent)
+    except SuiteInvalid as e:
+        where = str(options.suite_path)
+        if not e.problems:
+            problems.add(where, e.summary)
+        for p in e.problems:
+            problems.add(where, str(p))
+    return None
+
+
+def _read_faults(value: str | None, problems: Problems) -> FaultSpec | None:
+    if value is None:
+        return None
+    try:
+        spec = read_faults_option(value)
+    except ValueError as e:
+        problems.add("--faults", str(e))
+        return None
+    found = fault_problems(spec, "--faults")
+    for p in found:
+        problems.add(p.where, p.message)
+    return None if found else spec
+
+
+def _read_baseline(path: Path | None, problems: Problems) -> EvalReport | None:
+    if path is None:
+        return None
+    try:
+        data: Any = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        problems.add("--baseline", f"cannot read {path}: {e}")
+        return None
+    if not isinstance(data, dict):
+        problems.add("--baseline", f"{path} is not an evaluation report")
+        return None
+    try:
+        return load_report(data, where=str(path))
+    except UsageError as e:
+        problems.add_usage_error("--baseline", e)
+        return None
+
+
+@contextlib.asynccontextmanager
+async def _opened(choice: StoreChoice | None, settings: EvalSettings) -> AsyncIterator[RunStore | None]:
+    """The store planexec runs are logged in, open for the evaluation (None: not logged)."""
+    if choice is None or settings.agent == "react":
+        yield None
+        return
+    async with using_store(choice) as store:
+        yield store
+
+
+async def _run(
+    suite: Suite, settings: EvalSettings, choice: StoreChoice | None, console: Console, *, no_live: bool
+) -> EvalReport:
+    async with _opened(choice, settings) as store:
+        settings = replace(settings, store=store)
+        total = sum(t.repeat for t in suite.tasks)
+        if no_live or not console.is_terminal:
+            say(console, f"{suite.name}: {total} run(s) of {len(suite.tasks)} task(s), {settings.agent} agent")
+            return await run_suite(suite, settings, progress=_Lines(console))
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=True) as bar:
+            sink = _Bar(bar, bar.add_task(f"{suite.name} ({settings.agent})", total=total))
+            return await run_suite(suite, settings, progress=sink)
+
+
+class _Lines:
+    """One plain line per finished run."""
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
+
+    def started(self, task: str, index: int) -> None:
+        return None
+
+    def finished(self, run: RunReport) -> None:
+        verdict = "pass" if run.passed else "FAIL"
+        say(self._console, f"{verdict} {run.task}#{run.index} ({run.stop}, {run.metrics.latency:.2f}s)")
+
+
+class _Bar:
+    """A progress bar, with the count of failed runs so far."""
+
+    def __init__(self, bar: Progress, task_id: Any) -> None:
+        self._bar = bar
+        self._task = task_id
+        self._failed = 0
+
+    def started(self, task: str, index: int) -> None:
+        return None
+
+    def finished(self, run: RunReport) -> None:
+        self._failed += not run.passed
+        self._bar.advance(self._task)
+        if self._failed:
+            description = self._bar.tasks[0].description.split(" — ")[0]
+            self._bar.update(self._task, description=f"{description} — {self._failed} failed")
+
+
+def _write(report: EvalReport, target: str | None, console: Console) -> None:
+    if target is None:
+        return
+    text = report_text(report)
+    if target == "-":
+        click.echo(text, nl=False)
+        return
+    Path(target).write_text(text, encoding="utf-8")
+    say(console, f"wrote the report (format version {report.version}) to {target}")
+
+
+def _compare(report: EvalReport, baseline: EvalReport, tolerances: Tolerances, console: Console) -> int:
+    comparison = compare_reports(report, baseline, tolerances)
+    for note in comparison.notes:
+        say(console, f"note: {note}")
+    if comparison.ok:
+        say(console, "no regression against the baseline")
+        return EXIT_OK
+    say(console, f"{len(comparison.regressions)} regression(s) against the baseline:")
+    for regression in comparison.regressions:
+        say(console, f"  REGRESSION {regression.message}")
+    return EXIT_STOPPED

@@ -1,0 +1,71 @@
+"""Evaluation: run a suite of golden tasks against planexec (or the ReAct baseline), check each
+run's tools and answer, measure it, and compare the report with a baseline.
+
+    suite = load_suite("suite.yaml")
+    report = await run_suite(suite, EvalSettings(concurrency=8))
+    comparison = compare_reports(report, load_report(json.load(open("base.json"))), suite.tolerances)
+
+``planexec eval SUITE.yaml`` does the same from the command line.
+"""
+
+from planexec.eval._compare import Comparison, Regression, compare_reports
+from planexec.eval._load import SUITE_FORMAT_VERSION, SuiteInvalid, load_suite, suite_from_mapping
+from planexec.eval._matchers import CheckOutcome, check_answer, judge_answer, match_tools
+from planexec.eval._metrics import RunMetrics, Trace, trace_of
+from planexec.eval._report import (
+    REPORT_FORMAT,
+    REPORT_VERSION,
+    EvalReport,
+    RunReport,
+    Summary,
+    TaskReport,
+    dump_report,
+    load_report,
+    report_text,
+)
+from planexec.eval._runner import EvalSettings, ProgressSink, run_suite
+from planexec.eval._suite import (
+    AnswerExpectation,
+    JudgeCheck,
+    MatchMode,
+    Suite,
+    Task,
+    Tolerances,
+    ToolExpectation,
+)
+
+__all__ = [
+    "REPORT_FORMAT",
+    "REPORT_VERSION",
+    "SUITE_FORMAT_VERSION",
+    "AnswerExpectation",
+    "CheckOutcome",
+    "Comparison",
+    "EvalReport",
+    "EvalSettings",
+    "JudgeCheck",
+    "MatchMode",
+    "ProgressSink",
+    "Regression",
+    "RunMetrics",
+    "RunReport",
+    "Suite",
+    "SuiteInvalid",
+    "Summary",
+    "Task",
+    "TaskReport",
+    "Tolerances",
+    "ToolExpectation",
+    "Trace",
+    "check_answer",
+    "compare_reports",
+    "dump_report",
+    "judge_answer",
+    "load_report",
+    "load_suite",
+    "match_tools",
+    "report_text",
+    "run_suite",
+    "suite_from_mapping",
+    "trace_of",
+]

@@ -1,0 +1,437 @@
+"""Reading a suite: YAML (or a mapping built in Python) to a checked :class:`Suite`.
+
+The whole suite is checked before anything runs, and every problem is reported at once in one
+:class:`SuiteInvalid`: unknown keys, missing goals, duplicate ids, model strings and tool references
+that do not resolve, bad budgets, patterns that do not compile, unknown fault profiles …
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, cast
+
+import yaml
+
+from planexec._errors import Problem, UsageError
+from planexec.eval._faults import fault_problems
+from planexec.eval._refs import anchor_model, importable_from, load_tool_ref, model_problems
+from planexec.eval._suite import (
+    AGENT_KINDS,
+    MATCH_MODES,
+    AgentKind,
+    AnswerExpectation,
+    JudgeCheck,
+    MatchMode,
+    Suite,
+    Task,
+    Tolerances,
+    ToolExpectation,
+)
+from planexec.runtime._budget import Budget
+from planexec.runtime._settings import Limits
+from planexec.tools._tool import Tool
+from planexec.tools._toolset import Toolset
+
+__all__ = ["SUITE_FORMAT_VERSION", "SuiteInvalid", "load_suite", "suite_from_mapping"]
+
+SUITE_FORMAT_VERSION = 1
+"""Suite file format (``version:``): 1, the first."""
+
+_SUITE_KEYS = ("version", "name", "seed", "concurrency", "tolerances", "defaults", "tasks")
+_TASK_KEYS = (
+    "goal",
+    "constraints",
+    "tools",
+    "planner",
+    "executor",
+    "judge",
+    "react_model",
+    "policy",
+    "replan",
+    "budget",
+    "limits",
+    "max_turns",
+    "expect_tools",
+    "expect_answer",
+    "repeat",
+    "faults",
+)
+_MERGED = ("budget", "limits")
+"""Mapping fields a task merges key by key into the defaults (the others replace them)."""
+_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+class SuiteInvalid(UsageError):
+    """A suite has problems; every one found is in ``problems``."""
+
+
+def load_suite(path: str | Path, *, agent: AgentKind = "planexec") -> Suite:
+    """Read and check the suite file at ``path`` for runs with ``agent``; raises :class:`SuiteInvalid`."""
+    file = Path(path)
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except OSError as e:
+        problem = Problem(code="file", where=str(file), message=str(e))
+        raise SuiteInvalid(f"cannot read the suite {file}", [problem]) from None
+    except yaml.YAMLError as e:
+        problem = Problem(code="yaml", where=str(file), message=str(e))
+        raise SuiteInvalid(f"the suite {file} is not valid YAML", [problem]) from None
+    if not isinstance(data, dict):
+        raise SuiteInvalid(f"the suite {file} must be a mapping with a 'tasks' list")
+    root = file.resolve().parent
+    data.setdefault("name", file.stem)
+    return suite_from_mapping(data, root=root, agent=agent, path=file)
+
+
+def suite_from_mapping(
+    data: Mapping[str, Any], *, root: str | Path, agent: AgentKind = "planexec", path: Path | None = None
+) -> Suite:
+    """A checked suite from a mapping shaped like a suite file. In Python, ``tools`` may also hold
+    Tool values, and model fields functions that return a fresh model for each run."""
+    folder = Path(root).resolve()
+    importable_from(folder)
+    reader = _Reader(folder, agent)
+    suite = reader.suite(data, path)
+    if reader.problems or suite is None:
+        where = str(path) if path is not None else "the suite"
+        raise SuiteInvalid(f"{where} is invalid", reader.problems)
+    return suite
+
+
+class _Reader:
+    """Reads a suite, collecting every problem instead of stopping at the first."""
+
+    def __init__(self, root: Path, agent: AgentKind) -> None:
+        self.root = root
+        self.agent = agent
+        self.problems: list[Problem] = []
+        self._models: dict[str, list[Problem]] = {}
+        self._tools: dict[str, list[Tool]] = {}
+
+    def add(self, where: str, message: str, code: str = "suite") -> None:
+        self.problems.append(Problem(code=code, where=where, message=message))
+
+    def unknown_keys(self, data: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
+        for key in data:
+            if key not in known:
+                self.add(f"{where}.{key}" if where else str(key), f"unknown key (known: {', '.join(known)})")
+
+    def suite(self, data: Mapping[str, Any], path: Path | None) -> Suite | None:
+        if self.agent not in AGENT_KINDS:
+            self.add("agent", f"{self.agent!r} is not one of {', '.join(AGENT_KINDS)}")
+        self.unknown_keys(data, _SUITE_KEYS, "")
+        version = data.get("version", SUITE_FORMAT_VERSION)
+        if version != SUITE_FORMAT_VERSION:
+            self.add("version", f"suite format {version!r} is not supported (this planexec reads 1)")
+        name = data.get("name", "suite")
+        if not isinstance(name, str) or not name.strip():
+            self.add("name", "must be a non-empty string")
+        seed = self.integer(data.get("seed", 0), "seed", minimum=0)
+        concurrency = self.integer(data.get("concurrency", 4), "concurrency", minimum=1)
+        tolerances = self.tolerances(data.get("tolerances", {}))
+        defaults = data.get("defaults", {})
+        if not isinstance(defaults, Mapping):
+            self.add("defaults", "must be a mapping of task fields")
+            defaults = {}
+        self.unknown_keys(defaults, _TASK_KEYS, "defaults")
+        raw_tasks = data.get("tasks")
+        tasks: list[Task] = []
+        if not isinstance(raw_tasks, list) or not raw_tasks:
+            self.add("tasks", "must be a non-empty list of tasks")
+            raw_tasks = []
+        seen: dict[str, str] = {}
+        for index, raw in enumerate(raw_tasks):
+            where = f"tasks[{index}]"
+            if not isinstance(raw, Mapping):
+                self.add(where, "must be a mapping with at least 'id' and 'goal'")
+                continue
+            task_id = raw.get("id")
+            if isinstance(task_id, str) and _ID.match(task_id):
+                where = f"tasks[{index}] ({task_id})"
+                if task_id in seen:
+                    self.add(where, f"duplicate id: {seen[task_id]} has it too")
+                seen[task_id] = where
+            else:
+                self.add(f"{where}.id", "must be a name of letters, digits, '_', '-' and '.'")
+            self.unknown_keys(raw, ("id", *_TASK_KEYS), where)
+            task = self.task(_merge(defaults, raw), _Where(where, raw), task_id if isinstance(task_id, str) else "")
+            if task is not None:
+                tasks.append(task)
+        self.problems = list(dict.fromkeys(self.problems))  # a bad default is reported once, not once per task
+        if self.problems or seed is None or concurrency is None or tolerances is None:
+            return None
+        return Suite(
+            name=str(name),
+            tasks=tuple(tasks),
+            root=self.root,
+            path=path,
+            seed=seed,
+            concurrency=concurrency,
+            tolerances=tolerances,
+        )
+
+    # -- one task ------------------------------------------------------------------------------
+
+    def task(self, data: Mapping[str, Any], where: _Where, task_id: str) -> Task | None:
+        before = len(self.problems)
+        goal = data.get("goal")
+        if not isinstance(goal, str) or not goal.strip():
+            self.add(f"{where.task}.goal", "is required: the goal to run, as text")
+        constraints = self.strings(data.get("constraints", []), where("constraints"))
+        refs, tools = self.tools(data.get("tools", []), where("tools"))
+        react = self.agent == "react"
+        uses = {
+            "planner": not react,
+            "executor": not react or data.get("react_model") is None,
+            "judge": True,
+            "react_model": react,
+        }
+        models = {key: self.model(data.get(key), where(key), load=used) for key, used in uses.items()}
+        react_model = models["react_model"]
+        if self.agent == "planexec" and data.get("planner") is None:
+            self.add(f"{where.task}.planner", "is required to run with the planexec agent, e.g. scripted:planner.json")
+        if self.agent == "react" and react_model is None and data.get("executor") is None:
+            self.add(
+                f"{where.task}.react_model", "is required to run with --agent react (or give the task an executor)"
+            )
+        policy = self.choice(data.get("policy", "upfront"), ("upfront", "step"), where("policy"))
+        replan = self.choice(
+            data.get("replan", "on_failure"), ("on_failure", "after_each_step", "never"), where("replan")
+        )
+        budget = self.typed(Budget, data.get("budget", {}), where("budget"))
+        limits = self.typed(Limits, data.get("limits", {}), where("limits"))
+        max_turns = self.integer(data.get("max_turns", 10), where("max_turns"), minimum=1)
+        repeat = self.integer(data.get("repeat", 1), where("repeat"), minimum=1)
+        expect_tools = self.expect_tools(data.get("expect_tools"), where("expect_tools"), tools)
+        expect_answer = self.expect_answer(data.get("expect_answer"), where("expect_answer"), models["judge"])
+        faults = data.get("faults")
+        if faults is not None:
+            self.problems += fault_problems(faults, where("faults"))
+        if len(self.problems) > before:
+            return None
+        return Task(
+            id=task_id,
+            goal=str(goal),
+            constraints=tuple(constraints or ()),
+            tool_refs=refs,
+            tools=tools,
+            planner=models["planner"],
+            executor=models["executor"],
+            judge=models["judge"],
+            react_model=react_model,
+            policy=cast(Any, policy),
+            replan=cast(Any, replan),
+            budget=cast(Budget, budget),
+            limits=cast(Limits, limits),
+            max_turns=cast(int, max_turns),
+            expect_tools=expect_tools,
+            expect_answer=expect_answer,
+            repeat=cast(int, repeat),
+            faults=faults,
+        )
+
+    def model(self, value: Any, where: str, *, load: bool = True) -> Any:
+        """A model spec with its scripted paths anchored in the suite's folder; a model the agent will
+        use (``load``) is resolved once per string to check it (nothing is sent to it)."""
+        if value is None:
+            return None
+        if isinstance(value, str) and not load:
+            if not value.strip():
+                self.add(where, "must be a model string")
+                return None
+            return anchor_model(value, self.root)
+        if isinstance(value, str):
+            value = anchor_model(value, self.root)
+            if value not in self._models:
+                self._models[value] = model_problems(value, "")
+            self.problems += [Problem(code=p.code, where=where, message=p.message) for p in self._models[value]]
+            return value
+        found = model_problems(value, where)
+        self.problems += found
+        return value
+
+    def tools(self, value: Any, where: str) -> tuple[tuple[str, ...], Toolset]:
+        if isinstance(value, str | Tool | Toolset):
+            value = [value]
+        if not isinstance(value, list | tuple):
+            self.add(where, "must be a list of module:attribute references")
+            return (), Toolset()
+        refs: list[str] = []
+        found: list[Tool | Toolset] = []
+        for item in value:
+            if isinstance(item, Tool | Toolset):
+                found.append(item)
+            elif isinstance(item, str):
+                refs.append(item)
+                if item not in self._tools:
+                    problems: list[Problem] = []
+                    self._tools[item] = load_tool_ref(item, self.root, where, problems)
+                    self.problems += problems
+                found += self._tools[item]
+            else:
+                self.add(where, f"{item!r} is not a module:attribute reference")
+        try:
+            return tuple(refs), Toolset(*found)
+        except UsageError as e:
+            self.problems += [Problem(code="tools", where=where, message=p.message) for p in e.problems]
+            return tuple(refs), Toolset()
+
+    def expect_tools(self, value: Any, where: str, tools: Toolset) -> ToolExpectation | None:
+        if value is None:
+            return None
+        if isinstance(value, list):
+            value = {"match": "strict", "tools": value}
+        if not isinstance(value, Mapping):
+            self.add(where, "must be a mapping with 'match' and 'tools', or a list of tool names (strict)")
+            return None
+        self.unknown_keys(value, ("match", "tools"), where)
+        match = self.choice(value.get("match", "strict"), MATCH_MODES, f"{where}.match")
+        names = self.strings(value.get("tools"), f"{where}.tools")
+        if names is None:
+            return None
+        unknown = [n for n in names if n not in tools]
+        if unknown and len(tools):
+            self.add(f"{where}.tools", f"not among the task's tools: {', '.join(unknown)}")
+        return ToolExpectation(match=cast(MatchMode, match), tools=tuple(names)) if match else None
+
+    def expect_answer(self, value: Any, where: str, judge_model: Any) -> AnswerExpectation | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = {"exact": value}
+        if not isinstance(value, Mapping):
+            self.add(where, "must be a mapping with one of exact, contains, regex, and/or judge")
+            return None
+        self.unknown_keys(value, ("exact", "contains", "regex", "judge", "ignore_case"), where)
+        given = [key for key in ("exact", "contains", "regex") if value.get(key) is not None]
+        if len(given) > 1:
+            self.add(where, f"give at most one of exact, contains, regex (not {' and '.join(given)})")
+        if not given and value.get("judge") is None:
+            self.add(where, "needs one of exact, contains, regex or judge")
+        exact = value.get("exact")
+        if exact is not None and not isinstance(exact, str | int | float):
+            self.add(f"{where}.exact", "must be text")
+        contains = value.get("contains")
+        if isinstance(contains, str):
+            contains = [contains]
+        texts = self.strings(contains, f"{where}.contains") if contains is not None else []
+        regex = value.get("regex")
+        ignore_case = value.get("ignore_case", False)
+        if not isinstance(ignore_case, bool):
+            self.add(f"{where}.ignore_case", "must be true or false")
+        if regex is not None:
+            try:
+                re.compile(str(regex))
+            except re.error as e:
+                self.add(f"{where}.regex", f"does not compile: {e}")
+        judge = self.judge(value.get("judge"), f"{where}.judge", judge_model)
+        return AnswerExpectation(
+            exact=None if exact is None else str(exact),
+            contains=tuple(texts or ()),
+            regex=None if regex is None else str(regex),
+            judge=judge,
+            ignore_case=ignore_case is True,
+        )
+
+    def judge(self, value: Any, where: str, judge_model: Any) -> JudgeCheck | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = {"rubric": value}
+        if not isinstance(value, Mapping):
+            self.add(where, "must be a mapping with a 'rubric'")
+            return None
+        self.unknown_keys(value, ("rubric", "model"), where)
+        rubric = value.get("rubric")
+        if not isinstance(rubric, str) or not rubric.strip():
+            self.add(f"{where}.rubric", "is required: what a good answer is, in words")
+        model = self.model(value.get("model"), f"{where}.model")
+        if model is None and judge_model is None:
+            self.add(where, "needs a judge model: the task's 'judge' (e.g. scripted:judge.json) or judge.model")
+        return JudgeCheck(rubric=str(rubric), model=model)
+
+    # -- small values ---------------------------------------------------------------------------
+
+    def tolerances(self, value: Any) -> Tolerances | None:
+        result = self.typed(Tolerances, value, "tolerances")
+        return cast(Tolerances, result) if result is not None else None
+
+    def typed(self, kind: type[Any], value: Any, where: str) -> Any:
+        """An instance of the dataclass ``kind`` from a mapping of its fields; numbers checked."""
+        if not isinstance(value, Mapping):
+            self.add(where, f"must be a mapping of {', '.join(f.name for f in fields(kind))}")
+            return None
+        known = tuple(f.name for f in fields(kind))
+        self.unknown_keys(value, known, where)
+        good: dict[str, Any] = {}
+        for key, item in value.items():
+            if key not in known:
+                continue
+            whole = _int_field(kind, key)
+            if item is not None and (isinstance(item, bool) or not isinstance(item, int if whole else int | float)):
+                self.add(f"{where}.{key}", f"must be a {'whole number' if whole else 'number'}, not {item!r}")
+            elif item is not None and item < 0:
+                self.add(f"{where}.{key}", "must not be negative")
+            else:
+                good[key] = item
+        if len(good) < sum(1 for k in value if k in known):
+            return None
+        try:
+            return kind(**good)
+        except UsageError as e:
+            self.problems += [Problem(code=p.code, where=f"{where}.{p.where}", message=p.message) for p in e.problems]
+        return None
+
+    def integer(self, value: Any, where: str, *, minimum: int) -> int | None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.add(where, f"must be a whole number, not {value!r}")
+            return None
+        if value < minimum:
+            self.add(where, f"must be at least {minimum}")
+            return None
+        return value
+
+    def choice(self, value: Any, choices: tuple[str, ...], where: str) -> str | None:
+        if value in choices:
+            return str(value)
+        self.add(where, f"{value!r} is not one of {', '.join(choices)}")
+        return None
+
+    def strings(self, value: Any, where: str) -> list[str] | None:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            self.add(where, "must be a list of strings")
+            return None
+        return list(value)
+
+
+class _Where:
+    """Where a task's field is written: in the task, or in the suite's defaults when the task does
+    not set it (so that a bad default is named once, where it is)."""
+
+    def __init__(self, task: str, own: Mapping[str, Any]) -> None:
+        self.task = task
+        self.own = own
+
+    def __call__(self, key: str) -> str:
+        return f"{self.task}.{key}" if key in self.own else f"defaults.{key}"
+
+
+def _merge(defaults: Mapping[str, Any], task: Mapping[str, Any]) -> dict[str, Any]:
+    """The task's fields over the defaults; ``budget`` and ``limits`` merge key by key."""
+    merged = {**defaults, **task}
+    for key in _MERGED:
+        base, own = defaults.get(key), task.get(key)
+        if isinstance(base, Mapping) and isinstance(own, Mapping):
+            merged[key] = {**base, **own}
+    return merged
+
+
+def _int_field(kind: type[Any], name: str) -> bool:
+    """Whether the field is a whole number (the dataclasses' annotations are strings here)."""
+    for f in fields(kind):
+        if f.name == name:
+            return str(f.type).startswith("int")
+    return False

@@ -1,0 +1,157 @@
+"""What one run measured, read from its result and event log — the same measures for a
+planner–executor run and a ReAct run, so that the two compare.
+
+* ``steps``: steps started (ReAct: tool calls asked for — each is one action).
+* ``tool_calls`` / ``tool_calls_ok``: every tool call asked for (a tool step, or a call a model made
+  inside a step), and those that succeeded. A retried call counts once, by its final outcome; a call
+  refused before it ran (unknown tool, arguments that do not fit) counts as failed.
+* ``replans``: plan patches after failures. ``stalls``: ``stall_detected`` events.
+* ``escalations``: approvals requested, plus one when the run stopped ``rejected`` or ``waiting``.
+* ``latency``: the run's wall time, from its first event to its last (the run's own clock).
+* ``parallelism``: the sum of the durations of its steps (ReAct: of its tool calls) over its wall
+  time — above 1 when work overlapped. None when the run took no measurable time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planexec.react._agent import ReactResult
+from planexec.runtime._events import (
+    ApprovalRequested,
+    RunFinished,
+    StallDetected,
+    StepCancelled,
+    StepFailed,
+    StepRequeued,
+    StepStarted,
+    StepSucceeded,
+    ToolCalled,
+)
+from planexec.runtime._result import RunResult
+from planexec.runtime._stop import StopReason
+
+__all__ = ["RunMetrics", "Trace", "trace_of"]
+
+_ESCALATED_STOPS = ("rejected", "waiting")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunMetrics:
+    steps: int
+    tool_calls: int
+    tool_calls_ok: int
+    replans: int
+    stalls: int
+    escalations: int
+    model_calls: int
+    input_tokens: int
+    output_tokens: int
+    cost: float
+    latency: float
+    parallelism: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trace:
+    """A run as the checks and the report see it, whichever agent ran it."""
+
+    answer: str | None
+    stop: StopReason
+    tools_called: tuple[str, ...]
+    """Every tool call asked for, in the order the log records it."""
+    metrics: RunMetrics
+    run_id: str
+
+
+def trace_of(result: RunResult | ReactResult) -> Trace:
+    if isinstance(result, ReactResult):
+        return _react_trace(result)
+    return _planexec_trace(result)
+
+
+def _planexec_trace(result: RunResult) -> Trace:
+    calls: list[tuple[str, bool]] = []
+    running: dict[str, tuple[float, int | None]] = {}
+    """Steps under way: when each started, and its index in ``calls`` when it is a tool step."""
+    busy = 0.0
+    steps = stalls = approvals = 0
+
+    def close(step_id: str, at: float, ok: bool) -> None:
+        nonlocal busy
+        started = running.pop(step_id, None)
+        if started is None:
+            return
+        busy += max(0.0, at - started[0])
+        if started[1] is not None:
+            calls[started[1]] = (calls[started[1]][0], ok)
+
+    for e in result.events:
+        if isinstance(e, StepStarted):
+            steps += 1
+            index = None
+            if e.tool is not None:
+                index = len(calls)
+                calls.append((e.tool, False))
+            running[e.step_id] = (e.at, index)
+        elif isinstance(e, StepSucceeded):
+            close(e.step_id, e.at, True)
+        elif isinstance(e, StepFailed | StepCancelled | StepRequeued):
+            close(e.step_id, e.at, False)
+        elif isinstance(e, ToolCalled):
+            calls.append((e.tool, e.error is None))
+        elif isinstance(e, StallDetected):
+            stalls += 1
+        elif isinstance(e, ApprovalRequested):
+            approvals += 1
+        elif isinstance(e, RunFinished):
+            for step_id in list(running):
+                close(step_id, e.at, False)
+    wall = result.duration
+    metrics = RunMetrics(
+        steps=steps,
+        tool_calls=len(calls),
+        tool_calls_ok=sum(ok for _, ok in calls),
+        replans=result.replans,
+        stalls=stalls,
+        escalations=approvals + (result.stop.kind in _ESCALATED_STOPS),
+        model_calls=result.model_calls,
+        input_tokens=result.usage.input_tokens,
+        output_tokens=result.usage.output_tokens,
+        cost=result.cost,
+        latency=wall,
+        parallelism=busy / wall if wall > 0 else None,
+    )
+    return Trace(
+        answer=result.answer,
+        stop=result.stop,
+        tools_called=tuple(name for name, _ in calls),
+        metrics=metrics,
+        run_id=result.run_id,
+    )
+
+
+def _react_trace(result: ReactResult) -> Trace:
+    wall = result.duration
+    busy = sum(c.duration for c in result.calls)
+    metrics = RunMetrics(
+        steps=len(result.calls),
+        tool_calls=len(result.calls),
+        tool_calls_ok=sum(c.error is None for c in result.calls),
+        replans=0,
+        stalls=sum(isinstance(e, StallDetected) for e in result.events),
+        escalations=int(result.stop.kind in _ESCALATED_STOPS),
+        model_calls=result.model_calls,
+        input_tokens=result.usage.input_tokens,
+        output_tokens=result.usage.output_tokens,
+        cost=result.cost,
+        latency=wall,
+        parallelism=busy / wall if wall > 0 else None,
+    )
+    return Trace(
+        answer=result.answer,
+        stop=result.stop,
+        tools_called=tuple(c.tool for c in result.calls),
+        metrics=metrics,
+        run_id=result.run_id,
+    )

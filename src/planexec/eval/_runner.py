@@ -1,0 +1,225 @@
+"""Running a suite: every task as many times as it asks, concurrently within a bound, each run
+isolated (fresh models, its own fault profile and seed), then checked and measured."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from planexec.eval._faults import describe_faults, profile_for, run_seed
+from planexec.eval._matchers import CheckOutcome, check_answer, judge_answer, match_tools
+from planexec.eval._metrics import RunMetrics, Trace, trace_of
+from planexec.eval._refs import fresh_model
+from planexec.eval._report import EvalReport, RunReport, TaskReport, summarize
+from planexec.eval._suite import AgentKind, FaultSpec, ModelSpec, Suite, Task
+from planexec.models._base import Model
+from planexec.planner._planner import Planner
+from planexec.react._agent import ReactAgent, ReactResult
+from planexec.runtime._agent import Agent
+from planexec.runtime._result import RunResult
+from planexec.runtime._settings import RunContext
+from planexec.store._base import RunStore
+from planexec.tools._tool import Tool
+
+if TYPE_CHECKING:
+    from planexec.faults import FaultProfile
+
+__all__ = ["EvalSettings", "ProgressSink", "run_suite"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalSettings:
+    """How to run a suite. None means: as the suite says."""
+
+    agent: AgentKind = "planexec"
+    concurrency: int | None = None
+    seed: int | None = None
+    faults: FaultSpec | None = None
+    """A fault profile for every task, instead of the tasks' own."""
+    store: RunStore | None = None
+    """Where planner–executor runs are logged (None: not logged)."""
+
+
+class ProgressSink(Protocol):
+    """Told when each run starts and ends (runs end in any order)."""
+
+    def started(self, task: str, index: int) -> None: ...
+
+    def finished(self, run: RunReport) -> None: ...
+
+
+async def run_suite(
+    suite: Suite, settings: EvalSettings | None = None, *, progress: ProgressSink | None = None
+) -> EvalReport:
+    """Run every task of ``suite`` and return the report (a failed run is a result, not an error)."""
+    settings = settings or EvalSettings()
+    seed = settings.seed if settings.seed is not None else suite.seed
+    limit = asyncio.Semaphore(settings.concurrency or suite.concurrency)
+
+    async def one(task: Task, index: int) -> RunReport:
+        async with limit:
+            if progress is not None:
+                progress.started(task.id, index)
+            report = await _run_one(suite, task, index, settings, seed)
+            if progress is not None:
+                progress.finished(report)
+            return report
+
+    jobs = [one(task, index) for task in suite.tasks for index in range(task.repeat)]
+    runs = await asyncio.gather(*jobs)
+    tasks = tuple(
+        TaskReport(
+            id=task.id,
+            summary=summarize(mine),
+            runs=tuple(mine),
+            faults=describe_faults(settings.faults if settings.faults is not None else task.faults),
+        )
+        for task in suite.tasks
+        if (mine := [r for r in runs if r.task == task.id])
+    )
+    return EvalReport(
+        suite=suite.name,
+        suite_path=str(suite.path) if suite.path is not None else None,
+        agent=settings.agent,
+        seed=seed,
+        faults=describe_faults(settings.faults),
+        created_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        summary=summarize(runs),
+        tasks=tasks,
+    )
+
+
+async def _run_one(suite: Suite, task: Task, index: int, settings: EvalSettings, seed: int) -> RunReport:
+    faults = settings.faults if settings.faults is not None else task.faults
+    this_seed = run_seed(seed, task.id, index)
+    try:
+        profile = profile_for(faults, this_seed) if faults is not None else None
+        result = await _execute(suite, task, index, settings, profile, this_seed)
+    except Exception as e:  # building the run failed (a model factory, a fault profile …): the run fails
+        return _broken(task, index, f"{type(e).__name__}: {e}")
+    trace = trace_of(result)
+    checks, disagreement, judge_cost = await _check(task, trace, profile)
+    return RunReport(
+        task=task.id,
+        index=index,
+        passed=all(c.passed for c in checks),
+        reasons=tuple(f"{c.name}: {c.detail}" for c in checks if not c.passed),
+        stop=trace.stop.kind,
+        stop_detail=trace.stop.detail,
+        answer=trace.answer,
+        tools_called=trace.tools_called,
+        checks=tuple(checks),
+        disagreement=disagreement,
+        metrics=trace.metrics,
+        judge_cost=judge_cost,
+        fault_seed=this_seed if faults is not None else None,
+        run_id=trace.run_id if settings.store is not None and settings.agent == "planexec" else None,
+    )
+
+
+def _wrapper(profile: FaultProfile | None) -> Callable[[Model, str], Model]:
+    if profile is None:
+        return lambda model, _role: model
+    return lambda model, role: profile.wrap_model(model, role=cast(Any, role))
+
+
+def _model(spec: ModelSpec, role: str, wrap: Callable[[Model, str], Model]) -> Model:
+    return wrap(fresh_model(spec), role)
+
+
+async def _execute(
+    suite: Suite, task: Task, index: int, settings: EvalSettings, profile: FaultProfile | None, seed: int
+) -> RunResult | ReactResult:
+    tools: list[Tool] = list(task.tools)
+    if profile is not None:
+        tools = list(profile.wrap_tools(tools))
+    wrap = _wrapper(profile)
+    context = RunContext(seed=seed)
+    if settings.agent == "react":
+        spec = task.model_for_react()
+        if spec is None:
+            raise ValueError(f"task {task.id!r} has no react_model (or executor) for the ReAct agent")
+        react = ReactAgent(
+            _model(spec, "executor", wrap), tools=tools, max_turns=task.max_turns, budget=task.budget, context=context
+        )
+        return await react.run(task.goal, constraints=task.constraints)
+    if task.planner is None:
+        raise ValueError(f"task {task.id!r} has no planner")
+    agent = Agent(
+        Planner(model=_model(task.planner, "planner", wrap), policy=task.policy, replan=task.replan),
+        tools=tools,
+        executor=_model(task.executor, "executor", wrap) if task.executor is not None else None,
+        budget=task.budget,
+        limits=task.limits,
+        context=context,
+        store=settings.store,
+    )
+    run_id = f"eval-{task.id}-{index}-{uuid.uuid4().hex[:8]}" if settings.store is not None else None
+    metadata = {"eval": {"suite": suite.name, "task": task.id, "index": index}}
+    run = agent.start(task.goal, constraints=task.constraints, run_id=run_id, metadata=metadata)
+    return await run.result()
+
+
+async def _check(
+    task: Task, trace: Trace, profile: FaultProfile | None
+) -> tuple[list[CheckOutcome], bool | None, float]:
+    """The run's checks, whether the deterministic answer check and the judge disagreed, and the judge's cost."""
+    checks = [CheckOutcome(name="stop", passed=trace.stop.ok, detail="" if trace.stop.ok else str(trace.stop))]
+    if task.expect_tools is not None:
+        checks.append(match_tools(task.expect_tools, trace.tools_called))
+    expect = task.expect_answer
+    if expect is None:
+        return checks, None, 0.0
+    deterministic = check_answer(expect, trace.answer)
+    if deterministic is not None:
+        checks.append(deterministic)
+    if expect.judge is None:
+        return checks, None, 0.0
+    spec = expect.judge.model if expect.judge.model is not None else task.judge
+    try:
+        if spec is None:
+            raise ValueError("the task names no judge model")
+        judge = _model(spec, "judge", _wrapper(profile))
+    except Exception as e:
+        checks.append(CheckOutcome(name="answer.judge", passed=False, detail=f"the judge failed: {e}"))
+        return checks, None, 0.0
+    verdict = await judge_answer(judge, goal=task.goal, rubric=expect.judge.rubric, answer=trace.answer)
+    checks.append(verdict.check)
+    disagreement = None
+    if deterministic is not None and verdict.judged and trace.answer is not None:
+        disagreement = deterministic.passed != verdict.check.passed
+    return checks, disagreement, verdict.cost
+
+
+def _broken(task: Task, index: int, why: str) -> RunReport:
+    """The report of a run that could not be built or crashed outside the agent."""
+    return RunReport(
+        task=task.id,
+        index=index,
+        passed=False,
+        reasons=(f"error: {why}",),
+        stop="error",
+        stop_detail=why,
+        answer=None,
+        tools_called=(),
+        checks=(CheckOutcome(name="stop", passed=False, detail=why),),
+        disagreement=None,
+        metrics=RunMetrics(
+            steps=0,
+            tool_calls=0,
+            tool_calls_ok=0,
+            replans=0,
+            stalls=0,
+            escalations=0,
+            model_calls=0,
+            input_tokens=0,
+            output_tokens=0,
+            cost=0.0,
+            latency=0.0,
+            parallelism=None,
+        ),
+    )

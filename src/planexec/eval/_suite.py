@@ -1,0 +1,151 @@
+"""A suite of golden tasks, as typed values: what each task asks, with which models, tools, budget
+and faults, and what counts as passing it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeAlias
+
+from planexec.models._base import Model
+from planexec.runtime._budget import Budget
+from planexec.runtime._settings import Limits
+from planexec.tools._toolset import Toolset
+
+__all__ = [
+    "AGENT_KINDS",
+    "MATCH_MODES",
+    "AgentKind",
+    "AnswerExpectation",
+    "FaultSpec",
+    "JudgeCheck",
+    "MatchMode",
+    "ModelSpec",
+    "Suite",
+    "Task",
+    "Tolerances",
+    "ToolExpectation",
+]
+
+MatchMode = Literal["strict", "unordered", "subset", "superset"]
+MATCH_MODES: tuple[MatchMode, ...] = ("strict", "unordered", "subset", "superset")
+
+AgentKind = Literal["planexec", "react"]
+AGENT_KINDS: tuple[AgentKind, ...] = ("planexec", "react")
+
+ModelSpec: TypeAlias = "str | Callable[[], Model]"
+"""A model string (``scripted:PATH``, ``object:pkg.module:attr``, ``provider:name``), or, in a suite
+built in Python, a function that returns a fresh model for each run."""
+
+FaultSpec: TypeAlias = "str | Mapping[str, Any]"
+"""A fault profile's name, or its fields as a mapping (see :mod:`planexec.faults`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolExpectation:
+    """Which tools a run must call.
+
+    ``strict``: exactly this sequence. ``unordered``: the same calls in any order (the same
+    multiset). ``subset``: every listed tool was called (at least as often as it is listed).
+    ``superset``: no tool outside the list was called.
+    """
+
+    match: MatchMode
+    tools: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class JudgeCheck:
+    """A model judges the answer against ``rubric``; ``model`` overrides the task's judge model."""
+
+    rubric: str
+    model: ModelSpec | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnswerExpectation:
+    """What the final answer must be: at most one deterministic check (``exact``, ``contains`` —
+    every text listed — or ``regex``, searched), and optionally a model ``judge``. The answer passes
+    when every check given passes."""
+
+    exact: str | None = None
+    contains: tuple[str, ...] = ()
+    regex: str | None = None
+    judge: JudgeCheck | None = None
+    ignore_case: bool = False
+
+    @property
+    def deterministic(self) -> Literal["exact", "contains", "regex"] | None:
+        if self.exact is not None:
+            return "exact"
+        if self.contains:
+            return "contains"
+        if self.regex is not None:
+            return "regex"
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Task:
+    """One golden task. Model strings are already resolved against the suite's folder."""
+
+    id: str
+    goal: str
+    constraints: tuple[str, ...] = ()
+    tool_refs: tuple[str, ...] = ()
+    tools: Toolset = field(default_factory=Toolset, compare=False, repr=False)
+    """The tools ``tool_refs`` name (and any given as values), loaded when the suite was read."""
+    planner: ModelSpec | None = None
+    executor: ModelSpec | None = None
+    judge: ModelSpec | None = None
+    react_model: ModelSpec | None = None
+    policy: Literal["upfront", "step"] = "upfront"
+    replan: Literal["on_failure", "after_each_step", "never"] = "on_failure"
+    budget: Budget = field(default_factory=Budget)
+    limits: Limits = field(default_factory=Limits)
+    max_turns: int = 10
+    """For the ReAct baseline: its most model turns."""
+    expect_tools: ToolExpectation | None = None
+    expect_answer: AnswerExpectation | None = None
+    repeat: int = 1
+    faults: FaultSpec | None = None
+
+    def model_for_react(self) -> ModelSpec | None:
+        """The ReAct baseline's model: ``react_model``, else the task's ``executor``."""
+        return self.react_model if self.react_model is not None else self.executor
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tolerances:
+    """How much worse than a baseline a report may be before it counts as a regression.
+
+    ``pass_rate``: an absolute drop (0.0: any drop). ``cost`` and ``latency``: relative rises of
+    the mean per run (0.1: ten per cent). ``latency_floor``: latency differences under this many
+    seconds never count (scheduling noise on fast runs).
+    """
+
+    pass_rate: float = 0.0
+    cost: float = 0.1
+    latency: float = 0.25
+    latency_floor: float = 0.05
+
+
+@dataclass(frozen=True, kw_only=True)
+class Suite:
+    """A suite of tasks, read from a YAML file (``load_suite``) or built in Python (``suite_from_mapping``)."""
+
+    name: str
+    tasks: tuple[Task, ...]
+    root: Path
+    """The folder model and tool references are resolved from (the suite file's folder)."""
+    path: Path | None = None
+    seed: int = 0
+    concurrency: int = 4
+    tolerances: Tolerances = field(default_factory=Tolerances)
+
+    def task(self, task_id: str) -> Task:
+        for t in self.tasks:
+            if t.id == task_id:
+                return t
+        raise KeyError(task_id)
