@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready
+BENCH_READY := $(VENV)/.bench-ready
 
-.PHONY: demo test bench bench-store lint
+.PHONY: demo test bench bench-quick bench-core bench-store lint
 
 demo: $(READY)
 	$(BIN)/planexec demo
@@ -16,11 +17,26 @@ test: $(READY)
 # pytest runs with a throwaway PostgreSQL server when one can be started (see scripts/test)
 	BIN=$(BIN) bash scripts/test -q
 
-bench: $(READY)
+# Side by side with the LangGraph peers (W1-W6, about 6 minutes on 2 cores), then the W4 store detail.
+bench: $(BENCH_READY)
+	$(BIN)/python -m benchmarks.compare
+	$(BIN)/python -m benchmarks.store
+
+bench-quick: $(BENCH_READY)
+	$(BIN)/python -m benchmarks.compare --quick
+
+# planexec alone: W1, W2 and W4 in a few seconds.
+bench-core: $(READY)
 	$(BIN)/python -m benchmarks.core
 
 bench-store: $(READY)
 	$(BIN)/python -m benchmarks.store
+
+# The bench extra (LangGraph and its SQLite checkpointer), installed into .venv when missing.
+$(BENCH_READY): $(READY)
+	$(BIN)/python -c 'import langgraph.checkpoint.sqlite, langchain_core' 2>/dev/null \
+		|| $(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+	touch $(BENCH_READY)
 
 $(READY): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "planexec needs Python 3.11 or newer")'
