@@ -281,7 +281,7 @@ def test_replay_under_a_fault_profile_goes_live_at_the_first_spoiled_call(
     assert doc["forked_from"] == run_id
     bad = cli(store, "replay", run_id, "--faults", "no-such-profile")
     assert bad.exit_code == 2
-    assert "neither a profile" in bad.output
+    assert "unknown fault profile 'no-such-profile'" in bad.output
 
 
 def test_a_fork_with_the_recorded_planner_skips_the_replies_already_used(

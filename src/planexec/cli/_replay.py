@@ -4,14 +4,11 @@ run with the agent rebuilt as for ``resume``."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast, get_args
 
 import click
-import yaml
 
 from planexec._errors import UsageError
 from planexec.cli._agent_options import AgentFlags, agent_options
@@ -24,8 +21,9 @@ from planexec.cli._rebuild import build_agent, recorded_spec
 from planexec.cli._report import json_text
 from planexec.cli._resume import load_log
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
+from planexec.eval._faults import fault_problems, profile_for, read_faults_option
 from planexec.executor import ErrorKind
-from planexec.faults import PROFILES, FaultProfile
+from planexec.faults import FaultProfile
 from planexec.runtime import Event, Fault, ReplayReport, RunStarted, RunState, StepStarted, replay_log
 
 __all__ = ["replay"]
@@ -138,24 +136,19 @@ def replay(
 
 
 def _fault_profile(value: str, seed: int | None, problems: Problems) -> FaultProfile | None:
-    """A fault profile by name, or from a YAML/JSON file of its fields."""
+    """A fault profile by name, or from a YAML/JSON file of its fields (as ``planexec eval`` reads it)."""
     try:
-        if value in PROFILES:
-            profile = PROFILES[value]
-        else:
-            path = Path(value)
-            if not path.is_file():
-                problems.add("--faults", f"{value!r} is neither a profile ({', '.join(PROFILES)}) nor a file")
-                return None
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-            if not isinstance(data, dict):
-                problems.add("--faults", f"{value} does not hold a mapping of profile fields")
-                return None
-            profile = FaultProfile.from_mapping(data)
-    except (UsageError, OSError, yaml.YAMLError) as e:
+        spec = read_faults_option(value)
+    except ValueError as e:
         problems.add("--faults", str(e))
         return None
-    return profile if seed is None else dataclasses.replace(profile, seed=seed)
+    found = fault_problems(spec, "--faults")
+    for p in found:
+        problems.add(p.where, p.message)
+    if found:
+        return None
+    own = 0 if isinstance(spec, str) else int(spec.get("seed", 0))
+    return profile_for(spec, own if seed is None else seed)
 
 
 async def _replay(
