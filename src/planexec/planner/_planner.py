@@ -95,6 +95,7 @@ class Planner:
     instructions: str = ""
     record_chars: int = 600
     _resolved: Model | None = field(default=None, init=False, repr=False)
+    _streams_known: bool | None = field(default=None, init=False, repr=False)
 
     def resolved_model(self) -> Model:
         if self._resolved is None:
@@ -182,8 +183,15 @@ class Planner:
             and ctx.call_stream is not None
             and ctx.on_step is not None
             and output in (PlanDraft, Turn)
-            and isinstance(model, StreamingModel)
+            and self.model_streams
         )
+
+    @property
+    def model_streams(self) -> bool:
+        """Whether the planning model can stream (found out once: the protocol check is not free)."""
+        if self._streams_known is None:
+            self._streams_known = isinstance(self.resolved_model(), StreamingModel)
+        return self._streams_known
 
     def _early_steps(self, reader: StreamedSteps, text: str, *, ctx: PlanningContext) -> None:
         assert ctx.on_step is not None

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from planexec.plan._bindings import render_text
+from planexec.tools._tool import Tool
 from planexec.tools._toolset import Toolset
 
 if TYPE_CHECKING:
@@ -42,16 +43,23 @@ FINISH = """Every step has finished. Write the final answer to the goal from the
 
 
 def describe_tools(tools: Toolset, executors: Mapping[str, str]) -> str:
-    lines = ["Tools:"]
-    for t in tools:
-        flags = [f for f, on in (("writes", t.side_effect), ("sensitive", t.sensitive)) if on]
-        suffix = f" [{', '.join(flags)}]" if flags else ""
-        schema = json.dumps(t.parameters, separators=(",", ":"), ensure_ascii=False)
-        lines.append(f"- {t.name}{suffix}: {t.description}\n  args schema: {schema}")
+    lines = ["Tools:", *(_describe_tool(t) for t in tools)]
     if executors:
         lines.append("Executors (for steps with no tool):")
         lines += [f"- {name}: {desc}" for name, desc in executors.items()]
     return "\n".join(lines)
+
+
+def _describe_tool(tool: Tool) -> str:
+    """One tool as the planner reads it (a tool is an immutable value: this is made once per tool)."""
+    text: str | None = getattr(tool, "_planner_text", None)
+    if text is None:
+        flags = [f for f, on in (("writes", tool.side_effect), ("sensitive", tool.sensitive)) if on]
+        suffix = f" [{', '.join(flags)}]" if flags else ""
+        schema = json.dumps(tool.parameters, separators=(",", ":"), ensure_ascii=False)
+        text = f"- {tool.name}{suffix}: {tool.description}\n  args schema: {schema}"
+        object.__setattr__(tool, "_planner_text", text)
+    return text
 
 
 def describe_goal(goal: str, constraints: tuple[str, ...]) -> str:

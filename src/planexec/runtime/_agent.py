@@ -13,7 +13,7 @@ from planexec.executor._acceptance import Acceptance
 from planexec.executor._base import Executor
 from planexec.executor._model import ModelExecutor
 from planexec.executor._tools import ToolExecutor
-from planexec.models._base import Model, StreamingModel
+from planexec.models._base import Model
 from planexec.plan._plan import Plan
 from planexec.planner._planner import Planner
 from planexec.runtime._budget import Budget
@@ -143,6 +143,7 @@ class Agent:
     ) -> None:
         self._parts = _assemble(planner, tools, executor, executors)
         self._store_spec = store
+        self._described: dict[str, Any] | None = None
         self._store: RunStore | None = store if isinstance(store, RunStore) else None
         self.budget = budget or Budget()
         self.limits = limits or Limits()
@@ -185,8 +186,14 @@ class Agent:
             acceptance=self.acceptance,
             approvals=self.approvals,
             context=self.context,
-            metadata={**self._describe(), **metadata},
+            metadata={**self._description(), **metadata},
         )
+
+    def _description(self) -> dict[str, Any]:
+        """``_describe``, made once: an agent's set-up does not change between its runs."""
+        if self._described is None:
+            self._described = self._describe()
+        return self._described
 
     def _describe(self) -> dict[str, Any]:
         """What the log records about this agent's set-up (data only; no code)."""
@@ -209,7 +216,7 @@ class Agent:
                 "policy": parts.planner.policy,
                 "replan": parts.planner.replan,
                 "max_repairs": parts.planner.max_repairs,
-                "streams": parts.planner.stream and isinstance(parts.planner.resolved_model(), StreamingModel),
+                "streams": parts.planner.stream and parts.planner.model_streams,
             },
             "limits": dataclasses.asdict(self.limits),
             "approvals": {

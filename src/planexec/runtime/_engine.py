@@ -129,7 +129,7 @@ class Engine:
             self.budget = replace(config.budget, wall_time=None)
         self._listeners: list[Callable[[Event], None]] = []
         self._clock = config.context.clock
-        self._rng: random.Random = config.context.rng()
+        self._rng_made: random.Random | None = None
         self.queue: asyncio.Queue[StepDone | PlanDone | _Wake | _Recorded] = asyncio.Queue()
         self.ready = ReadyQueue()
         self._running: dict[str, tuple[asyncio.Task[None], int]] = {}
@@ -201,6 +201,13 @@ class Engine:
             for listener in self._listeners:
                 listener(e)
         self.humans.answered_elsewhere(events)
+
+    @property
+    def _rng(self) -> random.Random:
+        """The run's randomness (retry jitter), made when first needed: seeding is not free."""
+        if self._rng_made is None:
+            self._rng_made = self.config.context.rng()
+        return self._rng_made
 
     def now(self) -> float:
         if self.replay is not None and not self.replay.live:
