@@ -3,6 +3,7 @@ bounded, fully recorded runs."""
 
 from planexec._errors import (
     BudgetExhausted,
+    LogUnreadable,
     MaxReplans,
     ModelNotFound,
     PlanexecError,
@@ -12,6 +13,7 @@ from planexec._errors import (
     RunCancelled,
     RunFailed,
     Stalled,
+    StoreError,
     ToolDefinitionError,
     ToolError,
     TransientToolError,
@@ -65,6 +67,7 @@ __all__ = [
     "Event",
     "FunctionModel",
     "Limits",
+    "LogUnreadable",
     "MaxReplans",
     "Message",
     "Model",
@@ -88,6 +91,7 @@ __all__ = [
     "ScriptedModel",
     "Stalled",
     "Step",
+    "StoreError",
     "StepError",
     "StepRecord",
     "StopReason",

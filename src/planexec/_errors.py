@@ -17,6 +17,9 @@
     │   └── WaitingForHuman     not an end: the run is saved until a human answers
     ├── ToolError               raised by a tool's own code to say how its call failed
     │   └── TransientToolError  worth retrying (rate limits, flaky services)
+    ├── StoreError              a run store failed: unreachable, timed out, damaged or full
+    │   └── LogUnreadable       a stored log holds events this planexec cannot read;
+    │                           ``events`` keeps every event that could be read
     └── ModelCallError          a provider call failed (``retryable`` says whether to try again);
                                 defined in planexec.models
 
@@ -27,13 +30,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from planexec.runtime._result import RunResult
 
 __all__ = [
     "BudgetExhausted",
+    "LogUnreadable",
     "MaxReplans",
     "ModelNotFound",
     "PlanInvalid",
@@ -43,6 +47,7 @@ __all__ = [
     "RunCancelled",
     "RunFailed",
     "Stalled",
+    "StoreError",
     "ToolDefinitionError",
     "ToolError",
     "TransientToolError",
@@ -158,3 +163,28 @@ class ToolError(PlanexecError):
 
 class TransientToolError(ToolError):
     """Raise from a tool when trying the same call again may succeed."""
+
+
+class StoreError(PlanexecError):
+    """A run store failed: it could not be reached, did not answer in time, is damaged, or refused
+    the write. The message names the store (without credentials) and what went wrong."""
+
+
+class LogUnreadable(StoreError):
+    """A run's stored log holds events this planexec cannot read (damaged data, an unknown event
+    kind, a newer schema version).
+
+    ``events`` holds every event that could be read, in log order; ``problems`` says, for each
+    event that could not, its sequence number and why.
+    """
+
+    def __init__(self, run_id: str, problems: Sequence[Problem], events: Sequence[Any] = ()) -> None:
+        self.run_id = run_id
+        self.problems: tuple[Problem, ...] = tuple(problems)
+        self.events: tuple[Any, ...] = tuple(events)
+        listing = "; ".join(str(p) for p in self.problems[:5])
+        more = f" (and {len(self.problems) - 5} more)" if len(self.problems) > 5 else ""
+        super().__init__(
+            f"run {run_id}: {len(self.problems)} event(s) of its log cannot be read: {listing}{more}; "
+            f"{len(self.events)} event(s) could be read"
+        )
