@@ -23,6 +23,7 @@ from planexec.models import (
     StreamDelta,
     StreamingModel,
     StreamingScriptedModel,
+    Usage,
 )
 
 KEYS = [f"step{i}:v1" for i in range(1000)]
@@ -369,11 +370,23 @@ async def test_a_storm_refuses_streamed_calls_too() -> None:
 
 
 def test_a_wrapped_model_passes_on_price_and_token_counting() -> None:
-    model = FaultProfile().wrap_model(ScriptedModel([]))
+    scripted = ScriptedModel([], usage=Usage(input_tokens=42, output_tokens=1), cost_per_million=(1.0, 2.0))
+    model = FaultProfile().wrap_model(scripted)
     assert isinstance(model, FaultyModel)
-    assert model.price is None
-    with pytest.raises(UsageError, match="not supported by scripted"):
-        model.count_tokens(planner_request())
+    assert model.price == scripted.price
+    assert model.count_tokens(planner_request()) == 42
+
+    class Bare:
+        name = "bare"
+
+        async def request(self, request: ModelRequest) -> ModelResponse:
+            return ModelResponse(text="")
+
+    bare = FaultProfile().wrap_model(Bare())
+    assert isinstance(bare, FaultyModel)
+    assert bare.price is None
+    with pytest.raises(UsageError, match="not supported by bare"):
+        bare.count_tokens(planner_request())
 
 
 # -- building profiles -----------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Any, TypeAlias
 
 from planexec._errors import Problem, UnexpectedModelCall
 from planexec.models._base import ModelRequest, ModelResponse, StreamDelta, ToolCall, Usage, estimate_tokens
+from planexec.models._prices import Price
 
 __all__ = ["FunctionModel", "Reply", "ScriptedModel", "StreamingScriptedModel", "tool_calls"]
 
@@ -55,6 +56,20 @@ class _Simulated:
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def price(self) -> Price | None:
+        """The simulated price, from ``cost_per_million``: budgets check calls against it before they
+        are made, as they do for real models."""
+        if self._prices is None:
+            return None
+        return Price(input=self._prices[0], output=self._prices[1])
+
+    def count_tokens(self, request: ModelRequest) -> int:
+        """The input tokens this double will report for ``request``."""
+        if self._usage is not None:
+            return self._usage.input_tokens
+        return estimate_tokens("".join(m.content for m in request.messages))
 
     def latency_of(self, request: ModelRequest) -> float:
         return self._latency(request) if callable(self._latency) else self._latency

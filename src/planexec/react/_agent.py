@@ -40,7 +40,7 @@ from planexec.runtime._events import (
 from planexec.runtime._settings import RunContext
 from planexec.runtime._state import RunState, canonical_call
 from planexec.runtime._stop import StopReason
-from planexec.tools._tool import Tool
+from planexec.tools._tool import Tool, ToolCrashed
 from planexec.tools._toolset import Toolset
 
 __all__ = ["DEFAULT_REACT_INSTRUCTIONS", "ReactAgent", "ReactResult"]
@@ -186,6 +186,8 @@ class _Loop:
             stop = self._budget_stop(hit)
         except TimeoutError:
             stop = self._budget_stop(BudgetHit("wall_time", wall or 0.0, wall or 0.0))
+        except ToolCrashed as crash:
+            stop = StopReason(kind="error", code="tool_crashed", detail=str(crash))
         self.emit(RunFinished(at=self.clock(), stop=stop, answer=answer))
         state = self.state
         return ReactResult(
@@ -214,7 +216,8 @@ class _Loop:
             self.turns += 1
             response = await self._ask()
             if response.refusal is not None or response.finish_reason == "refusal":
-                raise _Stop(StopReason(kind="error", detail=f"the model refused: {response.refusal or ''}"))
+                refusal = response.refusal or ""
+                raise _Stop(StopReason(kind="error", code="planner_failed", detail=f"the model refused: {refusal}"))
             if response.tool_calls:
                 await self._act(response)
                 continue
@@ -241,7 +244,7 @@ class _Loop:
         except Exception as e:
             detail = f"{type(e).__name__}: {e}"
             self.emit(self._model_called(model, request, loop.time() - t0, error=detail))
-            raise _Stop(StopReason(kind="error", detail=f"the model failed: {detail}")) from None
+            raise _Stop(StopReason(kind="error", code="planner_failed", detail=f"the model failed: {detail}")) from None
         self.emit(self._model_called(model, request, loop.time() - t0, response=response))
         return response
 

@@ -17,7 +17,7 @@ from planexec.models._base import ToolCall
 from planexec.runtime._budget import Budget
 from planexec.runtime._events import ToolCalled
 from planexec.runtime._state import RunState
-from planexec.tools._tool import Tool, ToolContext, call_with_timeout
+from planexec.tools._tool import Tool, ToolContext, ToolCrashed, call_with_timeout
 from planexec.tools._toolset import Toolset
 
 __all__ = ["CallSite", "call_tool", "observation"]
@@ -94,7 +94,7 @@ async def _attempt(site: CallSite, tool: Tool, args: dict[str, Any], call: ToolC
     )
     try:
         raw = await call_with_timeout(tool, args, ctx)
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, ToolCrashed):
         raise
     except Exception as e:
         raise _Failed(_error_of(tool, e), retryable=tool.retry.retries(e)) from None

@@ -206,6 +206,7 @@ class Agent:
                     "side_effect": t.side_effect,
                     "sensitive": t.sensitive,
                     "idempotent": t.idempotent,
+                    "requires_approval": t.requires_approval,
                 }
                 for t in parts.tools
             ],

@@ -1,10 +1,16 @@
-"""Budgets: caps on what a run may spend, checked before every call, not only after."""
+"""Budgets: caps on what a run may spend, checked before every call, not only after.
+
+Every run is bounded unless its developer says otherwise: ``Budget()`` has default caps on steps,
+model calls, tool calls, wall time and replans (``DEFAULT_CAPS``). A cap is lifted only by naming
+it: ``Budget(steps=None)`` has no step cap, ``Budget.unbounded()`` no cap at all.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from planexec._errors import Problem, UsageError
 from planexec.runtime._stop import BudgetName
@@ -12,30 +18,47 @@ from planexec.runtime._stop import BudgetName
 if TYPE_CHECKING:
     from planexec.runtime._state import RunState
 
-__all__ = ["Budget", "BudgetHit"]
+__all__ = ["DEFAULT_CAPS", "Budget", "BudgetHit"]
+
+DEFAULT_CAPS: dict[str, float | int] = {
+    "model_calls": 200,
+    "wall_time": 600.0,
+    "tool_calls": 1000,
+    "steps": 100,
+    "replans": 3,
+}
+"""The caps every run has unless its developer sets them (``None`` lifts one)."""
+
+_INTEGERS = frozenset({"model_calls", "input_tokens", "output_tokens", "tool_calls", "steps", "replans"})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Budget:
-    """Caps on one run. ``None`` means no cap. ``cost`` is in US dollars, ``wall_time`` in seconds."""
+    """Caps on one run; ``None`` means no cap. ``cost`` is in US dollars, ``wall_time`` in seconds
+    (time spent waiting for a human's answer does not count).
 
-    model_calls: int | None = None
+    The defaults bound every run: 100 steps, 200 model calls, 1,000 tool calls, 600 seconds and 3
+    replans. Lift a cap by setting it to ``None``; ``Budget.unbounded()`` lifts them all.
+    """
+
+    model_calls: int | None = 200
     input_tokens: int | None = None
     output_tokens: int | None = None
     cost: float | None = None
-    wall_time: float | None = None
-    tool_calls: int | None = None
-    steps: int | None = None
-    replans: int = 3
+    wall_time: float | None = 600.0
+    tool_calls: int | None = 1000
+    steps: int | None = 100
+    replans: int | None = 3
 
     def __post_init__(self) -> None:
-        problems = [
-            Problem(code="budget", where=f.name, message="must not be negative")
-            for f in fields(self)
-            if (v := getattr(self, f.name)) is not None and v < 0
-        ]
+        problems = [p for f in fields(self) if (p := _problem(f.name, getattr(self, f.name))) is not None]
         if problems:
             raise UsageError("invalid budget", problems)
+
+    @classmethod
+    def unbounded(cls) -> Budget:
+        """No cap at all: the run ends only when its planner stops, it fails, or it is cancelled."""
+        return cls(model_calls=None, wall_time=None, tool_calls=None, steps=None, replans=None)
 
     def as_dict(self) -> dict[str, float | int | None]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -58,20 +81,22 @@ class Budget:
         in_flight: int = 0,
         in_flight_tokens: int = 0,
         estimated_cost: float = 0.0,
+        in_flight_cost: float = 0.0,
     ) -> None:
         """Raise ``BudgetHit`` if a model call now would go over a cap.
 
-        ``in_flight`` calls (and their estimated input tokens) have been sent but not answered yet:
-        they count as spent, so that calls made at the same time cannot overrun a cap together.
-        ``estimated_cost`` is what the call's input alone will cost, where the price is known.
+        ``in_flight`` calls (with their estimated input tokens and cost) have been sent but not
+        answered yet: they count as spent, so that calls made at the same time cannot overrun a cap
+        together. ``estimated_cost`` is what the call's input alone will cost, where the price is
+        known: a call whose input alone would go over the cost cap is not made.
         """
         self._check(state, now, "model_calls", "output_tokens", "cost", "wall_time", pending={"model_calls": in_flight})
-        if self.cost is not None and estimated_cost > 0 and state.cost + estimated_cost > self.cost:
-            raise BudgetHit("cost", self.cost, state.cost + estimated_cost)
+        if self.cost is not None and state.cost + in_flight_cost + estimated_cost > self.cost:
+            raise BudgetHit("cost", self.cost, state.cost, needed=in_flight_cost + estimated_cost)
         if self.input_tokens is not None:
-            used = state.usage.input_tokens + in_flight_tokens + estimated_input_tokens
-            if used > self.input_tokens:
-                raise BudgetHit("input_tokens", self.input_tokens, used)
+            needed = in_flight_tokens + estimated_input_tokens
+            if state.usage.input_tokens + needed > self.input_tokens:
+                raise BudgetHit("input_tokens", self.input_tokens, state.usage.input_tokens, needed=needed)
 
     def check_tool_call(self, state: RunState, now: float, *, in_flight: int = 0) -> None:
         """Raise ``BudgetHit`` if one more tool call would go over a cap (``in_flight``: calls committed
@@ -80,18 +105,32 @@ class Budget:
 
     def check_step(self, state: RunState, *, in_flight: int = 0) -> None:
         """Raise ``BudgetHit`` if starting one more step would go over the step cap."""
-        started = state.steps_started + in_flight
-        if self.steps is not None and started >= self.steps:
-            raise BudgetHit("steps", self.steps, started)
+        if self.steps is not None and state.steps_started + in_flight >= self.steps:
+            raise BudgetHit("steps", self.steps, state.steps_started, needed=in_flight + 1)
 
     def _check(self, state: RunState, now: float, *names: BudgetName, pending: dict[str, int]) -> None:
         for name in names:
             cap = getattr(self, name)
             if cap is None:
                 continue
-            spent = _USED[name](state, now) + pending.get(name, 0)
-            if spent >= cap:
-                raise BudgetHit(name, cap, spent)
+            spent = _USED[name](state, now)
+            waiting = pending.get(name, 0)
+            if spent + waiting >= cap:
+                raise BudgetHit(name, cap, spent, needed=waiting + 1 if name in _INTEGERS else 0.0)
+
+
+def _problem(name: str, value: Any) -> Problem | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return Problem(code="budget", where=name, message=f"must be a number or None (no cap), not {value!r}")
+    if name in _INTEGERS and not isinstance(value, int):
+        return Problem(code="budget", where=name, message=f"must be a whole number or None (no cap), not {value!r}")
+    if not math.isfinite(value):
+        return Problem(code="budget", where=name, message=f"must be a finite number, not {value!r}; None means no cap")
+    if value < 0:
+        return Problem(code="budget", where=name, message="must not be negative")
+    return None
 
 
 _USED: dict[str, Callable[[RunState, float], float]] = {
@@ -107,15 +146,32 @@ _USED: dict[str, Callable[[RunState, float], float]] = {
 """How much of each budget a run has used, from its state."""
 
 
+def used_of(name: BudgetName, state: RunState, now: float) -> float:
+    """How much of budget ``name`` the run has actually spent."""
+    return _USED[name](state, now)
+
+
 def _used(state: RunState, now: float) -> dict[str, float]:
     return {name: used(state, now) for name, used in _USED.items()}
 
 
 class BudgetHit(Exception):
-    """Internal signal: a budget would be exceeded. The run stops with ``budget_exhausted``."""
+    """Internal signal: a budget would be exceeded. The run stops with ``budget_exhausted``.
 
-    def __init__(self, budget: BudgetName, limit: float, used: float) -> None:
+    ``used`` is what the run has actually spent of it; ``needed`` what the refused call or step
+    (and any committed to but not yet logged) would have added.
+    """
+
+    def __init__(self, budget: BudgetName, limit: float, used: float, *, needed: float = 0.0) -> None:
         self.budget: BudgetName = budget
         self.limit = limit
         self.used = used
-        super().__init__(f"{budget} budget exhausted: used {used:g} of {limit:g}")
+        self.needed = needed
+        super().__init__(_describe(budget, limit, used, needed))
+
+
+def _describe(budget: BudgetName, limit: float, used: float, needed: float) -> str:
+    text = f"{budget} budget exhausted: used {used:g} of {limit:g}"
+    if needed and budget in ("cost", "input_tokens"):
+        text += f"; the next call needs about {needed:g} more"
+    return text

@@ -36,6 +36,7 @@ class ModelCalls:
         self._engine = engine
         self._model_calls_in_flight = 0
         self._model_tokens_in_flight = 0
+        self._model_cost_in_flight = 0.0
 
     async def call_streaming(
         self,
@@ -80,16 +81,18 @@ class ModelCalls:
         Calls in flight count against the budgets, so calls made at once cannot overrun a cap.
         """
         engine = self._engine
-        estimate = estimate_tokens("".join(m.content for m in request.messages))
+        estimate = _input_tokens(model, request)
         price = getattr(model, "price", None)
         price = price if isinstance(price, Price) else price_for(model.name)
+        estimated_cost = estimate * price.input / 1e6 if price is not None else 0.0
         engine.budget.check_model_call(
             engine.state,
             engine.now(),
             estimate,
             in_flight=self._model_calls_in_flight,
             in_flight_tokens=self._model_tokens_in_flight,
-            estimated_cost=estimate * price.input / 1e6 if price is not None else 0.0,
+            estimated_cost=estimated_cost,
+            in_flight_cost=self._model_cost_in_flight,
         )
         replay = engine.replay
         if replay is not None and not replay.live and not replay.goes_live_for_model(role, request.purpose):
@@ -103,6 +106,7 @@ class ModelCalls:
         t0 = loop.time()
         self._model_calls_in_flight += 1
         self._model_tokens_in_flight += estimate
+        self._model_cost_in_flight += estimated_cost
         error: Exception | None = None
         try:
             response = await (send or model.request)(request)
@@ -111,6 +115,7 @@ class ModelCalls:
         finally:
             self._model_calls_in_flight -= 1
             self._model_tokens_in_flight -= estimate
+            self._model_cost_in_flight -= estimated_cost
         record = ModelCalled(
             at=engine.now(),
             role=role,
@@ -129,3 +134,16 @@ class ModelCalls:
             ) from error
         engine.emit(replace(record, response=response, usage=response.usage, cost=response.cost or 0.0))
         return response
+
+
+def _input_tokens(model: Model, request: ModelRequest) -> int:
+    """The request's input tokens as the model counts them, where it can; else an estimate."""
+    counter = getattr(model, "count_tokens", None)
+    if callable(counter):
+        try:
+            counted = counter(request)
+        except Exception:  # counting is optional: fall back to the estimate
+            counted = None
+        if isinstance(counted, int) and not isinstance(counted, bool) and counted >= 0:
+            return counted
+    return estimate_tokens("".join(m.content for m in request.messages))

@@ -9,12 +9,12 @@ log as it grows, and a run can be resumed from it in another process.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from planexec._errors import UsageError
+from planexec._tasks import abandon
 from planexec.executor._acceptance import Acceptance
 from planexec.executor._base import Executor
 from planexec.executor._outcome import StepError
@@ -26,7 +26,7 @@ from planexec.models._base import (
 from planexec.plan._checks import CheckContext
 from planexec.plan._step import Step
 from planexec.planner._planner import Planner
-from planexec.runtime._budget import Budget, BudgetHit
+from planexec.runtime._budget import Budget, BudgetHit, used_of
 from planexec.runtime._calls import ModelCalls
 from planexec.runtime._events import (
     BudgetExhaustedEvent,
@@ -36,20 +36,22 @@ from planexec.runtime._events import (
     RunStarted,
     RunSuspended,
     StallDetected,
+    StallRule,
     StepCancelled,
     StepFailed,
     StepSucceeded,
 )
 from planexec.runtime._humans import Humans
 from planexec.runtime._journal import Journal, JournalFailed
-from planexec.runtime._planning import PlanDone, PlanKind, Planning, Stop
+from planexec.runtime._planning import PlanDone, PlanKind, Planning, Stop, error_stop
 from planexec.runtime._recovery import restore
 from planexec.runtime._replay import Replayer
 from planexec.runtime._scheduler import ReadyQueue
 from planexec.runtime._settings import ApprovalDecision, Approvals, Limits, RunContext
+from planexec.runtime._stalls import RepeatWatch
 from planexec.runtime._state import RunState, canonical_call
-from planexec.runtime._step_run import StepDone, run_step
-from planexec.runtime._stop import StopReason
+from planexec.runtime._step_run import StepDone, ToolCrashed, run_step
+from planexec.runtime._stop import ErrorCode, StopReason
 from planexec.store._base import RunStore
 from planexec.tools._toolset import Toolset
 
@@ -143,6 +145,12 @@ class Engine:
         self._unstarted_tool_calls = 0
         self._inner_tool_calls_in_flight = 0
         self._helpers: set[asyncio.Task[None]] = set()
+        self._budget_blocked: BudgetHit | None = None
+        """A step or tool-call cap that refused a ready step: no more steps start, and the run stops
+        once the steps already under way have finished."""
+        self._deadline: asyncio.Timeout | None = None
+        self.repeats = RepeatWatch(config.limits.repeat_rounds)
+        self.repeats.restore(self.state)
         self.unaddressed: list[str] = []
         """Failed steps of the current plan that no patch has answered yet."""
         self._finished = self.state.finished
@@ -258,6 +266,7 @@ class Engine:
         stop: Stop | None = None
         try:
             async with asyncio.timeout(wall) as deadline:
+                self._deadline = deadline
                 try:
                     await self._loop()
                 except Stop as s:
@@ -265,13 +274,9 @@ class Engine:
         except TimeoutError:
             if not deadline.expired():
                 raise
-            limit = cfg.budget.wall_time or 0.0
-            self.emit(BudgetExhaustedEvent(at=self.now(), budget="wall_time", limit=limit, used=limit))
-            detail = f"wall time of {limit:g}s used up"
-            stop = Stop(StopReason(kind="budget_exhausted", budget="wall_time", detail=detail))
+            stop = await self._out_of_time()
         except _Suspend:
-            await self._suspend()
-            return self.state
+            return await self._suspend()
         except _EndSegment as end:
             await self._shutdown("", log=False)
             for event in end.events:
@@ -287,16 +292,43 @@ class Engine:
             await self._close_journal()
             raise
         except JournalFailed as e:
-            stop = Stop(StopReason(kind="error", detail=str(e)))
+            stop = error_stop("log_failed", str(e))
         except UsageError as e:
-            stop = Stop(StopReason(kind="error", detail=str(e)))
+            stop = error_stop("usage", str(e))
         except Exception as e:  # a defect must still end the run with a reason, never hang it
-            stop = Stop(StopReason(kind="error", detail=f"internal error: {type(e).__name__}: {e}"))
+            stop = error_stop("internal", f"internal error: {type(e).__name__}: {e}")
         assert stop is not None
         await self._shutdown(f"run stopped: {stop.reason.kind}")
+        if self.journal is not None and stop.reason.code != "log_failed":
+            try:
+                await self.journal.flush()  # a run whose log is incomplete cannot report success
+            except JournalFailed as e:
+                stop = error_stop("log_failed", str(e))
         self._finish(stop)
         await self._close_journal()
         return self.state
+
+    async def _out_of_time(self) -> Stop:
+        """The wall-time budget ran out: steps under way fail as timed out, and the run stops."""
+        limit = self.config.budget.wall_time or 0.0
+        running = [sid for sid in self._running if self.state.steps[sid].status == "running"]
+        await self._shutdown("", log=False)
+        used = used_of("wall_time", self.state, self.now())
+        self.emit(BudgetExhaustedEvent(at=self.now(), budget="wall_time", limit=limit, used=round(used, 6)))
+        for sid in running:
+            rec = self.state.steps[sid]
+            message = f"the run's wall-time budget of {limit:g}s ran out while the step ran"
+            self.emit(
+                StepFailed(
+                    at=self.now(),
+                    step_id=sid,
+                    error=StepError(kind="timeout", message=message),
+                    attempts=rec.attempts,
+                    started=True,
+                )
+            )
+        detail = f"wall time of {limit:g}s used up"
+        return Stop(StopReason(kind="budget_exhausted", budget="wall_time", detail=detail))
 
     def _started(self) -> RunStarted:
         cfg = self.config
@@ -328,18 +360,33 @@ class Engine:
         for task in self._helpers:
             task.cancel()
         if self._helpers:
-            await asyncio.gather(*self._helpers, return_exceptions=True)
+            await self._settle(self._helpers)
             self._helpers.clear()
-        if self.journal is not None:
-            # A failed log already shows in the stop reason where it mattered; nothing more can be saved.
-            with contextlib.suppress(JournalFailed):
-                await self.journal.close()
+        if self.journal is None:
+            return
+        try:
+            await self.journal.close()
+        except JournalFailed as e:
+            # The last events could not be saved: the run must not look as if it had ended well.
+            last = self.events[-1] if self.events else None
+            if isinstance(last, RunFinished) and last.stop.code != "log_failed":
+                stop = StopReason(kind="error", code="log_failed", detail=str(e))
+                self.events[-1] = replace(last, stop=stop, answer=None)
+                self.state.stop, self.state.answer = stop, None
 
-    async def _suspend(self) -> None:
+    async def _suspend(self) -> RunState:
         questions = tuple(a.approval_id for a in self.state.pending_approvals)
         await self._shutdown("", log=False)
+        if self.journal is not None:
+            try:
+                await self.journal.flush()  # the questions must be saved before the process may go
+            except JournalFailed as e:
+                self._finish(error_stop("log_failed", str(e)))
+                await self._close_journal()
+                return self.state
         self.emit(RunSuspended(at=self.now(), reason="waiting for a human's answer", approvals=questions))
         await self._close_journal()
+        return self.state
 
     async def _shutdown(self, reason: str, *, log: bool = True) -> None:
         tasks: list[asyncio.Task[None]] = []
@@ -354,25 +401,46 @@ class Engine:
             tasks.append(self.planning.task)
             self.planning.task = None
         if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._settle(tasks)
+
+    async def _settle(self, tasks: Collection[asyncio.Task[None]]) -> None:
+        """Wait for cancelled tasks to finish; one that ignores its cancellation is abandoned after
+        ``Limits.cancel_grace`` seconds, so that no tool can keep the run from ending."""
+        _done, stuck = await asyncio.wait(tasks, timeout=self.config.limits.cancel_grace)
+        for task in stuck:
+            abandon(task)
 
     async def _loop(self) -> None:
         if self.replay is not None:
             watcher = asyncio.create_task(self.replay.external_stops(self), name="replay:external")
             self._helpers.add(watcher)
+        if self.journal is not None:
+            await self.journal.flush()  # a store that cannot be written stops the run before it spends anything
         if self.resuming:
             restore(self)
         else:
             self.planning.start("initial", "the run started")
+        loop = asyncio.get_running_loop()
         while True:
             if self.journal is not None and self.journal.error is not None:
                 raise JournalFailed(f"the run log could not be written: {self.journal.error}")
             self._dispatch()
+            if self._budget_blocked is not None and not self._running:
+                self.budget_stop(self._budget_blocked)
+            waiting_for_humans = False
             if not self._running and self.planning.idle:
                 self._when_idle()
             elif self.humans.blocked() and not self.ready.has_ready:
                 self._when_blocked()
-            done = await self.queue.get()
+                waiting_for_humans = True
+            if waiting_for_humans and self._deadline is not None and self._deadline.when() is not None:
+                paused = loop.time()
+                done = await self.queue.get()
+                deadline = self._deadline.when()
+                if deadline is not None:  # time spent waiting for a human does not count against wall time
+                    self._deadline.reschedule(deadline + loop.time() - paused)
+            else:
+                done = await self.queue.get()
             if isinstance(done, StepDone):
                 self._step_done(done)
             elif isinstance(done, PlanDone):
@@ -388,7 +456,7 @@ class Engine:
         plan = self.state.plan
         waiting = [s.id for s in plan.steps if self.state.steps[s.id].status == "pending"] if plan else []
         if waiting:
-            raise Stop(StopReason(kind="error", detail=f"steps can never start: {', '.join(waiting)}"))
+            raise error_stop("unrunnable", f"steps can never start: {', '.join(waiting)}")
         if self.config.planner.policy == "step":
             self.planning.start("turn", "a step finished")
         else:
@@ -403,13 +471,9 @@ class Engine:
 
     def _dispatch(self) -> None:
         room = self.config.limits.max_concurrency - len(self._running)
-        if room <= 0 or not self.ready.has_ready:
+        if room <= 0 or not self.ready.has_ready or self._budget_blocked is not None:
             return
-        try:
-            steps = self.ready.pop(self._reserve, room)
-        except BudgetHit as hit:
-            self.budget_stop(hit)
-        for step in steps:
+        for step in self.ready.pop(self._reserve, room):
             self.start_step(step)
 
     def start_step(self, step: Step, *, held: str | None = None) -> None:
@@ -423,7 +487,7 @@ class Engine:
     def _reserve(self, step: Step) -> bool:
         """Whether the limits let ``step`` start now; if so, count it against them at once.
 
-        Raises ``BudgetHit`` when the step or its tool call would go over a budget.
+        When the step or its tool call would go over a budget, no more steps start from then on.
         """
         executor = self._executor_of(step)
         if step.tool is not None and step.tool in self.config.tools:
@@ -433,10 +497,17 @@ class Engine:
         cap = executor.max_concurrency
         if cap is not None and self._per_executor.get(executor.name, 0) >= cap:
             return False
+        if self._budget_blocked is not None:
+            return False
         budget = self.budget
-        budget.check_step(self.state, in_flight=self._unstarted)
+        try:
+            budget.check_step(self.state, in_flight=self._unstarted)
+            if step.tool is not None:
+                budget.check_tool_call(self.state, self.now(), in_flight=self._unstarted_tool_calls)
+        except BudgetHit as hit:
+            self._budget_blocked = hit  # the steps allowed still start; the run stops once they finish
+            return False
         if step.tool is not None:
-            budget.check_tool_call(self.state, self.now(), in_flight=self._unstarted_tool_calls)
             self._unstarted_tool_calls += 1
         self._unstarted += 1
         self._count(step, +1)
@@ -485,7 +556,15 @@ class Engine:
             return  # a cancelled or superseded attempt
         self._release(done.step_id)
         if done.crash is not None:
-            raise Stop(StopReason(kind="error", detail=str(done.crash)))
+            crash = done.crash
+            code: ErrorCode = (
+                "log_failed"
+                if isinstance(crash, JournalFailed)
+                else "tool_crashed"
+                if isinstance(crash, ToolCrashed)
+                else "usage"
+            )
+            raise error_stop(code, str(crash))
         if done.budget is not None:
             error = StepError(kind="budget", message=str(done.budget))
             self.emit(
@@ -506,6 +585,9 @@ class Engine:
                 )
             )
             self.ready.succeeded(done.step_id)
+            repeated = self.repeats.succeeded(self.state.steps[done.step_id])
+            if repeated is not None:
+                self.stall(*repeated)
             planner = self.config.planner
             if planner.replan == "after_each_step" and planner.policy == "upfront":
                 self.planning.after_step_wanted = True
@@ -534,13 +616,13 @@ class Engine:
             if self.state.failed_calls.get(key, 0) >= 2:
                 self.stall("repeated_failure", f"{rec.step.tool} failed again with the same arguments: {error.message}")
         if self.config.planner.replan == "never":
-            raise Stop(StopReason(kind="error", detail=f"step {step_id} failed ({error}) and replanning is off"))
+            raise error_stop("step_failed", f"step {step_id} failed ({error}) and replanning is off")
         self.unaddressed.append(step_id)
         if self.planning.idle:
             self.replan_for_failures()
 
     def replan_for_failures(self) -> None:
-        if self.state.replans >= self.budget.replans:
+        if self.budget.replans is not None and self.state.replans >= self.budget.replans:
             raise Stop(
                 StopReason(
                     kind="max_replans",
@@ -552,13 +634,18 @@ class Engine:
         kind: PlanKind = "failure"
         self.planning.start(kind, f"these steps failed: {failed}")
 
-    def stall(self, rule: Literal["repeated_failure", "identical_patch", "no_progress"], detail: str) -> None:
+    def stall(self, rule: StallRule, detail: str) -> None:
         self.emit(StallDetected(at=self.now(), rule=rule, detail=detail))
         raise Stop(StopReason(kind="stalled", detail=detail))
 
     def budget_stop(self, hit: BudgetHit) -> None:
-        self.emit(BudgetExhaustedEvent(at=self.now(), budget=hit.budget, limit=hit.limit, used=hit.used))
-        raise Stop(StopReason(kind="budget_exhausted", budget=hit.budget, detail=str(hit)))
+        """Stop the run on ``hit``, reporting what the run has actually spent of that budget."""
+        used = used_of(hit.budget, self.state, self.now())
+        if hit.budget == "wall_time":
+            used = round(used, 6)
+        final = BudgetHit(hit.budget, hit.limit, used, needed=hit.needed)
+        self.emit(BudgetExhaustedEvent(at=self.now(), budget=hit.budget, limit=hit.limit, used=used, needed=hit.needed))
+        raise Stop(StopReason(kind="budget_exhausted", budget=hit.budget, detail=str(final)))
 
     # -- calls on behalf of the planner and executors ---------------------------------------
 

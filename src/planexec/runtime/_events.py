@@ -11,6 +11,10 @@ fixture log of every version loadable in the tests):
        plan and may concern an uncertain effect; approval_decided may carry a choice, an output or
        an edited plan. Version 1 logs load unchanged.
     3: step_streamed (a step started while its plan was still streaming). Older logs load unchanged.
+    4: run_finished's stop may carry an error code; budget_exhausted records what the refused call
+       or step needed (``used`` is what was actually spent); stall_detected has the rules
+       repeated_success and ping_pong; plans may be plan schema 2 (``allowed_tools``); values that
+       are not JSON (NaN, Infinity) are refused, never written as null. Older logs load unchanged.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import Field, TypeAdapter
+from pydantic import ConfigDict, Field, TypeAdapter
 
 from planexec._errors import Problem
 from planexec.executor._outcome import StepError, Verdict
@@ -42,6 +46,7 @@ __all__ = [
     "RunStarted",
     "RunSuspended",
     "StallDetected",
+    "StallRule",
     "StepAttemptFailed",
     "StepCancelled",
     "StepFailed",
@@ -55,8 +60,8 @@ __all__ = [
     "load_event",
 ]
 
-EVENT_SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+EVENT_SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 PlanTrigger = Literal["initial", "failure", "after_step", "turn", "human"]
 
@@ -127,6 +132,12 @@ class PlanProposed:
     cancelled: tuple[str, ...] = ()
     """In-flight steps this version made obsolete."""
 
+
+StallRule = Literal["repeated_failure", "repeated_success", "ping_pong", "identical_patch", "no_progress"]
+"""``repeated_failure``: the same call failed again; ``repeated_success``: the same call succeeded
+with the same output in several planning rounds; ``ping_pong``: the planner alternates between two
+calls that keep giving the same outputs; ``identical_patch``: the same patch again;
+``no_progress``: no step finished for several planning rounds."""
 
 ApprovalSubject = Literal["plan", "step", "effect"]
 """``plan``: a plan version before it runs; ``step``: a step before it runs; ``effect``: a
@@ -278,13 +289,16 @@ class BudgetExhaustedEvent:
     budget: BudgetName
     limit: float
     used: float
+    """What the run had actually spent of this budget when it stopped."""
+    needed: float = 0.0
+    """What the refused call or step (with others committed to at the same time) would have added."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StallDetected:
     kind: Literal["stall_detected"] = "stall_detected"
     at: float
-    rule: Literal["repeated_failure", "identical_patch", "no_progress"]
+    rule: StallRule
     detail: str
 
 
@@ -342,7 +356,9 @@ Event: TypeAlias = Annotated[
     Field(discriminator="kind"),
 ]
 
-EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event, config=ConfigDict(ser_json_inf_nan="constants"))
+"""Keeps NaN and Infinity as they are when dumping, so that the store refuses them instead of
+silently writing null."""
 EVENTS_ADAPTER: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
 
 

@@ -19,6 +19,7 @@ from planexec.plan._step import Step
 from planexec.runtime._events import ApprovalDecided, ApprovalRequested, Event
 from planexec.runtime._settings import ApprovalDecision, ApprovalRequest
 from planexec.runtime._state import ApprovalRecord
+from planexec.tools._tool import Tool
 
 if TYPE_CHECKING:
     from planexec.runtime._engine import Engine
@@ -49,26 +50,50 @@ class Humans:
         if step.approval == "always" or step.confidence is not None:
             return True
         engine = self._engine
-        tools = engine.config.tools
-        sensitive = step.tool is not None and step.tool in tools and tools.get(step.tool).sensitive
-        return sensitive or (engine.can_ask_humans and engine.config.approvals.steps == "all")
+        approvals = engine.config.approvals
+        tool = self._tool_of(step)
+        if tool is not None and (tool.sensitive or tool.requires_approval):
+            return True
+        return approvals.steps == "all" or (approvals.plan and engine.side_effecting(step))
+
+    def _tool_of(self, step: Step) -> Tool | None:
+        tools = self._engine.config.tools
+        return tools.get(step.tool) if step.tool is not None and step.tool in tools else None
+
+    def _unapproved(self, step: Step) -> bool:
+        """Whether ``step`` changes the world and came after the plan a human approved: with plan
+        approval on, an approval covers only the plan versions it showed."""
+        engine = self._engine
+        if not engine.config.approvals.plan or not engine.side_effecting(step):
+            return False
+        version = engine.state.steps[step.id].plan_version
+        return not any(
+            a.subject == "plan" and a.approved and a.plan_version == version for a in engine.state.approvals.values()
+        )
 
     async def gate(self, step: Step) -> None:
-        """The confidence gate and step approvals; raises ``StepFailure`` when the step may not run."""
+        """The confidence gate and step approvals; raises ``StepFailure`` when the step may not run.
+
+        Gates come from the developer's configuration: a tool that ``requires_approval``,
+        ``Approvals(steps=...)``, plan approval. A plan may make a step stricter (``approval:
+        "always"``) but never lift a gate: ``"never"`` is read as ``"auto"``.
+        """
         engine = self._engine
         cfg = engine.config
         approvals = cfg.approvals
         can_ask = engine.can_ask_humans
-        tool = cfg.tools.get(step.tool) if step.tool is not None and step.tool in cfg.tools else None
-        sensitive = (tool is not None and tool.sensitive) or step.approval == "always"
-        low = step.confidence is not None and step.confidence < cfg.limits.confidence_threshold
-        ask = step.approval == "always" or (
-            can_ask
-            and step.approval != "never"
-            and (approvals.steps == "all" or (approvals.steps == "sensitive" and sensitive))
+        tool = self._tool_of(step)
+        sensitive = tool is not None and tool.sensitive
+        required = (
+            step.approval == "always" or (tool is not None and tool.requires_approval) or approvals.steps == "all"
         )
-        if sensitive and low:
-            if not can_ask:
+        unapproved = self._unapproved(step)
+        low = step.confidence is not None and step.confidence < cfg.limits.confidence_threshold
+        ask = required or unapproved or (sensitive and (low or approvals.steps == "sensitive"))
+        if not ask:
+            return
+        if not can_ask:
+            if sensitive and low and not required and not unapproved:
                 raise StepFailure(
                     StepError(
                         kind="low_confidence",
@@ -76,19 +101,21 @@ class Humans:
                         f"{cfg.limits.confidence_threshold:.2f} and no human can approve it",
                     )
                 )
-            ask = True
-        if not ask:
-            return
-        if not can_ask:
+            if not (required or unapproved):
+                return  # a sensitive tool is asked about only when someone can be asked
             raise StepFailure(
                 StepError(kind="rejected", message="the step needs a human's approval and no approver is configured")
             )
         if sensitive and low:
             why = f"low confidence ({step.confidence:.2f}) on a sensitive step"
-        elif tool is not None and tool.sensitive:
-            why = f"sensitive tool {tool.name}"
+        elif tool is not None and tool.requires_approval:
+            why = f"tool {tool.name} always needs approval"
+        elif unapproved:
+            why = "a step that changes the world, added after the plan was approved"
+        elif sensitive:
+            why = f"sensitive tool {tool.name if tool else step.tool}"
         else:
-            why = f"approval policy {step.approval!r}"
+            why = f"approval policy {step.approval if step.approval == 'always' else approvals.steps!r}"
         version = engine.state.steps[step.id].plan_version
         earlier = self._earlier(step.id, "step", version)
         self.waiting_steps.add(step.id)

@@ -27,12 +27,12 @@ from planexec.runtime._events import (
 from planexec.runtime._replay import RecordedError
 from planexec.runtime._settings import ApprovalDecision, ApprovalRequest
 from planexec.runtime._state import ApprovalRecord
-from planexec.runtime._stop import StopReason
+from planexec.runtime._stop import ErrorCode, StopReason
 
 if TYPE_CHECKING:
     from planexec.runtime._engine import Engine
 
-__all__ = ["PlanDone", "PlanKind", "Planning"]
+__all__ = ["PlanDone", "PlanKind", "Planning", "Stop", "error_stop"]
 
 PlanKind = Literal["initial", "failure", "after_step", "turn", "finish"]
 
@@ -44,6 +44,11 @@ class Stop(Exception):
         self.reason = reason
         self.answer = answer
         super().__init__(str(reason))
+
+
+def error_stop(code: ErrorCode, detail: str) -> Stop:
+    """The signal that ends a run with an error of kind ``code``."""
+    return Stop(StopReason(kind="error", code=code, detail=detail))
 
 
 @dataclass(slots=True)
@@ -148,6 +153,9 @@ class Planning:
         state = engine.state
         if not self._streaming_open or self.task is None:
             return
+        if engine.config.approvals.plan and engine.can_ask_humans:
+            self._streaming_open = False  # nothing starts before a human has seen the whole plan
+            return
         old = state.steps.get(step.id)
         if old is not None and old.status not in ("failed", "cancelled", "dropped"):
             self._streaming_open = False
@@ -180,10 +188,15 @@ class Planning:
                 done.result = await planner.finish(ctx)
             approvals = engine.config.approvals
             steps = _proposed_steps(done.result)
-            if approvals.plan and steps is not None and engine.can_ask_humans:
-                plan = self.next_plan(steps, reason=_reason(done.result))
-                request = ApprovalRequest(approval_id="", run_id=engine.run_id, subject="plan", plan=plan, reason=why)
-                await self._approve(done, request, plan.version, None)
+            if approvals.plan and steps is not None:
+                if not engine.can_ask_humans:
+                    done.rejected = "every plan needs a human's approval, and nobody can be asked"
+                else:
+                    plan = self.next_plan(steps, reason=_reason(done.result))
+                    request = ApprovalRequest(
+                        approval_id="", run_id=engine.run_id, subject="plan", plan=plan, reason=why
+                    )
+                    await self._approve(done, request, plan.version, None)
         except PlannerGaveUp as e:
             done.gave_up = e
         except BudgetHit as hit:
@@ -227,8 +240,7 @@ class Planning:
         if done.crash is not None:
             crash = done.crash
             text = str(crash) if isinstance(crash, RecordedError) else f"{type(crash).__name__}: {crash}"
-            detail = f"the planner failed: {text}"
-            raise Stop(StopReason(kind="error", detail=detail))
+            raise error_stop("planner_failed", f"the planner failed: {text}")
         if done.gave_up is not None:
             self._gave_up(done.gave_up)
         if done.rejected is not None:
@@ -276,12 +288,14 @@ class Planning:
         if step_budget and engine.budget.steps is not None:
             limit = engine.budget.steps
             engine.emit(
-                BudgetExhaustedEvent(at=engine.now(), budget="steps", limit=limit, used=engine.state.steps_started)
+                BudgetExhaustedEvent(
+                    at=engine.now(), budget="steps", limit=limit, used=engine.state.steps_started, needed=0.0
+                )
             )
             raise Stop(StopReason(kind="budget_exhausted", budget="steps", detail=step_budget[0].message))
         repairs = engine.config.planner.max_repairs
         detail = f"the planner's output was still invalid after {repairs} repair(s): " + "; ".join(map(str, problems))
-        raise Stop(StopReason(kind="error", detail=detail))
+        raise error_stop("planner_output", detail)
 
     def _edited(self, done: PlanDone) -> tuple[list[Step], Author, str]:
         """A human's edit of the proposed plan: its unfinished steps, checked like the planner's."""
@@ -293,7 +307,7 @@ class Planning:
         problems = check_steps(steps, with_finished(self._checks, engine.state, max_steps))
         if problems:
             detail = "the edited plan failed its static checks: " + "; ".join(map(str, problems))
-            raise Stop(StopReason(kind="error", detail=detail))
+            raise error_stop("usage", detail)
         return steps, "human", done.edited.reason or f"edited by {done.approver}"
 
     def next_plan(self, steps: list[Step], *, reason: str, author: Author = "planner") -> Plan:

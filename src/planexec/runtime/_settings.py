@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import time
 import uuid
@@ -37,21 +38,44 @@ class Limits:
     """How a run is bounded besides its budget.
 
     ``max_concurrency``: steps running at once. ``stall_rounds``: planning rounds without a newly
-    finished step before the run counts as stalled. ``confidence_threshold``: a sensitive step
-    below it is not run without a human's approval.
+    finished step before the run counts as stalled. ``repeat_rounds``: planning rounds in which the
+    same call may succeed with the same output before the run counts as stalled.
+    ``confidence_threshold``: a sensitive step below it is not run without a human's approval.
+    ``max_output_chars``: the largest output (or arguments) a step, a tool call or a human may
+    hand the run, measured as JSON text; a larger one fails its step. ``max_reply_chars``: the
+    largest model reply accepted; a larger one fails the call. ``cancel_grace``: seconds a
+    cancelled step is given to finish before it is abandoned.
     """
 
     max_concurrency: int = 16
     stall_rounds: int = 3
+    repeat_rounds: int = 3
     confidence_threshold: float = 0.6
+    max_output_chars: int = 1_000_000
+    max_reply_chars: int = 1_000_000
+    cancel_grace: float = 1.0
 
     def __post_init__(self) -> None:
         problems = []
-        if self.max_concurrency < 1:
-            problems.append(Problem(code="limits", where="max_concurrency", message="must be at least 1"))
-        if self.stall_rounds < 1:
-            problems.append(Problem(code="limits", where="stall_rounds", message="must be at least 1"))
-        if not 0 <= self.confidence_threshold <= 1:
+        for name, least in (
+            ("max_concurrency", 1),
+            ("stall_rounds", 1),
+            ("repeat_rounds", 2),
+            ("max_output_chars", 1),
+            ("max_reply_chars", 1),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                problems.append(
+                    Problem(code="limits", where=name, message=f"must be a whole number of at least {least}")
+                )
+        grace = self.cancel_grace
+        if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace < math.inf:
+            problems.append(
+                Problem(code="limits", where="cancel_grace", message="must be a finite number of seconds >= 0")
+            )
+        threshold = self.confidence_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 <= threshold <= 1:
             problems.append(Problem(code="limits", where="confidence_threshold", message="must be from 0 to 1"))
         if problems:
             raise UsageError("invalid limits", problems)

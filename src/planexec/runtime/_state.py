@@ -143,10 +143,11 @@ class RunState:
     """Set while the run waits for a human with its process gone; cleared when it is resumed."""
     resumes: int = 0
     active_time: float = 0.0
-    """Seconds the run has been running, not counting the time it was suspended or its process was
-    gone (answers written meanwhile by others do not count either)."""
+    """Seconds the run has been running, not counting the time it was suspended, its process was
+    gone, or it waited for a human's answer (the time up to an ``approval_decided`` event)."""
     last_at: float = 0.0
-    """The ``at`` of the newest event."""
+    """The latest ``at`` of the events so far (a clock that went back, or an answer stamped by
+    another machine's clock, never moves it back)."""
     stop: StopReason | None = None
     answer: str | None = None
     events: int = 0
@@ -180,9 +181,11 @@ class RunState:
         """Fold one event into the state."""
         self.events += 1
         at = event.at
-        if self.last_at and self.suspended is None and type(event) is not RunResumed:
-            self.active_time += max(0.0, at - self.last_at)
-        self.last_at = at
+        if at > self.last_at:
+            kind = type(event)
+            if self.last_at and self.suspended is None and kind is not RunResumed and kind is not ApprovalDecided:
+                self.active_time += at - self.last_at
+            self.last_at = at
         _HANDLERS[type(event)](self, event)
 
     # -- handlers, one per event kind ------------------------------------------------------

@@ -16,11 +16,12 @@ from planexec.runtime._budget import BudgetHit
 from planexec.runtime._events import StepStarted
 from planexec.runtime._journal import JournalFailed
 from planexec.runtime._stepctx import StepCtx
+from planexec.tools._tool import ToolCrashed
 
 if TYPE_CHECKING:
     from planexec.runtime._engine import Engine
 
-__all__ = ["StepDone", "run_step"]
+__all__ = ["StepDone", "ToolCrashed", "run_step"]
 
 
 @dataclass(slots=True)
@@ -99,7 +100,7 @@ async def run_step(engine: Engine, step: Step, executor: Executor, token: int, h
         done.error = f.error
     except BudgetHit as hit:
         done.budget = hit
-    except (UsageError, JournalFailed) as e:
+    except (UsageError, JournalFailed, ToolCrashed) as e:
         done.crash = e
     except asyncio.CancelledError:
         raise

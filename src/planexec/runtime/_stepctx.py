@@ -11,7 +11,7 @@ from planexec.models._base import Model, ModelRequest, ModelResponse, ToolCall
 from planexec.plan._step import Step
 from planexec.runtime._budget import BudgetHit
 from planexec.runtime._events import StepAttemptFailed, ToolCalled
-from planexec.tools._tool import Tool, ToolContext, call_with_timeout
+from planexec.tools._tool import Tool, ToolContext, ToolCrashed, call_with_timeout
 from planexec.tools._toolset import Toolset
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ class StepCtx:
                     engine._inner_tool_calls_in_flight += 1
                 try:
                     output = await self._attempt(tool, args, attempt, key, inner)
-                except (asyncio.CancelledError, StepFailure, BudgetHit):
+                except (asyncio.CancelledError, StepFailure, BudgetHit, ToolCrashed):
                     raise
                 except Exception as e:
                     error = _tool_error(tool, e)
@@ -110,11 +110,12 @@ class StepCtx:
         limit: asyncio.Semaphore | None = None
         if inner and tool.max_concurrency is not None:
             limit = self._engine._inner_limits.setdefault(tool.name, asyncio.Semaphore(tool.max_concurrency))
+        grace = self._engine.config.limits.cancel_grace
         if limit is None:
-            raw = await call_with_timeout(tool, args, tctx)
+            raw = await call_with_timeout(tool, args, tctx, grace=grace)
         else:
             async with limit:
-                raw = await call_with_timeout(tool, args, tctx)
+                raw = await call_with_timeout(tool, args, tctx, grace=grace)
         try:
             return tool.check_output(raw)
         except ValueError as e:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["BudgetName", "StopKind", "StopReason"]
+__all__ = ["BudgetName", "ErrorCode", "StopKind", "StopReason"]
 
 StopKind = Literal[
     "goal_met", "budget_exhausted", "max_replans", "stalled", "rejected", "error", "cancelled", "waiting"
@@ -16,19 +16,42 @@ BudgetName = Literal[
     "model_calls", "input_tokens", "output_tokens", "cost", "wall_time", "tool_calls", "steps", "replans"
 ]
 
+ErrorCode = Literal[
+    "log_failed",
+    "tool_crashed",
+    "planner_failed",
+    "planner_output",
+    "step_failed",
+    "unrunnable",
+    "usage",
+    "internal",
+]
+"""What kind of error ended a run whose stop kind is ``error``:
+
+``log_failed``: the run log could not be written (the store failed, or a value could not be stored);
+``tool_crashed``: a tool raised something that is not an ordinary error (``KeyboardInterrupt``,
+``SystemExit``, ``GeneratorExit``, a bare ``BaseException``, a ``CancelledError`` of its own);
+``planner_failed``: the planner's model call failed; ``planner_output``: the planner's output was
+still invalid after every repair allowed; ``step_failed``: a step failed and replanning is off;
+``unrunnable``: steps of the plan can never start; ``usage``: planexec was used wrongly during the
+run (a test double's script ran out, an edited plan failed its checks); ``internal``: a defect.
+"""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StopReason:
-    """Why a run ended: its kind, a readable detail, and which budget when one ran out."""
+    """Why a run ended: its kind, a readable detail, which budget when one ran out, and which kind
+    of error when the kind is ``error``."""
 
     kind: StopKind
     detail: str = ""
     budget: BudgetName | None = None
+    code: ErrorCode | None = None
 
     @property
     def ok(self) -> bool:
         return self.kind == "goal_met"
 
     def __str__(self) -> str:
-        which = f" ({self.budget})" if self.budget else ""
+        which = f" ({self.budget})" if self.budget else f" ({self.code})" if self.code else ""
         return f"{self.kind}{which}: {self.detail}" if self.detail else f"{self.kind}{which}"

@@ -14,19 +14,18 @@ The decorator returns the tool and registers nothing anywhere.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import functools
 import inspect
 import re
 import typing
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
 from planexec._errors import Problem, ToolDefinitionError
+from planexec.tools._threads import run_in_thread
 from planexec.tools._tool import RetryPolicy, Tool, ToolContext
 
 __all__ = ["tool"]
@@ -34,18 +33,6 @@ __all__ = ["tool"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 _JSON_PRIMITIVES = (str, int, float, bool, type(None))
-
-SYNC_TOOL_THREADS = 64
-"""Threads for sync tools: enough that a few hanging calls (abandoned on timeout) never starve the rest."""
-
-_pool: ThreadPoolExecutor | None = None
-
-
-def _worker_pool() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=SYNC_TOOL_THREADS, thread_name_prefix="planexec-tool")
-    return _pool
 
 
 def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
@@ -97,6 +84,7 @@ def _build(
     side_effect: bool,
     sensitive: bool,
     idempotent: bool,
+    requires_approval: bool,
 ) -> Tool:
     tool_name = name or fn.__name__
     where = f"tool {tool_name!r}"
@@ -191,7 +179,7 @@ def _build(
         if is_async:
             return await fn(*leading, **kwargs)
         call = functools.partial(contextvars.copy_context().run, fn, *leading, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(_worker_pool(), call)
+        return await run_in_thread(call)
 
     return Tool(
         name=tool_name,
@@ -205,6 +193,7 @@ def _build(
         side_effect=side_effect,
         sensitive=sensitive,
         idempotent=idempotent,
+        requires_approval=requires_approval,
         validator=validate,
         output_validator=check_output,
     )
@@ -225,6 +214,7 @@ def tool(
     side_effect: bool = False,
     sensitive: bool = False,
     idempotent: bool = False,
+    requires_approval: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -240,10 +230,12 @@ def tool(
     side_effect: bool = False,
     sensitive: bool = False,
     idempotent: bool = False,
+    requires_approval: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a sync or async function a :class:`Tool`; use bare (``@tool``) or with options.
 
     Sync functions run in a worker thread so that a slow one never blocks other steps.
+    ``requires_approval=True``: the tool never runs without a human's yes (see :class:`Tool`).
     A parameter annotated ``ToolContext`` receives the call's context (run, step, attempt and
     idempotency key) and is not part of the schema.
     """
@@ -259,6 +251,7 @@ def tool(
             side_effect=side_effect,
             sensitive=sensitive,
             idempotent=idempotent,
+            requires_approval=requires_approval,
         )
 
     if fn is not None:

@@ -11,8 +11,9 @@ from typing import Any
 import jsonschema
 
 from planexec._errors import Problem, ToolDefinitionError, TransientToolError
+from planexec._tasks import abandon
 
-__all__ = ["ArgsValidator", "RetryPolicy", "Tool", "ToolContext"]
+__all__ = ["ArgsValidator", "RetryPolicy", "Tool", "ToolContext", "ToolCrashed", "call_with_timeout"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -99,6 +100,9 @@ class Tool:
     side_effect: bool = False
     sensitive: bool = False
     idempotent: bool = False
+    requires_approval: bool = False
+    """Never run without a human's yes: with no one to ask, its steps are refused. Nothing a model
+    writes can lift it, and a model-driven step cannot call it."""
     validator: ArgsValidator | None = field(default=None, repr=False, compare=False)
     """Validates arguments; when None, ``parameters`` is applied as JSON Schema."""
     output_validator: Callable[[Any], Any] | None = field(default=None, repr=False, compare=False)
@@ -182,9 +186,76 @@ def _output_schema_validator(schema: Mapping[str, Any]) -> Callable[[Any], Any]:
     return validate
 
 
-async def call_with_timeout(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> Any:
-    """One attempt at a tool call, bounded by the tool's timeout."""
+class ToolCrashed(Exception):
+    """A tool raised something that is not an ordinary error: ``KeyboardInterrupt``, ``SystemExit``,
+    ``GeneratorExit``, a bare ``BaseException``, or a ``CancelledError`` of its own (nobody had
+    cancelled it). The run stops with an error that names the tool."""
+
+    def __init__(self, tool: str, error: BaseException) -> None:
+        self.tool = tool
+        self.error = error
+        detail = f": {error}" if str(error) else ""
+        super().__init__(f"tool {tool} raised {type(error).__name__}{detail}")
+
+
+def _crash(tool: Tool, error: BaseException) -> BaseException:
+    """What to raise for a ``BaseException`` out of a tool: a real cancellation goes on as it is."""
+    if isinstance(error, asyncio.CancelledError):
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            return error
+    return ToolCrashed(tool.name, error)
+
+
+async def call_with_timeout(tool: Tool, args: dict[str, Any], ctx: ToolContext, *, grace: float = 1.0) -> Any:
+    """One attempt at a tool call, bounded by the tool's timeout.
+
+    A tool that ignores its cancellation when its time is up is given ``grace`` more seconds, then
+    abandoned: the call fails as timed out all the same. Anything a tool raises that is not an
+    ``Exception`` (bar a real cancellation) becomes :class:`ToolCrashed`.
+    """
     if tool.timeout is None:
+        try:
+            return await tool.invoke(args, ctx)
+        except Exception:
+            raise
+        except BaseException as e:
+            raise _crash(tool, e) from None
+    call = asyncio.ensure_future(_guarded(tool, args, ctx))
+    try:
+        done, _ = await asyncio.wait((call,), timeout=tool.timeout)
+    except BaseException:  # the caller was cancelled: the call is cancelled too, and not waited for
+        _cancel(call, grace)
+        raise
+    if done:
+        return call.result()
+    _cancel(call, grace)
+    await asyncio.wait((call,), timeout=grace)
+    raise TimeoutError(f"{tool.name} did not finish within {tool.timeout:g}s")
+
+
+async def _guarded(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> Any:
+    try:
         return await tool.invoke(args, ctx)
-    async with asyncio.timeout(tool.timeout):
-        return await tool.invoke(args, ctx)
+    except Exception:
+        raise
+    except BaseException as e:
+        raise _crash(tool, e) from None
+
+
+def _cancel(call: asyncio.Future[Any], grace: float) -> None:
+    """Cancel ``call``; if it has not ended ``grace`` seconds later, abandon it."""
+    if call.done():
+        _read(call)
+        return
+    call.cancel()
+    call.add_done_callback(_read)
+    if isinstance(call, asyncio.Task):
+        loop = asyncio.get_running_loop()
+        handle = loop.call_later(grace, abandon, call)
+        call.add_done_callback(lambda _f: handle.cancel())
+
+
+def _read(call: asyncio.Future[Any]) -> None:
+    if not call.cancelled():
+        call.exception()  # nobody waits for it any more: its error is not news
