@@ -1,7 +1,7 @@
 """The runtime: agents, runs, events, state, budgets and stop reasons."""
 
 from planexec.runtime._agent import Agent, Run
-from planexec.runtime._budget import Budget
+from planexec.runtime._budget import DEFAULT_CAPS, Budget
 from planexec.runtime._events import (
     EVENT_SCHEMA_VERSION,
     ApprovalDecided,
@@ -17,6 +17,7 @@ from planexec.runtime._events import (
     RunStarted,
     RunSuspended,
     StallDetected,
+    StallRule,
     StepAttemptFailed,
     StepCancelled,
     StepFailed,
@@ -34,9 +35,10 @@ from planexec.runtime._replaying import ReplayReport, replay_log
 from planexec.runtime._result import RunResult
 from planexec.runtime._settings import ApprovalDecision, ApprovalRequest, Approvals, Approver, Limits, RunContext
 from planexec.runtime._state import ApprovalRecord, RunState, StepRecord, StepStatus
-from planexec.runtime._stop import BudgetName, StopKind, StopReason
+from planexec.runtime._stop import BudgetName, ErrorCode, StopKind, StopReason
 
 __all__ = [
+    "DEFAULT_CAPS",
     "EVENT_SCHEMA_VERSION",
     "Agent",
     "ApprovalDecided",
@@ -49,6 +51,7 @@ __all__ = [
     "Budget",
     "BudgetExhaustedEvent",
     "BudgetName",
+    "ErrorCode",
     "Event",
     "Fault",
     "Limits",
@@ -66,6 +69,7 @@ __all__ = [
     "RunState",
     "RunSuspended",
     "StallDetected",
+    "StallRule",
     "StepAttemptFailed",
     "StepCancelled",
     "StepFailed",
