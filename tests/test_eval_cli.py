@@ -55,7 +55,7 @@ def test_eval_prints_the_table_and_writes_the_report(tmp_path: Path) -> None:
     assert "FAIL bad#0: answer.exact: expected '7', got '6'" in result.output
     assert "pass good#0" in result.output
     report = read(tmp_path / "report.json")
-    assert (report["format"], report["version"], report["suite"]) == ("planexec.eval.report", 1, "halves")
+    assert (report["format"], report["version"], report["suite"]) == ("planexec.eval.report", 2, "halves")
     assert report["summary"]["pass_rate"] == 0.5
     assert [t["id"] for t in report["tasks"]] == ["good", "bad"]
 

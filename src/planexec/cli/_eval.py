@@ -3,15 +3,16 @@ compare it with a baseline report.
 
 Exit status: 0 when nothing regressed (and, with --fail-on-task-failure, every run passed), 1 when
 something regressed beyond its tolerance or a run failed under --fail-on-task-failure, 2 when the
-suite or the command line is wrong (every problem is listed).
+suite, the fault profile, the baseline or the command line is wrong (every problem is listed) —
+including a file beyond the limits planexec reads (size, aliases, nesting, counts).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-from collections.abc import AsyncIterator
+import math
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
@@ -32,12 +33,13 @@ from planexec.eval import (
     SuiteInvalid,
     Tolerances,
     compare_reports,
-    load_report,
+    dump_report,
     load_suite,
-    report_text,
     run_suite,
 )
 from planexec.eval._faults import fault_problems, read_faults_option
+from planexec.eval._limits import MAX_CONCURRENCY, MAX_SEED, MAX_TOLERANCE
+from planexec.eval._report import json_text, read_report
 from planexec.eval._suite import AGENT_KINDS, AgentKind, FaultSpec
 from planexec.eval._table import failure_lines, report_tables
 from planexec.store import RunStore
@@ -45,9 +47,24 @@ from planexec.store import RunStore
 __all__ = ["eval_command"]
 
 
+def _tolerance(maximum: float) -> Callable[[click.Context, click.Parameter, float | None], float | None]:
+    """A check that a tolerance is a finite number from 0 to ``maximum`` (click's FloatRange lets NaN through)."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+        if value is not None and (not math.isfinite(value) or not 0 <= value <= maximum):
+            raise click.BadParameter(f"{value} is not a finite number from 0 to {maximum:g}", ctx, param)
+        return value
+
+    return check
+
+
 @click.command(name="eval")
 @click.argument("suite_path", metavar="SUITE.yaml", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--concurrency", type=click.IntRange(min=1), help="Runs at once (default: the suite's, else 4).")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1, max=MAX_CONCURRENCY),
+    help=f"Runs at once, at most {MAX_CONCURRENCY} (default: the suite's, else 4).",
+)
 @click.option("--json", "json_out", metavar="FILE", help="Write the report as JSON to FILE ('-': stdout).")
 @click.option(
     "--baseline", type=click.Path(dir_okay=False, path_type=Path), help="A report to compare with (from --json)."
@@ -58,7 +75,9 @@ __all__ = ["eval_command"]
     help="Inject faults into every task: a profile's name (e.g. flaky-tools, chaos) or a YAML/JSON file of its fields.",
 )
 @click.option(
-    "--seed", type=click.IntRange(min=0), help="The seed of the fault profiles (default: the suite's, else 0)."
+    "--seed",
+    type=click.IntRange(min=0, max=MAX_SEED),
+    help="The seed of the fault profiles (default: the suite's, else 0).",
 )
 @click.option(
     "--agent",
@@ -68,12 +87,23 @@ __all__ = ["eval_command"]
     help="Run the tasks with planexec, or with the ReAct baseline (each task's react_model, else its executor).",
 )
 @click.option("--store", "store_url", metavar="URL", help="Log planexec runs in this store (default: not logged).")
-@click.option("--tolerance-pass-rate", type=click.FloatRange(min=0), help="Allowed drop of a pass rate (default 0.0).")
 @click.option(
-    "--tolerance-cost", type=click.FloatRange(min=0), help="Allowed relative rise of cost per run (default 0.1)."
+    "--tolerance-pass-rate",
+    type=float,
+    callback=_tolerance(1.0),
+    help="Allowed drop of a pass rate, 0 to 1 (default 0.0).",
 )
 @click.option(
-    "--tolerance-latency", type=click.FloatRange(min=0), help="Allowed relative rise of latency per run (default 0.25)."
+    "--tolerance-cost",
+    type=float,
+    callback=_tolerance(MAX_TOLERANCE),
+    help="Allowed relative rise of cost per run (default 0.1).",
+)
+@click.option(
+    "--tolerance-latency",
+    type=float,
+    callback=_tolerance(MAX_TOLERANCE),
+    help="Allowed relative rise of latency per run (default 0.25).",
 )
 @click.option("--fail-on-task-failure", is_flag=True, help="Exit 1 when any run of any task fails.")
 @click.option("--no-live", is_flag=True, help="Print a line per finished run instead of a progress bar.")
@@ -200,8 +230,8 @@ def _read_faults(value: str | None, problems: Problems) -> FaultSpec | None:
         return None
     try:
         spec = read_faults_option(value)
-    except ValueError as e:
-        problems.add("--faults", str(e))
+    except UsageError as e:
+        problems.add_usage_error("--faults", e)
         return None
     found = fault_problems(spec, "--faults")
     for p in found:
@@ -213,15 +243,7 @@ def _read_baseline(path: Path | None, problems: Problems) -> EvalReport | None:
     if path is None:
         return None
     try:
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        problems.add("--baseline", f"cannot read {path}: {e}")
-        return None
-    if not isinstance(data, dict):
-        problems.add("--baseline", f"{path} is not an evaluation report")
-        return None
-    try:
-        return load_report(data, where=str(path))
+        return read_report(path)
     except UsageError as e:
         problems.add_usage_error("--baseline", e)
         return None
@@ -288,7 +310,10 @@ class _Bar:
 def _write(report: EvalReport, target: str | None, console: Console) -> None:
     if target is None:
         return
-    text = report_text(report)
+    data = dump_report(report)
+    for note in data["notes"]:
+        say(console, f"note: {note}")
+    text = json_text(data)
     if target == "-":
         click.echo(text, nl=False)
         return

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from planexec._errors import Problem
+from planexec._errors import Problem, UsageError
+from planexec.eval._files import read_yaml
+from planexec.eval._limits import MAX_FAULT_STORM, MAX_SEED, MAX_SUITE_BYTES, number_problem, shape_problems
 from planexec.eval._suite import FaultSpec
 
 if TYPE_CHECKING:
@@ -49,30 +49,46 @@ def fault_problems(spec: Any, where: str) -> list[Problem]:
         return [Problem(code="faults", where=where, message=f"unknown fault profile {spec!r} (known: {known})")]
     if not isinstance(spec, Mapping):
         return [Problem(code="faults", where=where, message="must be a profile name or a mapping of its fields")]
+    unsafe = shape_problems(spec, code="faults")
+    if unsafe:
+        return [
+            Problem(code=p.code, where=f"{where}.{p.where}" if p.where else where, message=p.message) for p in unsafe
+        ]
+    problems: list[Problem] = []
+    fields = dict(spec)
+    for key, maximum in _BOUNDED.items():
+        message = number_problem(fields.get(key, 0), whole=True, maximum=maximum)
+        if message is not None:
+            problems.append(Problem(code="faults", where=f"{where}.{key}", message=message))
+            del fields[key]
     try:
-        FaultProfile.from_mapping(dict(spec))
+        FaultProfile.from_mapping(fields)
     except Exception as e:
         found = getattr(e, "problems", ())
         if not found:
-            return [Problem(code="faults", where=where, message=str(e))]
-        return [
+            return [*problems, Problem(code="faults", where=where, message=str(e))]
+        problems += [
             Problem(code="faults", where=f"{where}.{p.where}" if p.where else where, message=p.message) for p in found
         ]
-    return []
+    return problems
+
+
+_BOUNDED = {"rate_limit_storm": MAX_FAULT_STORM, "seed": MAX_SEED}
+"""A profile's counts and their maximum: checked here, as the profile itself sets none."""
 
 
 def read_faults_option(value: str) -> FaultSpec:
     """``--faults``: a file (YAML or JSON mapping of a profile's fields) when one exists at that path,
-    else a profile's name. A file that cannot be read raises ``ValueError``."""
+    else a profile's name. A file that cannot be read, or goes beyond the limits of a suite file,
+    raises :class:`UsageError`."""
     path = Path(value)
     if not path.is_file():
         return value
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
-        raise ValueError(f"cannot read {value}: {e}") from None
+    data, duplicates = read_yaml(path, limit=MAX_SUITE_BYTES, what=f"the fault profile {value}")
+    if duplicates:
+        raise UsageError(f"the fault profile {value} gives a key twice", duplicates)
     if not isinstance(data, dict):
-        raise ValueError(f"{value} must hold a mapping of fault profile fields")
+        raise UsageError(f"{value} must hold a mapping of fault profile fields")
     return data
 
 
@@ -80,5 +96,5 @@ def describe_faults(spec: FaultSpec | None) -> str | dict[str, Any] | None:
     """The spec as JSON data, for the report."""
     if spec is None or isinstance(spec, str):
         return spec
-    data: dict[str, Any] = json.loads(json.dumps(dict(spec), default=str))
+    data: dict[str, Any] = json.loads(json.dumps(dict(spec), default=str))  # checked by fault_problems: bounded
     return data

@@ -1,8 +1,11 @@
 """Reading a suite: YAML (or a mapping built in Python) to a checked :class:`Suite`.
 
 The whole suite is checked before anything runs, and every problem is reported at once in one
-:class:`SuiteInvalid`: unknown keys, missing goals, duplicate ids, model strings and tool references
-that do not resolve, bad budgets, patterns that do not compile, unknown fault profiles …
+:class:`SuiteInvalid`: unknown keys, keys given twice, missing goals, duplicate ids, model strings
+and tool references that do not resolve, numbers out of their range (NaN, infinities, booleans and
+texts are not numbers), patterns that do not compile, unknown fault profiles … A file, or a
+mapping, beyond the bounds of :mod:`planexec.eval._limits` (size, aliases, nesting) is refused
+before any of that, with the limit it goes beyond.
 """
 
 from __future__ import annotations
@@ -13,10 +16,24 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, cast
 
-import yaml
-
 from planexec._errors import Problem, UsageError
 from planexec.eval._faults import fault_problems
+from planexec.eval._files import read_yaml
+from planexec.eval._limits import (
+    MAX_CONCURRENCY,
+    MAX_NUMBER,
+    MAX_REPEAT,
+    MAX_RUNS,
+    MAX_SEED,
+    MAX_STALL_ROUNDS,
+    MAX_SUITE_BYTES,
+    MAX_TASKS,
+    MAX_TOLERANCE,
+    MAX_TURNS,
+    number_problem,
+    shape_problems,
+    shown,
+)
 from planexec.eval._refs import anchor_model, importable_from, load_tool_ref, model_problems
 from planexec.eval._suite import (
     AGENT_KINDS,
@@ -62,6 +79,21 @@ _TASK_KEYS = (
 _MERGED = ("budget", "limits")
 """Mapping fields a task merges key by key into the defaults (the others replace them)."""
 _ID = re.compile(r"^[A-Za-z0-9_.-]+$")
+_RANGES: dict[type[Any], dict[str, tuple[float, float]]] = {
+    Limits: {
+        "max_concurrency": (1, MAX_CONCURRENCY),
+        "stall_rounds": (1, MAX_STALL_ROUNDS),
+        "repeat_rounds": (1, MAX_STALL_ROUNDS),
+        "confidence_threshold": (0, 1),
+    },
+    Tolerances: {
+        "pass_rate": (0, 1),
+        "cost": (0, MAX_TOLERANCE),
+        "latency": (0, MAX_TOLERANCE),
+        "latency_floor": (0, MAX_TOLERANCE),
+    },
+}
+"""The range of each number of a settings object where it is not 0 to ``MAX_NUMBER``."""
 
 
 class SuiteInvalid(UsageError):
@@ -72,18 +104,13 @@ def load_suite(path: str | Path, *, agent: AgentKind = "planexec") -> Suite:
     """Read and check the suite file at ``path`` for runs with ``agent``; raises :class:`SuiteInvalid`."""
     file = Path(path)
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except OSError as e:
-        problem = Problem(code="file", where=str(file), message=str(e))
-        raise SuiteInvalid(f"cannot read the suite {file}", [problem]) from None
-    except yaml.YAMLError as e:
-        problem = Problem(code="yaml", where=str(file), message=str(e))
-        raise SuiteInvalid(f"the suite {file} is not valid YAML", [problem]) from None
+        data, found = read_yaml(file, limit=MAX_SUITE_BYTES, what=f"the suite {file}")
+    except UsageError as e:
+        raise SuiteInvalid(e.summary, e.problems) from None
     if not isinstance(data, dict):
-        raise SuiteInvalid(f"the suite {file} must be a mapping with a 'tasks' list")
-    root = file.resolve().parent
+        raise SuiteInvalid(f"the suite {file} must be a mapping with a 'tasks' list", found)
     data.setdefault("name", file.stem)
-    return suite_from_mapping(data, root=root, agent=agent, path=file)
+    return _checked(data, root=file.resolve().parent, agent=agent, path=file, found=found)
 
 
 def suite_from_mapping(
@@ -91,12 +118,22 @@ def suite_from_mapping(
 ) -> Suite:
     """A checked suite from a mapping shaped like a suite file. In Python, ``tools`` may also hold
     Tool values, and model fields functions that return a fresh model for each run."""
-    folder = Path(root).resolve()
+    return _checked(data, root=Path(root), agent=agent, path=path, found=[])
+
+
+def _checked(
+    data: Mapping[str, Any], *, root: Path, agent: AgentKind, path: Path | None, found: list[Problem]
+) -> Suite:
+    where = str(path) if path is not None else "the suite"
+    unsafe = shape_problems(data)
+    if unsafe:
+        raise SuiteInvalid(f"{where} is invalid", [*found, *unsafe])
+    folder = root.resolve()
     importable_from(folder)
     reader = _Reader(folder, agent)
+    reader.problems += found
     suite = reader.suite(data, path)
     if reader.problems or suite is None:
-        where = str(path) if path is not None else "the suite"
         raise SuiteInvalid(f"{where} is invalid", reader.problems)
     return suite
 
@@ -117,7 +154,8 @@ class _Reader:
     def unknown_keys(self, data: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
         for key in data:
             if key not in known:
-                self.add(f"{where}.{key}" if where else str(key), f"unknown key (known: {', '.join(known)})")
+                name = key if isinstance(key, str) and len(key) <= 60 else shown(key)
+                self.add(f"{where}.{name}" if where else str(name), f"unknown key (known: {', '.join(known)})")
 
     def suite(self, data: Mapping[str, Any], path: Path | None) -> Suite | None:
         if self.agent not in AGENT_KINDS:
@@ -125,12 +163,12 @@ class _Reader:
         self.unknown_keys(data, _SUITE_KEYS, "")
         version = data.get("version", SUITE_FORMAT_VERSION)
         if version != SUITE_FORMAT_VERSION:
-            self.add("version", f"suite format {version!r} is not supported (this planexec reads 1)")
+            self.add("version", f"suite format {shown(version)} is not supported (this planexec reads 1)")
         name = data.get("name", "suite")
         if not isinstance(name, str) or not name.strip():
             self.add("name", "must be a non-empty string")
-        seed = self.integer(data.get("seed", 0), "seed", minimum=0)
-        concurrency = self.integer(data.get("concurrency", 4), "concurrency", minimum=1)
+        seed = self.integer(data.get("seed", 0), "seed", minimum=0, maximum=MAX_SEED)
+        concurrency = self.integer(data.get("concurrency", 4), "concurrency", minimum=1, maximum=MAX_CONCURRENCY)
         tolerances = self.tolerances(data.get("tolerances", {}))
         defaults = data.get("defaults", {})
         if not isinstance(defaults, Mapping):
@@ -142,6 +180,8 @@ class _Reader:
         if not isinstance(raw_tasks, list) or not raw_tasks:
             self.add("tasks", "must be a non-empty list of tasks")
             raw_tasks = []
+        if len(raw_tasks) > MAX_TASKS:
+            self.add("tasks", f"holds {len(raw_tasks):,} tasks; a suite may hold at most {MAX_TASKS:,} tasks")
         seen: dict[str, str] = {}
         for index, raw in enumerate(raw_tasks):
             where = f"tasks[{index}]"
@@ -160,6 +200,9 @@ class _Reader:
             task = self.task(_merge(defaults, raw), _Where(where, raw), task_id if isinstance(task_id, str) else "")
             if task is not None:
                 tasks.append(task)
+        runs = sum(t.repeat for t in tasks)
+        if runs > MAX_RUNS:
+            self.add("tasks", f"asks for {runs:,} runs (every task's repeat added up); at most {MAX_RUNS:,}")
         self.problems = list(dict.fromkeys(self.problems))  # a bad default is reported once, not once per task
         if self.problems or seed is None or concurrency is None or tolerances is None:
             return None
@@ -203,8 +246,8 @@ class _Reader:
         )
         budget = self.typed(Budget, data.get("budget", {}), where("budget"))
         limits = self.typed(Limits, data.get("limits", {}), where("limits"))
-        max_turns = self.integer(data.get("max_turns", 10), where("max_turns"), minimum=1)
-        repeat = self.integer(data.get("repeat", 1), where("repeat"), minimum=1)
+        max_turns = self.integer(data.get("max_turns", 10), where("max_turns"), minimum=1, maximum=MAX_TURNS)
+        repeat = self.integer(data.get("repeat", 1), where("repeat"), minimum=1, maximum=MAX_REPEAT)
         expect_tools = self.expect_tools(data.get("expect_tools"), where("expect_tools"), tools)
         expect_answer = self.expect_answer(data.get("expect_answer"), where("expect_answer"), models["judge"])
         faults = data.get("faults")
@@ -272,7 +315,7 @@ class _Reader:
                     self.problems += problems
                 found += self._tools[item]
             else:
-                self.add(where, f"{item!r} is not a module:attribute reference")
+                self.add(where, f"{shown(item)} is not a module:attribute reference")
         try:
             return tuple(refs), Toolset(*found)
         except UsageError as e:
@@ -312,7 +355,7 @@ class _Reader:
         if not given and value.get("judge") is None:
             self.add(where, "needs one of exact, contains, regex or judge")
         exact = value.get("exact")
-        if exact is not None and not isinstance(exact, str | int | float):
+        if exact is not None and (isinstance(exact, bool) or not isinstance(exact, str | int | float)):
             self.add(f"{where}.exact", "must be text")
         contains = value.get("contains")
         if isinstance(contains, str):
@@ -322,7 +365,9 @@ class _Reader:
         ignore_case = value.get("ignore_case", False)
         if not isinstance(ignore_case, bool):
             self.add(f"{where}.ignore_case", "must be true or false")
-        if regex is not None:
+        if regex is not None and not isinstance(regex, str):
+            self.add(f"{where}.regex", "must be text: a regular expression")
+        elif regex is not None:
             try:
                 re.compile(str(regex))
             except re.error as e:
@@ -360,44 +405,44 @@ class _Reader:
         return cast(Tolerances, result) if result is not None else None
 
     def typed(self, kind: type[Any], value: Any, where: str) -> Any:
-        """An instance of the dataclass ``kind`` from a mapping of its fields; numbers checked."""
+        """An instance of the dataclass ``kind`` from a mapping of its fields, each number checked
+        against its range (see ``_RANGES``); ``None`` only where the field allows it."""
         if not isinstance(value, Mapping):
             self.add(where, f"must be a mapping of {', '.join(f.name for f in fields(kind))}")
             return None
-        known = tuple(f.name for f in fields(kind))
-        self.unknown_keys(value, known, where)
+        known = {f.name: f for f in fields(kind)}
+        self.unknown_keys(value, tuple(known), where)
+        before = len(self.problems)
         good: dict[str, Any] = {}
         for key, item in value.items():
             if key not in known:
                 continue
-            whole = _int_field(kind, key)
-            if item is not None and (isinstance(item, bool) or not isinstance(item, int if whole else int | float)):
-                self.add(f"{where}.{key}", f"must be a {'whole number' if whole else 'number'}, not {item!r}")
-            elif item is not None and item < 0:
-                self.add(f"{where}.{key}", "must not be negative")
+            kind_of = str(known[key].type)
+            low, high = _RANGES.get(kind, {}).get(key, (0, MAX_NUMBER))
+            whole = kind_of.startswith("int")
+            message = number_problem(item, whole=whole, minimum=low, maximum=high, nullable="None" in kind_of)
+            if message is not None:
+                self.add(f"{where}.{key}", message)
             else:
                 good[key] = item
-        if len(good) < sum(1 for k in value if k in known):
-            return None
         try:
-            return kind(**good)
+            built = kind(**good)  # its own checks too, on the numbers that passed these
         except UsageError as e:
             self.problems += [Problem(code=p.code, where=f"{where}.{p.where}", message=p.message) for p in e.problems]
-        return None
+            return None
+        return built if len(self.problems) == before else None
 
-    def integer(self, value: Any, where: str, *, minimum: int) -> int | None:
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.add(where, f"must be a whole number, not {value!r}")
+    def integer(self, value: Any, where: str, *, minimum: int, maximum: int) -> int | None:
+        message = number_problem(value, whole=True, minimum=minimum, maximum=maximum)
+        if message is not None:
+            self.add(where, message)
             return None
-        if value < minimum:
-            self.add(where, f"must be at least {minimum}")
-            return None
-        return value
+        return cast(int, value)
 
     def choice(self, value: Any, choices: tuple[str, ...], where: str) -> str | None:
         if value in choices:
             return str(value)
-        self.add(where, f"{value!r} is not one of {', '.join(choices)}")
+        self.add(where, f"{shown(value)} is not one of {', '.join(choices)}")
         return None
 
     def strings(self, value: Any, where: str) -> list[str] | None:
@@ -427,11 +472,3 @@ def _merge(defaults: Mapping[str, Any], task: Mapping[str, Any]) -> dict[str, An
         if isinstance(base, Mapping) and isinstance(own, Mapping):
             merged[key] = {**base, **own}
     return merged
-
-
-def _int_field(kind: type[Any], name: str) -> bool:
-    """Whether the field is a whole number (the dataclasses' annotations are strings here)."""
-    for f in fields(kind):
-        if f.name == name:
-            return str(f.type).startswith("int")
-    return False

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from planexec._errors import Problem, UsageError
+from planexec.eval._files import read_json
+from planexec.eval._limits import MAX_SCRIPT_BYTES
 from planexec.models._base import Model
 from planexec.models._registry import resolve_model
 from planexec.models._scripted import FunctionModel, ScriptedModel
@@ -61,6 +63,9 @@ def model_problems(spec: Any, where: str) -> list[Problem]:
         return []
     if not isinstance(spec, str) or not spec.strip():
         return [Problem(code="model", where=where, message="must be a model string, e.g. scripted:replies.json")]
+    scripts = _script_problems(spec, where)
+    if scripts:
+        return scripts
     try:
         fresh_model(spec)
     except UsageError as e:
@@ -70,6 +75,21 @@ def model_problems(spec: Any, where: str) -> list[Problem]:
     except Exception as e:
         return [Problem(code="model", where=where, message=f"cannot load {spec!r}: {type(e).__name__}: {e}")]
     return []
+
+
+def _script_problems(spec: str, where: str) -> list[Problem]:
+    """What makes a ``scripted:`` file of ``spec`` unsafe to read: too large, or nested too deep.
+    (A missing file is left to the model's own loader, which says so.)"""
+    problems: list[Problem] = []
+    for part in (p.strip() for p in spec.split("|")):
+        provider, sep, rest = part.partition(":")
+        if provider != "scripted" or not sep or not Path(rest).exists():
+            continue
+        try:
+            read_json(Path(rest), limit=MAX_SCRIPT_BYTES, what=f"the script {rest}", finite=False)
+        except UsageError as e:
+            problems += [Problem(code="model", where=where, message=f"{e.summary}: {p}") for p in e.problems]
+    return problems
 
 
 def load_tool_ref(ref: str, root: Path, where: str, problems: list[Problem]) -> list[Tool]:

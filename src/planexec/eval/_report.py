@@ -1,20 +1,30 @@
 """The evaluation report: every run's checks and measures, a summary per task and overall, and its
 versioned JSON form (what ``--json`` writes and ``--baseline`` reads).
 
+The JSON form never holds NaN or infinities (JSON has neither): such a measure is written as
+``null`` with a line in ``notes`` saying what it was. A report read back as a baseline is held to
+the format strictly (a number is a number, not a text or a boolean; every number finite) and to
+the bounds of :mod:`planexec.eval._limits` (size, nesting).
+
 Report format changelog (bump ``REPORT_VERSION`` and add a line on every change):
     1: first version.
+    2: ``notes``: what was changed to write the report (a measure that was not finite, written as null).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
 from planexec._errors import Problem, UsageError
+from planexec.eval._files import read_json
+from planexec.eval._limits import MAX_REPORT_BYTES, MAX_REPORT_VALUES, shape_problems, shown
 from planexec.eval._matchers import CheckOutcome
 from planexec.eval._metrics import RunMetrics
 
@@ -26,14 +36,16 @@ __all__ = [
     "Summary",
     "TaskReport",
     "dump_report",
+    "json_text",
     "load_report",
+    "read_report",
     "report_text",
     "summarize",
 ]
 
 REPORT_FORMAT: Literal["planexec.eval.report"] = "planexec.eval.report"
-REPORT_VERSION = 1
-READABLE_VERSIONS = (1,)
+REPORT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +125,8 @@ class EvalReport:
     created_at: str = ""
     summary: Summary
     tasks: tuple[TaskReport, ...]
+    notes: tuple[str, ...] = ()
+    """What was changed to write the report as JSON (each measure that was not finite)."""
 
     @property
     def failed_runs(self) -> list[RunReport]:
@@ -164,27 +178,67 @@ _ADAPTER: TypeAdapter[EvalReport] = TypeAdapter(EvalReport)
 
 
 def dump_report(report: EvalReport) -> dict[str, Any]:
-    """The report as JSON data."""
+    """The report as JSON data: a measure that is not finite becomes None, with a note saying so."""
     data: dict[str, Any] = _ADAPTER.dump_python(report, mode="json")
-    return data
+    notes: list[str] = list(data.get("notes") or ())
+    finite: dict[str, Any] = _finite(data, "", notes)
+    finite["notes"] = list(dict.fromkeys(notes))
+    return finite
+
+
+def _finite(value: Any, path: str, notes: list[str]) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        notes.append(f"{path}: {value} written as null")
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item, f"{path}.{key}" if path else str(key), notes) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item, f"{path}[{index}]", notes) for index, item in enumerate(value)]
+    return value
+
+
+def json_text(data: Mapping[str, Any]) -> str:
+    """JSON data as the report's text (NaN and infinities refused: ``dump_report`` has replaced them)."""
+    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def report_text(report: EvalReport) -> str:
-    return json.dumps(dump_report(report), indent=2, ensure_ascii=False) + "\n"
+    return json_text(dump_report(report))
+
+
+def read_report(path: Path) -> EvalReport:
+    """The report in the JSON file at ``path``, within the limits of a report; raises ``UsageError``."""
+    data = read_json(path, limit=MAX_REPORT_BYTES, what=f"the report {path}")
+    return load_report(data, where=str(path))
 
 
 def load_report(data: Mapping[str, Any], *, where: str = "report") -> EvalReport:
-    """A report from JSON data written by any report version so far; raises ``UsageError``."""
+    """A report from JSON data written by any report version so far; raises ``UsageError``.
+
+    Numbers must be numbers of the field's kind (never texts or booleans) and finite; data nested
+    too deep or too large to walk safely is refused before it is looked at."""
+    if not isinstance(data, Mapping):
+        raise UsageError(f'{where} is not an evaluation report (no "format": "{REPORT_FORMAT}")')
+    unsafe = shape_problems(data, finite=True, code="report", max_values=MAX_REPORT_VALUES)
+    if unsafe:
+        raise UsageError(f"{where} cannot be read as a report", unsafe)
     if data.get("format") != REPORT_FORMAT:
         raise UsageError(f'{where} is not an evaluation report (no "format": "{REPORT_FORMAT}")')
     version = data.get("version")
-    if version not in READABLE_VERSIONS:
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:
         readable = ", ".join(map(str, READABLE_VERSIONS))
-        raise UsageError(f"{where} has report version {version!r}; this planexec reads {readable}")
+        raise UsageError(f"{where} has report version {shown(version)}; this planexec reads {readable}")
     try:
-        return _ADAPTER.validate_python(dict(data))
+        text = json.dumps(dict(data), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"{where} is not JSON data", [Problem(code="report", where="", message=str(e))]) from None
+    try:
+        return _ADAPTER.validate_json(text, strict=True)
     except ValidationError as e:
         problems = [
             Problem(code="report", where=".".join(map(str, err["loc"])), message=err["msg"]) for err in e.errors()
         ]
+        notes = data.get("notes")
+        if isinstance(notes, list):
+            problems += [Problem(code="report", where="notes", message=n) for n in notes if isinstance(n, str)]
         raise UsageError(f"{where} does not fit the report format", problems) from None

@@ -10,7 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from planexec._errors import Problem, UsageError
 from planexec.eval._faults import describe_faults, profile_for, run_seed
+from planexec.eval._limits import MAX_CONCURRENCY, MAX_SEED, number_problem, shape_problems
 from planexec.eval._matchers import CheckOutcome, check_answer, judge_answer, match_tools
 from planexec.eval._metrics import RunMetrics, Trace, trace_of
 from planexec.eval._refs import fresh_model
@@ -42,6 +44,20 @@ class EvalSettings:
     """A fault profile for every task, instead of the tasks' own."""
     store: RunStore | None = None
     """Where planner–executor runs are logged (None: not logged)."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name, low, high in (("concurrency", 1, MAX_CONCURRENCY), ("seed", 0, MAX_SEED)):
+            message = number_problem(getattr(self, name), whole=True, minimum=low, maximum=high, nullable=True)
+            if message is not None:
+                problems.append(Problem(code="settings", where=name, message=message))
+        if self.faults is not None and not isinstance(self.faults, str):
+            problems += [
+                Problem(code=p.code, where=f"faults.{p.where}" if p.where else "faults", message=p.message)
+                for p in shape_problems(self.faults, code="settings")
+            ]
+        if problems:
+            raise UsageError("invalid evaluation settings", problems)
 
 
 class ProgressSink(Protocol):

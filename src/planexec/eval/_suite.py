@@ -1,5 +1,6 @@
 """A suite of golden tasks, as typed values: what each task asks, with which models, tools, budget
-and faults, and what counts as passing it."""
+and faults, and what counts as passing it. Counts are bounded when a value is made (see
+:mod:`planexec.eval._limits`), so a suite built in Python cannot ask for endless runs either."""
 
 from __future__ import annotations
 
@@ -8,6 +9,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
+from planexec._errors import Problem, UsageError
+from planexec.eval._limits import (
+    MAX_CONCURRENCY,
+    MAX_REPEAT,
+    MAX_RUNS,
+    MAX_SEED,
+    MAX_TASKS,
+    MAX_TURNS,
+    number_problem,
+    shown,
+)
 from planexec.models._base import Model
 from planexec.runtime._budget import Budget
 from planexec.runtime._settings import Limits
@@ -111,6 +123,11 @@ class Task:
     repeat: int = 1
     faults: FaultSpec | None = None
 
+    def __post_init__(self) -> None:
+        problems = _count_problems(self, (("repeat", 1, MAX_REPEAT), ("max_turns", 1, MAX_TURNS)))
+        if problems:
+            raise UsageError(f"invalid task {shown(self.id)}", problems)
+
     def model_for_react(self) -> ModelSpec | None:
         """The ReAct baseline's model: ``react_model``, else the task's ``executor``."""
         return self.react_model if self.react_model is not None else self.executor
@@ -144,8 +161,29 @@ class Suite:
     concurrency: int = 4
     tolerances: Tolerances = field(default_factory=Tolerances)
 
+    def __post_init__(self) -> None:
+        problems = _count_problems(self, (("seed", 0, MAX_SEED), ("concurrency", 1, MAX_CONCURRENCY)))
+        if len(self.tasks) > MAX_TASKS:
+            message = f"holds {len(self.tasks):,} tasks; a suite may hold at most {MAX_TASKS:,} tasks"
+            problems.append(Problem(code="suite", where="tasks", message=message))
+        elif (runs := sum(t.repeat for t in self.tasks)) > MAX_RUNS:
+            message = f"asks for {runs:,} runs (every task's repeat added up); at most {MAX_RUNS:,}"
+            problems.append(Problem(code="suite", where="tasks", message=message))
+        if problems:
+            raise UsageError(f"invalid suite {shown(self.name)}", problems)
+
     def task(self, task_id: str) -> Task:
         for t in self.tasks:
             if t.id == task_id:
                 return t
         raise KeyError(task_id)
+
+
+def _count_problems(value: object, counts: tuple[tuple[str, int, int], ...]) -> list[Problem]:
+    """What is wrong with each whole number ``(name, minimum, maximum)`` of ``value``."""
+    problems = []
+    for name, low, high in counts:
+        message = number_problem(getattr(value, name), whole=True, minimum=low, maximum=high)
+        if message is not None:
+            problems.append(Problem(code="suite", where=name, message=message))
+    return problems
