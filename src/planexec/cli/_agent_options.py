@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from planexec.cli._options import BUDGET_FLAGS
+from planexec.runtime import DEFAULT_CAPS
 
 __all__ = ["POLICIES", "REPLANS", "AgentFlags", "agent_options", "live_options"]
 
@@ -69,8 +70,9 @@ def agent_options(*, for_run: bool) -> Callable[[F], F]:
     def apply(fn: F) -> F:
         for flag in reversed(BUDGET_FLAGS):
             metavar, text = _BUDGET_HELP[flag.field]
-            if for_run and flag.field == "replans":
-                text = text[:-1] + " (default 3)."
+            if for_run:
+                cap = DEFAULT_CAPS.get(flag.field)
+                text += f" Default: {cap:g}; 'none' lifts the cap." if cap is not None else " Default: no cap."
             fn = click.option(flag.flag, flag.field, metavar=metavar, default=None, help=text + later)(fn)
         fn = click.option(
             "--replan",

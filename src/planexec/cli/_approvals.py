@@ -29,6 +29,7 @@ from planexec.cli._questions import about, answer_commands, approval_json
 from planexec.cli._report import json_text
 from planexec.cli._resume import load_log, resume_run
 from planexec.cli._store_options import StoreChoice, store_choice, store_flag, using_store
+from planexec.cli._text import plain, shown
 from planexec.runtime import ApprovalRecord, RunStarted, RunState
 from planexec.store import RunStore
 
@@ -84,12 +85,19 @@ async def _list(choice: StoreChoice, as_json: bool) -> int:
         table.add_column(name, overflow="fold")
     for run_id, rec in questions:
         step = rec.step_id or (f"plan v{rec.plan_version}" if rec.plan_version else "")
-        table.add_row(run_id, rec.approval_id, rec.subject, step, cut(rec.reason, 60), when(rec.requested_at))
+        table.add_row(
+            shown(run_id),
+            shown(rec.approval_id),
+            rec.subject,
+            shown(step),
+            shown(cut(rec.reason, 60)),
+            when(rec.requested_at),
+        )
     console.print(table)
     console.print("answer with:", markup=False)
     for run_id, rec in questions:
         for command in answer_commands(choice, run_id, rec):
-            console.print(f"  {command}", markup=False, highlight=False, soft_wrap=True)
+            console.print(plain(f"  {command}"), markup=False, highlight=False, soft_wrap=True)
     return 0
 
 
@@ -113,7 +121,9 @@ async def _decide(
         answered = state.approvals[rec.approval_id]
         verdict = "approved" if answer.approved else "rejected"
         extra = f" ({answer.choice})" if answer.choice else " with an edited plan" if answer.edited_plan else ""
-        click.echo(f"approval {rec.approval_id} ({about(rec)}) {verdict}{extra} by {answer.by}", err=view.as_json)
+        click.echo(
+            plain(f"approval {rec.approval_id} ({about(rec)}) {verdict}{extra} by {answer.by}"), err=view.as_json
+        )
         others = state.pending_approvals
         if resume and not others and state.status == "waiting":
             try:
@@ -125,7 +135,7 @@ async def _decide(
         click.echo(json_text({"answered": approval_json(answered, run_id=run_id), "resumed": False}))
     if others:
         for line in waiting_lines(choice, run_id, others):
-            click.echo(line, err=view.as_json)
+            click.echo(plain(line), err=view.as_json)
     elif resume and state.status == "running":
         click.echo(
             f"run {run_id} is not suspended: a process running it reads the answer from the store; "

@@ -14,12 +14,15 @@ import sys
 from typing import Any, Literal, cast
 
 from rich.console import Console
+from rich.markup import escape
 from rich.prompt import Confirm, Prompt
 from rich.table import Table
 
 from planexec.cli._board import Display
+from planexec.cli._text import plain, shown
 from planexec.plan import Step, render_text
 from planexec.runtime import ApprovalDecision, ApprovalRequest, Approvals
+from planexec.store import Redactor
 
 __all__ = ["TerminalApprover", "approvals_for", "is_interactive"]
 
@@ -29,34 +32,37 @@ def is_interactive(console: Console) -> bool:
     return sys.stdin.isatty() and console.is_terminal
 
 
-def _steps_table(steps: tuple[Step, ...]) -> Table:
+def _steps_table(steps: tuple[Step, ...], redactor: Redactor) -> Table:
     table = Table(show_edge=False, header_style="bold")
     for name in ("step", "runs on", "after", "effect", "args"):
         table.add_column(name, overflow="fold")
     for s in steps:
         table.add_row(
-            s.id,
-            f"tool {s.tool}" if s.tool else f"{s.executor or 'default'} (model)",
-            ", ".join(s.depends_on),
+            shown(s.id),
+            shown(f"tool {s.tool}" if s.tool else f"{s.executor or 'default'} (model)"),
+            shown(", ".join(s.depends_on)),
             s.effect,
-            render_text(s.args) if s.args else "",
+            shown(render_text(redactor.redact(s.args))) if s.args else "",
         )
     return table
 
 
-def approvals_for(console: Console, display: Display, *, no_input: bool, plan: bool) -> Approvals:
+def approvals_for(
+    console: Console, display: Display, *, no_input: bool, plan: bool, redactor: Redactor | None = None
+) -> Approvals:
     """Ask at the terminal when a human is there; otherwise save questions in the log and suspend."""
     if not no_input and is_interactive(console):
-        return Approvals(approver=TerminalApprover(console, display), plan=plan)
+        return Approvals(approver=TerminalApprover(console, display, redactor), plan=plan)
     return Approvals(deferred=True, plan=plan)
 
 
 class TerminalApprover:
     """An approver that shows what is to be approved and asks yes or no."""
 
-    def __init__(self, console: Console, display: Display) -> None:
+    def __init__(self, console: Console, display: Display, redactor: Redactor | None = None) -> None:
         self._console = console
         self._display = display
+        self._redactor = redactor if redactor is not None else Redactor()
         self._lock = asyncio.Lock()
 
     async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
@@ -93,23 +99,25 @@ class TerminalApprover:
         return ApprovalDecision(approved=True, choice=choice, output=output, reason=reason, by="terminal")
 
     def _show(self, request: ApprovalRequest) -> str:
+        """Show what is asked (redacted, and never read as markup); return the question's prompt."""
         console = self._console
+        clean = self._redactor.redact_text
         if request.subject == "plan" and request.plan is not None:
             plan = request.plan
             console.rule(f"approve plan v{plan.version}?")
             if plan.reason:
-                console.print(f"reason: {plan.reason}", markup=False)
-            console.print(_steps_table(plan.steps))
+                console.print(plain(f"reason: {clean(plan.reason)}"), markup=False)
+            console.print(_steps_table(plan.steps, self._redactor))
             return f"Run plan v{plan.version}?"
         step = request.step
         if step is None:
-            return f"Approve ({request.reason})?"
+            return escape(plain(f"Approve ({clean(request.reason)})?"))
         if request.subject == "effect":
-            console.rule(f"step {step.id}: did its call take effect?")
-            console.print(f"{step.description}  [{request.reason}]", markup=False)
-            console.print(_steps_table((step,)))
-            return f"Step {step.id}: call again, skip it, or mark it done?"
-        console.rule(f"approve step {step.id}?")
-        console.print(f"{step.description}  [{request.reason}]", markup=False)
-        console.print(_steps_table((step,)))
-        return f"Run step {step.id}?"
+            console.rule(shown(f"step {step.id}: did its call take effect?"))
+            console.print(plain(clean(f"{step.description}  [{request.reason}]")), markup=False)
+            console.print(_steps_table((step,), self._redactor))
+            return escape(plain(f"Step {step.id}: call again, skip it, or mark it done?"))
+        console.rule(shown(f"approve step {step.id}?"))
+        console.print(plain(clean(f"{step.description}  [{request.reason}]")), markup=False)
+        console.print(_steps_table((step,), self._redactor))
+        return escape(plain(f"Run step {step.id}?"))

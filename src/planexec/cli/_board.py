@@ -18,6 +18,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
+from planexec.cli._text import plain, redacted_events, shown
 from planexec.cli._watch import new_events
 from planexec.plan import render_text
 from planexec.runtime import (
@@ -47,7 +48,7 @@ from planexec.runtime import (
     StepSucceeded,
     ToolCalled,
 )
-from planexec.store import RunStore
+from planexec.store import Redactor, RunStore
 
 __all__ = [
     "Board",
@@ -89,20 +90,29 @@ def runs_on(rec: StepRecord) -> str:
 
 def step_rows(state: RunState) -> list[StepRecord]:
     """The state's steps in a stable, readable order: by depth in the dependency graph, then by
-    when they first appeared."""
+    when they first appeared. Linear in the steps, and safe on any graph (cycles included)."""
+    steps = state.steps
+    order = {sid: index for index, sid in enumerate(steps)}
+    deps = {sid: [d for d in rec.step.depends_on if d in steps] for sid, rec in steps.items()}
     depth: dict[str, int] = {}
-
-    def visit(sid: str, seen: frozenset[str]) -> int:
-        if sid in depth:
-            return depth[sid]
-        rec = state.steps.get(sid)
-        deps = [d for d in rec.step.depends_on if d in state.steps and d not in seen] if rec else []
-        value = 1 + max((visit(d, seen | {sid}) for d in deps), default=-1)
-        depth[sid] = value
-        return value
-
-    order = list(state.steps)
-    return [state.steps[sid] for sid in sorted(order, key=lambda sid: (visit(sid, frozenset()), order.index(sid)))]
+    for root in steps:
+        if root in depth:
+            continue
+        stack: list[tuple[str, int]] = [(root, 0)]
+        on_path = {root}
+        while stack:
+            sid, i = stack[-1]
+            if i < len(deps[sid]):
+                stack[-1] = (sid, i + 1)
+                dep = deps[sid][i]
+                if dep not in depth and dep not in on_path:
+                    stack.append((dep, 0))
+                    on_path.add(dep)
+                continue
+            depth[sid] = 1 + max((depth[d] for d in deps[sid] if d in depth), default=-1)
+            stack.pop()
+            on_path.discard(sid)
+    return [steps[sid] for sid in sorted(steps, key=lambda sid: (depth[sid], order[sid]))]
 
 
 class Board:
@@ -127,15 +137,15 @@ class Board:
 
     def _header(self, state: RunState) -> RenderableType:
         text = Text()
-        text.append(f"{self.title} ", style="bold")
-        text.append(f"· run {state.run_id}", style="dim")
+        text.append(f"{plain(self.title)} ", style="bold")
+        text.append(f"· run {plain(state.run_id)}", style="dim")
         plan = state.plan
         if plan is not None:
             text.append(f" · plan v{plan.version}", style="bold magenta")
             text.append(f" by {plan.author}")
             if plan.reason:
-                text.append(f": {_cut(plan.reason, 160)}", style="italic")
-        text.append(f"\ngoal: {_cut(state.goal, 200)}")
+                text.append(f": {plain(_cut(plan.reason, 160))}", style="italic")
+        text.append(f"\ngoal: {plain(_cut(state.goal, 200))}")
         activity = planner_activity(state)
         if activity:
             text.append(f"\n{activity}", style="yellow")
@@ -154,12 +164,12 @@ class Board:
         for rec in step_rows(state):
             sid = rec.step.id
             table.add_row(
-                sid,
+                shown(sid),
                 self._status(rec, sid in asking),
-                runs_on(rec),
+                shown(runs_on(rec)),
                 str(rec.attempts) if rec.attempts else "",
                 self._time(rec, now),
-                _detail(rec, state, sid in asking),
+                shown(_cut(_detail(rec, state, sid in asking), 400)),
             )
         return table
 
@@ -191,7 +201,7 @@ class Board:
             f"{_seconds(max(0.0, end - state.started_at))}"
         )
         if self._last:
-            text.append(f"\nlast: {_cut(self._last, 160)}")
+            text.append(f"\nlast: {plain(_cut(self._last, 160))}")
         return text
 
 
@@ -354,7 +364,7 @@ class LineDisplay:
     def update(self, event: Event, state: RunState) -> None:
         elapsed = max(0.0, event.at - state.started_at) if state.started_at else 0.0
         line = f"[{elapsed:7.2f}s] {describe_event(event, state)}"
-        self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+        self.console.print(plain(line), markup=False, highlight=False, soft_wrap=True)
 
     def tick(self) -> None:
         pass
@@ -420,19 +430,31 @@ async def _ticker(display: Display, interval: float) -> None:
 
 
 async def follow(
-    run: Run, display: Display, *, interval: float = 0.1, since: int = 0, store: RunStore | None = None
+    run: Run,
+    display: Display,
+    *,
+    interval: float = 0.1,
+    since: int = 0,
+    store: RunStore | None = None,
+    redactor: Redactor | None = None,
 ) -> RunResult:
     """Show ``run`` on ``display`` until it finishes (or is suspended), and return its result.
 
     ``since``: how many events the run had when this process picked it up (they are not shown
-    again); ``store``: where a resumed run's log can be read. If this coroutine is cancelled, the
-    run is cancelled with it.
+    again); ``store``: where a resumed run's log can be read. Every event is shown as the store
+    keeps it, passed through ``redactor`` (default: ``Redactor()``). If this coroutine is
+    cancelled, the run is cancelled with it.
     """
+    redactor = redactor if redactor is not None else Redactor()
+    shown_state = RunState()
     display.start()
     ticker = asyncio.create_task(_ticker(display, interval)) if display.ticks else None
     try:
-        async for event in new_events(run, since=since, store=store, interval=interval):
-            display.update(event, run.state)
+        async for event, new in new_events(run, since=since, store=store, interval=interval):
+            (clean,) = redacted_events([event], redactor)
+            shown_state.apply(clean)
+            if new:
+                display.update(clean, shown_state)
     except asyncio.CancelledError:
         run.cancel()
         raise

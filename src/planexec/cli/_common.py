@@ -14,8 +14,9 @@ from rich.console import Console
 
 from planexec.cli._board import Board, Display, LineDisplay, LiveDisplay, follow
 from planexec.cli._options import Refused
+from planexec.cli._text import plain, redactor_of
 from planexec.runtime import Agent, Run, RunResult
-from planexec.store import RunStore
+from planexec.store import Redactor, RunStore
 
 __all__ = [
     "EXIT_OK",
@@ -78,8 +79,8 @@ class View:
 
 
 def say(console: Console, text: str) -> None:
-    """Print plain text: no markup, no highlighting, no wrapping."""
-    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    """Print plain text: no markup, no highlighting, no wrapping, control characters made visible."""
+    console.print(plain(text), markup=False, highlight=False, soft_wrap=True)
 
 
 def problem_exit(ctx: click.Context, problems: Sequence[str]) -> NoReturn:
@@ -100,10 +101,14 @@ def run_command(ctx: click.Context, main: Coroutine[Any, Any, int]) -> NoReturn:
     ctx.exit(code)
 
 
-async def follow_to_end(run: Run, display: Display, *, since: int = 0, store: RunStore | None = None) -> RunResult:
-    """Show ``run`` until it ends or is suspended; when cancelled (Ctrl-C), return the cancelled run's result."""
+async def follow_to_end(
+    run: Run, display: Display, *, since: int = 0, store: RunStore | None = None, redactor: Redactor | None = None
+) -> RunResult:
+    """Show ``run`` until it ends or is suspended; when cancelled (Ctrl-C), return the cancelled run's result.
+
+    What is shown passes through ``redactor`` (the store's: see :func:`redactor_of`)."""
     try:
-        return await follow(run, display, since=since, store=store)
+        return await follow(run, display, since=since, store=store, redactor=redactor)
     except asyncio.CancelledError:
         # Ctrl-C: the run was cancelled with the display; report what it did instead of a traceback.
         task = asyncio.current_task()
@@ -121,7 +126,8 @@ async def start_and_follow(
     metadata: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """Start ``goal`` and show it until it ends; when cancelled (Ctrl-C), return the cancelled run's result."""
-    return await follow_to_end(agent.start(goal, constraints=constraints, metadata=metadata), display)
+    run = agent.start(goal, constraints=constraints, metadata=metadata)
+    return await follow_to_end(run, display, redactor=redactor_of(agent.store))
 
 
 def run_to_end(agent: Agent, goal: str, constraints: Sequence[str], display: Display) -> RunResult:
@@ -139,5 +145,5 @@ def exit_code(result: RunResult) -> int:
 def exit_for(ctx: click.Context, result: RunResult) -> None:
     """Exit with :func:`exit_code`, saying why the run stopped when the goal was not met."""
     if not result.ok:
-        click.echo(f"stopped: {result.stop}", err=True)
+        click.echo(plain(f"stopped: {result.stop}"), err=True)
     ctx.exit(exit_code(result))

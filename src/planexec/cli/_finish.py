@@ -12,6 +12,7 @@ from planexec.cli._common import EXIT_STOPPED, EXIT_WAITING, View, exit_code
 from planexec.cli._questions import about, answer_commands, approval_json
 from planexec.cli._report import json_text, print_summary, result_json
 from planexec.cli._store_options import StoreChoice, is_memory
+from planexec.cli._text import plain, redacted_result, redactor_of
 from planexec.runtime import ApprovalRecord, RunResult, RunState
 from planexec.store import RunStore
 
@@ -38,7 +39,9 @@ def report_result(
     extra: Iterable[tuple[str, str]] = (),
     json_extra: Mapping[str, Any] | None = None,
 ) -> int:
-    """Print the result and return the exit status (0 goal met, 1 stopped otherwise, 3 waiting)."""
+    """Print the result, redacted as the store keeps it, and return the exit status (0 goal met, 1
+    stopped otherwise, 3 waiting)."""
+    result = redacted_result(result, redactor_of(store))
     code = exit_code(result)
     pending = RunState.fold(result.events).pending_approvals if code == EXIT_WAITING else []
     if view.as_json:
@@ -49,10 +52,10 @@ def report_result(
     else:
         print_summary(view.console, result, extra=[("run id", result.run_id), ("store", choice.describe()), *extra])
     if code == EXIT_STOPPED:
-        click.echo(f"stopped: {result.stop}", err=True)
+        click.echo(plain(f"stopped: {result.stop}"), err=True)
     elif code == EXIT_WAITING:
         for line in waiting_lines(choice, result.run_id, pending):
-            click.echo(line, err=view.as_json)
+            click.echo(plain(line), err=view.as_json)
         if is_memory(store):
             click.echo(
                 "warning: the store is in memory: the run ends with this process and cannot be answered "

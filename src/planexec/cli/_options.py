@@ -7,6 +7,7 @@ invocation is answered with the whole list at once.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -78,29 +79,41 @@ BUDGET_FLAGS: tuple[_BudgetFlag, ...] = (
 """The budget options of ``planexec run`` and the :class:`Budget` field each one sets."""
 
 
+UNBOUNDED = "none"
+"""What a budget flag takes to lift its cap (``--max-steps none``)."""
+
+
 def _number(flag: _BudgetFlag, raw: str, problems: Problems) -> int | float | None:
+    """The flag's value, or None for ``none``; a wrong value is added to ``problems`` (and gives None)."""
+    if raw.strip().lower() == UNBOUNDED:
+        return None
     try:
         value: int | float = int(raw) if flag.kind == "int" else float(raw)
     except ValueError:
         what = "a whole number" if flag.kind == "int" else "a number"
-        problems.add(flag.flag, f"{raw!r} is not {what}")
+        problems.add(flag.flag, f"{raw!r} is not {what} (or {UNBOUNDED!r} for no cap)")
         return None
-    if value < 0 or value != value:  # negative, or NaN
+    if not math.isfinite(value):
+        problems.add(flag.flag, f"{raw!r} is not a finite number (write {UNBOUNDED!r} for no cap)")
+        return None
+    if value < 0:
         problems.add(flag.flag, f"{raw!r} must not be negative")
         return None
     return value
 
 
 def parse_budget(values: Mapping[str, str | None], problems: Problems) -> Budget | None:
-    """A :class:`Budget` from the raw flag values (by field name); None when any value is wrong."""
+    """A :class:`Budget` from the raw flag values (by field name); None when any value is wrong.
+    A flag not given keeps its default cap; ``none`` lifts it."""
     fields: dict[str, Any] = {}
     ok = True
     for flag in BUDGET_FLAGS:
         raw = values.get(flag.field)
         if raw is None:
             continue
+        before = len(problems)
         value = _number(flag, raw, problems)
-        ok = ok and value is not None
+        ok = ok and len(problems) == before
         fields[flag.field] = value
     if not ok:
         return None

@@ -21,10 +21,12 @@ from planexec.cli._rebuild import build_agent, recorded_spec
 from planexec.cli._report import json_text
 from planexec.cli._resume import load_log
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
+from planexec.cli._text import plain, redacted_events, redactor_of
 from planexec.eval._faults import fault_problems, profile_for, read_faults_option
 from planexec.executor import ErrorKind
 from planexec.faults import FaultProfile
 from planexec.runtime import Event, Fault, ReplayReport, RunStarted, RunState, StepStarted, replay_log
+from planexec.store import Redactor
 
 __all__ = ["replay"]
 
@@ -179,7 +181,13 @@ async def _replay(
         agent = build_agent(
             spec,
             store=store,
-            approvals=approvals_for(view.console, view.display, no_input=view.no_input, plan=spec.approve_plan),
+            approvals=approvals_for(
+                view.console,
+                view.display,
+                no_input=view.no_input,
+                plan=spec.approve_plan,
+                redactor=redactor_of(store),
+            ),
             recorded=recorded if has_record else None,
             used=log if faults is not None else log[: fork.live_from(log)],
             needs_tools=first.tools,
@@ -192,10 +200,10 @@ async def _replay(
             raise Refused(_usage(e)) from None
         if not report.matched or report.result is None:
             why = report.divergence or "the fork neither finished nor was suspended"
-            click.echo(f"the replay of run {run_id} left the log before the fork point: {why}", err=True)
+            click.echo(plain(f"the replay of run {run_id} left the log before the fork point: {why}"), err=True)
             return EXIT_STOPPED
         if not view.as_json:
-            _print_live_part(view, run_id, report)
+            _print_live_part(view, run_id, report, redactor_of(store))
         return report_result(
             view,
             report.result,
@@ -231,10 +239,10 @@ def _offline(view: View, run_id: str, report: ReplayReport, total: int) -> int:
     return EXIT_OK if report.matched else EXIT_STOPPED
 
 
-def _print_live_part(view: View, run_id: str, report: ReplayReport) -> None:
+def _print_live_part(view: View, run_id: str, report: ReplayReport, redactor: Redactor) -> None:
     say(view.console, f"run {report.run_id}: a fork of run {run_id}, replayed for {report.compared} events, then live")
     state = RunState()
-    for index, event in enumerate(report.events):
+    for index, event in enumerate(redacted_events(report.events, redactor)):
         state.apply(event)
         if index >= report.compared:
             say(view.console, f"  {describe_event(event, state)}")

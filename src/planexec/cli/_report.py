@@ -13,6 +13,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from planexec.cli._text import shown
 from planexec.runtime import Event, ModelCalled, PlanProposed, RunResult, StepRecord
 
 __all__ = ["RoleUsage", "json_text", "print_summary", "result_json", "step_json", "usage_by_role"]
@@ -87,8 +88,8 @@ def _answer(result: RunResult) -> RenderableType:
     elif stop.kind == "waiting":
         title, style = Text("waiting for a human's answer (the run is saved)", style="bold yellow"), "yellow"
     else:
-        title, style = Text(f"stopped: {stop}", style="bold red"), "red"
-    body: RenderableType = Text(result.answer) if result.answer else Text("(no answer)", style="dim")
+        title, style = shown(f"stopped: {stop}", style="bold red"), "red"
+    body: RenderableType = shown(result.answer) if result.answer else Text("(no answer)", style="dim")
     return Panel(body, title=title, title_align="left", border_style=style)
 
 
@@ -102,7 +103,11 @@ def _plans(result: RunResult) -> Table:
     table.add_column("reason")
     for plan in result.plans:
         table.add_row(
-            str(plan.version), plan.author, triggers.get(plan.version, ""), ", ".join(plan.ids), plan.reason or ""
+            str(plan.version),
+            plan.author,
+            triggers.get(plan.version, ""),
+            shown(", ".join(plan.ids)),
+            shown(plan.reason or ""),
         )
     return table
 
@@ -114,7 +119,7 @@ def _usage(result: RunResult) -> Table:
         table.add_column(name, justify="right")
     for role, row in usage_by_role(result.events).items():
         table.add_row(
-            role,
+            shown(role),
             str(row.calls),
             f"{row.input_tokens:,}",
             f"{row.output_tokens:,}",
@@ -142,11 +147,19 @@ def _tools(result: RunResult) -> Table:
     for rec in _records(result):
         if rec.step.tool is not None:
             outcome = rec.status if rec.error is None else str(rec.error)
-            table.add_row(rec.step.id, rec.step.tool, str(rec.attempts), _secs(_duration(rec)), outcome)
+            table.add_row(
+                shown(rec.step.id), shown(rec.step.tool), str(rec.attempts), _secs(_duration(rec)), shown(outcome)
+            )
         for call in rec.tool_calls:
             outcome = "succeeded" if call.error is None else str(call.error)
             by = rec.executor or rec.step.executor or "model"
-            table.add_row(rec.step.id, f"{call.tool} (via {by})", str(call.attempts), _secs(call.duration), outcome)
+            table.add_row(
+                shown(rec.step.id),
+                shown(f"{call.tool} (via {by})"),
+                str(call.attempts),
+                _secs(call.duration),
+                shown(outcome),
+            )
     return table
 
 
@@ -161,7 +174,7 @@ def _timings(result: RunResult, extra: Iterable[tuple[str, str]]) -> Table:
     table.add_row("steps", f"{step_time:.2f}s in total, run in parallel where the plan allowed")
     table.add_row("replans", str(result.replans))
     for key, value in extra:
-        table.add_row(key, value)
+        table.add_row(shown(key), shown(value))
     return table
 
 
@@ -232,5 +245,11 @@ def result_json(result: RunResult, **extra: Any) -> dict[str, Any]:
 
 
 def json_text(data: Any) -> str:
-    """Pretty JSON; anything that is not JSON data is written as text."""
-    return json.dumps(data, indent=2, ensure_ascii=False, default=str)
+    """Pretty JSON; anything that is not JSON data is written as text. Text that cannot be written
+    as UTF-8 (a lone surrogate) is written as JSON escapes instead."""
+    text = json.dumps(data, indent=2, ensure_ascii=False, default=str)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(data, indent=2, default=str)
+    return text

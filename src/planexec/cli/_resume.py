@@ -15,6 +15,7 @@ from planexec.cli._finish import report_result, waiting_lines
 from planexec.cli._options import Problems, Refused
 from planexec.cli._rebuild import build_agent, recorded_spec
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
+from planexec.cli._text import plain, redactor_of
 from planexec.runtime import Event, RunResult, RunStarted, RunState
 from planexec.store import RunStore
 
@@ -49,16 +50,18 @@ async def resume_run(store: RunStore, choice: StoreChoice, log: list[Event], fla
     run_id = first.run_id
     state = RunState.fold(log)
     if state.finished:
-        click.echo(f"run {run_id} has finished already: {state.stop}", err=True)
+        click.echo(plain(f"run {run_id} has finished already: {state.stop}"), err=True)
         return report_result(view, RunResult.from_state(state, log), choice, store)
     if _still_waiting(state) and (view.no_input or not _approve.is_interactive(view.console)):
         for line in waiting_lines(choice, run_id, state.pending_approvals):
-            click.echo(line, err=view.as_json)
+            click.echo(plain(line), err=view.as_json)
         return EXIT_WAITING
     problems = Problems()
     recorded, has_record = await recorded_spec(store, first, problems)
     spec = recorded.with_flags(flags)
-    approvals = _approve.approvals_for(view.console, view.display, no_input=view.no_input, plan=spec.approve_plan)
+    approvals = _approve.approvals_for(
+        view.console, view.display, no_input=view.no_input, plan=spec.approve_plan, redactor=redactor_of(store)
+    )
     agent = build_agent(
         spec,
         store=store,
@@ -77,7 +80,7 @@ async def resume_run(store: RunStore, choice: StoreChoice, log: list[Event], fla
     since = run.state.events
     if not view.as_json:
         say(view.console, f"resuming run {run_id} after event {since}")
-    result = await follow_to_end(run, view.display, since=since, store=store)
+    result = await follow_to_end(run, view.display, since=since, store=store, redactor=redactor_of(store))
     return report_result(view, result, choice, store)
 
 

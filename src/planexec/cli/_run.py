@@ -14,6 +14,7 @@ from planexec.cli._finish import report_result
 from planexec.cli._options import Problems
 from planexec.cli._rebuild import AgentSpec, build_agent
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
+from planexec.cli._text import redactor_of
 
 __all__ = ["run"]
 
@@ -50,6 +51,9 @@ def run(
     At a terminal, approvals are asked there. Without one (or with --no-input) they are saved in
     the log and the run is suspended: answer with `planexec approve` or `planexec reject`.
 
+    Every run is bounded: with no budget flags it has the default caps listed below (steps,
+    model calls, tool calls, time, replans); 'none' as a flag's value lifts that cap.
+
     Exit status: 0 when the goal is met, 1 when the run stopped otherwise, 2 when the command
     line is wrong, 3 when the run waits for a human's answer.
     """
@@ -63,7 +67,9 @@ async def _run(goal: str, spec: AgentSpec, view: View, choice: StoreChoice) -> i
     if not goal.strip():
         problems.add("GOAL", "the goal is empty")
     async with using_store(choice, problems) as store:
-        approvals = approvals_for(view.console, view.display, no_input=view.no_input, plan=spec.approve_plan)
+        approvals = approvals_for(
+            view.console, view.display, no_input=view.no_input, plan=spec.approve_plan, redactor=redactor_of(store)
+        )
         agent = build_agent(spec, store=store, approvals=approvals, problems=problems)
         result = await start_and_follow(agent, goal, spec.constraints, view.display, metadata=spec.metadata())
         return report_result(view, result, choice, store)

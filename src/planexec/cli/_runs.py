@@ -18,6 +18,7 @@ from planexec.cli._report import json_text
 from planexec.cli._resume import load_log
 from planexec.cli._show import print_run, run_json
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
+from planexec.cli._text import shown
 from planexec.runtime import dump_event
 from planexec.store import RunStatus, RunSummary
 
@@ -84,19 +85,19 @@ async def _runs(choice: StoreChoice, status: str | None, limit: int, as_json: bo
     if not found:
         console.print(f"no runs in {choice.describe()}", markup=False)
         return 0
-    table = Table(title=f"runs in {choice.describe()}", title_justify="left", title_style="bold")
+    table = Table(title=shown(f"runs in {choice.describe()}"), title_justify="left", title_style="bold")
     for name in ("run", "status", "stop", "cost", "time", "started", "goal", "open questions"):
         right = name in ("cost", "time", "open questions")
         table.add_column(name, justify="right" if right else "left", no_wrap=name != "goal")
     for s in found:
         table.add_row(
-            s.run_id,
+            shown(s.run_id),
             s.status,
-            s.stop_kind or "",
+            shown(s.stop_kind or ""),
             money(s.cost),
             seconds(_duration(s)),
             when(s.started_at),
-            cut(s.goal, 60),
+            shown(cut(s.goal, 60)),
             str(s.pending_approvals) if s.pending_approvals else "",
         )
     console.print(table)

@@ -18,6 +18,7 @@ from planexec.cli._format import cut, money, seconds, when
 from planexec.cli._plan_diff import diff_plans
 from planexec.cli._questions import about, approval_json
 from planexec.cli._report import step_json, usage_by_role
+from planexec.cli._text import shown
 from planexec.plan import render_text
 from planexec.runtime import ApprovalRecord, Event, PlanProposed, RunState, StepRecord
 
@@ -64,17 +65,18 @@ def _head(state: RunState) -> RenderableType:
     rows = Table.grid(padding=(0, 2))
     rows.add_column(style="dim")
     rows.add_column()
-    rows.add_row("goal", state.goal)
+    rows.add_row("goal", shown(state.goal))
     for c in state.constraints:
-        rows.add_row("constraint", c)
-    rows.add_row("status", _status_line(state))
+        rows.add_row("constraint", shown(c))
+    rows.add_row("status", shown(_status_line(state)))
     rows.add_row("started", when(state.started_at))
     rows.add_row("time", f"{seconds(_elapsed(state))} ({seconds(state.active_time)} running)")
     rows.add_row("events", str(state.events))
-    answer: RenderableType = Text(state.answer) if state.answer else Text("(no answer)", style="dim")
+    answer: RenderableType = shown(state.answer) if state.answer else Text("(no answer)", style="dim")
     ok = state.stop is not None and state.stop.ok
     style = "green" if ok else "yellow" if state.stop is None else "red"
-    return Panel(Group(rows, Text(""), answer), title=f"run {state.run_id}", title_align="left", border_style=style)
+    title = shown(f"run {state.run_id}")
+    return Panel(Group(rows, Text(""), answer), title=title, title_align="left", border_style=style)
 
 
 def _plans(state: RunState, log: Sequence[Event]) -> Table:
@@ -89,7 +91,9 @@ def _plans(state: RunState, log: Sequence[Event]) -> Table:
     for plan in state.plans:
         diff = diff_plans(previous, plan)
         changes = "\n".join(diff.lines()) or "(no change)"
-        table.add_row(str(plan.version), plan.author, triggers.get(plan.version, ""), plan.reason, changes)
+        table.add_row(
+            str(plan.version), plan.author, triggers.get(plan.version, ""), shown(plan.reason), shown(changes)
+        )
         previous = plan
     return table
 
@@ -116,13 +120,13 @@ def _steps(state: RunState) -> Table:
     for rec, superseded in _records(state):
         status = rec.status + (" (replaced)" if superseded and rec.status != "dropped" else "")
         table.add_row(
-            rec.step.id,
+            shown(rec.step.id),
             f"v{rec.plan_version}",
             status,
-            runs_on(rec),
+            shown(runs_on(rec)),
             str(rec.attempts) if rec.attempts else "",
             seconds(rec.duration),
-            cut(_outcome(rec), 200),
+            shown(cut(_outcome(rec), 200)),
         )
     return table
 
@@ -134,7 +138,7 @@ def _usage(state: RunState, log: Sequence[Event]) -> Table:
         table.add_column(name, justify="right")
     for role, row in usage_by_role(log).items():
         table.add_row(
-            role,
+            shown(role),
             str(row.calls),
             f"{row.input_tokens:,}",
             f"{row.output_tokens:,}",
@@ -172,7 +176,13 @@ def _approvals(records: list[ApprovalRecord]) -> Table:
     for name in ("id", "about", "reason", "asked at", "answer"):
         table.add_column(name, overflow="fold")
     for rec in records:
-        table.add_row(rec.approval_id, about(rec), rec.reason, when(rec.requested_at), _answer_text(rec))
+        table.add_row(
+            shown(rec.approval_id),
+            shown(about(rec)),
+            shown(rec.reason),
+            when(rec.requested_at),
+            shown(_answer_text(rec)),
+        )
     return table
 
 

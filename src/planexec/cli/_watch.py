@@ -14,9 +14,9 @@ __all__ = ["new_events"]
 
 async def new_events(
     run: Run, *, since: int = 0, store: RunStore | None = None, interval: float = 0.1
-) -> AsyncIterator[Event]:
-    """The events of ``run`` after its first ``since`` (the history a resumed run was loaded with),
-    until it finishes or is suspended.
+) -> AsyncIterator[tuple[Event, bool]]:
+    """Every event of ``run`` with whether it is new: after its first ``since`` (the history a
+    resumed run was loaded with), until it finishes or is suspended.
 
     ``Run.events()`` replays the history first and ends at the first suspension it meets, which
     for a resumed run is an earlier process's. When that happens, the rest is read from ``store``
@@ -25,17 +25,16 @@ async def new_events(
     seen = 0
     async for event in run.events():
         seen += 1
-        if seen > since:
-            yield event
+        yield event, seen > since
     if seen > since or store is None:
         return
-    after = since
+    after = seen
     while not run.done:
         for stored in await store.read(run.run_id, after=after):
             after = stored.seq
-            yield stored.event
+            yield stored.event, after > since
         if not run.done:
             await asyncio.sleep(interval)
     result = await run.result()
-    for event in result.events[after:]:
-        yield event
+    for index, event in enumerate(result.events[after:], start=after + 1):
+        yield event, index > since

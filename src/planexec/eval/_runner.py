@@ -7,7 +7,7 @@ import asyncio
 import datetime
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from planexec._errors import Problem, UsageError
@@ -25,6 +25,7 @@ from planexec.runtime._agent import Agent
 from planexec.runtime._result import RunResult
 from planexec.runtime._settings import RunContext
 from planexec.store._base import RunStore
+from planexec.store._redact import Redactor
 from planexec.tools._tool import Tool
 
 if TYPE_CHECKING:
@@ -44,6 +45,9 @@ class EvalSettings:
     """A fault profile for every task, instead of the tasks' own."""
     store: RunStore | None = None
     """Where planner–executor runs are logged (None: not logged)."""
+    redactor: Redactor | None = None
+    """Applied to every text the report keeps (answers, stop details, check details), as the store
+    applies it to what it writes; None: the store's redactor, else ``Redactor()``."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -116,17 +120,19 @@ async def _run_one(suite: Suite, task: Task, index: int, settings: EvalSettings,
         profile = profile_for(faults, this_seed) if faults is not None else None
         result = await _execute(suite, task, index, settings, profile, this_seed)
     except Exception as e:  # building the run failed (a model factory, a fault profile …): the run fails
-        return _broken(task, index, f"{type(e).__name__}: {e}")
+        return _broken(task, index, _redactor(settings).redact_text(f"{type(e).__name__}: {e}"))
     trace = trace_of(result)
     checks, disagreement, judge_cost = await _check(task, trace, profile)
+    clean = _redactor(settings).redact_text  # checked as given, reported as the store keeps it
+    checks = [replace(c, detail=clean(c.detail)) for c in checks]
     return RunReport(
         task=task.id,
         index=index,
         passed=all(c.passed for c in checks),
         reasons=tuple(f"{c.name}: {c.detail}" for c in checks if not c.passed),
         stop=trace.stop.kind,
-        stop_detail=trace.stop.detail,
-        answer=trace.answer,
+        stop_detail=clean(trace.stop.detail),
+        answer=None if trace.answer is None else clean(trace.answer),
         tools_called=trace.tools_called,
         checks=tuple(checks),
         disagreement=disagreement,
@@ -135,6 +141,13 @@ async def _run_one(suite: Suite, task: Task, index: int, settings: EvalSettings,
         fault_seed=this_seed if faults is not None else None,
         run_id=trace.run_id if settings.store is not None and settings.agent == "planexec" else None,
     )
+
+
+def _redactor(settings: EvalSettings) -> Redactor:
+    if settings.redactor is not None:
+        return settings.redactor
+    found = getattr(settings.store, "redactor", None)
+    return found if isinstance(found, Redactor) else Redactor()
 
 
 def _wrapper(profile: FaultProfile | None) -> Callable[[Model, str], Model]:

@@ -46,7 +46,7 @@ def _spending(s: Summary) -> list[str]:
 
 
 def _table(report: EvalReport, title: str, columns: tuple[str, ...], cells: Callable[[Summary], list[str]]) -> Table:
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table = Table(title=Text(title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     table.add_column("task")
     for name in columns:
         table.add_column(name, justify="right", no_wrap=True)

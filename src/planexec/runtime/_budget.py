@@ -64,13 +64,18 @@ class Budget:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def left(self, state: RunState, now: float) -> dict[str, float | int]:
-        """What is left of each capped budget, for the planner's prompt."""
+        """What is left of each capped budget, for the planner's prompt. Wall time is given in whole
+        seconds (rounded up), so that the prompt of a quick run does not change from run to run."""
         used = _used(state, now)
-        return {
-            name: round(cap - used[name], 4) if isinstance(cap, float) else cap - int(used[name])
-            for name, cap in self.as_dict().items()
-            if cap is not None
-        }
+        left: dict[str, float | int] = {}
+        for name, cap in self.as_dict().items():
+            if cap is None:
+                continue
+            if name == "wall_time":
+                left[name] = max(0, math.ceil(cap - used[name]))
+            else:
+                left[name] = round(cap - used[name], 4) if isinstance(cap, float) else cap - int(used[name])
+        return left
 
     def check_model_call(
         self,
