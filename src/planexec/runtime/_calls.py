@@ -5,11 +5,14 @@ and, in a replay, the recorded answers served instead."""
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from planexec._errors import UsageError
+from planexec._json import MAX_DEPTH, json_problem
 from planexec.executor._base import StepFailure
 from planexec.executor._outcome import StepError
 from planexec.models._base import (
@@ -51,12 +54,22 @@ class ModelCalls:
         a replay, the recorded early steps go to ``on_step`` where the log has them)."""
         assert isinstance(model, StreamingModel)
 
+        limit = self._engine.config.limits.max_reply_chars
+
         async def streamed(request: ModelRequest) -> ModelResponse:
             response: ModelResponse | None = None
+            received = 0
             async for item in model.stream(request):
                 if isinstance(item, ModelResponse):
                     response = item
                 else:
+                    received += len(item.text)
+                    if received > limit:  # stop reading: the reply is refused whatever comes next
+                        raise ModelCallError(
+                            f"{model.name} streamed more than {limit:,} characters (Limits.max_reply_chars)",
+                            provider=model.name,
+                            retryable=False,
+                        )
                     on_text(item.text)
             if response is None:
                 raise ModelCallError(
@@ -109,7 +122,7 @@ class ModelCalls:
         self._model_cost_in_flight += estimated_cost
         error: Exception | None = None
         try:
-            response = await (send or model.request)(request)
+            response = accepted(await (send or model.request)(request), engine.config.limits.max_reply_chars, model)
         except Exception as e:
             error = e
         finally:
@@ -134,6 +147,56 @@ class ModelCalls:
             ) from error
         engine.emit(replace(record, response=response, usage=response.usage, cost=response.cost or 0.0))
         return response
+
+
+def accepted(response: ModelResponse, max_chars: int, model: Model) -> ModelResponse:
+    """``response`` as the run can keep it, or a :class:`ModelCallError` saying why it cannot.
+
+    Refused: a reply longer than ``max_chars`` (``Limits.max_reply_chars``), tool calls whose
+    arguments are not JSON data, usage or cost that are not finite non-negative numbers (they would
+    defeat the budgets). Structured output that is not strict JSON (NaN, too deep) is dropped, so
+    the text is parsed strictly instead, and refused there with a reason the model is told.
+    """
+    if not isinstance(response, ModelResponse):
+        raise ModelCallError(
+            f"{model.name} answered with a {type(response).__name__}, not a ModelResponse",
+            provider=model.name,
+            retryable=False,
+        )
+    size = len(response.text) + sum(len(c.name) + len(c.id) for c in response.tool_calls)
+    for call in response.tool_calls:
+        problem = json_problem(call.arguments, max_chars=max_chars, where=f"tool call {call.name!r} arguments")
+        if problem is not None:
+            raise ModelCallError(
+                f"{model.name}: {problem.where}: {problem.message}", provider=model.name, retryable=False
+            )
+        size += len(json.dumps(call.arguments, default=str)) if call.arguments else 0
+    if size > max_chars:
+        raise ModelCallError(
+            f"{model.name} replied with {size:,} characters, "
+            f"more than the limit of {max_chars:,} (Limits.max_reply_chars)",
+            provider=model.name,
+            retryable=False,
+        )
+    usage = response.usage
+    counts = (usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.requests)
+    cost = response.cost
+    if any(type(n) is not int or n < 0 for n in counts) or (
+        cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float) or not 0 <= cost < math.inf)
+    ):
+        raise ModelCallError(
+            f"{model.name} reported usage or cost that is not a finite number >= 0: {usage}, cost {cost!r}",
+            provider=model.name,
+            retryable=False,
+        )
+    if response.parsed is not None and json_problem(response.parsed, max_depth=PARSED_DEPTH, max_chars=None):
+        response = replace(response, parsed=None)
+    return response
+
+
+PARSED_DEPTH = MAX_DEPTH + 5
+"""How deep structured output may nest and still be kept: a plan's step arguments may be
+``MAX_DEPTH`` deep inside the answer, its steps, a step, its checks and a check."""
 
 
 def _input_tokens(model: Model, request: ModelRequest) -> int:

@@ -13,6 +13,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from planexec._errors import Problem, UsageError
+from planexec._json import json_problem
 from planexec.executor._base import StepFailure
 from planexec.executor._outcome import StepError
 from planexec.plan._step import Step
@@ -298,6 +299,12 @@ def check_decision(record: ApprovalRecord, decision: ApprovalDecision) -> list[P
         problems.append(Problem(code="choice", where=where, message="a choice answers only an uncertain effect"))
     if decision.edited_plan is not None and record.subject != "plan":
         problems.append(Problem(code="edit", where=where, message="only a plan can be edited"))
+    output = json_problem(decision.output, where="output")
+    if output is not None:
+        problems.append(Problem(code="output", where=where, message=f"{output.where}: {output.message}"))
+    for name in ("reason", "by"):
+        if not isinstance(getattr(decision, name), str):
+            problems.append(Problem(code=name, where=where, message=f"{name} must be text"))
     return problems
 
 

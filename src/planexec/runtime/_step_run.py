@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from planexec._errors import UsageError
+from planexec._json import json_problem
 from planexec.executor._base import Executor, StepFailure
 from planexec.executor._outcome import PASSED, StepError, Verdict
 from planexec.plan._bindings import BindingError
@@ -63,6 +64,11 @@ async def run_step(engine: Engine, step: Step, executor: Executor, token: int, h
             args = engine.planning.compiled_args(step).resolve(engine.state.outputs)
         except BindingError as e:
             raise StepFailure(StepError(kind="binding", message=str(e), problems=tuple(e.problems))) from None
+        if args:
+            problem = json_problem(args, max_chars=engine.config.limits.max_output_chars, where="args")
+            if problem is not None:  # e.g. a large output bound many times over
+                message = f"the step's arguments cannot be kept: {problem.where}: {problem.message}"
+                raise StepFailure(StepError(kind="invalid_arguments", message=message, problems=(problem,)))
         done.started = True
         if reserved:
             reserved = False
@@ -87,6 +93,11 @@ async def run_step(engine: Engine, step: Step, executor: Executor, token: int, h
             await _replayed_step(engine, step, done)
         else:
             done.output = await executor.run(step, args, ctx)
+            if executor.kind == "model":  # a tool step's output was checked where the tool was called
+                problem = json_problem(done.output, max_chars=engine.config.limits.max_output_chars, where="output")
+                if problem is not None:
+                    message = f"the step's result cannot be kept: {problem.where}: {problem.message}"
+                    raise StepFailure(StepError(kind="invalid_output", message=message, problems=(problem,)))
             acceptance = engine.config.acceptance
             done.verdict = (
                 await acceptance.verdict(step, done.output, ctx) if acceptance.checks_anything(step) else PASSED

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Literal
 
+from planexec._json import json_problem
 from planexec.executor._base import StepFailure
 from planexec.executor._outcome import StepError
 from planexec.models._base import Model, ModelRequest, ModelResponse, ToolCall
@@ -117,10 +118,18 @@ class StepCtx:
             async with limit:
                 raw = await call_with_timeout(tool, args, tctx, grace=grace)
         try:
-            return tool.check_output(raw)
+            output = tool.check_output(raw)
         except ValueError as e:
             message = f"the output of {tool.name} does not fit its schema: {e}"
             raise StepFailure(StepError(kind="invalid_output", message=message)) from None
+        except Exception as e:  # an output that cannot even be converted (an object JSON has no form for)
+            message = f"the output of {tool.name} is not JSON data: {type(e).__name__}: {e}"
+            raise StepFailure(StepError(kind="invalid_output", message=message)) from None
+        problem = json_problem(output, max_chars=self._engine.config.limits.max_output_chars, where="output")
+        if problem is not None:
+            message = f"the output of {tool.name} cannot be kept: {problem.where}: {problem.message}"
+            raise StepFailure(StepError(kind="invalid_output", message=message, problems=(problem,)))
+        return output
 
     def _log_inner(
         self,

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
+from pydantic_core import to_jsonable_python
 
 from planexec._errors import Problem, ToolDefinitionError
 from planexec.tools._threads import run_in_thread
@@ -64,13 +65,11 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
 
 
 def _to_json(value: Any) -> Any:
-    if isinstance(value, _JSON_PRIMITIVES):
+    """``value`` as JSON data. NaN and infinities are kept as they are (never turned into null), so
+    that the run refuses them with an error that says so."""
+    if type(value) in _JSON_PRIMITIVES:
         return value
-    if isinstance(value, list | tuple | dict):
-        return TypeAdapter(Any).dump_python(value, mode="json")
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    return TypeAdapter(type(value)).dump_python(value, mode="json")
+    return to_jsonable_python(value, inf_nan_mode="constants")
 
 
 def _build(
@@ -163,9 +162,7 @@ def _build(
             value = output_adapter.validate_python(output)
         except ValidationError as e:
             raise ValueError(str(e)) from None
-        if type(value) in _JSON_PRIMITIVES:
-            return value  # already JSON data
-        return output_adapter.dump_python(value, mode="json")
+        return _to_json(value)
 
     is_async = inspect.iscoroutinefunction(fn)
 
