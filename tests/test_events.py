@@ -384,6 +384,7 @@ async def test_fold_of_a_real_run_equals_the_runtime_state() -> None:
     summary = {
         "id": "summary",
         "description": "summarise the weather",
+        "allowed_tools": ["fetch"],
         "args": {"temp": "${fetch.temp_c}"},
         "depends_on": ["fetch"],
     }

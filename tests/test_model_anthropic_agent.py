@@ -135,7 +135,7 @@ async def test_a_refusal_without_repairs_stops_the_run(planner_server: FakeServe
 
 
 async def test_a_planner_and_an_executor_on_anthropic(planner_server: FakeServer, executor_server: FakeServer) -> None:
-    plan = {"steps": [{"id": "m1", "description": "Add 2 and 3 with the add tool."}]}
+    plan = {"steps": [{"id": "m1", "description": "Add 2 and 3 with the add tool.", "allowed_tools": ["add"]}]}
     planner_server.reply(answer("plandraft", plan), answer("finalanswer", {"answer": "2 + 3 = 5"}))
     executor_server.reply(
         Json(message(text("Adding."), tool_use("add", {"a": 2, "b": 3}, "toolu_add"), stop_reason="tool_use")),

@@ -81,7 +81,8 @@ def messages(i: int, server: FakeServer) -> list[dict[str, Any]]:
 
 async def test_planner_and_executor_on_openai(server: FakeServer, models: tuple[OpenAIModel, OpenAIModel]) -> None:
     planner, executor = models
-    plan = {"reason": "one research step", "steps": [{"id": "m1", "description": "find how many live in Paris"}]}
+    step = {"id": "m1", "description": "find how many live in Paris", "allowed_tools": ["population"]}
+    plan = {"reason": "one research step", "steps": [step]}
     server.reply(
         streamed_json(plan),
         completion(None, tool_calls=[function_call("call_9", "population", '{"city": "paris"}')], finish="tool_calls"),

@@ -20,8 +20,9 @@ from tests.support import SAFETY, events_of
 GIVE_UP = {"reason": "stop trying", "steps": []}
 
 
-def model_step(step_id: str, description: str, **extra: Any) -> dict[str, Any]:
-    return {"id": step_id, "description": description, **extra}
+def model_step(step_id: str, description: str, *tools: str, **extra: Any) -> dict[str, Any]:
+    """A model-driven step that may call ``tools`` (and no other)."""
+    return {"id": step_id, "description": description, "allowed_tools": tools, **extra}
 
 
 class Search:
@@ -41,7 +42,7 @@ class Search:
 async def test_a_step_without_a_tool_runs_a_tool_calling_loop_on_the_default_executor() -> None:
     search = Search()
     executor = ScriptedModel([tool_calls(("find", {"q": "planexec"})), "planexec plans and executes"])
-    planner = ScriptedModel([{"steps": [model_step("m1", "research planexec")]}, {"answer": "it plans"}])
+    planner = ScriptedModel([{"steps": [model_step("m1", "research planexec", "find")]}, {"answer": "it plans"}])
     result = await Agent(planner, tools=[search.tool], executor=executor).run("what is planexec?")
 
     assert result.stop.kind == "goal_met", result.stop
@@ -85,7 +86,7 @@ async def test_a_step_without_a_tool_runs_a_tool_calling_loop_on_the_default_exe
 async def test_the_executor_can_call_several_tools_in_one_turn() -> None:
     search = Search()
     executor = ScriptedModel([tool_calls(("find", {"q": "a"}), ("find", {"q": "b"})), "a and b"])
-    planner = ScriptedModel([{"steps": [model_step("m1", "compare a and b")]}, {"answer": "done"}])
+    planner = ScriptedModel([{"steps": [model_step("m1", "compare a and b", "find")]}, {"answer": "done"}])
     result = await Agent(planner, tools=[search.tool], executor=executor).run("compare")
     assert result.stop.kind == "goal_met"
     assert sorted(search.queries) == ["a", "b"]
@@ -98,7 +99,7 @@ async def test_the_executor_can_call_several_tools_in_one_turn() -> None:
 async def test_an_unknown_tool_asked_for_by_the_executor_is_refused_and_reported_back() -> None:
     search = Search()
     executor = ScriptedModel([tool_calls(("delete_everything", {})), "done without it"])
-    planner = ScriptedModel([{"steps": [model_step("m1", "do it")]}, {"answer": "done"}])
+    planner = ScriptedModel([{"steps": [model_step("m1", "do it", "find")]}, {"answer": "done"}])
     result = await Agent(planner, tools=[search.tool], executor=executor).run("do it")
 
     assert result.stop.kind == "goal_met", result.stop
@@ -126,7 +127,7 @@ async def test_a_tool_outside_the_executors_allowed_set_is_refused() -> None:
         raise AssertionError("must not run")
 
     executor = ModelExecutor(model=ScriptedModel([tool_calls(("wipe", {})), "ok"]), tools=["find"])
-    planner = ScriptedModel([{"steps": [model_step("m1", "do it")]}, {"answer": "done"}])
+    planner = ScriptedModel([{"steps": [model_step("m1", "do it", "find", "wipe")]}, {"answer": "done"}])
     result = await Agent(planner, tools=[search.tool, wipe], executor=executor).run("do it")
     assert result.stop.kind == "goal_met", result.stop
     refused = events_of(result, ToolCalled)
@@ -136,7 +137,7 @@ async def test_a_tool_outside_the_executors_allowed_set_is_refused() -> None:
 async def test_invalid_tool_arguments_from_the_executor_are_refused_and_reported_back() -> None:
     search = Search()
     executor = ScriptedModel([tool_calls(("find", {"query": "x"})), tool_calls(("find", {"q": "x"})), "found x"])
-    planner = ScriptedModel([{"steps": [model_step("m1", "find x")]}, {"answer": "x"}])
+    planner = ScriptedModel([{"steps": [model_step("m1", "find x", "find")]}, {"answer": "x"}])
     result = await Agent(planner, tools=[search.tool], executor=executor).run("find x")
     assert result.stop.kind == "goal_met", result.stop
     assert search.queries == ["x"]
@@ -152,7 +153,7 @@ async def test_a_failing_tool_is_reported_back_to_the_executor() -> None:
         raise ToolError("quota exceeded")
 
     executor = ScriptedModel([tool_calls(("flaky_api", {"x": 1})), "the API is out of quota"])
-    planner = ScriptedModel([{"steps": [model_step("m1", "call the api")]}, {"answer": "no quota"}])
+    planner = ScriptedModel([{"steps": [model_step("m1", "call the api", "flaky_api")]}, {"answer": "no quota"}])
     result = await Agent(planner, tools=[flaky_api], executor=executor).run("api")
     assert result.stop.kind == "goal_met"
     assert result.outputs == {"m1": "the API is out of quota"}
@@ -167,7 +168,7 @@ async def test_max_turns_exhausted_fails_the_step() -> None:
     executor = ModelExecutor(
         model=ScriptedModel([tool_calls(("find", {"q": "1"})), tool_calls(("find", {"q": "2"}))]), max_turns=2
     )
-    planner = ScriptedModel([{"steps": [model_step("m1", "search forever")]}, GIVE_UP, {"answer": "gave up"}])
+    planner = ScriptedModel([{"steps": [model_step("m1", "search forever", "find")]}, GIVE_UP, {"answer": "gave up"}])
     result = await Agent(planner, tools=[search.tool], executor=executor).run("loop")
 
     assert result.stop.kind == "goal_met", result.stop
@@ -283,3 +284,36 @@ async def test_model_steps_run_concurrently() -> None:
     result = await Agent(Planner(model=planner), executor=executor, budget=SAFETY).run("two at once")
     assert result.stop.kind == "goal_met", result.stop
     assert result.outputs == {"m1": "ok", "m2": "ok"}
+
+
+async def test_a_model_step_may_call_only_the_tools_its_step_grants() -> None:
+    search = Search()
+
+    @tool(side_effect=True)
+    async def delete_everything() -> str:
+        """Delete everything."""
+        raise AssertionError("must not run")
+
+    # the page the step reads tells its model to delete everything; the step granted only find
+    executor = ScriptedModel([tool_calls(("find", {"q": "x"}), ("delete_everything", {})), "read it"])
+    planner = ScriptedModel([{"steps": [model_step("m1", "read the page", "find")]}, {"answer": "done"}])
+    result = await Agent(planner, tools=[search.tool, delete_everything], executor=executor).run("read")
+    assert result.stop.kind == "goal_met", result.stop
+    assert search.queries == ["x"]
+    calls = result.steps["m1"].tool_calls
+    assert [(c.tool, c.error.kind if c.error else None) for c in calls] == [
+        ("find", None),
+        ("delete_everything", "unknown_tool"),
+    ]
+    offered = {spec.name for spec in executor.calls[0].tools}
+    assert offered == {"find"}  # the model is not even told about the others
+
+
+async def test_a_model_step_granted_no_tools_can_call_none() -> None:
+    search = Search()
+    executor = ScriptedModel([tool_calls(("find", {"q": "x"})), "thought about it"])
+    planner = ScriptedModel([{"steps": [model_step("m1", "think")]}, {"answer": "done"}])
+    result = await Agent(planner, tools=[search.tool], executor=executor).run("think")
+    assert result.stop.kind == "goal_met", result.stop
+    assert search.queries == []
+    assert executor.calls[0].tools == ()

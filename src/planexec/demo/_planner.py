@@ -67,6 +67,7 @@ def _analysis(logs_step: str) -> list[dict[str, Any]]:
             "id": "find_root_cause",
             "description": "Find the root cause: check the failing branch's code against the error and recent changes",
             "executor": "analyst",
+            "allowed_tools": ["inspect_branch"],
             "args": {
                 "error": f"${{{logs_step}.error}}",
                 "workflow": "${read_workflow}",

@@ -29,7 +29,9 @@ DEFAULT_INSTRUCTIONS = (
 class ModelExecutor:
     """Runs steps that name no tool: ``model`` reasons and calls tools for at most ``max_turns``.
 
-    ``tools`` limits which tools it may call (None: every tool of the agent).
+    A step's model may call only the tools the step grants (``Step.allowed_tools``; none when it
+    grants none), so that text a tool returns cannot talk it into using any other. ``tools`` limits
+    further which tools this executor's steps may be granted (None: any tool of the agent).
     """
 
     model: Model | str
@@ -51,7 +53,7 @@ class ModelExecutor:
 
     async def run(self, step: Step, args: dict[str, Any], ctx: StepContext) -> Any:
         model = self.resolved_model()
-        allowed = ctx.tools if self.tools is None else ctx.tools.subset(self.tools)
+        allowed = ctx.tools.subset(t for t in step.allowed_tools if t in ctx.tools and self._may_use(t))
         specs = tuple(ToolSpec(name=t.name, description=t.description, parameters=t.parameters) for t in allowed)
         output = OutputSpec(name="step_result", json_schema=step.output_schema) if step.output_schema else None
         messages: list[Message] = [
@@ -84,6 +86,9 @@ class ModelExecutor:
         raise StepFailure(
             StepError(kind="executor", message=f"executor {self.name!r} gave no result within {self.max_turns} turns")
         )
+
+    def _may_use(self, tool_name: str) -> bool:
+        return self.tools is None or tool_name in self.tools
 
     async def _call(self, call: ToolCall, ctx: StepContext, allowed: tuple[str, ...]) -> str:
         try:

@@ -62,6 +62,8 @@ class StepCtx:
         against the tool-call budget before it is made."""
         engine = self._engine
         inner = call_id is not None
+        if inner:
+            self._gate_inner(tool, args, call_id or "")
         key = engine.idempotency_key(self.step) + (f":{call_id}" if inner else "")
         loop = asyncio.get_running_loop()
         t0 = loop.time()
@@ -105,6 +107,30 @@ class StepCtx:
         finally:
             if inner:
                 engine._inner_tool_calls_in_flight -= attempt
+
+    def _gate_inner(self, tool: Tool, args: dict[str, Any], call_id: str) -> None:
+        """A model-driven step may not call a tool that a human would be asked about as a step of its
+        own: the gate is not lifted by routing the call through a model."""
+        engine = self._engine
+        approvals = engine.config.approvals
+        gated = tool.requires_approval or (
+            engine.can_ask_humans and (approvals.steps == "all" or (approvals.steps == "sensitive" and tool.sensitive))
+        )
+        if gated:
+            message = f"{tool.name} needs a human's approval: it can only be called by a step of its own"
+            error = StepError(kind="rejected", message=message)
+            engine.emit(
+                ToolCalled(
+                    at=engine._clock(),
+                    step_id=self.step.id,
+                    call_id=call_id,
+                    tool=tool.name,
+                    args=args,
+                    error=error,
+                    attempts=0,
+                )
+            )
+            raise StepFailure(error)
 
     async def _attempt(self, tool: Tool, args: dict[str, Any], attempt: int, key: str, inner: bool) -> Any:
         tctx = ToolContext(run_id=self._engine.run_id, step_id=self.step.id, attempt=attempt, idempotency_key=key)
