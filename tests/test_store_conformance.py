@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -11,8 +12,18 @@ from typing import Any
 
 import pytest
 
-from planexec import StopReason, UsageError, Verdict
-from planexec.runtime import Event, RunFinished, RunResumed, RunStarted, RunSuspended, StepStarted, StepSucceeded
+from planexec import LogUnreadable, StopReason, StoreError, UsageError, Verdict
+from planexec.runtime import (
+    BudgetExhaustedEvent,
+    Event,
+    ModelCalled,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    RunSuspended,
+    StepStarted,
+    StepSucceeded,
+)
 from planexec.store import AppendConflict, RunStore, RunSummary, StoredEvent
 from tests.test_store_support import (
     BACKENDS,
@@ -22,7 +33,9 @@ from tests.test_store_support import (
     fold,
     full_run,
     make_backend,
+    rewrite_events,
     step_batch,
+    stored_text,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,16 +89,19 @@ async def test_every_event_kind_round_trips(store: RunStore) -> None:
 
 
 async def test_any_text_round_trips(store: RunStore) -> None:
-    """Non-ASCII text, control characters, NUL and a lone surrogate (undecodable bytes) read back the same."""
+    """Non-ASCII text, control characters, NUL and a lone surrogate (undecodable bytes) read back the same;
+    so do the largest and smallest floats and negative zero."""
     output = {
         "text": "naïve café — 日本語 🚀",
         "control": "a\x00b\x1fc\n",
         "undecodable": b"ok\xff".decode(errors="surrogateescape"),
+        "lone": "\ud800 and \udfff",
     }
     events: list[Event] = [
-        RunStarted(at=1.0, run_id="r", goal="Überprüfe die Bestellungen", budget={"cost": float("inf")}),
+        RunStarted(at=1.0, run_id="r", goal="Überprüfe die Bestellungen", budget={"cost": 1.7976931348623157e308}),
         StepSucceeded(at=2.0, step_id="s", output=output, verdict=Verdict(passed=True)),
     ]
+    events.append(BudgetExhaustedEvent(at=2.5, budget="cost", limit=5e-324, used=-0.0))
     events.append(RunFinished(at=3.0, stop=StopReason(kind="error", detail="bad\x00byte")))
     await store.append("r", events, expected_seq=0)
     assert events_of(await store.read("r")) == events
@@ -158,6 +174,102 @@ async def test_runs_are_separate(store: RunStore) -> None:
 async def test_a_run_id_must_be_a_non_empty_string(store: RunStore) -> None:
     with pytest.raises(UsageError):
         await store.append("", step_batch("a"), expected_seq=0)
+
+
+# -- what cannot be written, and what cannot be read back -------------------------------------------------
+
+_NOT_JSON = [
+    pytest.param(
+        lambda: ModelCalled(at=5.0, role="planner", purpose="plan", model="m", cost=float("nan")),
+        "model_called",
+        "cost",
+        "NaN",
+        id="nan",
+    ),
+    pytest.param(
+        lambda: RunStarted(at=5.0, run_id="r", goal="g", budget={"steps": 3, "cost": float("inf")}),
+        "run_started",
+        "budget.cost",
+        "Infinity",
+        id="infinity",
+    ),
+    pytest.param(
+        lambda: BudgetExhaustedEvent(at=5.0, budget="cost", limit=1.0, used=float("-inf")),
+        "budget_exhausted",
+        "used",
+        "-Infinity",
+        id="minus-infinity",
+    ),
+]
+
+
+@pytest.mark.parametrize(("make", "kind", "path", "shown"), _NOT_JSON)
+async def test_a_value_json_cannot_hold_is_refused_and_nothing_of_the_append_is_written(
+    store: RunStore, make: Any, kind: str, path: str, shown: str
+) -> None:
+    await store.append("r", step_batch("a"), expected_seq=0)
+    before = await store.get_run("r")
+    with pytest.raises(StoreError) as caught:
+        await store.append("r", [*step_batch("b", size=1), make()], expected_seq=2)
+    message = str(caught.value)
+    assert kind in message
+    assert f"at {path} is {shown}" in message
+    assert not isinstance(caught.value, LogUnreadable)
+    assert await store.last_seq("r") == 2
+    assert [s.seq for s in await store.read("r")] == [1, 2]
+    assert await store.get_run("r") == before
+    assert await store.append("r", step_batch("b"), expected_seq=2) == 4, "the store still works"
+
+
+async def test_a_log_with_unreadable_events_keeps_the_readable_ones(backend: Backend, store: RunStore) -> None:
+    """Damaged JSON text, an event of an unknown kind and an envelope of a future schema version: read()
+    raises LogUnreadable with every other event and one problem per unreadable one; the rest works."""
+    events = full_run("r")
+    n = len(events)
+    await store.append("r", events, expected_seq=0)
+    fourth = json.loads(stored_text(backend, store, "r", 4))
+    sixth = json.loads(stored_text(backend, store, "r", 6))
+    rewrite_events(
+        backend,
+        store,
+        "r",
+        {
+            2: '{"v":3,"event":{"kind":"planning_star',
+            4: json.dumps({**fourth, "event": {**fourth["event"], "kind": "from_the_future"}}),
+            6: json.dumps({**sixth, "v": 99}),
+        },
+    )
+    with pytest.raises(LogUnreadable) as caught:
+        await store.read("r")
+    error = caught.value
+    assert isinstance(error, StoreError)
+    assert error.run_id == "r"
+    assert [(p.where, p.code) for p in error.problems] == [
+        ("event 2", "damaged"),
+        ("event 4", "unknown_kind"),
+        ("event 6", "unknown_version"),
+    ]
+    assert "from_the_future" in error.problems[1].message
+    assert "99" in error.problems[2].message
+    assert "upgrade planexec" in error.problems[2].message
+    readable = [seq for seq in range(1, n + 1) if seq not in (2, 4, 6)]
+    assert [s.seq for s in error.events] == readable
+    assert [s.event for s in error.events] == [events[seq - 1] for seq in readable]
+    assert "3 event(s)" in str(error)
+    # everything else keeps working
+    assert await store.last_seq("r") == n
+    summary = await store.get_run("r")
+    assert summary is not None
+    assert summary.events == n
+    assert summary.status == "finished"
+    assert [r.run_id for r in await store.list_runs()] == ["r"]
+    assert events_of(await store.read("r", after=6)) == events[6:]
+    assert await store.append("r", step_batch("more"), expected_seq=n) == n + 2
+    with pytest.raises(LogUnreadable) as again:
+        await store.read("r", after=3)
+    assert [p.where for p in again.value.problems] == ["event 4", "event 6"]
+    assert [s.seq for s in again.value.events] == [5, *range(7, n + 3)]
+    assert await store.delete("r") is True
 
 
 # -- summaries ------------------------------------------------------------------------------------------

@@ -8,9 +8,10 @@ PostgreSQL cases need a real server: ``scripts/postgres start`` starts a throwaw
 from __future__ import annotations
 
 import os
+import sqlite3
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -231,6 +232,59 @@ class Backend:
             return SQLiteStore(self.path, redactor=redactor)
         assert self.url is not None
         return PostgresStore(self.url, redactor=redactor)
+
+
+def rewrite_events(backend: Backend, store: RunStore, run_id: str, rows: dict[int, str | bytes]) -> None:
+    """Overwrite the stored data of some of a run's events (by seq) behind the store's back, as a
+    damaged disk, a faulty tool or a newer planexec might leave them. For SQLite, bytes are stored
+    as they are (not necessarily UTF-8)."""
+    if backend.kind == "memory":
+        assert isinstance(store, MemoryStore)
+        for seq, data in rows.items():
+            store._logs[run_id][seq - 1] = data if isinstance(data, str) else data.decode("utf-8", "replace")
+    elif backend.kind == "sqlite":
+        assert backend.path is not None
+        with closing(sqlite3.connect(backend.path, isolation_level=None)) as conn:
+            for seq, data in rows.items():
+                value = f"CAST(X'{data.hex()}' AS TEXT)" if isinstance(data, bytes) else "?"
+                conn.execute(
+                    f"UPDATE planexec_events SET data = {value} "
+                    "WHERE run = (SELECT id FROM planexec_runs WHERE run_id = ?) AND seq = ?",
+                    (run_id, seq) if isinstance(data, bytes) else (data, run_id, seq),
+                )
+    else:
+        import psycopg
+
+        assert backend.url is not None
+        with psycopg.connect(backend.url, autocommit=True) as pg:
+            for seq, data in rows.items():
+                text = data if isinstance(data, str) else data.decode("utf-8", "replace")
+                pg.execute("UPDATE planexec_events SET data = %s WHERE run_id = %s AND seq = %s", (text, run_id, seq))
+
+
+def stored_text(backend: Backend, store: RunStore, run_id: str, seq: int) -> str:
+    """The stored data of one event, as the store wrote it."""
+    if backend.kind == "memory":
+        assert isinstance(store, MemoryStore)
+        return store._logs[run_id][seq - 1]
+    if backend.kind == "sqlite":
+        assert backend.path is not None
+        with closing(sqlite3.connect(backend.path, isolation_level=None)) as conn:
+            row = conn.execute(
+                "SELECT data FROM planexec_events WHERE run = (SELECT id FROM planexec_runs WHERE run_id = ?) "
+                "AND seq = ?",
+                (run_id, seq),
+            ).fetchone()
+    else:
+        import psycopg
+
+        assert backend.url is not None
+        with psycopg.connect(backend.url, autocommit=True) as pg:
+            row = pg.execute(
+                "SELECT data FROM planexec_events WHERE run_id = %s AND seq = %s", (run_id, seq)
+            ).fetchone()
+    assert row is not None
+    return str(row[0])
 
 
 @contextmanager

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from planexec import UsageError
+from planexec import StoreError, UsageError
 from planexec.store import (
     MemoryStore,
     PostgresStore,
@@ -135,6 +135,7 @@ def test_a_missing_psycopg_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> N
 
 async def test_a_sqlite_file_that_cannot_be_opened_names_its_path(tmp_path: Path) -> None:
     store = open_store(f"sqlite://{tmp_path}/missing-folder/x.db")
-    with pytest.raises(UsageError, match="missing-folder"):
+    with pytest.raises(StoreError, match="missing-folder") as caught:
         await store.append("r", step_batch("a"), expected_seq=0)
+    assert "unable to open database file" in str(caught.value)
     await store.close()

@@ -6,6 +6,13 @@
     open_store("memory://")            # MemoryStore: for tests
 
 Every backend implements :class:`RunStore` and passes the same conformance suite.
+
+Failures are typed the same way everywhere (see :mod:`planexec.store._base`): a store that cannot
+be reached, times out, refuses a write or is damaged raises :class:`~planexec.StoreError`, whose
+message names the store with its password hidden; a log with events that cannot be read raises
+:class:`~planexec.LogUnreadable` from ``read``, holding the events that can. Timeouts:
+``SQLiteStore(busy_timeout=30)`` for a lock held elsewhere; ``PostgresStore(connect_timeout=10,
+statement_timeout=30)``, also settable in the URL (``?connect_timeout=10&options=-c%20statement_timeout%3D30s``).
 """
 
 from planexec.store._base import AppendConflict, RunStatus, RunStore, RunSummary, StoredEvent

@@ -5,6 +5,25 @@ conformance suite. A run's log is a sequence of events numbered from 1; an appen
 sequence number it expects to follow (``expected_seq``, 0 for a new run), so two writers can
 never interleave: exactly one of two appends after the same number wins, the other gets
 :class:`AppendConflict` and must read what it missed.
+
+What a caller of any store can get besides results (every backend, every method):
+
+    AppendConflict   another writer appended first (``append`` only): read, then try again
+    UsageError       the store is closed, an argument is wrong, or the database was written by a
+                     newer planexec (upgrade it)
+    StoreError       the store failed: it cannot be reached or opened, did not answer within its
+                     timeout, refused the write (a full disk, a read-only file, a value that JSON
+                     cannot represent such as NaN), or is damaged. The message names the store,
+                     never with its password, and says what went wrong; no driver exception is
+                     chained to it. A failed append wrote nothing.
+    LogUnreadable    (a StoreError, from ``read`` only) some events of the log cannot be read:
+                     damaged text, an unknown event kind, a newer event schema version. It carries
+                     every event that could be read (``events``, as :class:`StoredEvent`, in order)
+                     and one problem per event that could not (``where`` is ``event <seq>``). The
+                     other methods keep working on such a log.
+
+No call waits without a limit: SQLite waits at most its ``busy_timeout`` for a lock held elsewhere;
+PostgreSQL at most its ``connect_timeout`` plus its ``statement_timeout``.
 """
 
 from __future__ import annotations
@@ -72,12 +91,16 @@ class RunStore(Protocol):
         """Append ``events`` after event ``expected_seq`` (0: the run is new); return the new last seq.
 
         All or nothing. Raises :class:`AppendConflict` when the log's last seq is not
-        ``expected_seq``. Secrets are redacted before anything is written.
+        ``expected_seq``. Secrets are redacted before anything is written. An event holding a value
+        JSON cannot represent (NaN, Infinity) is refused with :class:`~planexec.StoreError`.
         """
         ...
 
     async def read(self, run_id: str, *, after: int = 0) -> list[StoredEvent]:
-        """The run's events with seq > ``after``, in order (empty for an unknown run)."""
+        """The run's events with seq > ``after``, in order (empty for an unknown run).
+
+        Raises :class:`~planexec.LogUnreadable` when some of them cannot be read; it holds the others.
+        """
         ...
 
     async def last_seq(self, run_id: str) -> int:

@@ -3,6 +3,11 @@
 It keeps each event as the same redacted JSON text the other backends write, so redaction and
 round trips behave exactly as they do on disk. Every method finishes without awaiting, so calls
 from many tasks on one event loop never interleave.
+
+Errors: nothing here can time out or break, so the only errors are those every store shares:
+:class:`~planexec.StoreError` for an event holding a value JSON cannot represent (NaN, Infinity;
+nothing of that append is kept), :class:`~planexec.LogUnreadable` from ``read`` when a kept event
+cannot be read back, :class:`AppendConflict` and :class:`~planexec.UsageError`.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from collections.abc import Sequence
 
 from planexec.runtime._events import Event
 from planexec.store._base import AppendConflict, RunStatus, RunSummary, StoredEvent
-from planexec.store._codec import decode_event, encode_events
+from planexec.store._codec import decode_log, encode_events
 from planexec.store._common import StoreBase, check_list_args, check_run_id
 from planexec.store._redact import Redactor
 from planexec.store._summary import SummaryState, summarize
@@ -33,7 +38,7 @@ class MemoryStore(StoreBase):
     async def append(self, run_id: str, events: Sequence[Event], *, expected_seq: int) -> int:
         self._check_open()
         check_run_id(run_id)
-        encoded = encode_events(events, self.redactor)
+        encoded = encode_events(events, self.redactor, store="MemoryStore")
         log = self._logs.get(run_id)
         current = 0 if log is None else len(log)
         if current != expected_seq:
@@ -51,7 +56,7 @@ class MemoryStore(StoreBase):
         self._check_open()
         log = self._logs.get(run_id, [])
         start = max(after, 0)
-        return [StoredEvent(seq=start + i + 1, event=decode_event(data)) for i, data in enumerate(log[start:])]
+        return decode_log(run_id, enumerate(log[start:], start=start + 1))
 
     async def last_seq(self, run_id: str) -> int:
         self._check_open()

@@ -9,30 +9,65 @@ one statement, so a reader sees whole batches and never a gap.
 
 Tables are created on first use, under an advisory lock so several processes can start at once;
 the URL's ``options=-csearch_path=…`` puts them in another schema. Events are stored as JSON text
-(not ``jsonb``) so that every value, non-finite floats included, reads back exactly; cast
-``data::jsonb`` to query inside them.
+(not ``jsonb``, which cannot hold NUL characters or lone surrogates in strings, and reorders keys);
+cast ``data::jsonb`` to query inside them. A value JSON cannot represent (NaN, Infinity) is refused
+before anything is written.
+
+Timeouts — no call waits on the server without a limit:
+    connect_timeout     default 10 s, or the URL's ``?connect_timeout=5`` (decimals allowed; libpq
+                        itself is given whole seconds, at least 2). The longest a call waits
+                        for a new connection: TCP, TLS, authentication. A server that accepts the
+                        connection and never answers fails here.
+    statement_timeout   default 30 s, or the URL's ``?options=-c%20statement_timeout%3D5s``. The
+                        longest a call's statements may take, together, once it has a connection
+                        (creating the tables on first use included). Each connection also sets it
+                        as the server's ``statement_timeout``, so the server itself cancels a
+                        statement that waits too long, for example on a lock held by another
+                        session.
+A call therefore fails within ``connect_timeout + statement_timeout`` in all, waiting for a free
+pooled connection included. Arguments to :class:`PostgresStore` win over the URL. When a call's time
+runs out, or its caller cancels it, its connection is cut and dropped at once, without waiting for
+the server to acknowledge a cancel request (an unresponsive server never would); a statement still
+running on the server ends at the server's ``statement_timeout``.
+
+Errors: every failure of the server, the network or psycopg becomes :class:`~planexec.StoreError`,
+whose message names the store by its URL with the password hidden and says what went wrong (a
+timeout says which one; a database error keeps its SQLSTATE). The password never appears in an
+error, a repr or a message passed on from psycopg, whether written plainly or percent-encoded.
+``read`` raises :class:`~planexec.LogUnreadable` (a ``StoreError``) when some of a log's events
+cannot be read, with the others. :class:`AppendConflict` and :class:`~planexec.UsageError` (a closed
+store, bad arguments, a malformed URL, a database written by a newer planexec) keep their meaning.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from planexec._errors import UsageError
 from planexec.runtime._events import Event
 from planexec.store._base import AppendConflict, RunStatus, RunSummary, StoredEvent
-from planexec.store._codec import decode_event, encode_events
+from planexec.store._codec import decode_log, encode_events
 from planexec.store._common import StoreBase, check_list_args, check_run_id, check_schema_version, list_runs_sql
+from planexec.store._failures import Damaged, Secrets, describe, store_failure
+from planexec.store._pgconn import Pool, TimedOut, guarded, seconds, statement_timeout_of, url_seconds
 from planexec.store._redact import Redactor
 from planexec.store._summary import SUMMARY_COLUMNS, state_from_row, summarize, summary_row
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
-__all__ = ["PostgresStore"]
+__all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_STATEMENT_TIMEOUT", "PostgresStore"]
+
+T = TypeVar("T")
+
+DEFAULT_CONNECT_TIMEOUT = 10.0
+"""Seconds a call may wait for a new connection, unless the store or its URL says otherwise."""
+DEFAULT_STATEMENT_TIMEOUT = 30.0
+"""Seconds a call's statements may take together, unless the store or its URL says otherwise."""
 
 INSTALL_HINT = "pip install 'planexec[postgres]'"
 
@@ -88,49 +123,128 @@ def _require_psycopg() -> None:
 
 
 class PostgresStore(StoreBase):
-    """Run logs in the PostgreSQL database at ``url`` (``postgresql://user:password@host:port/db``)."""
+    """Run logs in the PostgreSQL database at ``url`` (``postgresql://user:password@host:port/db``).
 
-    def __init__(self, url: str, *, redactor: Redactor | None = None, pool_size: int = 4) -> None:
+    ``connect_timeout`` and ``statement_timeout`` (seconds) bound every call: see the module's
+    documentation. Left out, they come from the URL, else 10 and 30 seconds.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        redactor: Redactor | None = None,
+        pool_size: int = 4,
+        connect_timeout: float | None = None,
+        statement_timeout: float | None = None,
+    ) -> None:
         _require_psycopg()
+        from psycopg import Error
+        from psycopg.conninfo import conninfo_to_dict
+
         super().__init__(redactor=redactor)
-        if pool_size < 1:
-            raise UsageError(f"pool_size must be at least 1, not {pool_size}")
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+            raise UsageError(f"pool_size must be an int of at least 1, not {pool_size!r}")
         self.url = url
-        self._pool = _Pool(url, pool_size)
+        """The URL as given, password included: show :func:`repr` of the store instead."""
+        self._secrets = Secrets(url)
+        shown = self._secrets.show_url(url)
+        self._name = f"PostgreSQL store {shown!r}"
+        try:
+            params = {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
+        except Error as e:
+            raise UsageError(self._secrets.hide(f"invalid PostgreSQL store URL {shown!r}: {describe(e)}")) from None
+        self.connect_timeout: float = (
+            seconds("connect_timeout", connect_timeout)
+            if connect_timeout is not None
+            else url_seconds(params, shown) or DEFAULT_CONNECT_TIMEOUT
+        )
+        """Seconds a call may wait for a new connection."""
+        self.statement_timeout: float = (
+            seconds("statement_timeout", statement_timeout)
+            if statement_timeout is not None
+            else statement_timeout_of(params, shown) or DEFAULT_STATEMENT_TIMEOUT
+        )
+        """Seconds a call's statements may take together; also each connection's server-side limit."""
+        self._server_timeout = f"{max(1, round(self.statement_timeout * 1000))}ms"
+        self._pool = Pool(url, pool_size, self.connect_timeout)
+        self._configured: weakref.WeakSet[AsyncConnection[Any]] = weakref.WeakSet()
+        """Connections whose server-side statement_timeout is set."""
         self._ready = False
         self._opening: asyncio.Lock | None = None
 
     def __repr__(self) -> str:
-        return f"PostgresStore({Redactor().redact_text(self.url)!r})"
+        return f"PostgresStore({self._secrets.show_url(self.url)!r})"
 
     def _clean(self, text: str) -> str:
-        """Summary text: redacted, and without NUL, which a PostgreSQL text column cannot hold."""
-        return self.redactor.redact_text(text).replace("\x00", "\ufffd")
+        """Summary text, redacted (the summary makes it storable in a text column)."""
+        return self.redactor.redact_text(text)
 
-    async def _ensure_open(self) -> None:
+    # -- one call: a connection, its set-up, the work, all within the timeouts ----------------------
+
+    async def _call(self, doing: str, work: Callable[[AsyncConnection[Any]], Awaitable[T]]) -> T:
+        """Run ``work`` on a pooled connection within the store's timeouts. Every failure of the
+        server, the network or psycopg becomes a :class:`~planexec.StoreError` saying ``doing``."""
+        import psycopg
+
         self._check_open()
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + self.connect_timeout + self.statement_timeout
+        limit = f"statement_timeout={self.statement_timeout:g} s"
+
+        try:
+            async with self._pool.connection(self.connect_timeout, give_up_at) as conn:
+                deadline = min(loop.time() + self.statement_timeout, give_up_at)
+
+                async def prepared(conn: AsyncConnection[Any]) -> T:
+                    await self._prepare(conn, deadline, limit)
+                    return await work(conn)
+
+                return await guarded(conn, deadline, prepared, limit)
+        except TimedOut as e:
+            raise self._failure(doing, str(e)) from None
+        except psycopg.errors.QueryCanceled as e:
+            raise self._failure(doing, f"the server cancelled a statement ({limit}): {describe(e)}") from None
+        except (psycopg.Error, OSError, Damaged) as e:
+            raise self._failure(doing, str(e) if isinstance(e, Damaged) else describe(e)) from None
+
+    async def _prepare(self, conn: AsyncConnection[Any], deadline: float, limit: str) -> None:
+        """Set a new connection's server-side statement_timeout; create the tables on first use."""
+        if conn not in self._configured:
+            await conn.execute("SELECT set_config('statement_timeout', %s, false)", (self._server_timeout,))
+            self._configured.add(conn)
         if self._ready:
             return
         if self._opening is None:
             self._opening = asyncio.Lock()
-        async with self._opening:
+        waiting = asyncio.timeout_at(deadline)
+        try:
+            async with waiting:
+                await self._opening.acquire()
+        except TimeoutError:
+            if not waiting.expired():
+                raise
+            raise TimedOut(f"another call was still creating the tables after {limit}") from None
+        try:
             if not self._ready:
-                async with self._pool.connection() as conn:
-                    await _migrate(conn)
+                await _migrate(conn)
                 self._ready = True
+        finally:
+            self._opening.release()
 
-    @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[AsyncConnection[Any]]:
-        await self._ensure_open()
-        async with self._pool.connection() as conn:
-            yield conn
+    def _failure(self, doing: str, what: str) -> Exception:
+        return store_failure(self._name, doing, what, self._secrets)
+
+    # -- the store interface ----------------------------------------------------------------------------
 
     async def append(self, run_id: str, events: Sequence[Event], *, expected_seq: int) -> int:
         from psycopg import errors
 
+        self._check_open()
         check_run_id(run_id)
-        encoded = encode_events(events, self.redactor)
-        async with self._connection() as conn:
+        encoded = encode_events(events, self.redactor, store=self._name)
+
+        async def write(conn: AsyncConnection[Any]) -> int:
             try:
                 async with conn.transaction():
                     cur = await conn.execute(_SELECT_STATE + " FOR UPDATE", (run_id,))
@@ -156,43 +270,53 @@ class PostgresStore(StoreBase):
             except (errors.UniqueViolation, errors.LockNotAvailable):
                 raise AppendConflict(run_id, expected_seq, await _last_seq(conn, run_id)) from None
 
+        return await self._call(f"append to run {run_id!r}", write)
+
     async def read(self, run_id: str, *, after: int = 0) -> list[StoredEvent]:
-        async with self._connection() as conn:
+        async def select(conn: AsyncConnection[Any]) -> list[tuple[int, str]]:
             cur = await conn.execute(
                 "SELECT seq, data FROM planexec_events WHERE run_id = %s AND seq > %s ORDER BY seq", (run_id, after)
             )
-            rows = await cur.fetchall()
-        return [StoredEvent(seq=seq, event=decode_event(data)) for seq, data in rows]
+            return await cur.fetchall()
+
+        return decode_log(run_id, await self._call(f"read run {run_id!r}", select))
 
     async def last_seq(self, run_id: str) -> int:
-        async with self._connection() as conn:
-            return await _last_seq(conn, run_id)
+        return await self._call(f"read the last seq of run {run_id!r}", lambda conn: _last_seq(conn, run_id))
 
     async def get_run(self, run_id: str) -> RunSummary | None:
-        async with self._connection() as conn:
+        async def get(conn: AsyncConnection[Any]) -> RunSummary | None:
             cur = await conn.execute(_SELECT_STATE, (run_id,))
             row = await cur.fetchone()
-        return None if row is None else state_from_row(run_id, row).summary
+            return None if row is None else state_from_row(run_id, row).summary
+
+        return await self._call(f"read the summary of run {run_id!r}", get)
 
     async def list_runs(
         self, *, status: RunStatus | None = None, started_after: float | None = None, limit: int = 100
     ) -> list[RunSummary]:
         check_list_args(status, limit)
         sql, params = list_runs_sql("%s", status, started_after, limit)
-        async with self._connection() as conn:
+
+        async def select(conn: AsyncConnection[Any]) -> list[RunSummary]:
             cur = await conn.execute(sql, params)
-            rows = await cur.fetchall()
-        return [state_from_row(row[0], row[1:]).summary for row in rows]
+            return [state_from_row(row[0], row[1:]).summary for row in await cur.fetchall()]
+
+        return await self._call("list runs", select)
 
     async def delete(self, run_id: str) -> bool:
-        async with self._connection() as conn:
+        async def delete(conn: AsyncConnection[Any]) -> bool:
             cur = await conn.execute("DELETE FROM planexec_runs WHERE run_id = %s RETURNING run_id", (run_id,))
             return await cur.fetchone() is not None
 
+        return await self._call(f"delete run {run_id!r}", delete)
+
     async def expire(self, *, older_than: float) -> list[str]:
-        async with self._connection() as conn:
+        async def expire(conn: AsyncConnection[Any]) -> list[str]:
             cur = await conn.execute("DELETE FROM planexec_runs WHERE updated_at < %s RETURNING run_id", (older_than,))
             return [row[0] for row in await cur.fetchall()]
+
+        return await self._call("expire runs", expire)
 
     async def close(self) -> None:
         if self._closed:
@@ -228,41 +352,3 @@ async def _migrate(conn: AsyncConnection[Any]) -> None:
                 "ON CONFLICT (component) DO UPDATE SET version = excluded.version, updated_at = excluded.updated_at",
                 (SCHEMA_VERSION, time.time()),
             )
-
-
-class _Pool:
-    """At most ``size`` connections, opened on demand and reused; broken ones are dropped."""
-
-    def __init__(self, url: str, size: int) -> None:
-        self._url = url
-        self._slots = asyncio.Semaphore(size)
-        self._idle: list[AsyncConnection[Any]] = []
-        self._closed = False
-
-    @asynccontextmanager
-    async def connection(self) -> AsyncIterator[AsyncConnection[Any]]:
-        import psycopg
-
-        async with self._slots:
-            conn = self._idle.pop() if self._idle else await self._connect()
-            try:
-                yield conn
-            finally:
-                idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-                if self._closed or conn.closed or conn.broken or not idle:
-                    await conn.close()
-                else:
-                    self._idle.append(conn)
-
-    async def _connect(self) -> AsyncConnection[Any]:
-        import psycopg
-
-        if self._closed:
-            raise UsageError("this PostgresStore is closed; open a new one")
-        return await psycopg.AsyncConnection.connect(self._url, autocommit=True)
-
-    async def close(self) -> None:
-        self._closed = True
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            await conn.close()

@@ -15,11 +15,25 @@ and checkpointing the WAL always run in the worker thread. With ``synchronous="f
 synced to disk, surviving power loss) every call runs in the worker thread.
 
 A cancelled append may still have been committed by the worker thread: read the log to find out.
+
+Timeouts: a call that finds the file locked by another connection waits up to ``busy_timeout``
+seconds (default 30) for the lock, then fails with :class:`~planexec.StoreError`. SQLite has no
+other wait: it never blocks on a network.
+
+Errors: every failure of SQLite or of the file system becomes :class:`~planexec.StoreError`, whose
+message names the file and says what went wrong (with SQLite's own error and code), for example
+a folder that does not exist or cannot be written, a file that is not a database or is read-only,
+a damaged page, a full disk, or a lock held for longer than ``busy_timeout``. ``read`` raises
+:class:`~planexec.LogUnreadable` (a ``StoreError``) when some of a log's events cannot be read,
+with the others; a damaged summary row is a ``StoreError``. :class:`AppendConflict` and
+:class:`~planexec.UsageError` (a closed store, bad arguments, a database written by a newer
+planexec) keep their meaning.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import time
@@ -31,8 +45,9 @@ from typing import Any, Literal, TypeVar
 from planexec._errors import UsageError
 from planexec.runtime._events import Event
 from planexec.store._base import AppendConflict, RunStatus, RunSummary, StoredEvent
-from planexec.store._codec import EncodedEvent, decode_event, encode_events
+from planexec.store._codec import EncodedEvent, decode_log, encode_events
 from planexec.store._common import StoreBase, check_list_args, check_run_id, check_schema_version, list_runs_sql
+from planexec.store._failures import Damaged, describe, store_failure
 from planexec.store._redact import Redactor
 from planexec.store._summary import SUMMARY_COLUMNS, state_from_row, summarize, summary_row
 
@@ -80,8 +95,8 @@ _COLUMNS = ", ".join(SUMMARY_COLUMNS)
 _SELECT_STATE = f"SELECT id, {_COLUMNS} FROM planexec_runs WHERE run_id = ?"
 _INSERT_RUN = f"INSERT INTO planexec_runs (run_id, {_COLUMNS}) VALUES (?, {', '.join('?' * len(SUMMARY_COLUMNS))})"
 _INSERT_EVENT = "INSERT INTO planexec_events (run, seq, kind, at, data) VALUES (?, ?, ?, ?, ?)"
-_READ = (
-    "SELECT seq, data FROM planexec_events WHERE run = (SELECT id FROM planexec_runs WHERE run_id = ?) "
+_READ = (  # as bytes: text that is not UTF-8 is then one unreadable event, not a failed read
+    "SELECT seq, CAST(data AS BLOB) FROM planexec_events WHERE run = (SELECT id FROM planexec_runs WHERE run_id = ?) "
     "AND seq > ? ORDER BY seq"
 )
 _CHECKPOINT_EVERY = 1000
@@ -113,6 +128,7 @@ class SQLiteStore(StoreBase):
         if synchronous not in ("normal", "full"):
             raise UsageError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
         self.path = Path(path)
+        self._name = f"SQLite store {str(self.path)!r}"
         self.busy_timeout = busy_timeout
         self.synchronous = synchronous
         self._inline = synchronous == "normal"
@@ -132,10 +148,7 @@ class SQLiteStore(StoreBase):
     # -- connections ------------------------------------------------------------------------
 
     def _connect(self, timeout: float) -> sqlite3.Connection:
-        try:
-            conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
-        except sqlite3.OperationalError as e:
-            raise UsageError(f"cannot open the SQLite store {str(self.path)!r}: {e}") from e
+        conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
         try:
             conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
         except BaseException:
@@ -144,6 +157,8 @@ class SQLiteStore(StoreBase):
         return conn
 
     def _open_in_worker(self) -> None:
+        if self._worker_conn is not None:
+            return
         conn = self._connect(self.busy_timeout)
         try:
             conn.execute("PRAGMA journal_mode = WAL")
@@ -166,9 +181,13 @@ class SQLiteStore(StoreBase):
             if self._worker is None:
                 self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planexec-sqlite")
             await asyncio.get_running_loop().run_in_executor(self._worker, self._open_in_worker)
-            if self._inline:
+            if self._inline and self._loop_conn is None:
                 conn = self._connect(0)
-                conn.execute("PRAGMA wal_autocheckpoint = 0")
+                try:
+                    conn.execute("PRAGMA wal_autocheckpoint = 0")
+                except BaseException:
+                    conn.close()
+                    raise
                 self._loop_conn = conn
             self._ready = True
 
@@ -200,15 +219,32 @@ class SQLiteStore(StoreBase):
 
     # -- the store interface ----------------------------------------------------------------
 
+    async def _run(self, doing: str, fn: Callable[[sqlite3.Connection], T], *, inline: bool = False) -> T:
+        """Open the store if needed and run ``fn``: on the event loop when ``inline`` and the file is
+        free, else in the worker thread. Every failure of SQLite or the file system becomes a
+        :class:`~planexec.StoreError` that says what the store was ``doing``."""
+        self._check_open()
+        try:
+            await self._ensure_open()
+            return await (self._on_loop_or_worker(fn) if inline else self._in_worker(fn))
+        except (sqlite3.Error, OSError, Damaged) as e:
+            raise self._failure(doing, e) from None
+
+    def _failure(self, doing: str, error: BaseException) -> Exception:
+        what = str(error) if isinstance(error, Damaged) else describe(error)
+        if isinstance(error, sqlite3.OperationalError) and _busy(error):
+            what += f"; another connection held the file's lock for longer than busy_timeout={self.busy_timeout:g} s"
+        return store_failure(self._name, doing, what)
+
     async def append(self, run_id: str, events: Sequence[Event], *, expected_seq: int) -> int:
+        self._check_open()
         check_run_id(run_id)
-        encoded = encode_events(events, self.redactor)
-        await self._ensure_open()
+        encoded = encode_events(events, self.redactor, store=self._name)
 
         def write(conn: sqlite3.Connection) -> int:
             return self._append(conn, run_id, events, encoded, expected_seq)
 
-        last = await self._on_loop_or_worker(write)
+        last = await self._run(f"append to run {run_id!r}", write, inline=True)
         self._after_write()
         return last
 
@@ -270,20 +306,19 @@ class SQLiteStore(StoreBase):
 
     async def read(self, run_id: str, *, after: int = 0) -> list[StoredEvent]:
         def read(conn: sqlite3.Connection) -> list[StoredEvent]:
-            rows = conn.execute(_READ, (run_id, after)).fetchall()
-            return [StoredEvent(seq=seq, event=decode_event(data)) for seq, data in rows]
+            return decode_log(run_id, conn.execute(_READ, (run_id, after)).fetchall())
 
-        return await self._in_worker(read)
+        return await self._run(f"read run {run_id!r}", read)
 
     async def last_seq(self, run_id: str) -> int:
-        return await self._on_loop_or_worker(lambda conn: _last_seq(conn, run_id))
+        return await self._run(f"read the last seq of run {run_id!r}", lambda c: _last_seq(c, run_id), inline=True)
 
     async def get_run(self, run_id: str) -> RunSummary | None:
         def get(conn: sqlite3.Connection) -> RunSummary | None:
             row = conn.execute(_SELECT_STATE, (run_id,)).fetchone()
             return None if row is None else state_from_row(run_id, row[1:]).summary
 
-        return await self._on_loop_or_worker(get)
+        return await self._run(f"read the summary of run {run_id!r}", get, inline=True)
 
     async def list_runs(
         self, *, status: RunStatus | None = None, started_after: float | None = None, limit: int = 100
@@ -295,13 +330,13 @@ class SQLiteStore(StoreBase):
             rows = conn.execute(sql, params).fetchall()
             return [state_from_row(row[0], row[1:]).summary for row in rows]
 
-        return await self._in_worker(select)
+        return await self._run("list runs", select)
 
     async def delete(self, run_id: str) -> bool:
-        return bool(await self._in_worker(lambda conn: _delete(conn, "run_id = ?", run_id)))
+        return bool(await self._run(f"delete run {run_id!r}", lambda conn: _delete(conn, "run_id = ?", run_id)))
 
     async def expire(self, *, older_than: float) -> list[str]:
-        return await self._in_worker(lambda conn: _delete(conn, "updated_at < ?", older_than))
+        return await self._run("expire runs", lambda conn: _delete(conn, "updated_at < ?", older_than))
 
     async def close(self) -> None:
         if self._closed:
@@ -311,15 +346,18 @@ class SQLiteStore(StoreBase):
         if worker is None:
             return
         # The worker runs one call at a time, in order: a checkpoint under way finishes first.
-        await asyncio.get_running_loop().run_in_executor(worker, self._close_in_worker)
-        worker.shutdown(wait=True)
-        self._worker = None
+        try:
+            await asyncio.get_running_loop().run_in_executor(worker, self._close_in_worker)
+        finally:
+            worker.shutdown(wait=True)
+            self._worker = None
 
     def _close_in_worker(self) -> None:
-        for conn in (self._loop_conn, self._worker_conn):
+        conns, self._loop_conn, self._worker_conn = (self._loop_conn, self._worker_conn), None, None
+        for conn in conns:
             if conn is not None:
-                conn.close()
-        self._loop_conn = self._worker_conn = None
+                with contextlib.suppress(sqlite3.Error):  # closing cannot fail in a way a caller could act on
+                    conn.close()
 
 
 def _update_run(conn: sqlite3.Connection, key: int, old: Sequence[Any], new: Sequence[Any]) -> None:

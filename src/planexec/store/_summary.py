@@ -10,6 +10,7 @@ the requested ones not yet decided.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, get_args
@@ -25,6 +26,7 @@ from planexec.runtime._events import (
     RunSuspended,
 )
 from planexec.store._base import RunStatus, RunSummary
+from planexec.store._failures import Damaged
 
 __all__ = ["SUMMARY_COLUMNS", "SummaryRow", "SummaryState", "state_from_row", "summarize", "summary_row"]
 
@@ -53,7 +55,8 @@ def summarize(
     """Fold ``events`` (the log's events from ``first_seq`` on) into ``previous``.
 
     ``clean`` is applied to the free text the summary copies from events (the goal and the stop
-    detail), so a store can redact it as it redacts the events themselves.
+    detail), so a store can redact it as it redacts the events themselves; then NUL and lone
+    surrogates, which a text column cannot hold, become U+FFFD (the events keep the exact text).
     """
     if not events:
         if previous is None:
@@ -84,7 +87,7 @@ def summarize(
     suspended = previous.suspended
     for event in events:
         if isinstance(event, RunStarted):
-            goal, started_at = clean(event.goal), event.at
+            goal, started_at = column_text(clean(event.goal)), event.at
         elif isinstance(event, ModelCalled):
             cost += event.cost
             model_calls += 1
@@ -99,7 +102,7 @@ def summarize(
         elif isinstance(event, RunResumed):
             suspended = False
         elif isinstance(event, RunFinished):
-            stop_kind, stop_detail, finished_at = event.stop.kind, clean(event.stop.detail), event.at
+            stop_kind, stop_detail, finished_at = event.stop.kind, column_text(clean(event.stop.detail)), event.at
     status: RunStatus = "finished" if stop_kind is not None else "waiting" if suspended else "running"
     summary = replace(
         s,
@@ -138,6 +141,14 @@ SUMMARY_COLUMNS = (
 SummaryRow = tuple[str, str, str | None, str | None, float, int, float, float, float | None, int, int, str, bool]
 
 
+_NOT_STORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def column_text(text: str) -> str:
+    """``text`` as a database text column can hold it: NUL and lone surrogates become U+FFFD."""
+    return _NOT_STORABLE.sub("\ufffd", text)
+
+
 def summary_row(state: SummaryState) -> SummaryRow:
     """``state`` as values for :data:`SUMMARY_COLUMNS`."""
     s = state.summary
@@ -159,11 +170,21 @@ def summary_row(state: SummaryState) -> SummaryRow:
 
 
 def state_from_row(run_id: str, row: Sequence[Any]) -> SummaryState:
-    """The inverse of :func:`summary_row`."""
+    """The inverse of :func:`summary_row`. Raises :class:`Damaged` for a row that makes no sense."""
+    try:
+        return _state_from_row(run_id, row)
+    except (TypeError, ValueError) as e:  # json.JSONDecodeError is a ValueError
+        raise Damaged(f"the summary row of run {run_id!r} is damaged: {' '.join(str(e).split())}") from None
+
+
+def _state_from_row(run_id: str, row: Sequence[Any]) -> SummaryState:
     (goal, status, stop_kind, stop_detail, cost, model_calls, started_at, updated_at, finished_at, last_seq) = row[:10]
     pending_count, pending, suspended = row[10:13]
     if status not in _STATUSES:
-        raise ValueError(f"run {run_id}: unknown status {status!r} in the runs table")
+        raise ValueError(f"unknown status {status!r}")
+    pending_ids = json.loads(pending)
+    if not isinstance(pending_ids, list) or not all(isinstance(p, str) for p in pending_ids):
+        raise ValueError(f"pending approvals are not a list of ids: {pending!r}")
     summary = RunSummary(
         run_id=run_id,
         goal=goal,
@@ -178,7 +199,7 @@ def state_from_row(run_id: str, row: Sequence[Any]) -> SummaryState:
         events=int(last_seq),
         pending_approvals=int(pending_count),
     )
-    return SummaryState(summary=summary, pending=tuple(json.loads(pending)), suspended=bool(suspended))
+    return SummaryState(summary=summary, pending=tuple(pending_ids), suspended=bool(suspended))
 
 
 _STATUSES: frozenset[str] = frozenset(get_args(RunStatus))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from planexec._errors import Problem, UsageError
 from planexec.store._base import RunStore
+from planexec.store._failures import Secrets
 from planexec.store._memory import MemoryStore
 from planexec.store._postgres import PostgresStore
 from planexec.store._redact import Redactor
@@ -37,6 +38,10 @@ def open_store(url: str | None = None, *, redactor: Redactor | None = None) -> R
     Forms: ``memory://``; ``sqlite:///absolute/path.db``; ``sqlite:relative/path.db``;
     ``postgresql://…`` or ``postgres://…`` (needs ``pip install 'planexec[postgres]'``).
     Nothing is opened until the store is first used. ``redactor`` defaults to ``Redactor()``.
+
+    A URL this function does not know raises :class:`~planexec.UsageError` that lists the forms it
+    does, showing the URL with its password hidden. A PostgreSQL URL's ``connect_timeout`` and
+    ``options=-c statement_timeout=…`` set the store's timeouts (see :class:`PostgresStore`).
     """
     if url is None:
         url = os.environ.get(ENV_VAR) or None
@@ -68,6 +73,6 @@ def _sqlite_path(url: str, rest: str) -> Path:
 
 
 def _unsupported(url: str, summary: str) -> UsageError:
-    shown = Redactor().redact_text(url)
+    shown = Secrets(url).show_url(url)
     forms = "; ".join(SUPPORTED_URLS)
     return UsageError(summary, [Problem(code="store_url", where=f"store URL {shown!r}", message=f"supported: {forms}")])
