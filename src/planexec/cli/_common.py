@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
+from planexec._errors import StoreError
 from planexec.cli._board import Board, Display, LineDisplay, LiveDisplay, follow
 from planexec.cli._options import Refused
 from planexec.cli._text import plain, redactor_of
@@ -98,6 +99,8 @@ def run_command(ctx: click.Context, main: Coroutine[Any, Any, int]) -> NoReturn:
         code = asyncio.run(main)
     except Refused as e:
         problem_exit(ctx, e.problems)
+    except StoreError as e:  # the store failed or holds what cannot be read: say so, no traceback
+        problem_exit(ctx, [plain(str(e))])
     ctx.exit(code)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from planexec._errors import UsageError
+from planexec._errors import LogUnreadable, UsageError
 from planexec.cli import _approve
 from planexec.cli._agent_options import AgentFlags, agent_options, live_options
 from planexec.cli._common import EXIT_WAITING, View, follow_to_end, run_command, say
@@ -17,22 +17,35 @@ from planexec.cli._rebuild import build_agent, recorded_spec
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
 from planexec.cli._text import plain, redactor_of
 from planexec.runtime import Event, RunResult, RunStarted, RunState
-from planexec.store import RunStore
+from planexec.store import RunStore, StoredEvent
 
-__all__ = ["load_log", "resume", "resume_run"]
+__all__ = ["load_log", "read_log", "resume", "resume_run"]
 
 
 async def load_log(store: RunStore, run_id: str, choice: StoreChoice, problems: Problems | None = None) -> list[Event]:
-    """The run's events; an unknown run (or a log that does not begin a run) is a usage problem."""
+    """The run's events, every one of them readable; an unknown run, a log that does not begin a run
+    or a log with events that cannot be read is a problem (exit status 2)."""
     problems = problems if problems is not None else Problems()
-    log = [s.event for s in await store.read(run_id)]
-    if not log:
+    log, unreadable = await read_log(store, run_id)
+    if unreadable:
+        problems += unreadable
+        problems.add("RUN", f"`planexec show {run_id}` shows the {len(log)} event(s) that can be read")
+    elif not log:
         problems.add("RUN", f"no run {run_id!r} in {choice.describe()} (`planexec runs` lists them)")
     elif not isinstance(log[0], RunStarted):
         problems.add("RUN", f"the log of run {run_id!r} does not begin with run_started")
     if problems:
         raise Refused(problems)
     return log
+
+
+async def read_log(store: RunStore, run_id: str) -> tuple[list[Event], list[str]]:
+    """Every event of the run that can be read, and a line for each one that cannot."""
+    try:
+        return [s.event for s in await store.read(run_id)], []
+    except LogUnreadable as e:
+        readable = [s.event if isinstance(s, StoredEvent) else s for s in e.events]
+        return readable, [plain(f"run {run_id}: {p}") for p in e.problems]
 
 
 def _still_waiting(state: RunState) -> bool:

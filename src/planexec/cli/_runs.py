@@ -11,14 +11,14 @@ from typing import Any
 import click
 from rich.table import Table
 
-from planexec.cli._common import make_console, run_command
+from planexec.cli._common import EXIT_USAGE, make_console, run_command
 from planexec.cli._format import cut, money, seconds, when
 from planexec.cli._options import Problems, Refused, parse_choice
 from planexec.cli._report import json_text
-from planexec.cli._resume import load_log
-from planexec.cli._show import print_run, run_json
+from planexec.cli._resume import read_log
+from planexec.cli._show import fold_readable, print_run, run_json
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
-from planexec.cli._text import shown
+from planexec.cli._text import plain, shown
 from planexec.runtime import dump_event
 from planexec.store import RunStatus, RunSummary
 
@@ -116,12 +116,29 @@ def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 
 async def _show(choice: StoreChoice, run_id: str, as_json: bool) -> int:
     async with using_store(choice) as store:
-        log = await load_log(store, run_id, choice)
+        log, unreadable = await read_log(store, run_id)
+    if not log and not unreadable:
+        raise Refused(Problems.of("RUN", f"no run {run_id!r} in {choice.describe()} (`planexec runs` lists them)"))
+    state, skipped = fold_readable(log)
+    unreadable += [plain(f"run {run_id}: {line}") for line in skipped]
     if as_json:
-        click.echo(json_text(run_json(log)))
+        data = run_json(log, state)
+        if unreadable:
+            data["unreadable"] = unreadable
+        click.echo(json_text(data))
     else:
-        print_run(make_console(as_json=False), log)
+        print_run(make_console(as_json=False), log, state)
+    if unreadable:
+        return _unreadable(run_id, unreadable, shown=len(log) - len(skipped))
     return 0
+
+
+def _unreadable(run_id: str, lines: list[str], *, shown: int) -> int:
+    """Say what could not be read (after what could), and exit with status 2."""
+    click.echo(f"Error: run {run_id}: {len(lines)} problem(s) reading its log; {shown} event(s) shown:", err=True)
+    for line in lines:
+        click.echo(f"  - {line}", err=True)
+    return EXIT_USAGE
 
 
 @click.command()
@@ -145,8 +162,10 @@ def export(ctx: click.Context, run_id: str, output: Path | None) -> None:
 
 async def _export(choice: StoreChoice, run_id: str, output: Path | None) -> int:
     async with using_store(choice) as store:
-        log = await load_log(store, run_id, choice)
-    text = "".join(json.dumps(dump_event(e), ensure_ascii=False) + "\n" for e in log)
+        log, unreadable = await read_log(store, run_id)
+    if not log and not unreadable:
+        raise Refused(Problems.of("RUN", f"no run {run_id!r} in {choice.describe()} (`planexec runs` lists them)"))
+    text = "".join(_line(dump_event(e)) for e in log)
     if output is None:
         click.echo(text, nl=False)
         return 0
@@ -155,4 +174,15 @@ async def _export(choice: StoreChoice, run_id: str, output: Path | None) -> int:
     except OSError as e:
         raise Refused(Problems.of(f"--output {str(output)!r}", f"cannot write it: {e.strerror or e}")) from e
     click.echo(f"wrote {len(log)} events of run {run_id} to {output}", err=True)
+    if unreadable:
+        return _unreadable(run_id, unreadable, shown=len(log))
     return 0
+
+
+def _line(data: dict[str, Any]) -> str:
+    text = json.dumps(data, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: written as a JSON escape, it reads back the same
+        text = json.dumps(data)
+    return text + "\n"

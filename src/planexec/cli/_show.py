@@ -51,8 +51,21 @@ def _elapsed(state: RunState) -> float:
 # -- for people -------------------------------------------------------------------------------
 
 
-def print_run(console: Console, log: Sequence[Event]) -> None:
-    state = RunState.fold(log)
+def fold_readable(log: Sequence[Event]) -> tuple[RunState, list[str]]:
+    """The state of a log that may have gaps (events that could not be read): events that cannot be
+    applied where they stand are left out, with a line saying so."""
+    state = RunState()
+    skipped: list[str] = []
+    for index, event in enumerate(log, start=1):
+        try:
+            state.apply(event)
+        except Exception as e:  # an event that refers to one that is missing
+            skipped.append(f"event {index} ({event.kind}) cannot be applied: {type(e).__name__}: {e}")
+    return state, skipped
+
+
+def print_run(console: Console, log: Sequence[Event], state: RunState | None = None) -> None:
+    state = state if state is not None else RunState.fold(log)
     console.print(_head(state))
     console.print(_plans(state, log))
     console.print(_steps(state))
@@ -189,9 +202,9 @@ def _approvals(records: list[ApprovalRecord]) -> Table:
 # -- for programs -----------------------------------------------------------------------------
 
 
-def run_json(log: Sequence[Event]) -> dict[str, Any]:
+def run_json(log: Sequence[Event], state: RunState | None = None) -> dict[str, Any]:
     """The run as JSON data."""
-    state = RunState.fold(log)
+    state = state if state is not None else RunState.fold(log)
     triggers = _triggers(log)
     plans = []
     previous = None
