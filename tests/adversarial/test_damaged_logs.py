@@ -85,7 +85,7 @@ def no_traceback(output: str) -> None:
 
 
 def test_show_shows_what_it_can_and_names_the_run_and_the_problems(damaged: tuple[str, int]) -> None:
-    store, total = damaged
+    store, _ = damaged
     result = invoke(["--store", store, "show", "damaged"])
     assert result.exit_code == 2
     no_traceback(result.output)
