@@ -16,7 +16,8 @@ from click.core import ParameterSource
 
 from planexec._errors import UsageError
 from planexec.cli._options import Problems, Refused
-from planexec.store import MemoryStore, Redactor, RunStore, open_store
+from planexec.cli._text import plain
+from planexec.store import MemoryStore, RunStore, open_store, safe_url
 
 __all__ = ["STORE_HELP", "StoreChoice", "is_memory", "remember_store", "store_choice", "store_flag", "using_store"]
 
@@ -36,7 +37,7 @@ class StoreChoice:
 
     def describe(self) -> str:
         """The store, safe to print (credentials hidden)."""
-        return Redactor().redact_text(self.url) if self.url else "the default store"
+        return plain(safe_url(self.url)) if self.url else "the default store"
 
 
 def remember_store(ctx: click.Context, url: str | None) -> None:
@@ -56,7 +57,7 @@ def store_flag(choice: StoreChoice) -> str:
     (the environment that chose the store chooses it again)."""
     if not choice.typed or not choice.url:
         return ""
-    return f"--store {shlex.quote(Redactor().redact_text(choice.url))} "
+    return f"--store {shlex.quote(plain(safe_url(choice.url)))} "
 
 
 @asynccontextmanager

@@ -16,6 +16,7 @@ statement_timeout=30)``, also settable in the URL (``?connect_timeout=10&options
 """
 
 from planexec.store._base import AppendConflict, RunStatus, RunStore, RunSummary, StoredEvent
+from planexec.store._failures import safe_url
 from planexec.store._memory import MemoryStore
 from planexec.store._postgres import PostgresStore
 from planexec.store._redact import PII_RULES, SECRET_RULES, SENSITIVE_FIELDS, RedactionRule, Redactor, luhn_valid
@@ -39,4 +40,5 @@ __all__ = [
     "default_store_path",
     "luhn_valid",
     "open_store",
+    "safe_url",
 ]

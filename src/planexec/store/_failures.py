@@ -16,7 +16,7 @@ from urllib.parse import unquote
 from planexec._errors import StoreError
 from planexec.store._redact import Redactor
 
-__all__ = ["HIDDEN", "Damaged", "Secrets", "describe", "hide_url_password", "store_failure"]
+__all__ = ["HIDDEN", "Damaged", "Secrets", "describe", "hide_url_password", "safe_url", "store_failure"]
 
 HIDDEN = "[REDACTED:password]"
 """What a password becomes: the placeholder the redactor's ``url_password`` rule writes, so the
@@ -132,6 +132,11 @@ class Secrets:
         """The store URL as it may be shown: every form of its passwords hidden, then
         :func:`hide_url_password` (for what a misread of the URL could have missed)."""
         return hide_url_password(self._replace(url))
+
+
+def safe_url(url: str) -> str:
+    """A store URL as it may be shown to anyone: every form of its passwords hidden."""
+    return Secrets(url).show_url(url)
 
 
 def describe(error: BaseException) -> str:
