@@ -255,3 +255,56 @@ def test_resolving_args_with_a_malformed_binding_refuses() -> None:
     with pytest.raises(BindingError) as caught:
         compiled.resolve({})
     assert [p.code for p in caught.value.problems] == ["binding_syntax"]
+
+
+# -- bounded nesting ---------------------------------------------------------------------------
+
+
+def deep_list(depth: int, leaf: Any = 1) -> Any:
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_args_nested_too_deep_compile_to_one_problem() -> None:
+    compiled = compile_args({"a": "${rows}", "deep": {"x": deep_list(10_000, "${rows}")}}, where="step 's' args")
+    [problem] = compiled.problems
+    assert problem.code == "too_deep"
+    assert problem.where == "step 's' args.deep.x" + ".0" * 98
+    assert "nested deeper than 100 levels" in problem.message
+    assert compiled.refs == ()
+    with pytest.raises(BindingError) as info:
+        compiled.resolve(OUTPUTS)
+    assert [p.code for p in info.value.problems] == ["too_deep"]
+    # one level less is fine
+    at_the_limit = compile_args({"x": deep_list(99, "n=${count}")})
+    assert at_the_limit.problems == ()
+    assert at_the_limit.resolve(OUTPUTS) == {"x": deep_list(99, "n=3")}
+
+
+def test_args_without_bindings_are_depth_checked_too() -> None:
+    compiled = compile_args({"deep": deep_list(5_000)})
+    assert [p.code for p in compiled.problems] == ["too_deep"]
+    with pytest.raises(BindingError):
+        compiled.resolve({})
+
+
+def test_render_text_refuses_what_cannot_be_written() -> None:
+    looped: list[Any] = []
+    looped.append(looped)
+    for value, code in ((deep_list(100_000), "too_deep"), (looped, "not_json"), (10**5000, "not_json")):
+        with pytest.raises(BindingError) as info:
+            render_text(value)
+        assert [p.code for p in info.value.problems] == [code]
+
+
+def test_a_text_binding_to_an_unwritable_output_says_which_binding() -> None:
+    compiled = compile_args({"x": "a ${deep} b ${count}"})
+    deep = deep_list(100_000)
+    with pytest.raises(BindingError) as info:
+        compiled.resolve({"deep": deep, "count": 3})
+    [problem] = info.value.problems
+    assert (problem.code, problem.where) == ("too_deep", "${deep}")
+    # a whole-value binding is not rendered: the output is handed on as it is
+    assert compile_args({"x": "${deep}"}).resolve({"deep": deep})["x"] is deep

@@ -57,6 +57,13 @@ def step(step_id: str, *, depends_on: tuple[str, ...] = (), **fields: Any) -> St
     return Step.model_validate(data)
 
 
+def deep_list(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def codes(problems: list[Problem]) -> list[str]:
     return [p.code for p in problems]
 
@@ -76,6 +83,15 @@ def test_a_good_plan_has_no_problems() -> None:
         step("four", executor="writer", args={"text": "sum is ${three}"}, depends_on=("three",)),
         step("five", tool="add", executor="sql", args={"a": 1, "b": 1}),
         step("six", checks=(Matches(pattern="^p"), FitsSchema(json_schema={"type": "string"}))),
+        step("seven", executor="writer", allowed_tools=("add", "total"), depends_on=("four",)),
+        step(
+            "eight",
+            output_schema={
+                "$defs": {"n": {"type": "integer", "minimum": 0}},
+                "type": "object",
+                "properties": {"count": {"$ref": "#/$defs/n"}, "code": {"type": "string", "pattern": r"^[A-Z]\d+$"}},
+            },
+        ),
     ]
     assert check_steps(steps, ctx()) == []
     validate_steps(steps, ctx())  # does not raise
@@ -287,6 +303,88 @@ def test_invalid_pattern() -> None:
     assert "(unclosed" in problems[0].message
 
 
+@pytest.mark.parametrize("pattern", ["(?=x)y", "(?<=x)y", r"(x)\1"])
+def test_a_pattern_needs_re2_syntax(pattern: str) -> None:
+    problems = check_steps(
+        [
+            step("a", checks=(Matches(pattern=pattern),)),
+            step("b", output_schema={"type": "string", "pattern": pattern}),
+            step("c", checks=(FitsSchema(json_schema={"patternProperties": {pattern: {"type": "integer"}}}),)),
+        ],
+        ctx(),
+    )
+    assert codes(problems) == ["invalid_pattern"] * 3
+    assert [p.where for p in problems] == ["step 'a'", "step 'b'", "step 'c'"]
+    for p in problems:
+        assert "RE2 syntax" in p.message
+    assert "/pattern" in problems[1].message
+    assert "/patternProperties" in problems[2].message
+
+
+@pytest.mark.parametrize(
+    ("schema", "fragment"),
+    [
+        ({"$ref": "https://example.com/person.json"}, "only local refs"),
+        ({"items": {"$ref": "#/$defs/item"}, "$defs": {"item": {"$ref": "#/items"}}}, "a $ref cycle"),
+        ({"$ref": "#/$defs/nothing"}, "points at nothing"),
+    ],
+)
+def test_a_schema_may_only_use_local_finite_refs(schema: dict[str, Any], fragment: str) -> None:
+    problems = check_steps([step("a", output_schema=schema)], ctx())
+    assert codes(problems) == ["invalid_schema"]
+    assert fragment in problems[0].message
+
+
+def test_allowed_tools_for_a_model_step() -> None:
+    fine = step("a", executor="writer", allowed_tools=("add", "ping"))
+    assert check_steps([fine], ctx()) == []
+    assert check_steps([Step(id="b", description="x", allowed_tools=("ping",))], ctx(default_executor="model")) == []
+
+
+def test_unknown_allowed_tool() -> None:
+    problems = check_steps([step("a", executor="writer", allowed_tools=("add", "search"))], ctx())
+    assert codes(problems) == ["unknown_allowed_tool"]
+    assert "'search'" in problems[0].message
+    assert "add, ping, total" in problems[0].message
+
+
+def test_allowed_tools_on_a_tool_step() -> None:
+    problems = check_steps([step("a", tool="ping", allowed_tools=("add",))], ctx())
+    assert codes(problems) == ["allowed_tools_with_tool"]
+    assert "'ping'" in problems[0].message
+
+
+def test_duplicate_allowed_tool() -> None:
+    problems = check_steps([step("a", executor="writer", allowed_tools=("add", "ping", "add", "add"))], ctx())
+    assert codes(problems) == ["duplicate_allowed_tool", "duplicate_allowed_tool"]
+    assert "'add' twice" in problems[0].message
+
+
+def test_many_problems_of_one_kind_are_counted_after_twenty() -> None:
+    steps = [step(f"s{i}", tool=f"tool{i}") for i in range(25)] + [step("x", depends_on=("ghost",))]
+    problems = check_steps(steps, ctx())
+    assert codes(problems) == ["unknown_tool"] * 20 + ["missing_dependency", "unknown_tool"]
+    assert problems[-1].where == "plan"
+    assert problems[-1].message == "5 more 'unknown_tool' problem(s) are not listed"
+    assert [p.where for p in problems[:20]] == [f"step 's{i}'" for i in range(20)]
+
+
+def test_deep_args_are_too_deep() -> None:
+    deep: Any = 1
+    for _ in range(150):
+        deep = {"x": deep}
+    assert codes(check_steps([step("a", tool="total", args={"items": deep_list(98)})], ctx())) == ["invalid_arguments"]
+    problems = check_steps([step("a", tool="total", args={"items": [deep]})], ctx())
+    assert codes(problems) == ["too_deep"]
+    assert problems[0].where.startswith("step 'a' args.items[0].x.x")
+    assert "nested deeper than 100 levels" in problems[0].message
+
+
+def test_args_that_are_not_json_data() -> None:
+    problems = check_steps([step("a", tool="total", args={"items": [1, float("nan")]})], ctx())
+    assert [(p.code, p.where) for p in problems] == [("not_json", "step 'a' args.items[1]")]
+
+
 def test_unknown_predicate() -> None:
     s = step("a", checks=(Predicate(name="is_prime"),))
     problems = check_steps([s], ctx(predicates=["is_even", "is_odd"]))
@@ -319,6 +417,11 @@ def test_every_problem_is_reported_at_once() -> None:
         step("pt", checks=(Matches(pattern="["),)),
         step("pr", checks=(Predicate(name="nope"),)),
         step("bs", tool="total", args={"items": [], "label": "${}"}),
+        step("at", tool="ping", allowed_tools=("ping",)),
+        step("au", executor="writer", allowed_tools=("nope", "nope")),
+        step("deep", tool="total", args={"items": deep_list(200)}),
+        step("nan", tool="total", args={"items": [float("inf")]}),
+        step("rf", output_schema={"$ref": "file:///etc/passwd"}),
     ]
     context = ctx(finished=["old"], max_steps=5, predicates=["fine"])
     expected = {
@@ -339,6 +442,11 @@ def test_every_problem_is_reported_at_once() -> None:
         "invalid_pattern",
         "unknown_predicate",
         "binding_syntax",
+        "allowed_tools_with_tool",
+        "unknown_allowed_tool",
+        "duplicate_allowed_tool",
+        "not_json",
+        "too_deep",
     }
     problems = check_steps(steps, context)
     assert set(codes(problems)) == expected

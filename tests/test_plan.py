@@ -55,6 +55,7 @@ def _full_plan() -> Plan:
         executor="drafting",
         args={"rows": "${fetch}", "title": "Rows: ${fetch.0.name}", "literal": "$${not a binding}"},
         depends_on=("fetch",),
+        allowed_tools=("sql", "spell_check"),
         effect="write",
         approval="always",
         confidence=1.0,
@@ -78,6 +79,7 @@ def test_step_minimal_defaults() -> None:
     assert step.approval == "auto"
     assert step.confidence is None
     assert step.thought is None
+    assert step.allowed_tools == ()
 
 
 def test_step_is_keyword_only() -> None:
@@ -165,7 +167,7 @@ def test_step_checks_are_tagged_by_kind() -> None:
 
 def test_plan_defaults_and_lookup() -> None:
     plan = Plan(steps=(Step(id="a", description="a"), Step(id="b", description="b", depends_on=("a",))))
-    assert plan.schema_version == PLAN_SCHEMA_VERSION == 1
+    assert plan.schema_version == PLAN_SCHEMA_VERSION == 2
     assert plan.version == 1
     assert plan.author == "planner"
     assert plan.reason == ""
@@ -193,7 +195,8 @@ def test_plan_is_keyword_only() -> None:
     "data",
     [
         {"steps": [], "version": 0},
-        {"steps": [], "schema_version": 2},
+        {"steps": [], "schema_version": 3},
+        {"steps": [], "schema_version": 0},
         {"steps": [], "author": "robot"},
         {"version": 1},
         {"steps": [{"id": "a"}]},
@@ -216,9 +219,11 @@ def test_plan_json_round_trip() -> None:
     # plain JSON data too (what the store and the API exchange)
     data = json.loads(text)
     assert Plan.model_validate(data) == plan
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 2
     assert data["steps"][0]["checks"][3] == {"kind": "schema", "json_schema": {"type": "array"}}
     assert data["steps"][1]["depends_on"] == ["fetch"]
+    assert data["steps"][1]["allowed_tools"] == ["sql", "spell_check"]
+    assert "allowed_tools" not in data["steps"][0]  # left out when empty, as version 1 plans were written
 
 
 def test_step_json_round_trip_keeps_bindings_verbatim() -> None:
@@ -248,8 +253,9 @@ def test_plan_json_schema_is_versioned() -> None:
     schema = plan_json_schema()
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["$id"] == f"urn:planexec:plan:{PLAN_SCHEMA_VERSION}"
-    assert schema["x-planexec-schema-version"] == PLAN_SCHEMA_VERSION == 1
-    assert schema["properties"]["schema_version"]["const"] == 1
+    assert schema["x-planexec-schema-version"] == PLAN_SCHEMA_VERSION == 2
+    assert schema["properties"]["schema_version"]["enum"] == [1, 2]
+    assert schema["properties"]["schema_version"]["default"] == 2
 
 
 def test_plan_json_schema_is_a_valid_json_document() -> None:
@@ -267,6 +273,7 @@ def test_plan_json_schema_pins_the_fields() -> None:
     assert schema["additionalProperties"] is False
     step = schema["$defs"]["Step"]
     assert sorted(step["properties"]) == [
+        "allowed_tools",
         "approval",
         "args",
         "checks",
@@ -284,6 +291,13 @@ def test_plan_json_schema_pins_the_fields() -> None:
     assert sorted(step["required"]) == ["description", "id"]
     assert step["additionalProperties"] is False
     assert step["properties"]["id"]["pattern"] == r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
+    assert step["properties"]["allowed_tools"] == {
+        "default": [],
+        "description": "For a step with no tool: the tools the model doing it may call (none when empty).",
+        "items": {"type": "string"},
+        "title": "Allowed Tools",
+        "type": "array",
+    }
 
 
 def test_plan_json_schema_accepts_dumped_plans() -> None:
@@ -301,7 +315,8 @@ def test_plan_json_schema_accepts_dumped_plans() -> None:
         {"steps": [{"id": "a", "description": "x", "checks": [{"kind": "vibes"}]}]},
         {"steps": [{"id": "a", "description": "x", "confidence": 3}]},
         {"steps": [{"id": "a"}]},
-        {"steps": [], "schema_version": 2},
+        {"steps": [], "schema_version": 3},
+        {"steps": [{"id": "a", "description": "x", "allowed_tools": "search"}]},
         {"steps": [], "version": 0},
     ],
 )
@@ -310,3 +325,61 @@ def test_plan_json_schema_rejects_what_the_model_rejects(data: dict[str, Any]) -
     assert not validator.is_valid(data)
     with pytest.raises(ValidationError):
         Plan.model_validate(data)
+
+
+# -- plan schema version 2 ----------------------------------------------------------------------
+
+
+def test_a_version_1_plan_still_loads_and_keeps_its_version() -> None:
+    data = {
+        "schema_version": 1,
+        "version": 1,
+        "steps": [
+            {
+                "id": "s1",
+                "description": "fetch",
+                "tool": "fetch_weather",
+                "executor": None,
+                "args": {"city": "Oslo"},
+                "depends_on": [],
+                "expected": None,
+                "checks": [],
+                "output_schema": None,
+                "effect": "read",
+                "approval": "never",
+                "thought": None,
+                "confidence": None,
+            }
+        ],
+        "author": "planner",
+        "reason": "",
+    }
+    plan = Plan.model_validate(data)
+    assert plan.schema_version == 1
+    assert plan.steps[0].allowed_tools == ()
+    assert plan.steps[0].approval == "never"  # kept as written; it means "auto"
+    assert plan.model_dump(mode="json") == data  # dumped exactly as it was written
+    jsonschema.Draft202012Validator(plan_json_schema()).validate(data)
+
+
+def test_new_plans_are_version_2() -> None:
+    plan = Plan(steps=(Step(id="a", description="think", allowed_tools=("search",)),))
+    assert plan.schema_version == 2
+    assert Plan.model_validate_json(plan.model_dump_json()) == plan
+    assert json.loads(plan.model_dump_json())["steps"][0]["allowed_tools"] == ["search"]
+
+
+def test_the_step_says_approval_can_only_be_made_stricter() -> None:
+    doc = Step.__doc__ or ""
+    assert '"never"' in doc
+    assert 'the same as ``"auto"``' in doc
+    assert "allowed_tools" in doc
+
+
+def test_the_planner_is_told_about_allowed_tools_and_gates() -> None:
+    from planexec.planner import _prompt
+
+    for instructions in (_prompt.UPFRONT, _prompt.STEP_BY_STEP):
+        assert "allowed_tools" in instructions
+        assert 'approval "always"' in instructions
+        assert "RE2" in instructions

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -12,7 +13,9 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from planexec import Agent, Budget, Limits, ModelRequest, RunResult, ScriptedModel, Step, ToolError, Toolset, tool
-from planexec.plan import CheckContext, check_steps, compile_args, render_text
+from planexec._json import json_problem, loads
+from planexec.plan import CheckContext, IncrementalChecker, Matches, check_steps, compile_args, render_text
+from planexec.planner._stream import StreamedSteps
 from planexec.runtime import PlanProposed, RunState, StepStarted, StepSucceeded
 from tests.support import tool_step
 
@@ -130,6 +133,141 @@ def test_dangling_dependencies_are_all_reported(deps: dict[str, tuple[str, ...]]
     )
     assert reported == expected
     assert "cycle" not in [p.code for p in check_steps(build(deps), CHECKS)]
+
+
+# -- checking steps one at a time -----------------------------------------------------------------
+
+FAULTS = [
+    None,
+    None,
+    None,
+    "bind_ancestor",
+    "bind_finished",
+    "bind_non_ancestor",
+    "bind_finished_without_dependency",
+    "unknown_tool",
+    "ghost_dependency",
+    "self_dependency",
+    "duplicate_id",
+    "finished_id",
+    "bad_pattern",
+    "model_step",
+    "model_step_unknown_tool",
+    "tool_step_with_allowed_tools",
+    "deep_args",
+    "remote_ref",
+]
+
+
+@st.composite
+def faulty_plans(draw: st.DrawFn) -> tuple[list[Step], CheckContext]:
+    """Steps in a dependencies-first order, some with a fault, and the context they are checked in."""
+    deps = draw(dags(max_steps=10))
+    ids = list(deps)
+    finished = tuple(draw(st.lists(st.sampled_from(["old1", "old2"]), unique=True)))
+    steps: list[Step] = []
+    for i, sid in enumerate(ids):
+        fault = draw(st.sampled_from(FAULTS))
+        fields: dict[str, Any] = {"id": sid, "description": "x", "tool": "noop", "depends_on": deps[sid]}
+        ancestors = sorted(ancestors_of(deps, sid))
+        others = [o for o in ids if o != sid and o not in ancestors]
+        if fault == "bind_ancestor" and ancestors:
+            fields["args"] = {"value": "${" + draw(st.sampled_from(ancestors)) + "}"}
+        elif fault == "bind_finished" and finished:
+            old = draw(st.sampled_from(finished))
+            fields.update(depends_on=(*deps[sid], old), args={"value": "at ${" + old + ".x}"})
+        elif fault == "bind_non_ancestor" and others:
+            fields["args"] = {"value": "${" + draw(st.sampled_from(others)) + "}"}
+        elif fault == "bind_finished_without_dependency" and finished:
+            fields["args"] = {"value": "${" + finished[0] + "}"}
+        elif fault == "unknown_tool":
+            fields["tool"] = "nope"
+        elif fault == "ghost_dependency":
+            fields["depends_on"] = (*deps[sid], "ghost")
+        elif fault == "self_dependency":
+            fields["depends_on"] = (*deps[sid], sid)
+        elif fault == "duplicate_id" and i:
+            fields["id"] = ids[0]
+        elif fault == "finished_id" and finished:
+            fields["id"] = finished[0]
+        elif fault == "bad_pattern":
+            fields["checks"] = (Matches(pattern="(?=x)"),)
+        elif fault == "model_step":
+            fields.update(tool=None, allowed_tools=("noop",))
+        elif fault == "model_step_unknown_tool":
+            fields.update(tool=None, allowed_tools=("noop", "nope"))
+        elif fault == "tool_step_with_allowed_tools":
+            fields["allowed_tools"] = ("noop",)
+        elif fault == "deep_args":
+            value: Any = 1
+            for _ in range(120):
+                value = [value]
+            fields["args"] = {"value": value}
+        elif fault == "remote_ref":
+            fields["output_schema"] = {"$ref": "https://example.com/s.json"}
+        steps.append(Step.model_validate(fields))
+    max_steps = draw(st.none() | st.integers(0, 12))
+    ctx = CheckContext(tools=Toolset(noop), default_executor="model", finished=finished, max_steps=max_steps)
+    return steps, ctx
+
+
+@SETTINGS
+@given(faulty_plans())
+def test_steps_added_one_by_one_pass_exactly_when_the_whole_list_does(plan: tuple[list[Step], CheckContext]) -> None:
+    steps, ctx = plan
+    checker = IncrementalChecker(ctx)
+    one_by_one = [checker.add(s) for s in steps]
+    whole = check_steps(steps, ctx)
+    note(f"one by one: {one_by_one}\nwhole: {whole}")
+    assert (not any(one_by_one)) == (not whole)
+    if not whole:
+        assert checker.steps == tuple(steps)
+    # a step's own problems are among those of the whole list (those about other steps aside)
+    first_bad = next((problems for problems in one_by_one if problems), [])
+    own = {"missing_dependency", "binding_missing_step", "duplicate_id"}
+    assert {p.code for p in first_bad} - own <= {p.code for p in whole}
+
+
+# -- strict JSON and the streaming reader ---------------------------------------------------------
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet='ab"\\{}[],: \n'),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(alphabet='k"}{', max_size=3), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@SETTINGS
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+        max_leaves=30,
+    )
+)
+def test_json_data_passes_and_reads_back(value: Any) -> None:
+    assert json_problem(value) is None
+    assert loads(json.dumps(value)) == value
+
+
+@SETTINGS
+@given(
+    st.lists(st.dictionaries(st.sampled_from(["id", "args", "note"]), JSON_VALUES, max_size=3), max_size=6), st.data()
+)
+def test_streamed_steps_are_the_steps_of_the_whole_text(steps: list[dict[str, Any]], data: st.DataObject) -> None:
+    text = "Here it is: " + json.dumps(
+        {"reason": "r", "steps": steps, "confidence": 0.5}, indent=data.draw(st.sampled_from([None, 2]))
+    )
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=30)))
+    reader = StreamedSteps()
+    found: list[dict[str, Any]] = []
+    for start, end in zip([0, *cuts], [*cuts, len(text)], strict=True):
+        found += reader.feed(text[start:end])
+    assert found == steps
+    assert reader.scalars == {"reason": "r", "confidence": 0.5}
+    assert reader.held == 0
 
 
 # -- binding resolution --------------------------------------------------------------------------

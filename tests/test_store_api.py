@@ -21,6 +21,7 @@ PUBLIC = [
     "default_store_path",
     "luhn_valid",
     "open_store",
+    "safe_url",
 ]
 
 

@@ -1,20 +1,25 @@
 """Acceptance: a verdict on every step's output, from deterministic checks and, when asked, a
-model rubric against the step's success criteria."""
+model rubric against the step's success criteria.
+
+The planner writes the checks, so they are hostile input: ``matches`` patterns run with RE2 (time
+linear in the output), schemas are bounded and applied by planexec's own validator (see
+:mod:`planexec.plan._schemas`), and anything a check cannot do — an output too deep to render, a
+schema that overflows — fails that check with the reason instead of raising.
+"""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-import jsonschema
 
 from planexec.executor._base import StepContext
 from planexec.executor._outcome import PASSED, CheckResult, Verdict
 from planexec.models._base import Message, Model, ModelRequest, OutputSpec
 from planexec.models._registry import resolve_model
-from planexec.plan._bindings import render_text
+from planexec.plan._bindings import BindingError, render_text
+from planexec.plan._regex import PatternError, search
+from planexec.plan._schemas import schema_errors
 from planexec.plan._step import Contains, FitsSchema, Matches, NonEmpty, Predicate, Step
 
 __all__ = ["Acceptance", "PredicateFn"]
@@ -71,10 +76,16 @@ class Acceptance:
             empty = output is None or (isinstance(output, str | list | dict | tuple) and len(output) == 0)
             return CheckResult(name="non_empty", passed=not empty, detail="the output is empty" if empty else "")
         if isinstance(check, Contains):
-            ok = check.text in render_text(output)
+            try:
+                ok = check.text in render_text(output)
+            except BindingError as e:
+                return CheckResult(name="contains", passed=False, detail=f"the output cannot be read as text: {e}")
             return CheckResult(name="contains", passed=ok, detail="" if ok else f"the output lacks {check.text!r}")
         if isinstance(check, Matches):
-            ok = re.search(check.pattern, render_text(output)) is not None
+            try:
+                ok = search(check.pattern, render_text(output))
+            except (BindingError, PatternError) as e:
+                return CheckResult(name="matches", passed=False, detail=f"the pattern cannot be applied: {e}")
             return CheckResult(name="matches", passed=ok, detail="" if ok else f"no match for {check.pattern!r}")
         if isinstance(check, FitsSchema):
             return _schema_check("schema", check.json_schema, output)
@@ -97,7 +108,7 @@ class Acceptance:
                 ),
                 Message(
                     role="user",
-                    content=f"Step: {step.description}\nSuccess criteria: {criteria}\nResult: {render_text(output)}",
+                    content=f"Step: {step.description}\nSuccess criteria: {criteria}\nResult: {_as_text(output)}",
                 ),
             ),
             output=OutputSpec(name="verdict", json_schema=_JUDGE_SCHEMA),
@@ -113,8 +124,15 @@ class Acceptance:
 
 
 def _schema_check(name: str, schema: Mapping[str, Any], output: Any) -> CheckResult:
-    errors = [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(output)]
+    errors = schema_errors(schema, output)
     return CheckResult(name=name, passed=not errors, detail="; ".join(errors))
+
+
+def _as_text(output: Any) -> str:
+    try:
+        return render_text(output)
+    except BindingError as e:
+        return f"(the result cannot be shown as text: {e})"
 
 
 def _predicate(name: str, fn: PredicateFn, step: Step, output: Any) -> CheckResult:

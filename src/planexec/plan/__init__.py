@@ -8,10 +8,16 @@ Bindings — how a step uses an earlier step's output in its arguments:
 * ``"$${"`` — a literal ``${``.
 
 A bound step must be among the step's dependencies.
+
+Checks: ``check_steps`` lists every problem of a whole list of steps; ``IncrementalChecker`` checks
+steps one at a time as they stream in (dependencies first), each in time proportional to that step.
+Regexes in a plan (``matches`` checks, ``pattern`` in schemas) use RE2 syntax; schemas in a plan may
+use only local ``$ref``s.
 """
 
 from planexec.plan._bindings import BindingError, CompiledArgs, Ref, compile_args, render_text
 from planexec.plan._checks import CheckContext, check_steps, validate_steps
+from planexec.plan._incremental import IncrementalChecker
 from planexec.plan._plan import (
     PLAN_SCHEMA_VERSION,
     FinalAnswer,
@@ -31,6 +37,7 @@ __all__ = [
     "Contains",
     "FinalAnswer",
     "FitsSchema",
+    "IncrementalChecker",
     "Matches",
     "NonEmpty",
     "Plan",

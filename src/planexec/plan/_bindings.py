@@ -11,19 +11,28 @@ One syntax, anywhere inside a string argument (also nested in lists and objects)
 * ``"$${"`` — a literal ``${`` that is not a binding.
 
 A bound step must be among the step's dependencies (directly or through other steps).
+
+Arguments nested deeper than :data:`planexec._json.MAX_DEPTH` levels are refused (a ``too_deep``
+problem), and a value too deep to render as text is a ``BindingError``: nothing here recurses
+without a bound.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from planexec._errors import Problem
+from planexec._json import MAX_DEPTH
 
 __all__ = ["BindingError", "CompiledArgs", "Ref", "compile_args", "render_text"]
+
+_LISTED_FIELDS = 30
+"""How many fields of an output a failed lookup lists."""
 
 _TOKEN = re.compile(r"\$\$\{|\$\{([^{}]*)\}")
 _ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
@@ -75,10 +84,11 @@ class CompiledArgs:
     """Syntax problems found while parsing (empty when all bindings are well formed)."""
 
     def resolve(self, outputs: Mapping[str, Any]) -> dict[str, Any]:
-        if self.root is None:
-            return self.args
+        """The arguments with every binding filled in; raises ``BindingError`` listing every problem."""
         if self.problems:
             raise BindingError(list(self.problems))
+        if self.root is None:
+            return self.args
         problems: list[Problem] = []
         out = {k: _resolve(v, outputs, problems) for k, v in self.root.items()}
         if problems:
@@ -87,8 +97,21 @@ class CompiledArgs:
 
 
 def compile_args(args: Mapping[str, Any], *, where: str = "args") -> CompiledArgs:
-    """Parse every binding in ``args``; syntax problems are collected, not raised."""
-    if not _has_template(args):
+    """Parse every binding in ``args``; syntax problems are collected, not raised.
+
+    Arguments nested deeper than ``MAX_DEPTH`` levels (``args`` itself is the first) compile to a
+    single ``too_deep`` problem, whatever else they hold.
+    """
+    template, deep = _scan(args)
+    if deep is not None:
+        at = ".".join(map(str, deep))
+        problem = Problem(
+            code="too_deep",
+            where=f"{where}.{at}" if at else where,
+            message=f"the arguments are nested deeper than {MAX_DEPTH} levels",
+        )
+        return CompiledArgs(root=None, args=dict(args), refs=(), problems=(problem,))
+    if not template:
         return CompiledArgs(root=None, args=dict(args), refs=(), problems=())
     refs: list[tuple[tuple[str | int, ...], Ref]] = []
     problems: list[Problem] = []
@@ -97,24 +120,52 @@ def compile_args(args: Mapping[str, Any], *, where: str = "args") -> CompiledArg
 
 
 def render_text(value: Any) -> str:
-    """How a bound value reads inside a longer string."""
+    """How a bound value reads inside a longer string: a string as it is, anything else as compact JSON.
+
+    Raises ``BindingError`` (code ``too_deep`` or ``not_json``) for a value that cannot be written
+    as text: nested deeper than the JSON encoder follows, circular, or an integer too long to write.
+    """
     if isinstance(value, str):
         return value
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    except RecursionError:
+        problem = Problem(code="too_deep", where="", message="the value is nested too deeply to render as text")
+    except (ValueError, TypeError) as e:  # a circular reference, an integer too long to write
+        problem = Problem(code="not_json", where="", message=f"the value cannot be rendered as text: {e}")
+    raise BindingError([problem])
 
 
-def _has_template(value: Any) -> bool:
-    """Whether any string inside ``value`` holds ``${`` (a binding or an escape)."""
-    kind = type(value)
-    if kind is str:
-        return "${" in value
-    if kind is int or kind is float or kind is bool or value is None:
-        return False
-    if isinstance(value, Mapping):
-        return any(_has_template(v) for v in value.values())
-    if isinstance(value, list | tuple):
-        return any(_has_template(v) for v in value)
-    return False
+_Trail = tuple["_Trail | None", str | int] | None
+
+
+def _scan(args: Mapping[str, Any]) -> tuple[bool, tuple[str | int, ...] | None]:
+    """Whether any string inside ``args`` holds ``${`` (a binding or an escape), and where a
+    container sits deeper than ``MAX_DEPTH`` levels (None when none does). Iterative."""
+    template = False
+    stack: list[tuple[Any, int, _Trail]] = [(args, 0, None)]
+    while stack:
+        value, depth, trail = stack.pop()
+        if isinstance(value, str):
+            if not template and "${" in value:
+                template = True
+        elif isinstance(value, Mapping):
+            if depth >= MAX_DEPTH:
+                return template, _location(trail)
+            stack.extend((v, depth + 1, (trail, str(k))) for k, v in value.items())
+        elif isinstance(value, list | tuple):
+            if depth >= MAX_DEPTH:
+                return template, _location(trail)
+            stack.extend((v, depth + 1, (trail, i)) for i, v in enumerate(value))
+    return template, None
+
+
+def _location(trail: _Trail) -> tuple[str | int, ...]:
+    parts: list[str | int] = []
+    while trail is not None:
+        trail, key = trail
+        parts.append(key)
+    return tuple(reversed(parts))
 
 
 def _parse_ref(body: str, loc: tuple[str | int, ...], problems: list[Problem], where: str) -> Ref | None:
@@ -125,7 +176,7 @@ def _parse_ref(body: str, loc: tuple[str | int, ...], problems: list[Problem], w
             Problem(
                 code="binding_syntax",
                 where=f"{where}.{'.'.join(map(str, loc))}",
-                message=f"malformed binding '${{{body}}}': use ${{step_id}} or ${{step_id.field.0}}",
+                message=f"malformed binding '${{{_cut(body)}}}': use ${{step_id}} or ${{step_id.field.0}}",
             )
         )
         return None
@@ -139,7 +190,7 @@ def _literal(text: str, loc: tuple[str | int, ...], problems: list[Problem], whe
             Problem(
                 code="binding_syntax",
                 where=f"{where}.{'.'.join(map(str, loc))}",
-                message=f"unclosed binding in {text!r}: close it with }} or write $${{ for a literal ${{",
+                message=f"unclosed binding in {_cut(repr(text))}: close it with }} or write $${{ for a literal ${{",
             )
         )
     return text
@@ -180,6 +231,10 @@ def _compile(
     return _Const(value)
 
 
+def _cut(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def lookup(ref: Ref, outputs: Mapping[str, Any]) -> Any:
     """The value a reference points at; raises ``LookupError`` with a readable message."""
     if ref.step_id not in outputs:
@@ -189,19 +244,22 @@ def lookup(ref: Ref, outputs: Mapping[str, Any]) -> Any:
     for seg in ref.path:
         if isinstance(current, Mapping):
             if seg not in current:
-                fields = ", ".join(sorted(map(str, current))) or "none"
-                raise LookupError(f"{walked} has no field {seg!r} (fields: {fields})")
+                names = [str(k) for k in itertools.islice(current, _LISTED_FIELDS + 1)]
+                fields = ", ".join(_cut(n) for n in sorted(names[:_LISTED_FIELDS])) or "none"
+                if len(current) > _LISTED_FIELDS:
+                    fields += f" and {len(current) - _LISTED_FIELDS:,} more"
+                raise LookupError(f"{_cut(walked)} has no field {_cut(repr(seg))} (fields: {fields})")
             current = current[seg]
         elif isinstance(current, list | tuple):
             try:
                 index = int(seg)
             except ValueError:
-                raise LookupError(f"{walked} is a list; {seg!r} is not an index") from None
+                raise LookupError(f"{_cut(walked)} is a list; {_cut(repr(seg))} is not an index") from None
             if not -len(current) <= index < len(current):
-                raise LookupError(f"{walked} has {len(current)} item(s); index {index} is out of range")
+                raise LookupError(f"{_cut(walked)} has {len(current)} item(s); index {index} is out of range")
             current = current[index]
         else:
-            raise LookupError(f"{walked} is {type(current).__name__}, which has no {seg!r}")
+            raise LookupError(f"{_cut(walked)} is {type(current).__name__}, which has no {_cut(repr(seg))}")
         walked = f"{walked}.{seg}"
     return current
 
@@ -223,6 +281,8 @@ def _resolve(node: _Node, outputs: Mapping[str, Any], problems: list[Problem]) -
                     pieces.append(render_text(lookup(part, outputs)))
                 except LookupError as e:
                     problems.append(Problem(code="binding_unresolved", where=str(part), message=str(e)))
+                except BindingError as e:
+                    problems += [replace(p, where=str(part)) for p in e.problems]
             else:
                 pieces.append(part)
         return "".join(pieces)

@@ -1,25 +1,39 @@
 """Static checks: everything that can be known wrong about a plan before anything runs.
 
 All problems are collected, never just the first: the planner gets the whole list back for repair.
+A hostile plan cannot make this slow or large: the checks take time near-linear in the plan's size
+(a chain of 10,000 steps, each binding the first, checks in under a second), and at most
+:data:`MAX_PROBLEMS_PER_CODE` problems of each code are listed, followed by one that counts the rest.
+Arguments must be JSON data at most ``MAX_DEPTH`` levels deep and ``MAX_CHARS`` characters long
+(see :mod:`planexec._json`); regexes and schemas must pass :mod:`planexec.plan._regex` and
+:mod:`planexec.plan._schemas`.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-import jsonschema
-
 from planexec._errors import PlanInvalid, Problem
-from planexec.plan._bindings import compile_args
+from planexec._json import MAX_CHARS, MAX_DEPTH, json_problem
+from planexec.plan._bindings import CompiledArgs, compile_args
+from planexec.plan._graph import DependencyGraph, describe_cycle
+from planexec.plan._regex import pattern_problem
+from planexec.plan._schemas import schema_problems
 from planexec.plan._step import FitsSchema, Matches, Predicate, Step
 from planexec.tools._toolset import Toolset
 
-__all__ = ["CheckContext", "ExecutorKind", "check_steps", "validate_steps"]
+__all__ = ["MAX_PROBLEMS_PER_CODE", "CheckContext", "ExecutorKind", "check_steps", "validate_steps"]
 
 ExecutorKind = Literal["tools", "model"]
+
+MAX_PROBLEMS_PER_CODE = 20
+"""At most this many problems of one code are listed; one more problem of that code says how many
+were left out."""
+
+_LISTED_NAMES = 30
+"""How many known names (tools, executors, predicates) a problem lists."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,192 +63,315 @@ def validate_steps(steps: Sequence[Step], ctx: CheckContext) -> None:
 
 
 def check_steps(steps: Sequence[Step], ctx: CheckContext) -> list[Problem]:
-    """Every problem with ``steps`` (the unfinished part of a plan) in ``ctx``."""
+    """Every problem with ``steps`` (the unfinished part of a plan) in ``ctx``.
+
+    At most ``MAX_PROBLEMS_PER_CODE`` problems of each code are listed (then one that counts the
+    rest), and at most ``MAX_CYCLES`` cycles are described.
+    """
+    rules = Rules(ctx)
     problems: list[Problem] = []
     ids: dict[str, Step] = {}
-    for s in steps:
-        where = f"step {s.id!r}"
+    args_ok: list[Problem | None] = [rules.args_json(s) for s in steps]
+    for s, arg_problem in zip(steps, args_ok, strict=True):
         if s.id in ids:
-            problems.append(Problem(code="duplicate_id", where=where, message="two steps have this id"))
+            problems.append(Problem(code="duplicate_id", where=f"step {s.id!r}", message="two steps have this id"))
             continue
-        if s.id in ctx.finished and ctx.finished_steps.get(s.id) != s:
-            problems.append(
-                Problem(code="finished_id", where=where, message="a finished step has this id; choose a new id")
-            )
+        problems += rules.finished_id(s, arg_problem is None)
         ids[s.id] = s
 
     if ctx.max_steps is not None and len(ids) > ctx.max_steps:
+        problems.append(rules.budget(len(ids)))
+
+    known = KnownIds(ids, rules.finished)
+    for s in steps:  # every step, duplicates too: each one's own problems are reported
+        problems += rules.routing(s)
+        problems += rules.dependencies(s, known)
+        problems += rules.acceptance(s)
+
+    graph = DependencyGraph(ids)
+    cycles, count = graph.cycles()
+    for cycle in cycles:
         problems.append(
             Problem(
-                code="budget_steps",
-                where="plan",
-                message=f"the plan has {len(ids)} steps to run; the step budget allows {ctx.max_steps}",
+                code="cycle",
+                where=f"step {min(cycle)!r}",
+                message="dependency cycle (→ reads 'depends on'): " + describe_cycle(cycle),
             )
         )
+    if count > len(cycles):
+        problems.append(
+            Problem(code="cycle", where="plan", message=f"{count - len(cycles):,} more dependency cycles are not shown")
+        )
 
-    known = set(ids) | set(ctx.finished)
-    for s in steps:  # every step, duplicates too: each one's own problems are reported
-        problems += _check_routing(s, ctx)
-        for dep in s.depends_on:
-            if dep == s.id:
-                problems.append(Problem(code="self_dependency", where=f"step {s.id!r}", message="depends on itself"))
-            elif dep not in known:
-                problems.append(
+    for s, arg_problem in zip(steps, args_ok, strict=True):
+        problems += rules.arguments(s, arg_problem, known, graph.reaches)
+    return capped(problems)
+
+
+def capped(problems: Iterable[Problem]) -> list[Problem]:
+    """``problems`` with at most ``MAX_PROBLEMS_PER_CODE`` of each code, and a count of the rest."""
+    seen: dict[str, int] = {}
+    out: list[Problem] = []
+    for p in problems:
+        n = seen[p.code] = seen.get(p.code, 0) + 1
+        if n <= MAX_PROBLEMS_PER_CODE:
+            out.append(p)
+    for code, n in seen.items():
+        if n > MAX_PROBLEMS_PER_CODE:
+            left = n - MAX_PROBLEMS_PER_CODE
+            out.append(Problem(code=code, where="plan", message=f"{left:,} more {code!r} problem(s) are not listed"))
+    return out
+
+
+class KnownIds(Container[str]):
+    """The ids a step may depend on: the plan's own steps and the finished ones."""
+
+    def __init__(self, steps: Container[str], finished: Container[str]) -> None:
+        self._steps = steps
+        self._finished = finished
+
+    def __contains__(self, sid: object) -> bool:
+        return sid in self._steps or sid in self._finished
+
+
+class Rules:
+    """The checks of one step, with what they need from the context worked out once."""
+
+    def __init__(self, ctx: CheckContext) -> None:
+        self.ctx = ctx
+        self.finished = frozenset(ctx.finished)
+        self._listings: dict[str, str] = {}
+
+    # -- ids and budget ------------------------------------------------------------------------
+
+    def finished_id(self, s: Step, comparable: bool) -> list[Problem]:
+        """A finished step's id given to a different step (``comparable``: the step's arguments are
+        sane enough to compare)."""
+        if s.id in self.finished and (not comparable or self.ctx.finished_steps.get(s.id) != s):
+            return [
+                Problem(
+                    code="finished_id", where=f"step {s.id!r}", message="a finished step has this id; choose a new id"
+                )
+            ]
+        return []
+
+    def budget(self, count: int) -> Problem:
+        return Problem(
+            code="budget_steps",
+            where="plan",
+            message=f"the plan has {count} steps to run; the step budget allows {self.ctx.max_steps}",
+        )
+
+    # -- routing ---------------------------------------------------------------------------------
+
+    def routing(self, s: Step) -> list[Problem]:
+        ctx = self.ctx
+        where = f"step {s.id!r}"
+        out: list[Problem] = []
+        if s.executor is not None and s.executor not in ctx.executors:
+            out.append(
+                Problem(
+                    code="unknown_executor",
+                    where=where,
+                    message=f"unknown executor {_shown(s.executor)} "
+                    f"(known: {self._listing('executors', ctx.executors)})",
+                )
+            )
+        if s.tool is not None:
+            if s.tool not in ctx.tools:
+                out.append(
                     Problem(
-                        code="missing_dependency", where=f"step {s.id!r}", message=f"depends on unknown step {dep!r}"
+                        code="unknown_tool",
+                        where=where,
+                        message=f"unknown tool {_shown(s.tool)} (known: {self._listing('tools', ctx.tools.names)})",
                     )
                 )
-        problems += _check_acceptance(s, ctx)
-
-    problems += _check_cycles(ids)
-
-    for s in steps:
-        problems += _check_args(s, ctx, known, ids)
-    return problems
-
-
-def _check_routing(s: Step, ctx: CheckContext) -> list[Problem]:
-    where = f"step {s.id!r}"
-    out: list[Problem] = []
-    if s.executor is not None and s.executor not in ctx.executors:
-        listing = ", ".join(sorted(ctx.executors)) or "none"
-        out.append(
-            Problem(code="unknown_executor", where=where, message=f"unknown executor {s.executor!r} (known: {listing})")
-        )
-    if s.tool is not None:
-        if s.tool not in ctx.tools:
-            listing = ", ".join(sorted(ctx.tools.names)) or "none"
-            out.append(Problem(code="unknown_tool", where=where, message=f"unknown tool {s.tool!r} (known: {listing})"))
-        if s.executor is not None and ctx.executors.get(s.executor) == "model":
+            if s.executor is not None and ctx.executors.get(s.executor) == "model":
+                out.append(
+                    Problem(
+                        code="executor_kind",
+                        where=where,
+                        message=f"executor {_shown(s.executor)} runs model steps; "
+                        "a step with a tool needs a tool executor",
+                    )
+                )
+        elif s.executor is None and ctx.default_executor is None:
             out.append(
                 Problem(
-                    code="executor_kind",
+                    code="no_tool_or_executor",
                     where=where,
-                    message=f"executor {s.executor!r} runs model steps; a step with a tool needs a tool executor",
+                    message="names neither a tool nor an executor, and no default executor is configured",
                 )
             )
-    elif s.executor is None and ctx.default_executor is None:
-        out.append(
-            Problem(
-                code="no_tool_or_executor",
-                where=where,
-                message="names neither a tool nor an executor, and no default executor is configured",
+        elif s.executor is not None and ctx.executors.get(s.executor) == "tools":
+            out.append(
+                Problem(code="executor_kind", where=where, message=f"tool executor {_shown(s.executor)} needs a tool")
             )
-        )
-    elif s.executor is not None and ctx.executors.get(s.executor) == "tools":
-        out.append(Problem(code="executor_kind", where=where, message=f"tool executor {s.executor!r} needs a tool"))
-    return out
+        if s.allowed_tools:
+            out += self._allowed_tools(s, where)
+        return out
 
-
-def _check_acceptance(s: Step, ctx: CheckContext) -> list[Problem]:
-    where = f"step {s.id!r}"
-    out: list[Problem] = []
-    schemas = [c.json_schema for c in s.checks if isinstance(c, FitsSchema)]
-    if s.output_schema is not None:
-        schemas.append(s.output_schema)
-    for schema in schemas:
-        try:
-            jsonschema.Draft202012Validator.check_schema(schema)
-        except jsonschema.SchemaError as e:
-            out.append(Problem(code="invalid_schema", where=where, message=f"invalid JSON Schema: {e.message}"))
-    for c in s.checks:
-        if isinstance(c, Matches):
-            try:
-                re.compile(c.pattern)
-            except re.error as e:
-                out.append(Problem(code="invalid_pattern", where=where, message=f"invalid pattern {c.pattern!r}: {e}"))
-        elif isinstance(c, Predicate) and ctx.predicates is not None and c.name not in ctx.predicates:
-            listing = ", ".join(sorted(ctx.predicates)) or "none"
+    def _allowed_tools(self, s: Step, where: str) -> list[Problem]:
+        out: list[Problem] = []
+        if s.tool is not None:
             out.append(
                 Problem(
-                    code="unknown_predicate", where=where, message=f"unknown predicate {c.name!r} (known: {listing})"
-                )
-            )
-    return out
-
-
-def _check_cycles(steps: Mapping[str, Step]) -> list[Problem]:
-    white, grey, black = 0, 1, 2
-    color = dict.fromkeys(steps, white)
-    problems: list[Problem] = []
-    seen_cycles: set[frozenset[str]] = set()
-
-    for root in steps:
-        if color[root] != white:
-            continue
-        stack: list[tuple[str, int]] = [(root, 0)]
-        path: list[str] = [root]
-        color[root] = grey
-        while stack:
-            node, i = stack[-1]
-            deps = [d for d in steps[node].depends_on if d in steps and d != node]
-            if i < len(deps):
-                stack[-1] = (node, i + 1)
-                nxt = deps[i]
-                if color[nxt] == white:
-                    color[nxt] = grey
-                    stack.append((nxt, 0))
-                    path.append(nxt)
-                elif color[nxt] == grey:
-                    cycle = path[path.index(nxt) :]
-                    key = frozenset(cycle)
-                    if key not in seen_cycles:
-                        seen_cycles.add(key)
-                        problems.append(
-                            Problem(
-                                code="cycle",
-                                where=f"step {min(cycle)!r}",
-                                message="dependency cycle (→ reads 'depends on'): " + " → ".join([*cycle, cycle[0]]),
-                            )
-                        )
-            else:
-                color[node] = black
-                stack.pop()
-                path.pop()
-    return problems
-
-
-def _reaches(steps: Mapping[str, Step], start: Step, target: str) -> bool:
-    """Whether ``target`` is among the transitive dependencies of ``start`` (cycle-safe)."""
-    if target in start.depends_on:
-        return True
-    seen: set[str] = set()
-    stack = list(start.depends_on)
-    while stack:
-        sid = stack.pop()
-        if sid == target:
-            return True
-        if sid in seen or sid not in steps:
-            continue
-        seen.add(sid)
-        stack.extend(steps[sid].depends_on)
-    return False
-
-
-def _check_args(s: Step, ctx: CheckContext, known: set[str], steps: Mapping[str, Step]) -> list[Problem]:
-    where = f"step {s.id!r}"
-    compiled = compile_args(s.args, where=f"step {s.id!r} args")
-    out = list(compiled.problems)
-    bound: set[str] = set()
-    for loc, ref in compiled.refs:
-        bound.add(".".join(map(str, loc)))
-        if ref.step_id not in known:
-            out.append(
-                Problem(code="binding_missing_step", where=where, message=f"{ref} binds unknown step {ref.step_id!r}")
-            )
-        elif not _reaches(steps, s, ref.step_id):
-            out.append(
-                Problem(
-                    code="binding_not_in_depends_on",
+                    code="allowed_tools_with_tool",
                     where=where,
-                    message=f"{ref} binds step {ref.step_id!r}, which is not in depends_on",
+                    message=f"calls tool {_shown(s.tool)} and also lists allowed_tools; allowed_tools is only for a "
+                    "step with no tool (a model-driven step)",
                 )
             )
-    if s.tool is not None and s.tool in ctx.tools:
-        _, arg_problems = ctx.tools.get(s.tool).check_args(s.args)
+        seen: set[str] = set()
+        for name in s.allowed_tools:
+            if name in seen:
+                out.append(
+                    Problem(
+                        code="duplicate_allowed_tool", where=where, message=f"allowed_tools lists {_shown(name)} twice"
+                    )
+                )
+                continue
+            seen.add(name)
+            if name not in self.ctx.tools:
+                out.append(
+                    Problem(
+                        code="unknown_allowed_tool",
+                        where=where,
+                        message=f"allowed_tools names unknown tool {_shown(name)} "
+                        f"(known: {self._listing('tools', self.ctx.tools.names)})",
+                    )
+                )
+        return out
+
+    def dependencies(self, s: Step, known: Container[str]) -> list[Problem]:
+        out: list[Problem] = []
+        for dep in s.depends_on:
+            if dep == s.id:
+                out.append(Problem(code="self_dependency", where=f"step {s.id!r}", message="depends on itself"))
+            elif dep not in known:
+                out.append(
+                    Problem(
+                        code="missing_dependency",
+                        where=f"step {s.id!r}",
+                        message=f"depends on unknown step {_shown(dep)}",
+                    )
+                )
+        return out
+
+    # -- acceptance ------------------------------------------------------------------------------
+
+    def acceptance(self, s: Step) -> list[Problem]:
+        where = f"step {s.id!r}"
+        out: list[Problem] = []
+        if s.output_schema is not None:
+            out += schema_problems(s.output_schema, where=where, label="output_schema")
+        for i, c in enumerate(s.checks):
+            if isinstance(c, FitsSchema):
+                out += schema_problems(c.json_schema, where=where, label=f"checks[{i}] schema")
+            elif isinstance(c, Matches):
+                reason = pattern_problem(c.pattern)
+                if reason is not None:
+                    shown = c.pattern if len(c.pattern) <= 120 else c.pattern[:117] + "..."
+                    out.append(
+                        Problem(code="invalid_pattern", where=where, message=f"invalid pattern {shown!r}: {reason}")
+                    )
+            elif isinstance(c, Predicate) and self.ctx.predicates is not None and c.name not in self.ctx.predicates:
+                listing = self._listing("predicates", self.ctx.predicates)
+                out.append(
+                    Problem(
+                        code="unknown_predicate",
+                        where=where,
+                        message=f"unknown predicate {_shown(c.name)} (known: {listing})",
+                    )
+                )
+        return out
+
+    # -- arguments -------------------------------------------------------------------------------
+
+    def args_json(self, s: Step) -> Problem | None:
+        """Whether the step's arguments are JSON data within the depth and size limits."""
+        if not s.args:
+            return None
+        return json_problem(s.args, max_depth=MAX_DEPTH, max_chars=MAX_CHARS, where=f"step {s.id!r} args")
+
+    def arguments(
+        self,
+        s: Step,
+        arg_problem: Problem | None,
+        known: Container[str],
+        reaches: Callable[[Step, str], bool],
+    ) -> list[Problem]:
+        """Binding syntax, bound steps (known, and reached through ``depends_on``), and the
+        arguments against the tool's schema (bound values are checked when known)."""
+        if arg_problem is not None:
+            return [arg_problem]
+        where = f"step {s.id!r}"
+        compiled = compile_args(s.args, where=f"step {s.id!r} args")
+        out = list(compiled.problems)
+        for _, ref in compiled.refs:
+            if ref.step_id not in known:
+                out.append(
+                    Problem(
+                        code="binding_missing_step",
+                        where=where,
+                        message=f"{_shown(str(ref), quote=False)} binds unknown step {ref.step_id!r}",
+                    )
+                )
+            elif not reaches(s, ref.step_id):
+                out.append(
+                    Problem(
+                        code="binding_not_in_depends_on",
+                        where=where,
+                        message=f"{_shown(str(ref), quote=False)} binds step {ref.step_id!r}, "
+                        "which is not in depends_on",
+                    )
+                )
+        if s.tool is not None and s.tool in self.ctx.tools:
+            out += self._tool_args(s, compiled, where)
+        return out
+
+    def _tool_args(self, s: Step, compiled: CompiledArgs, where: str) -> list[Problem]:
+        assert s.tool is not None
+        bound = {".".join(map(str, loc)) for loc, _ in compiled.refs}
+        _, arg_problems = self.ctx.tools.get(s.tool).check_args(s.args)
+        out: list[Problem] = []
         for p in arg_problems:
-            if any(p.where == b or p.where.startswith(b + ".") for b in bound):
+            if bound and _under(p.where, bound):
                 continue  # a bound value is checked when it is known, just before the call
-            at = f" {p.where}" if p.where else ""
-            out.append(Problem(code="invalid_arguments", where=where, message=f"argument{at}: {p.message}"))
-    return out
+            at = f" {_shown(p.where, quote=False)}" if p.where else ""
+            out.append(
+                Problem(
+                    code="invalid_arguments",
+                    where=where,
+                    message=f"argument{at}: {_shown(p.message, quote=False, limit=300)}",
+                )
+            )
+        return out
+
+    def _listing(self, kind: str, names: Iterable[str]) -> str:
+        text = self._listings.get(kind)
+        if text is None:
+            ordered = sorted(names)
+            text = ", ".join(ordered[:_LISTED_NAMES]) or "none"
+            if len(ordered) > _LISTED_NAMES:
+                text += f" and {len(ordered) - _LISTED_NAMES:,} more"
+            self._listings[kind] = text
+        return text
+
+
+def _shown(text: str, *, quote: bool = True, limit: int = 80) -> str:
+    """A name the planner wrote, quoted and cut short for a message."""
+    shown = repr(text) if quote else text
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+def _under(location: str, bound: Container[str]) -> bool:
+    """Whether ``location`` (``a.b.0``) is a bound location or lies inside one."""
+    if location in bound:
+        return True
+    end = location.find(".")
+    while end != -1:
+        if location[:end] in bound:
+            return True
+        end = location.find(".", end + 1)
+    return False

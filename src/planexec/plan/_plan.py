@@ -2,17 +2,21 @@
 
 Plan schema changelog (bump ``PLAN_SCHEMA_VERSION`` and add a line on every change):
     1: first version — steps with tool/executor, bindings, checks, effect, approval, confidence.
+    2: steps gain ``allowed_tools`` (the tools a model-driven step may call); ``approval: "never"`` means ``"auto"``.
+
+Plans of every version listed here load (``schema_version`` says which one a plan was written as);
+new plans are the current version.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from planexec.plan._step import Step
 
-PLAN_SCHEMA_VERSION = 1
+PLAN_SCHEMA_VERSION: Final = 2
 
 Author = Literal["planner", "human", "memory"]
 
@@ -26,7 +30,7 @@ class Plan(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    schema_version: Literal[1] = 1
+    schema_version: Literal[1, 2] = PLAN_SCHEMA_VERSION
     version: int = Field(default=1, ge=1)
     steps: tuple[Step, ...]
     author: Author = "planner"

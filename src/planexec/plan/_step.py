@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 STEP_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
 
@@ -12,8 +12,10 @@ Effect = Literal["read", "write"]
 """``read``: no side effects, safe to repeat. ``write``: changes something outside the run."""
 
 ApprovalPolicy = Literal["auto", "always", "never"]
-"""``auto``: ask a human for sensitive tools when an approver is configured; ``always``: never
-run without a human's yes; ``never``: do not ask. The confidence gate applies in every case."""
+"""``auto``: the gates the developer configured decide (sensitive tools, every step, the confidence
+gate); ``always``: never run without a human's yes. A plan can make a gate stricter, never lift one:
+``never`` is kept so that plans written before plan schema version 2 keep loading, and it means the
+same as ``auto``."""
 
 
 class _Value(BaseModel):
@@ -62,6 +64,13 @@ class Step(_Value):
 
     ``args`` may bind earlier outputs with ``${step_id}`` (the whole output, type kept) or
     ``${step_id.field.0}`` (a path into it); see :mod:`planexec.plan` for the syntax.
+
+    ``allowed_tools`` lists the tools a model-driven step (one that names no tool) may call; when it
+    is empty the step may call none. A step that names a tool has no ``allowed_tools``.
+
+    ``approval`` can only make the developer's gates stricter: ``"always"`` asks a human before the
+    step runs; ``"auto"`` leaves the configured gates to decide; ``"never"`` is kept for plans
+    written before plan schema version 2 and means the same as ``"auto"`` — no plan can lift a gate.
     """
 
     id: str = Field(pattern=STEP_ID_PATTERN, description="Unique id; letters, digits, _ and -.")
@@ -79,8 +88,15 @@ class Step(_Value):
     output_schema: dict[str, Any] | None = Field(
         default=None, description="JSON Schema the output must fit (model steps are asked for it)."
     )
+    allowed_tools: tuple[str, ...] = Field(
+        default=(),
+        description="For a step with no tool: the tools the model doing it may call (none when empty).",
+    )
     effect: Effect = "read"
-    approval: ApprovalPolicy = "auto"
+    approval: ApprovalPolicy = Field(
+        default="auto",
+        description='"always" to ask a human before the step runs; "auto" to leave it to the configured gates.',
+    )
     thought: str | None = Field(default=None, description="Why this step (step-by-step policy).")
     confidence: float | None = Field(
         default=None, ge=0.0, le=1.0, description="The planner's confidence in this step, 0 to 1."
@@ -91,3 +107,11 @@ class Step(_Value):
         if len(set(self.depends_on)) != len(self.depends_on):
             raise ValueError(f"depends_on of step {self.id!r} lists a step twice")
         return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # An empty allowed_tools is left out, so that a step of a plan schema version 1 log dumps as it was written.
+        data: dict[str, Any] = handler(self)
+        if not self.allowed_tools:
+            data.pop("allowed_tools", None)
+        return data

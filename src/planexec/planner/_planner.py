@@ -2,13 +2,15 @@
 
 It never calls tools. Its output is structured, parsed, validated and statically checked; on any
 problem the whole list goes back to the model, for at most ``max_repairs`` repairs.
+
+The answer is hostile input: it is parsed as strict JSON (``NaN`` and ``Infinity`` are
+``invalid_json``), and an answer nested deeper than the plan allows (``REPLY_DEPTH``) is a
+``too_deep`` problem, never a ``RecursionError``.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -16,9 +18,10 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from planexec._errors import Problem
+from planexec._json import MAX_DEPTH, JSONRefused, json_problem, loads
 from planexec.models._base import Message, Model, ModelRequest, ModelResponse, OutputSpec, StreamingModel
 from planexec.models._registry import resolve_model
-from planexec.plan._checks import CheckContext, check_steps
+from planexec.plan._checks import CheckContext, capped, check_steps
 from planexec.plan._plan import FinalAnswer, PlanDraft, Turn
 from planexec.plan._step import Step
 from planexec.planner import _prompt
@@ -34,6 +37,10 @@ PolicyName = Literal["upfront", "step"]
 ReplanPolicy = Literal["on_failure", "after_each_step", "never"]
 
 T = TypeVar("T", bound=BaseModel)
+
+REPLY_DEPTH = MAX_DEPTH + 5
+"""How deep a planner's answer may nest: a step's arguments or schemas may be ``MAX_DEPTH`` levels
+deep, inside the answer, its list of steps, a step, its checks and a check."""
 
 
 class PlannerGaveUp(Exception):
@@ -240,7 +247,17 @@ def _output_spec(output: type[BaseModel]) -> OutputSpec:
     return OutputSpec(name=output.__name__.lower(), json_schema=output.model_json_schema())
 
 
-_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
+def _unfenced(text: str) -> str:
+    """The text inside a Markdown code fence (```json ... ```), or the text itself when it is not
+    fenced. Plain string operations: a regex for this backtracks for minutes on a reply that opens
+    a fence over a long run of spaces and never closes it."""
+    stripped = text.strip()
+    if len(stripped) < 6 or not stripped.startswith("```") or not stripped.endswith("```"):
+        return text
+    inner = stripped[3:-3]
+    if inner.startswith("json"):
+        inner = inner[4:]
+    return inner.strip()
 
 
 def _parse(response: ModelResponse, output: type[T]) -> tuple[T | None, list[Problem]]:
@@ -248,25 +265,32 @@ def _parse(response: ModelResponse, output: type[T]) -> tuple[T | None, list[Pro
         return None, [Problem(code="refusal", where="reply", message=f"the model refused: {response.refusal}")]
     data = response.parsed
     if data is None:
-        text = response.text
-        m = _FENCE.match(text)
-        if m:
-            text = m.group(1)
         try:
-            data = json.loads(text)
-        except ValueError as e:
-            return None, [Problem(code="invalid_json", where="reply", message=f"not valid JSON: {e}")]
+            data = loads(_unfenced(response.text), max_depth=REPLY_DEPTH)
+        except JSONRefused as e:
+            return None, [_reply_problem(e.problem)]
+    else:  # parsed by the model's adapter: held to the same rules as text
+        problem = json_problem(data, max_depth=REPLY_DEPTH, max_chars=None)
+        if problem is not None:
+            return None, [_reply_problem(problem)]
     try:
         return output.model_validate(data), []
     except ValidationError as e:
-        return None, [
+        return None, capped(
             Problem(
                 code="invalid_output",
                 where=".".join(str(p) for p in err["loc"]) or "reply",
                 message=err["msg"],
             )
             for err in e.errors(include_url=False)
-        ]
+        )
+
+
+def _reply_problem(problem: Problem) -> Problem:
+    where = f"reply{problem.where}" if problem.where else "reply"
+    if problem.code in ("too_deep", "too_large"):
+        return Problem(code=problem.code, where=where, message=f"the reply is {problem.message}")
+    return Problem(code="invalid_json", where=where, message=f"not valid JSON: {problem.message}")
 
 
 def with_finished(checks: CheckContext, state: RunState, max_steps: int | None) -> CheckContext:

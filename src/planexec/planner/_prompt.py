@@ -10,29 +10,45 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from planexec.plan._bindings import render_text
+from planexec.plan._bindings import BindingError, render_text
 from planexec.tools._tool import Tool
 from planexec.tools._toolset import Toolset
 
 if TYPE_CHECKING:
     from planexec.runtime._state import RunState
 
-UPFRONT = """You are the planner of a planner–executor agent. You never call tools yourself: you write a \
+_STEP_RULES = """A step with no tool is done by a model: list in its allowed_tools the tools that model may \
+call (it may call none when the list is empty); a step that names a tool has no allowed_tools.
+Mark steps that change anything outside the run with effect "write"; set approval "always" on a step \
+a human must confirm before it runs (you can add a human check, never remove one).
+Regexes (matches checks, pattern in schemas) use RE2 syntax: no lookaround, no backreferences. A \
+schema's $ref must point inside the same schema (#/$defs/name)."""
+
+UPFRONT = (
+    """You are the planner of a planner–executor agent. You never call tools yourself: you write a \
 plan that executors carry out, then you write the final answer from their results.
 A plan is a list of steps. Each step names a tool (with args that fit its schema) or an executor (for \
 work a model must reason through). A step starts as soon as every step in its depends_on has finished, \
 so independent steps run in parallel: list only real dependencies.
 To use an earlier step's output in args, write "${step_id}" for the whole output (its type is kept) \
 or "${step_id.field.0}" for a part of it, and list that step in depends_on.
-Mark steps that change anything outside the run with effect "write". Give a confidence (0 to 1) for \
-steps you are unsure of. Reply with JSON only."""
+"""
+    + _STEP_RULES
+    + """
+Give a confidence (0 to 1) for steps you are unsure of. Reply with JSON only."""
+)
 
-STEP_BY_STEP = """You are the planner of a planner–executor agent. You never call tools yourself: each \
+STEP_BY_STEP = (
+    """You are the planner of a planner–executor agent. You never call tools yourself: each \
 turn you choose the one next step that executors carry out, and you see its result before the next turn.
 A step names a tool (with args that fit its schema) or an executor. To use an earlier step's output in \
 args, write "${step_id}" or "${step_id.field.0}" and list that step in depends_on.
+"""
+    + _STEP_RULES
+    + """
 Each turn give your thought and your confidence (0 to 1). When the goal is met, set stop to true and \
 give the final answer. Reply with JSON only."""
+)
 
 PATCH = """Part of the plan failed or needs changing. Finished steps stay as they are and their outputs \
 stay available: bind them instead of repeating them. Return every step still to do: your list replaces \
@@ -76,7 +92,10 @@ def describe_budget(left: Mapping[str, Any]) -> str:
 
 
 def _cut(value: Any, limit: int) -> str:
-    text = render_text(value)
+    try:
+        text = render_text(value)
+    except BindingError as e:
+        return f"(cannot be shown as text: {e})"
     return text if len(text) <= limit else text[:limit] + f"… ({len(text) - limit} more characters)"
 
 
