@@ -86,8 +86,12 @@ async def _timed(fn: Callable[[], Awaitable[Any]]) -> float:
     return time.perf_counter() - t0
 
 
+W1_BUDGET = Budget(steps=None, tool_calls=None)
+"""The default caps, but for steps and tool calls: W1 runs chains of up to 1,000 steps."""
+
+
 async def w1_planexec(n: int, store: RunStore | None = None) -> float:
-    agent = Agent(ScriptedModel([chain_plan(n), {"answer": "ok"}]), tools=[_noop_tool()], budget=Budget(), store=store)
+    agent = Agent(ScriptedModel([chain_plan(n), {"answer": "ok"}]), tools=[_noop_tool()], budget=W1_BUDGET, store=store)
 
     async def go() -> None:
         result = await agent.run("chain")

@@ -176,8 +176,18 @@ async def test_a_model_step_fooled_by_a_page_cannot_call_what_its_step_did_not_g
     assert refused[0].error is not None
 
 
-async def test_a_model_step_cannot_call_a_tool_that_needs_approval_even_when_granted() -> None:
+async def test_a_plan_cannot_grant_a_model_step_a_tool_that_needs_approval() -> None:
     world = World(requires_approval=True)
+    plan = {"steps": [{"id": "m", "description": "tidy up", "allowed_tools": ["delete_everything"]}]}
+    planner = Planner(model=ScriptedModel([plan]), max_repairs=0)
+    result = await Agent(planner, tools=world.tools, executor=ScriptedModel([]), store=None).run("tidy")
+    assert not world.deleted
+    assert result.stop.kind == "error"
+    assert "allowed_tool_needs_approval" in result.stop.detail
+
+
+async def test_a_model_step_cannot_call_a_sensitive_tool_when_a_human_would_be_asked() -> None:
+    world = World(sensitive=True)
     executor = ScriptedModel([tool_calls(("delete_everything", {})), "ok"])
     plan = {"steps": [{"id": "m", "description": "tidy up", "allowed_tools": ["delete_everything"]}]}
     planner = ScriptedModel([plan, {"answer": "done"}])
@@ -185,6 +195,7 @@ async def test_a_model_step_cannot_call_a_tool_that_needs_approval_even_when_gra
     agent = Agent(planner, tools=world.tools, executor=executor, approvals=Approvals(approver=approver), store=None)
     result = await agent.run("tidy")
     assert not world.deleted
+    assert approver.asked == []  # not asked, refused: the call must be a step a human can see
     (refused,) = events_of(result, ToolCalled)
     assert refused.error is not None
     assert refused.error.kind == "rejected"

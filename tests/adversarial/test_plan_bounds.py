@@ -601,6 +601,32 @@ def test_unique_items_is_linear() -> None:
     assert schema_errors(schema, [[1], [1.0]]) != []
 
 
+def test_a_tools_own_schema_judges_planner_arguments_in_linear_time() -> None:
+    async def invoke(args: dict[str, Any], ctx: Any) -> Any:
+        return None
+
+    # the developer's schema is trusted; the planner's arguments are not: uniqueItems and a
+    # backtracking-prone pattern meet 50,000 planner-written items
+    tags = Tool(
+        name="tag",
+        description="tag items",
+        parameters={
+            "type": "object",
+            "properties": {
+                "items": {"type": "array", "uniqueItems": True},
+                "label": {"type": "string", "pattern": "^(a+)+$"},
+            },
+        },
+        invoke=invoke,
+    )
+    args = {"items": [{"n": i} for i in range(50_000)], "label": "a" * 5_000 + "!"}
+    step = Step(id="t", description="tag", tool="tag", args=args)
+    with deadline(60):  # seconds at most, against hours for a pairwise comparison and a backtracking regex
+        problems = check_steps([step], CheckContext(tools=Toolset(tags)))
+    assert [p.code for p in problems] == ["invalid_arguments"]
+    assert "does not match" in problems[0].message
+
+
 @pytest.mark.parametrize(
     ("schema", "output"),
     [

@@ -13,12 +13,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from planexec._regex import PatternError, search
 from planexec.executor._base import StepContext
 from planexec.executor._outcome import PASSED, CheckResult, Verdict
 from planexec.models._base import Message, Model, ModelRequest, OutputSpec
 from planexec.models._registry import resolve_model
 from planexec.plan._bindings import BindingError, render_text
-from planexec.plan._regex import PatternError, search
 from planexec.plan._schemas import schema_errors
 from planexec.plan._step import Contains, FitsSchema, Matches, NonEmpty, Predicate, Step
 

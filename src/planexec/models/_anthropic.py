@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from planexec._errors import ModelNotFound, Problem, UsageError
+from planexec._json import loads as strict_loads
 from planexec.models._base import (
     FinishReason,
     Message,
@@ -494,7 +495,7 @@ class _StreamReader:
             raw = "".join(block.parts)
             is_answer = self._output is not None and block.name == self._output.name
             try:
-                arguments = json.loads(raw) if raw.strip() else {}
+                arguments = strict_loads(raw) if raw.strip() else {}
             except ValueError:
                 if not is_answer:
                     raise ModelCallError(

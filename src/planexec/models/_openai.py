@@ -50,6 +50,7 @@ from openai.types.chat.completion_create_params import ResponseFormat
 from openai.types.completion_usage import CompletionUsage
 
 from planexec._errors import ModelNotFound, Problem, UsageError
+from planexec._json import loads as strict_loads
 from planexec.models._base import (
     FinishReason,
     Message,
@@ -451,7 +452,7 @@ def _with_schema_instruction(messages: list[Message], spec: OutputSpec) -> list[
 def _tool_call(index: int, pending: _PendingCall, model: OpenAIModel) -> ToolCall:
     raw = "".join(pending.arguments).strip()
     try:
-        arguments = json.loads(raw) if raw else {}
+        arguments = strict_loads(raw) if raw else {}
         problem = None if isinstance(arguments, dict) else f"a JSON {type(arguments).__name__}, not an object"
     except ValueError as e:
         problem = f"not valid JSON ({e})"
@@ -464,13 +465,19 @@ def _tool_call(index: int, pending: _PendingCall, model: OpenAIModel) -> ToolCal
     return ToolCall(id=pending.id or f"call_{index + 1}", name=pending.name, arguments=arguments)
 
 
-_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
+def _unfenced(text: str) -> str:
+    """``text`` without a Markdown code fence around it (string operations: no regex to backtrack)."""
+    stripped = text.strip()
+    if len(stripped) < 6 or not stripped.startswith("```") or not stripped.endswith("```"):
+        return text
+    inner = stripped[3:-3]
+    return (inner[4:] if inner.startswith("json") else inner).strip()
 
 
 def _parse_json(text: str) -> Any:
-    fenced = _FENCE.match(text)
+    """Strict JSON (no NaN, bounded depth), or None: the caller then reads the text itself."""
     try:
-        return json.loads(fenced.group(1) if fenced else text)
+        return strict_loads(_unfenced(text))
     except ValueError:
         return None
 

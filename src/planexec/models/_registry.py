@@ -18,12 +18,13 @@ Built in:
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from planexec._errors import ModelNotFound, Problem
+from planexec._json import MAX_DEPTH
+from planexec._json import loads as strict_loads
 from planexec.models._base import Model, ModelResponse
 from planexec.models._scripted import Reply, ScriptedModel, tool_calls
 
@@ -91,10 +92,18 @@ def _scripted_reply(item: Any) -> Reply:
     raise ModelNotFound(f"a scripted reply must be an object, a list or a string, not {type(item).__name__}")
 
 
+SCRIPT_BYTES = 16 * 1024 * 1024
+"""The largest ``scripted:`` file read."""
+
+
 def _scripted_from_file(path: str) -> Model:
     file = Path(path)
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        with file.open("rb") as handle:
+            raw = handle.read(SCRIPT_BYTES + 1)
+        if len(raw) > SCRIPT_BYTES:
+            raise ValueError(f"the file is larger than {SCRIPT_BYTES:,} bytes, the most a script may be")
+        data = strict_loads(raw.decode("utf-8"), max_depth=MAX_DEPTH + 10)
     except (OSError, ValueError) as e:
         raise ModelNotFound(
             f"cannot read the script {path!r}", [Problem(code="script_file", where=path, message=str(e))]

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any, TypeAlias
 
 from planexec._errors import Problem, UnexpectedModelCall
+from planexec._json import loads as strict_loads
 from planexec.models._base import ModelRequest, ModelResponse, StreamDelta, ToolCall, Usage, estimate_tokens
 from planexec.models._prices import Price
 
@@ -107,7 +108,7 @@ class _Simulated:
             parsed = None
             if request.output is not None:
                 try:
-                    parsed = json.loads(reply)
+                    parsed = strict_loads(reply)
                 except ValueError:
                     parsed = None
             return ModelResponse(text=reply, parsed=parsed)

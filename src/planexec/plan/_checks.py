@@ -5,7 +5,7 @@ A hostile plan cannot make this slow or large: the checks take time near-linear 
 (a chain of 10,000 steps, each binding the first, checks in under a second), and at most
 :data:`MAX_PROBLEMS_PER_CODE` problems of each code are listed, followed by one that counts the rest.
 Arguments must be JSON data at most ``MAX_DEPTH`` levels deep and ``MAX_CHARS`` characters long
-(see :mod:`planexec._json`); regexes and schemas must pass :mod:`planexec.plan._regex` and
+(see :mod:`planexec._json`); regexes and schemas must pass :mod:`planexec._regex` and
 :mod:`planexec.plan._schemas`.
 """
 
@@ -17,9 +17,9 @@ from typing import Literal
 
 from planexec._errors import PlanInvalid, Problem
 from planexec._json import MAX_CHARS, MAX_DEPTH, json_problem
+from planexec._regex import pattern_problem
 from planexec.plan._bindings import CompiledArgs, compile_args
 from planexec.plan._graph import DependencyGraph, describe_cycle
-from planexec.plan._regex import pattern_problem
 from planexec.plan._schemas import schema_problems
 from planexec.plan._step import FitsSchema, Matches, Predicate, Step
 from planexec.tools._toolset import Toolset
@@ -239,6 +239,14 @@ class Rules:
                         where=where,
                         message=f"allowed_tools names unknown tool {_shown(name)} "
                         f"(known: {self._listing('tools', self.ctx.tools.names)})",
+                    )
+                )
+            elif self.ctx.tools.get(name).requires_approval:
+                out.append(
+                    Problem(
+                        code="allowed_tool_needs_approval",
+                        where=where,
+                        message=f"{_shown(name)} always needs a human's approval: call it from a step of its own",
                     )
                 )
         return out

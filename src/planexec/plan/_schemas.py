@@ -11,7 +11,7 @@ A planner's schema is hostile input, so before it judges anything it must be:
   counts as one level);
 * without ``$dynamicRef``, ``$recursiveRef``, ``unevaluatedProperties``, ``unevaluatedItems`` or an
   embedded ``$id`` (their cost or their meaning cannot be bounded by this expansion);
-* written with RE2 regexes in ``pattern`` and ``patternProperties`` (see :mod:`planexec.plan._regex`).
+* written with RE2 regexes in ``pattern`` and ``patternProperties`` (see :mod:`planexec._regex`).
 
 Outputs are then validated against the expanded schema (no ``$ref`` left to resolve) by a draft
 2020-12 validator whose ``pattern``, ``patternProperties`` and ``additionalProperties`` use RE2 and
@@ -35,7 +35,8 @@ from jsonschema.exceptions import ValidationError, best_match
 
 from planexec._errors import Problem
 from planexec._json import json_problem
-from planexec.plan._regex import PatternError, compile_pattern, search
+from planexec._jsonschema import SafeValidator
+from planexec._regex import PatternError, compile_pattern
 
 __all__ = [
     "MAX_SCHEMA_CHARS",
@@ -180,7 +181,7 @@ def _prepare_text(text: str) -> _Prepared:
     except _Refused as e:
         return _Prepared(problems=((e.code, e.message),))
     try:
-        validator = _Validator(expanded)
+        validator = SafeValidator(expanded)
     except Exception as e:
         return _Prepared(problems=(("invalid_schema", f"the schema cannot be used: {type(e).__name__}: {e}"),))
     return _Prepared(problems=(), validator=validator)
@@ -372,90 +373,8 @@ def _count(value: Any) -> int:
     return total
 
 
-# -- the validator: draft 2020-12 with RE2 regexes and a linear uniqueItems -------------------------
-
-
-def _pattern_keyword(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
-    if validator.is_type(instance, "string") and not search(pattern, instance):
-        yield ValidationError(f"{_cut(repr(instance), 80)} does not match {_cut(repr(pattern), 80)}")
-
-
-def _pattern_properties(
-    validator: Any, patterns: Mapping[str, Any], instance: Any, schema: Any
-) -> Iterator[ValidationError]:
-    if not validator.is_type(instance, "object"):
-        return
-    for pattern, subschema in patterns.items():
-        regex = compile_pattern(pattern)
-        for key, value in instance.items():
-            if search(regex, key):
-                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
-
-
-def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
-    if not validator.is_type(instance, "object"):
-        return
-    known = schema.get("properties", {})
-    regexes = [compile_pattern(p) for p in schema.get("patternProperties", {})]
-    extras = [k for k in instance if k not in known and not any(search(r, k) for r in regexes)]
-    if validator.is_type(allowed, "object"):
-        for extra in extras:
-            yield from validator.descend(instance[extra], allowed, path=extra)
-    elif allowed is False and extras:
-        listing = ", ".join(repr(k) for k in extras[:10]) + (
-            f" and {len(extras) - 10} more" if len(extras) > 10 else ""
-        )
-        verb = "was" if len(extras) == 1 else "were"
-        yield ValidationError(f"additional properties are not allowed ({_cut(listing)} {verb} unexpected)")
-
-
-def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
-    if not unique or not validator.is_type(instance, "array"):
-        return
-    seen: dict[Any, int] = {}
-    for index, item in enumerate(instance):
-        key = _frozen(item)
-        first = seen.setdefault(key, index)
-        if first != index:
-            yield ValidationError(f"the array has non-unique elements: items {first} and {index} are equal")
-            return
-
-
-def _frozen(value: Any) -> Any:
-    """A hashable stand-in for a JSON value, equal exactly when JSON Schema calls the values equal
-    (``1`` and ``1.0`` are equal, ``true`` and ``1`` are not, object keys are unordered).
-
-    Strings, numbers and null stand for themselves; booleans, arrays and objects become tagged
-    tuples, which equal no string, number or null and no tuple of another tag."""
-    kind = type(value)
-    if kind in _PLAIN:
-        return value
-    if kind is dict or (kind is not bool and isinstance(value, dict)):
-        return ("o", frozenset([(k, v if type(v) in _PLAIN else _frozen(v)) for k, v in value.items()]))
-    if kind is list or kind is tuple or isinstance(value, list | tuple):
-        return ("a", tuple([v if type(v) in _PLAIN else _frozen(v) for v in value]))
-    if isinstance(value, bool):
-        return ("b", bool(value))
-    if isinstance(value, str | int | float):  # subclasses of the plain types
-        return value
-    return ("?", id(value))
-
-
-_PLAIN = frozenset({str, int, float, type(None)})
-
-
 _META = jsonschema.Draft202012Validator(jsonschema.Draft202012Validator.META_SCHEMA)
 """The meta-schema, without format checks (a planner's regexes are RE2's to judge, not Python's)."""
-
-_Validator: Any = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
-    jsonschema.Draft202012Validator,
-    validators={
-        "pattern": _pattern_keyword,
-        "patternProperties": _pattern_properties,
-        "additionalProperties": _additional_properties,
-        "uniqueItems": _unique_items,
-    },
-)
 
 
 def _escape(token: str) -> str:

@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from planexec.plan import IncrementalChecker
 from planexec.plan._bindings import CompiledArgs, compile_args
 from planexec.plan._checks import CheckContext, check_steps
 from planexec.plan._plan import Author, Plan, PlanDraft, Turn
@@ -77,8 +78,8 @@ class Planning:
         self.after_step_wanted = False
         self.last_failure_patch: str | None = None
         self.compiled: dict[str, tuple[Step, CompiledArgs]] = {}
-        self._streamed: list[Step] = []
-        """Steps of the answer now streaming that were handed on early."""
+        self._streamed: IncrementalChecker | None = None
+        """The steps of the answer now streaming that were handed on early, checked one by one."""
         self._streaming_open = False
 
     @property
@@ -97,7 +98,7 @@ class Planning:
             engine.emit(PlanningStarted(at=engine.now(), trigger=kind, why=why))
         # what the planner may rely on is fixed when the round starts, so a replay decides the same
         ctx = self._context()
-        self._streamed = []
+        self._streamed = None
         self._streaming_open = kind != "finish"
         self.task = asyncio.create_task(self._plan(kind, why, failed, ctx), name=f"planner:{kind}")
 
@@ -160,13 +161,13 @@ class Planning:
         if old is not None and old.status not in ("failed", "cancelled", "dropped"):
             self._streaming_open = False
             return
-        budget = engine.budget
-        left = None if budget.steps is None else budget.steps - state.steps_started
-        checks = with_finished(self._checks, state, left)
-        if check_steps([*self._streamed, step], checks):
+        if self._streamed is None:
+            budget = engine.budget
+            left = None if budget.steps is None else budget.steps - state.steps_started
+            self._streamed = IncrementalChecker(with_finished(self._checks, state, left))
+        if self._streamed.add(step):
             self._streaming_open = False
             return
-        self._streamed.append(step)
         engine.emit(StepStreamed(at=engine.now(), step=step, plan_version=len(state.plans) + 1))
         self.compiled[step.id] = (step, compile_args(step.args))
         succeeded = {sid for sid, rec in state.steps.items() if rec.status == "succeeded"}

@@ -11,6 +11,7 @@ from typing import Any
 import jsonschema
 
 from planexec._errors import Problem, ToolDefinitionError, TransientToolError
+from planexec._jsonschema import validator_for
 from planexec._tasks import abandon
 
 __all__ = ["ArgsValidator", "RetryPolicy", "Tool", "ToolContext", "ToolCrashed", "call_with_timeout"]
@@ -156,7 +157,7 @@ def _schema_validator(schema: Mapping[str, Any]) -> ArgsValidator:
         raise ToolDefinitionError(
             "invalid argument schema", [Problem(code="tool_schema", where=where, message=e.message)]
         ) from None
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = validator_for(schema)
 
     def validate(args: Mapping[str, Any]) -> tuple[dict[str, Any] | None, list[Problem]]:
         problems = [
@@ -175,7 +176,7 @@ def _output_schema_validator(schema: Mapping[str, Any]) -> Callable[[Any], Any]:
         raise ToolDefinitionError(
             "invalid output schema", [Problem(code="tool_schema", where="output_schema", message=e.message)]
         ) from None
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = validator_for(schema)
 
     def validate(output: Any) -> Any:
         errors = [f"{_location(e.absolute_path) or 'output'}: {e.message}" for e in validator.iter_errors(output)]
