@@ -158,3 +158,36 @@ tasks:
     report = json.loads(saved)
     outcomes = {t["id"]: t["summary"]["passed"] for t in report["tasks"]}
     assert outcomes == {"wrong": 0, "right": 1}  # the answer is checked as given, and reported redacted
+
+
+@pytest.mark.parametrize("switch", ["flag", "env", "off"])
+def test_personal_data_is_redacted_with_one_switch(
+    setup: tuple[str, str, str], switch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module, planner, store = setup
+    email = "ada.lovelace@example.org"
+    head = ["--store", store]
+    if switch == "flag":
+        head.append("--redact-pii")
+    elif switch == "env":
+        monkeypatch.setenv("PLANEXEC_REDACT_PII", "1")
+    result = invoke([*head, "run", f"mail {email}", "--planner", planner, "--tools", f"{module}:TOOLS", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    shown = invoke([*head, "show", data["run_id"], "--json"])
+    if switch == "off":
+        assert email in data["goal"]
+        assert email in shown.stdout
+    else:
+        assert email not in result.output
+        assert "[REDACTED:email]" in data["goal"]
+        assert email not in shown.stdout
+
+
+def test_open_store_reads_the_pii_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PLANEXEC_REDACT_PII", "1")
+    store = open_store("memory://")
+    assert "[REDACTED:email]" in store.redactor.redact_text("write to a@b.example.com")  # type: ignore[attr-defined]
+    monkeypatch.setenv("PLANEXEC_REDACT_PII", "0")
+    assert open_store("memory://").redactor.redact_text("a@b.example.com") == "a@b.example.com"  # type: ignore[attr-defined]
+    assert "[REDACTED:email]" in open_store("memory://", pii=True).redactor.redact_text("a@b.example.com")  # type: ignore[attr-defined]

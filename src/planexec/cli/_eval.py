@@ -42,7 +42,7 @@ from planexec.eval._limits import MAX_CONCURRENCY, MAX_SEED, MAX_TOLERANCE
 from planexec.eval._report import json_text, read_report
 from planexec.eval._suite import AGENT_KINDS, AgentKind, FaultSpec
 from planexec.eval._table import failure_lines, report_tables
-from planexec.store import RunStore
+from planexec.store import Redactor, RunStore
 
 __all__ = ["eval_command"]
 
@@ -140,7 +140,12 @@ def eval_command(
     given = {"pass_rate": tolerance_pass_rate, "cost": tolerance_cost, "latency": tolerance_latency}
     options = _Options(
         suite_path=suite_path,
-        settings=EvalSettings(agent=cast(AgentKind, agent), concurrency=concurrency, seed=seed),
+        settings=EvalSettings(
+            agent=cast(AgentKind, agent),
+            concurrency=concurrency,
+            seed=seed,
+            redactor=Redactor(pii=store_choice(ctx).pii),
+        ),
         faults=faults,
         json_out=json_out,
         baseline=baseline,
@@ -179,7 +184,7 @@ class _Options:
 def _store(ctx: click.Context, url: str | None) -> StoreChoice | None:
     """The store runs are logged in: this command's --store, else the group's when typed; else none."""
     if url:
-        return StoreChoice(url=url, typed=True)
+        return StoreChoice(url=url, typed=True, pii=store_choice(ctx).pii)
     outer = store_choice(ctx)
     return outer if outer.typed and outer.url else None
 

@@ -29,15 +29,22 @@ __all__ = ["main"]
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="planexec", message="%(prog)s %(version)s")
 @click.option("--store", "store", metavar="URL", envvar="PLANEXEC_STORE", help=STORE_HELP)
+@click.option(
+    "--redact-pii",
+    is_flag=True,
+    envvar="PLANEXEC_REDACT_PII",
+    help="Redact personal data (e-mail, phone, card and id numbers) too, in the store and in what is "
+    "printed. Secrets are always redacted.",
+)
 @click.pass_context
-def main(ctx: click.Context, store: str | None) -> None:
+def main(ctx: click.Context, store: str | None, redact_pii: bool) -> None:
     """Planner–executor agents: typed plans, parallel steps, checked results, bounded runs.
 
     Runs are logged in a store (--store), where they can be listed (runs, show, export), answered
     (approvals, approve, reject), picked up again (resume), replayed or forked (replay) and
     deleted when old (gc).
     """
-    remember_store(ctx, store)
+    remember_store(ctx, store, pii=redact_pii)
 
 
 for command in (run, resume, runs, show, export, approvals, approve, reject, replay, gc):

@@ -34,16 +34,18 @@ class StoreChoice:
 
     url: str | None = None
     typed: bool = False
+    pii: bool = False
+    """Redact personal data too (``--redact-pii``)."""
 
     def describe(self) -> str:
         """The store, safe to print (credentials hidden)."""
         return plain(safe_url(self.url)) if self.url else "the default store"
 
 
-def remember_store(ctx: click.Context, url: str | None) -> None:
+def remember_store(ctx: click.Context, url: str | None, *, pii: bool = False) -> None:
     """Called by the group: keep the choice for the command that runs next."""
     typed = ctx.get_parameter_source("store") == ParameterSource.COMMANDLINE
-    ctx.obj = StoreChoice(url=url or None, typed=typed)
+    ctx.obj = StoreChoice(url=url or None, typed=typed, pii=pii)
 
 
 def store_choice(ctx: click.Context) -> StoreChoice:
@@ -66,7 +68,7 @@ async def using_store(choice: StoreChoice, problems: Problems | None = None) -> 
     opened raises :class:`Refused`, listing it after the ``problems`` found before."""
     problems = problems if problems is not None else Problems()
     try:
-        store = open_store(choice.url)
+        store = open_store(choice.url, pii=choice.pii)
     except UsageError as e:
         problems.add_usage_error("--store", e)
         raise Refused(problems) from None

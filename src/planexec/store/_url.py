@@ -13,9 +13,13 @@ from planexec.store._postgres import PostgresStore
 from planexec.store._redact import Redactor
 from planexec.store._sqlite import SQLiteStore
 
-__all__ = ["ENV_VAR", "SUPPORTED_URLS", "default_store_path", "open_store"]
+__all__ = ["ENV_VAR", "PII_ENV_VAR", "SUPPORTED_URLS", "default_store_path", "open_store"]
 
 ENV_VAR = "PLANEXEC_STORE"
+
+PII_ENV_VAR = "PLANEXEC_REDACT_PII"
+"""Set to ``1`` (or ``true``, ``yes``) to redact personal data too, in every store opened by URL
+(and in what the command line prints): the one switch for PII redaction."""
 
 SUPPORTED_URLS = (
     "memory://",
@@ -32,17 +36,21 @@ def default_store_path() -> Path:
     return base / "planexec" / "runs.db"
 
 
-def open_store(url: str | None = None, *, redactor: Redactor | None = None) -> RunStore:
+def open_store(url: str | None = None, *, redactor: Redactor | None = None, pii: bool | None = None) -> RunStore:
     """The store ``url`` names; without one, ``$PLANEXEC_STORE``; without that, the default SQLite file.
 
     Forms: ``memory://``; ``sqlite:///absolute/path.db``; ``sqlite:relative/path.db``;
     ``postgresql://…`` or ``postgres://…`` (needs ``pip install 'planexec[postgres]'``).
-    Nothing is opened until the store is first used. ``redactor`` defaults to ``Redactor()``.
+    Nothing is opened until the store is first used. ``redactor`` defaults to ``Redactor()`` —
+    secrets only — or, with ``pii=True`` (or ``$PLANEXEC_REDACT_PII=1`` when ``pii`` is not given),
+    ``Redactor(pii=True)``: secrets and personal data.
 
     A URL this function does not know raises :class:`~planexec.UsageError` that lists the forms it
     does, showing the URL with its password hidden. A PostgreSQL URL's ``connect_timeout`` and
     ``options=-c statement_timeout=…`` set the store's timeouts (see :class:`PostgresStore`).
     """
+    if redactor is None:
+        redactor = Redactor(pii=redact_pii() if pii is None else pii)
     if url is None:
         url = os.environ.get(ENV_VAR) or None
     if url is None:
@@ -58,6 +66,11 @@ def open_store(url: str | None = None, *, redactor: Redactor | None = None) -> R
     if sep and scheme in ("postgresql", "postgres") and rest.startswith("//"):
         return PostgresStore(url, redactor=redactor)
     raise _unsupported(url, "unknown store URL")
+
+
+def redact_pii() -> bool:
+    """Whether ``$PLANEXEC_REDACT_PII`` asks for personal data to be redacted too."""
+    return os.environ.get(PII_ENV_VAR, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _sqlite_path(url: str, rest: str) -> Path:
