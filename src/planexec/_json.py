@@ -79,6 +79,8 @@ def json_problem(
         return _too_large(_int_chars(value), max_chars, where)
     if kind is float:
         return None if math.isfinite(value) else _not_json(f"{_float_name(value)} is not JSON", where)
+    if (kind is dict or kind is list) and not value and max_depth > 0:
+        return None
     return _walk(value, max_depth, max_chars, where)
 
 
@@ -125,40 +127,70 @@ def _walk(value: Any, max_depth: int, max_chars: int | None, where: str) -> Prob
     while stack:
         item, depth, trail = stack.pop()
         kind = type(item)
-        if kind is str or isinstance(item, str):
-            total += len(item) + 2
-        elif kind is dict or isinstance(item, dict):
+        if kind is dict or (kind is not str and isinstance(item, dict)):
             if depth >= max_depth:
                 return Problem(code="too_deep", where=_path(where, trail), message=_deep_message(max_depth))
             total += len(item) + 1
-            if total > limit:
-                return _too_large(total, limit, _path(where, trail))
-            for key in item:
+            for key, member in item.items():
                 if type(key) is not str and not isinstance(key, str):
                     what = f"the key {_short_repr(key)} ({_article(type(key).__name__)}) is not a string"
                     return _not_json(what, _path(where, trail))
                 total += len(key) + 3
-            stack.extend((v, depth + 1, (trail, k)) for k, v in reversed(item.items()))
-        elif kind is list or kind is tuple or isinstance(item, list | tuple):
+                size = _scalar_chars(member)
+                if size < 0:
+                    stack.append((member, depth + 1, (trail, key)))
+                else:
+                    total += size
+                    if total > limit:
+                        return _too_large(total, limit, _path(where, (trail, key)))
+        elif kind is list or kind is tuple or (kind is not str and isinstance(item, list | tuple)):
             if depth >= max_depth:
                 return Problem(code="too_deep", where=_path(where, trail), message=_deep_message(max_depth))
             total += len(item) + 1
-            if total > limit:
-                return _too_large(total, limit, _path(where, trail))
-            stack.extend((item[i], depth + 1, (trail, i)) for i in range(len(item) - 1, -1, -1))
-        elif kind is bool or item is None:
-            total += 5
-        elif kind is int or isinstance(item, int):
-            total += _int_chars(item) if item.bit_length() > 64 else 8
-        elif kind is float or isinstance(item, float):
-            if not math.isfinite(item):
-                return _not_json(f"{_float_name(item)} is not JSON", _path(where, trail))
-            total += _FLOAT_CHARS
+            for index in range(len(item) - 1, -1, -1):
+                member = item[index]
+                size = _scalar_chars(member)
+                if size < 0:
+                    stack.append((member, depth + 1, (trail, index)))
+                else:
+                    total += size
+                    if total > limit:
+                        return _too_large(total, limit, _path(where, (trail, index)))
         else:
-            return _not_json(f"{_article(type(item).__name__)} is not JSON data", _path(where, trail))
+            size = _scalar_chars(item)
+            if size < 0:  # a scalar of a kind JSON has not, or a float JSON cannot write
+                return _not_scalar(item, _path(where, trail))
+            total += size
         if total > limit:
             return _too_large(total, limit, _path(where, trail))
     return None
+
+
+def _scalar_chars(value: Any) -> int:
+    """About how many characters a JSON scalar takes; -1 for anything else (a container, a value
+    JSON has no form for, NaN or an infinity), which the walk looks at more closely."""
+    kind = type(value)
+    if kind is str:
+        return len(value) + 2
+    if kind is int:
+        return 8 if value.bit_length() <= 64 else _int_chars(value)
+    if kind is bool or value is None:
+        return 5
+    if kind is float:
+        return _FLOAT_CHARS if math.isfinite(value) else -1
+    if isinstance(value, str):
+        return len(value) + 2
+    if isinstance(value, int):
+        return 8 if value.bit_length() <= 64 else _int_chars(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return _FLOAT_CHARS
+    return -1
+
+
+def _not_scalar(value: Any, where: str) -> Problem:
+    if isinstance(value, float):
+        return _not_json(f"{_float_name(value)} is not JSON", where)
+    return _not_json(f"{_article(type(value).__name__)} is not JSON data", where)
 
 
 def _path(where: str, trail: _Trail) -> str:

@@ -42,6 +42,7 @@ from planexec.plan._schemas import MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES, schema_er
 from planexec.planner._planner import _parse as parse_reply
 from planexec.planner._stream import StreamedSteps
 from planexec.runtime import PlannerOutputRejected
+from planexec.store import MemoryStore
 from tests.support import add, events_of, tool_step
 
 
@@ -332,16 +333,20 @@ async def test_a_deep_reply_from_the_planner_is_sent_back_as_too_deep() -> None:
     assert rejected[1].problems[0].where.startswith("step 's1' args.a[0]")
 
 
-def test_deep_or_nan_structured_output_from_an_adapter_is_refused_too() -> None:
-    deep = {"steps": [tool_step("s1", "add", {"a": nested(BIG), "b": 1})]}
-    value, problems = parse_reply(ModelResponse(text="(structured)", parsed=deep), PlanDraft)
-    assert value is None
-    assert [(p.code, p.where) for p in problems] == [("too_deep", "reply.steps[0].args.a" + "[0]" * 101)]
-    nan = {"steps": [tool_step("s1", "add", {"a": math.nan, "b": 1})]}
-    value, problems = parse_reply(ModelResponse(text="(structured)", parsed=nan), PlanDraft)
-    assert value is None
-    assert [(p.code, p.where) for p in problems] == [("invalid_json", "reply.steps[0].args.a")]
-    assert "NaN is not JSON" in problems[0].message
+@pytest.mark.parametrize("bad", ["deep", "nan"])
+async def test_deep_or_nan_structured_output_from_an_adapter_is_refused_too(bad: str) -> None:
+    # the run keeps a reply's parsed output only when it is strict JSON: else the planner reads the
+    # text, strictly, and the problems go back to the model
+    value: Any = nested(BIG) if bad == "deep" else math.nan
+    hostile = ModelResponse(text="(structured)", parsed={"steps": [tool_step("s1", "add", {"a": value, "b": 1})]})
+    planner = ScriptedModel([hostile, GOOD, {"answer": "3"}])
+    store = MemoryStore()
+    result = await Agent(planner, tools=[add], store=store).run("1+2", run_id="hostile")
+    assert result.stop.kind == "goal_met", result.stop
+    [rejected] = events_of(result, PlannerOutputRejected)
+    assert codes(list(rejected.problems)) == ["invalid_json"]
+    logged = [s.event for s in await store.read("hostile")]
+    assert len(logged) == len(result.events)
 
 
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])

@@ -141,22 +141,21 @@ _Trail = tuple["_Trail | None", str | int] | None
 
 def _scan(args: Mapping[str, Any]) -> tuple[bool, tuple[str | int, ...] | None]:
     """Whether any string inside ``args`` holds ``${`` (a binding or an escape), and where a
-    container sits deeper than ``MAX_DEPTH`` levels (None when none does). Iterative."""
+    container sits deeper than ``MAX_DEPTH`` levels (None when none does). Iterative; strings and
+    other scalars are looked at where they sit, only containers are stacked."""
     template = False
     stack: list[tuple[Any, int, _Trail]] = [(args, 0, None)]
     while stack:
         value, depth, trail = stack.pop()
-        if isinstance(value, str):
-            if not template and "${" in value:
-                template = True
-        elif isinstance(value, Mapping):
-            if depth >= MAX_DEPTH:
-                return template, _location(trail)
-            stack.extend((v, depth + 1, (trail, str(k))) for k, v in value.items())
-        elif isinstance(value, list | tuple):
-            if depth >= MAX_DEPTH:
-                return template, _location(trail)
-            stack.extend((v, depth + 1, (trail, i)) for i, v in enumerate(value))
+        if depth >= MAX_DEPTH:
+            return template, _location(trail)
+        members = value.items() if isinstance(value, Mapping) else enumerate(value)
+        for key, member in members:
+            if isinstance(member, str):
+                if not template and "${" in member:
+                    template = True
+            elif isinstance(member, Mapping | list | tuple):
+                stack.append((member, depth + 1, (trail, str(key) if isinstance(value, Mapping) else key)))
     return template, None
 
 

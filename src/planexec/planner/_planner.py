@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from planexec._errors import Problem
-from planexec._json import MAX_DEPTH, JSONRefused, json_problem, loads
+from planexec._json import MAX_DEPTH, JSONRefused, loads
 from planexec.models._base import Message, Model, ModelRequest, ModelResponse, OutputSpec, StreamingModel
 from planexec.models._registry import resolve_model
 from planexec.plan._checks import CheckContext, capped, check_steps
@@ -263,16 +263,14 @@ def _unfenced(text: str) -> str:
 def _parse(response: ModelResponse, output: type[T]) -> tuple[T | None, list[Problem]]:
     if response.refusal is not None:
         return None, [Problem(code="refusal", where="reply", message=f"the model refused: {response.refusal}")]
+    # Structured output reaches the planner only as strict JSON data: a run keeps a reply's parsed
+    # output only when it is (see planexec.runtime), else the text is parsed here, strictly.
     data = response.parsed
     if data is None:
         try:
             data = loads(_unfenced(response.text), max_depth=REPLY_DEPTH)
         except JSONRefused as e:
             return None, [_reply_problem(e.problem)]
-    else:  # parsed by the model's adapter: held to the same rules as text
-        problem = json_problem(data, max_depth=REPLY_DEPTH, max_chars=None)
-        if problem is not None:
-            return None, [_reply_problem(problem)]
     try:
         return output.model_validate(data), []
     except ValidationError as e:

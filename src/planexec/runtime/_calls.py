@@ -9,7 +9,9 @@ import json
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from pydantic_core import to_json
 
 from planexec._errors import UsageError
 from planexec._json import MAX_DEPTH, json_problem
@@ -189,14 +191,24 @@ def accepted(response: ModelResponse, max_chars: int, model: Model) -> ModelResp
             provider=model.name,
             retryable=False,
         )
-    if response.parsed is not None and json_problem(response.parsed, max_depth=PARSED_DEPTH, max_chars=None):
+    if response.parsed is not None and not _storable(response.parsed):
         response = replace(response, parsed=None)
     return response
 
 
-PARSED_DEPTH = MAX_DEPTH + 5
-"""How deep structured output may nest and still be kept: a plan's step arguments may be
-``MAX_DEPTH`` deep inside the answer, its steps, a step, its checks and a check."""
+def _storable(value: Any) -> bool:
+    """Whether ``value`` can go into the log as it is: no NaN or infinity, nothing nested too deep
+    to write, nothing JSON has no form for. Serializing it (in Rust) answers for most values at a
+    fraction of the cost of a walk; text that holds ``NaN`` or ``Infinity`` is walked to be sure.
+    What the value means (its depth, its types) is checked by whoever reads it: the planner's
+    checks, a step's output check."""
+    try:
+        text = to_json(value, inf_nan_mode="constants", serialize_unknown=False)
+    except Exception:  # too deep, or a value with no JSON form
+        return False
+    if b"NaN" in text or b"Infinity" in text:
+        return json_problem(value, max_depth=MAX_DEPTH + 5, max_chars=None) is None
+    return True
 
 
 def _input_tokens(model: Model, request: ModelRequest) -> int:

@@ -34,6 +34,8 @@ class Humans:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._futures: dict[str, asyncio.Future[ApprovalDecision]] = {}
+        self._gated_tools = frozenset(t.name for t in engine.config.tools if t.sensitive or t.requires_approval)
+        """Tools whose every call passes the gate."""
         self.waiting_steps: set[str] = set()
         """Steps whose task is blocked on a human's answer."""
         self.planning_waits = False
@@ -48,14 +50,10 @@ class Humans:
 
     def may_ask(self, step: Step) -> bool:
         """Whether ``gate`` can do anything for ``step`` (a cheap test that spares most steps a wait)."""
-        if step.approval == "always" or step.confidence is not None:
+        if step.approval == "always" or step.confidence is not None or step.tool in self._gated_tools:
             return True
-        engine = self._engine
-        approvals = engine.config.approvals
-        tool = self._tool_of(step)
-        if tool is not None and (tool.sensitive or tool.requires_approval):
-            return True
-        return approvals.steps == "all" or (approvals.plan and engine.side_effecting(step))
+        approvals = self._engine.config.approvals
+        return approvals.steps == "all" or (approvals.plan and self._engine.side_effecting(step))
 
     def _tool_of(self, step: Step) -> Tool | None:
         tools = self._engine.config.tools

@@ -60,11 +60,12 @@ async def run_step(engine: Engine, step: Step, executor: Executor, token: int, h
                 raise StepFailure(StepError(kind="tool_error", message=message))
         elif engine.humans.may_ask(step):
             await engine.humans.gate(step)
+        compiled = engine.planning.compiled_args(step)
         try:
-            args = engine.planning.compiled_args(step).resolve(engine.state.outputs)
+            args = compiled.resolve(engine.state.outputs)
         except BindingError as e:
             raise StepFailure(StepError(kind="binding", message=str(e), problems=tuple(e.problems))) from None
-        if args:
+        if compiled.root is not None:  # bound outputs, each within the limit, may add up past it
             problem = json_problem(args, max_chars=engine.config.limits.max_output_chars, where="args")
             if problem is not None:  # e.g. a large output bound many times over
                 message = f"the step's arguments cannot be kept: {problem.where}: {problem.message}"
