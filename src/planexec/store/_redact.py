@@ -11,17 +11,40 @@ Rules (applied in this order; each is a name, a regular expression, an optional 
 must accept the match, and the label its placeholder shows):
 
 Secrets, on by default (``Redactor(secrets=False)`` turns them off):
-    private_key        PEM private keys, ``-----BEGIN … PRIVATE KEY-----`` up to its END line
-                       (or to the end of the text when the END line is missing)
-    url_password       the password in ``scheme://user:password@host``         → ``password``
+    private_key        PEM private keys of every kind — ``RSA``, ``EC``, ``DSA``, ``OPENSSH``, ``ENCRYPTED``
+                       and plain ``PRIVATE KEY``, ``PGP PRIVATE KEY BLOCK`` — from the BEGIN line to the
+                       matching END line, or to the end of the text when the END line is missing (a key
+                       cut off is still a key); certificates and public keys are left alone
+    url_password       the password in ``scheme://user:password@host``: anything but whitespace, ``/``,
+                       quotes, ``<``, ``>`` and ``\\`` (so ``%``, ``!``, ``$``, ``~``, ``*``, ``:``, ``?``, ``#``
+                       and ``@`` too) up to the last ``@`` before the host; the user may be empty or an
+                       e-mail address                                                      → ``password``
     bearer_token       ``Authorization: <scheme> <credentials>`` and ``Bearer <token>``
-    api_key            provider keys: ``sk-…``, ``sk-ant-…``, ``sk-proj-…``, ``sk_live_…``/``rk_live_…``,
-                       ``AIza…``, ``glpat-…``, ``hf_…``
+    jwt                JSON Web Tokens: ``eyJ…`` and two more base64url segments (signed, the last
+                       possibly empty), or four more (encrypted)
+    api_key            Anthropic ``sk-ant-api03-…``/``sk-ant-admin01-…``; OpenAI ``sk-proj-…``,
+                       ``sk-svcacct-…``, ``sk-admin-…`` and legacy ``sk-`` + 48 characters (hyphens and
+                       underscores inside; a bare ``sk-`` key must hold a digit, so hyphenated words such
+                       as ``sk-this-is-not-a-key`` are not one); ``sk_live_…``/``rk_live_…``, ``AIza…``,
+                       ``glpat-…``, ``hf_…``
     aws_access_key     ``AKIA…``/``ASIA…`` access key ids
-    github_token       ``ghp_…``, ``gho_…``, ``ghu_…``, ``ghs_…``, ``ghr_…``, ``github_pat_…``
+    github_token       classic ``ghp_…``, ``gho_…``, ``ghu_…``, ``ghs_…``, ``ghr_…``; fine-grained ``github_pat_…``
     slack_token        ``xoxb-…``, ``xoxp-…`` and the other ``xox?-`` forms
-    secret_assignment  ``api_key=…``, ``token: …``, ``password = "…"``, ``client_secret=…`` and similar
-                       (the value only)                                        → ``secret``
+    aws_secret_key     a bare AWS secret access key. The heuristic: exactly 40 characters of
+                       ``A–Z a–z 0–9 / +`` standing alone (no such character, nor ``-``, ``_`` or a ``=``
+                       pad, right before or after), holding upper case, lower case and a digit, not all
+                       hex, and not made of words (fewer than half of its letters in runs of four or more
+                       lower-case letters). A random key passes 99.7 % of the time. Left alone: git SHAs
+                       and other hex (one case), UUIDs (short groups), sha256 digests and base64 longer
+                       than 40 characters or padded with ``=``, CamelCase names and paths (words). Base64
+                       of exactly 30 bytes, unpadded and standing alone, looks just like a key and is
+                       redacted
+    secret_assignment  ``api_key=…``, ``token: …``, ``password = "…"``, ``client_secret=…`` and similar,
+                       quoted or JSON-escaped (the value only)                               → ``secret``
+
+A token (jwt, api_key, aws_access_key, github_token, slack_token, aws_secret_key, a bearer header)
+also stands alone after an escaped newline or tab (``\\n``, ``\\r``, ``\\t``), so one at the start of
+a line of JSON text kept in a string (a model's raw reply, a tool's JSON output) is caught.
 
 Personal data, off by default (``Redactor(pii=True)`` turns them on):
     iban               international bank account numbers whose mod-97 check passes
@@ -47,13 +70,17 @@ Configuring::
     Redactor(rules=[RedactionRule(name="ticket", pattern=r"\\bTCK-\\d{6}\\b", hints=["tck-"])])  # plus yours
     Redactor.off()                               # nothing is redacted
 
-A rule's ``hints`` (text every match contains) let the redactor skip strings cheaply; a custom
-rule without hints is tried on every string. Custom rules run after the built-in ones. Any rule
-can be switched off by name with ``disable``; an unknown name is a :class:`~planexec.UsageError`
-that lists the known ones. Rules are heuristics: they are tuned to miss little that looks like a
-secret, and to leave ordinary numbers, dates, versions and addresses alone. Redaction is one-way:
-the log keeps the placeholder, so a replay or a resumed run sees ``[REDACTED:…]`` where the
-secret was.
+A rule's ``hints`` (text every match contains), ``min_length`` (how long a match is at least)
+and ``one_word`` (a match holds no whitespace) let the redactor skip strings cheaply: a string
+shorter than ``min_length``, without a word that long, or holding none of the hints is not
+searched. Every built-in rule has hints and a minimum length, so most strings of an event (ids,
+keys, short values, prose without a hint) cost a few substring tests, and only the rules whose
+hints a string holds are run on it; a custom rule without hints is tried on every string long
+enough for it. Custom rules run after the built-in ones. Any rule can be switched off by name
+with ``disable``; an unknown name is a :class:`~planexec.UsageError` that lists the known ones.
+Rules are heuristics: they are tuned to miss little that looks like a secret, and to leave
+ordinary numbers, dates, versions and addresses alone. Redaction is one-way: the log keeps the
+placeholder, so a replay or a resumed run sees ``[REDACTED:…]`` where the secret was.
 """
 
 from __future__ import annotations
@@ -72,10 +99,12 @@ Validator = Callable[[str], bool]
 class RedactionRule:
     """One named pattern. ``validator`` (given the matched secret) must return True for a match to
     count; ``label`` is shown in the placeholder and defaults to ``name``. ``hints`` are optional
-    pieces of text of which every match contains at least one (compared case-insensitively): a
-    string without any of them is not searched, which keeps redaction cheap."""
+    pieces of text of which every match contains at least one (compared case-insensitively), and
+    ``min_length`` is the least number of characters a match has; ``one_word`` says a match never
+    holds whitespace. A string without any of the hints, shorter than ``min_length`` or (with
+    ``one_word``) without a word that long, is not searched, which keeps redaction cheap."""
 
-    __slots__ = ("_hint_pattern", "hints", "label", "name", "pattern", "validator")
+    __slots__ = ("_hint_pattern", "hints", "label", "min_length", "name", "one_word", "pattern", "validator")
 
     def __init__(
         self,
@@ -85,18 +114,27 @@ class RedactionRule:
         validator: Validator | None = None,
         label: str | None = None,
         hints: Sequence[str] = (),
+        min_length: int = 0,
+        one_word: bool = False,
     ) -> None:
         if not name:
             raise UsageError("a redaction rule needs a name")
+        if min_length < 0:
+            raise UsageError(f"redaction rule {name!r}: min_length must not be negative, not {min_length}")
         self.name = name
         self.pattern: re.Pattern[str] = re.compile(pattern) if isinstance(pattern, str) else pattern
         self.validator = validator
         self.label = label or name
         self.hints: tuple[str, ...] = tuple(h.lower() for h in hints)
+        self.min_length = min_length
+        self.one_word = one_word
         self._hint_pattern = _any_of(self.hints)
 
     def may_match(self, lowered: str) -> bool:
-        """False when ``lowered`` (a text in lower case) contains none of the hints: no match is possible."""
+        """False when ``lowered`` (a text in lower case) is too short, has no word long enough (for a
+        ``one_word`` rule) or contains none of the hints: no match is possible."""
+        if len(lowered) < self.min_length or (self.one_word and _longest_word(lowered) < self.min_length):
+            return False
         return self._hint_pattern is None or self._hint_pattern.search(lowered) is not None
 
     def __repr__(self) -> str:
@@ -118,6 +156,11 @@ class RedactionRule:
         whole_start = match.start()
         whole = match.group(0)
         return whole[: start - whole_start] + placeholder + whole[end - whole_start :]
+
+
+def _longest_word(text: str) -> int:
+    """The length of the longest run of ``text`` without whitespace."""
+    return max(map(len, text.split()), default=0)
 
 
 def _any_of(hints: Sequence[str]) -> re.Pattern[str] | None:
@@ -174,6 +217,35 @@ def _assigned_value(text: str) -> bool:
     return text.lower() not in _NOT_SECRETS
 
 
+def _has_digit(text: str) -> bool:
+    return any(c.isdigit() for c in text)
+
+
+_NAMED_SK_KEYS = ("sk-ant-", "sk-proj-", "sk-svcacct-", "sk-admin-")
+
+
+def _api_key(text: str) -> bool:
+    """Keys are random: a bare ``sk-`` key (no provider's prefix after it) without a single digit
+    is a hyphenated word."""
+    return not text.startswith("sk-") or text.startswith(_NAMED_SK_KEYS) or _has_digit(text)
+
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+_WORDS = re.compile(r"[a-z]{4,}")
+
+
+def _aws_secret(text: str) -> bool:
+    """A 40-character candidate looks like a random key: upper case, lower case and a digit, not
+    hex, and not made of words (CamelCase names and paths are mostly runs of lower-case letters)."""
+    if not (_has_digit(text) and any(c.isupper() for c in text) and any(c.islower() for c in text)):
+        return False
+    if all(c in _HEX for c in text):
+        return False
+    letters = sum(c.isalpha() for c in text)
+    in_words = sum(len(word) for word in _WORDS.findall(text))
+    return 2 * in_words < letters
+
+
 def _phone(text: str) -> bool:
     digits = re.sub(r"\D", "", text)
     if text.startswith("+"):
@@ -193,57 +265,121 @@ def _phone(text: str) -> bool:
 
 # -- the built-in rules ------------------------------------------------------------------------------
 
+
+def _alone_after(neighbours: str) -> str:
+    """Where a token starts: not right after one of ``neighbours`` (the body of a character class).
+    After an escaped newline or tab (JSON text kept inside a string) the ``n``, ``r`` or ``t`` is
+    stepped over: a rule using this puts what it replaces in a group named ``secret``. (One
+    look-behind, tried at every place, then the cheap step: far faster than two look-behinds.)"""
+    return rf"(?<![{neighbours}])(?:(?<=\\)[nrt])?"
+
+
+def _token(neighbours: str, body: str) -> str:
+    """``body``, as the secret, standing alone after any of ``neighbours`` (see :func:`_alone_after`)."""
+    return rf"{_alone_after(neighbours)}(?P<secret>{body})"
+
+
+_DIGITS = tuple("0123456789")
+_BASE64URL = r"[A-Za-z0-9_\-]"
+
 SECRET_RULES: tuple[RedactionRule, ...] = (
     RedactionRule(
         name="private_key",
         pattern=re.compile(
-            r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY-----|.*)", re.DOTALL
+            r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
+            r"(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|.*)",
+            re.DOTALL,
         ),
         hints=("private key",),
+        min_length=len("-----BEGIN PRIVATE KEY-----"),
     ),
     RedactionRule(
         name="url_password",
-        pattern=r"://[^\s/?#@:]*:(?P<secret>[^\s/?#@]+)@",
+        # The password runs to the last "@" before the host: the host is followed by the end, a
+        # path, a query, whitespace or a quote, and holds no "@" itself.
+        pattern=r"://[^\s/?#:\"'<>\\]*:(?P<secret>[^\s/\"'<>\\]+)@(?=[^\s/?#@\"'<>\\]*(?:[\s/?#\"'<>\\]|$))",
         label="password",
         hints=("://",),
+        min_length=len("://:x@"),
+        one_word=True,
     ),
     RedactionRule(
         name="bearer_token",
         pattern=re.compile(
-            r"\b(?:authorization[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token|digest)\s+)?"
+            _alone_after("A-Za-z0-9_") + r"(?:authorization[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token|digest)\s+)?"
             r"|bearer\s+(?=[\w\-.~+/]{20}|[\w\-.~+/]{0,19}\d)(?=[\w\-.~+/]{8}))"
             r"(?P<secret>[\w\-.~+/]{4,}=*)",
             re.IGNORECASE,
         ),
         hints=("bearer", "authorization"),
+        min_length=len("bearer 12345678"),
+    ),
+    RedactionRule(
+        name="jwt",
+        pattern=_token(
+            r"A-Za-z0-9_\-",
+            rf"eyJ{_BASE64URL}{{10,}}\.{_BASE64URL}*\.{_BASE64URL}*(?:\.{_BASE64URL}+\.{_BASE64URL}+)?",
+        ),
+        hints=("eyj",),
+        min_length=len("eyJ") + 10 + len(".."),
+        one_word=True,
     ),
     RedactionRule(
         name="api_key",
-        pattern=r"(?<![\w-])(?:sk-(?:ant-|proj-|svcacct-)?[A-Za-z0-9_\-]{20,}|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"
-        r"|AIza[0-9A-Za-z_\-]{35}|glpat-[A-Za-z0-9_\-]{20,}|hf_[A-Za-z0-9]{30,})",
+        pattern=_token(
+            r"A-Za-z0-9_\-",
+            r"sk-[A-Za-z0-9_\-]{20,}|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"
+            r"|AIza[0-9A-Za-z_\-]{35}|glpat-[A-Za-z0-9_\-]{20,}|hf_[A-Za-z0-9]{30,}",
+        ),
+        validator=_api_key,
         hints=("sk-", "sk_", "rk_", "aiza", "glpat-", "hf_"),
+        min_length=len("sk-") + 20,
+        one_word=True,
     ),
-    RedactionRule(name="aws_access_key", pattern=r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", hints=("akia", "asia")),
+    RedactionRule(
+        name="aws_access_key",
+        pattern=_token("A-Za-z0-9_", r"(?:AKIA|ASIA)[0-9A-Z]{16}") + r"(?![A-Za-z0-9_])",
+        hints=("akia", "asia"),
+        min_length=20,
+        one_word=True,
+    ),
     RedactionRule(
         name="github_token",
-        pattern=r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})\b",
+        pattern=_token("A-Za-z0-9_", r"gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255}")
+        + r"(?![A-Za-z0-9_])",
         hints=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+        min_length=len("github_pat_") + 22,
+        one_word=True,
     ),
-    RedactionRule(name="slack_token", pattern=r"\bxox[abposr]-[A-Za-z0-9\-]{10,}", hints=("xox",)),
+    RedactionRule(
+        name="slack_token",
+        pattern=_token("A-Za-z0-9_", r"xox[abposr]-[A-Za-z0-9\-]{10,}"),
+        hints=("xox",),
+        min_length=len("xoxb-") + 10,
+        one_word=True,
+    ),
+    RedactionRule(
+        name="aws_secret_key",
+        pattern=_token(r"A-Za-z0-9+/_\-", "[A-Za-z0-9+/]{40}") + r"(?![A-Za-z0-9+/=_\-])",
+        validator=_aws_secret,
+        hints=_DIGITS,
+        min_length=40,
+        one_word=True,
+    ),
     RedactionRule(
         name="secret_assignment",
         pattern=re.compile(
             r"(?:api[_\-]?key|apikey|secret[_\-]?key|access[_\-]?key|private[_\-]?key|secret|token|password|passwd)"
-            r"[\"']?\s*[:=]\s*[\"']?(?P<secret>[^\s\"',;&{}\[\]()<>]{4,})",
+            r"\\?[\"']?\s*[:=]\s*\\?[\"']?(?P<secret>(?:[^\s\"',;&{}\[\]()<>\\]|\\(?![\"'])){4,})",
             re.IGNORECASE,
         ),
         validator=_assigned_value,
         label="secret",
         hints=("key", "secret", "token", "passw"),
+        min_length=len("token=1234"),
     ),
 )
 
-_DIGITS = tuple("0123456789")
 
 PII_RULES: tuple[RedactionRule, ...] = (
     RedactionRule(
@@ -251,29 +387,43 @@ PII_RULES: tuple[RedactionRule, ...] = (
         pattern=r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b",
         validator=_iban,
         hints=_DIGITS,
+        min_length=15,
     ),
     RedactionRule(
         name="card_number",
         pattern=r"(?<![\d\-])(?<!\d[ \-])(?:\d[ \-]?){12,18}\d(?![\d\-])(?![ \-]\d)",
         validator=_card,
         hints=_DIGITS,
+        min_length=13,
     ),
     RedactionRule(
         name="us_ssn",
         pattern=r"(?<![\d\-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d\-])",
         hints=_DIGITS,
+        min_length=len("123-45-6789"),
+        one_word=True,
     ),
     RedactionRule(
         name="uk_nino",
         pattern=r"\b(?!BG|GB|NK|KN|TN|NT|ZZ)[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b",
         hints=_DIGITS,
+        min_length=len("AB123456C"),
     ),
-    RedactionRule(name="es_dni", pattern=r"\b[XYZ0-9]\d{7}-?[A-Z]\b", validator=_dni, hints=_DIGITS),
+    RedactionRule(
+        name="es_dni",
+        pattern=r"\b[XYZ0-9]\d{7}-?[A-Z]\b",
+        validator=_dni,
+        hints=_DIGITS,
+        min_length=len("12345678Z"),
+        one_word=True,
+    ),
     RedactionRule(
         name="email",
         pattern=r"(?<![\w.+\-])[A-Za-z0-9._%+\-]+@[A-Za-z0-9](?:[A-Za-z0-9\-]*[A-Za-z0-9])?"
         r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9\-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,}\b",
         hints=("@",),
+        min_length=len("a@b.cd"),
+        one_word=True,
     ),
     RedactionRule(
         name="phone",
@@ -282,6 +432,7 @@ PII_RULES: tuple[RedactionRule, ...] = (
         r"(?!\w)(?![ .\-:/]\d)",
         validator=_phone,
         hints=_DIGITS,
+        min_length=len("+12345678"),
     ),
 )
 
@@ -293,6 +444,39 @@ SENSITIVE_FIELDS = (
 """Dictionary keys whose string values are replaced whole (matched case-insensitively)."""
 
 _FIELD_PLACEHOLDER = "[REDACTED:secret]"
+
+
+class _Gate:
+    """What a text of one length needs: the hints to look for, the rules each hint found calls for,
+    and the rules tried whatever the text holds (those without hints); rules by their index."""
+
+    __slots__ = ("always", "hints", "rules_by_hint")
+
+    def __init__(self, rules: Sequence[RedactionRule], fitting: Sequence[int]) -> None:
+        self.always = tuple(i for i in fitting if not rules[i].hints)
+        by_hint: dict[str, list[int]] = {}
+        for i in fitting:
+            for hint in rules[i].hints:
+                by_hint.setdefault(hint, []).append(i)
+        self.rules_by_hint = {hint: tuple(indices) for hint, indices in by_hint.items()}
+        self.hints = tuple(self.rules_by_hint)
+
+
+def _length_gates(rules: Sequence[RedactionRule], longest: int) -> tuple[_Gate, ...]:
+    """One gate for each text length up to ``longest``, holding the rules whose matches fit in a
+    text that long; the last serves every longer text and holds every rule."""
+    shared: dict[tuple[int, ...], _Gate] = {}
+    gates: list[_Gate] = []
+    for length in range(longest + 1):
+        fitting = tuple(i for i, r in enumerate(rules) if r.min_length <= length or length == longest)
+        if fitting not in shared:
+            shared[fitting] = _Gate(rules, fitting)
+        gates.append(shared[fitting])
+    return tuple(gates)
+
+
+_GATED_LENGTHS = 256
+"""Texts up to this long get a gate of their own length; longer ones share the last gate."""
 _CLEAN_TEXT_LENGTH = 64
 _CLEAN_TEXTS = 4096
 
@@ -300,7 +484,7 @@ _CLEAN_TEXTS = 4096
 class Redactor:
     """Applies redaction rules to text and to JSON data. Immutable; share one freely."""
 
-    __slots__ = ("_clean", "_fields", "_hints", "_secret_keys", "rules")
+    __slots__ = ("_clean", "_fields", "_gates", "_longest", "_secret_keys", "_shortest", "rules")
 
     def __init__(
         self,
@@ -322,8 +506,12 @@ class Redactor:
                 [Problem(code="unknown_rule", where=f"rule {n!r}", message=f"known rules: {listing}") for n in unknown],
             )
         self.rules: tuple[RedactionRule, ...] = tuple(r for r in chosen if r.name not in off)
-        self._hints = _any_of([h for r in self.rules for h in r.hints]) if all(r.hints for r in self.rules) else None
-        """When every rule has hints: a text with none of them needs no rule run on it."""
+        lengths = [r.min_length for r in self.rules]
+        self._shortest = min(lengths, default=0)
+        """A text shorter than this needs no rule run on it."""
+        self._longest = min(max(lengths, default=0), _GATED_LENGTHS)
+        self._gates = _length_gates(self.rules, self._longest)
+        """By text length (``_longest`` and up share the last): which rules a text that long may need."""
         self._clean: set[str] = set()
         """Short texts seen to need nothing (keys and ids repeat in every event)."""
         self._fields: re.Pattern[str] | None = (
@@ -345,18 +533,45 @@ class Redactor:
         """``text`` with every rule applied in order."""
         if text in self._clean:
             return text
-        original = text
-        lowered = text.lower()
-        if self._hints is None or self._hints.search(lowered) is not None:
-            for rule in self.rules:
-                if rule.may_match(lowered):
-                    redacted = rule.apply(text)
-                    if redacted != text:
-                        text, lowered = redacted, redacted.lower()
-        if text == original and len(text) <= _CLEAN_TEXT_LENGTH:
+        length = len(text)
+        redacted = text
+        if length >= self._shortest:
+            # Only the rules whose matches fit in the text and whose hints it holds are run. Plain
+            # substring tests find the hints: far cheaper than one search for any of them.
+            gate = self._gates[length if length < self._longest else self._longest]
+            lowered = text.lower()
+            for hint in gate.hints:
+                if hint in lowered:
+                    redacted = self._apply(text, lowered, gate, gate.hints.index(hint))
+                    break
+            else:
+                if gate.always:
+                    redacted = self._apply(text, lowered, gate, len(gate.hints))
+        if redacted == text and length <= _CLEAN_TEXT_LENGTH:
             if len(self._clean) >= _CLEAN_TEXTS:
                 self._clean.clear()
             self._clean.add(text)
+        return redacted
+
+    def _apply(self, text: str, lowered: str, gate: _Gate, first: int) -> str:
+        """``text`` after the rules of ``gate`` that ``lowered`` (the text in lower case) calls for;
+        ``first`` is the index of the first of the gate's hints that it holds."""
+        chosen = set(gate.always)
+        for hint in gate.hints[first:]:
+            if hint in lowered:
+                chosen.update(gate.rules_by_hint[hint])
+        longest_word = -1
+        for index in sorted(chosen):
+            rule = self.rules[index]
+            if len(text) < rule.min_length:
+                continue
+            if rule.one_word:
+                # Replacing a secret never makes a longer word that a later rule could match whole.
+                if longest_word < 0:
+                    longest_word = _longest_word(text)
+                if longest_word < rule.min_length:
+                    continue
+            text = rule.apply(text)
         return text
 
     def redact(self, data: Any) -> Any:
