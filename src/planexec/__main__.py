@@ -1,3 +1,3 @@
-from planexec.cli import main
+from planexec.cli import entry
 
-main()
+entry()

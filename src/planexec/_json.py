@@ -27,13 +27,17 @@ from typing import Any
 
 from planexec._errors import Problem
 
-__all__ = ["MAX_CHARS", "MAX_DEPTH", "JSONRefused", "json_problem", "loads"]
+__all__ = ["MAX_CHARS", "MAX_DEPTH", "JSONRefused", "json_chars", "json_problem", "loads"]
 
 MAX_DEPTH = 100
 """How deep JSON values may nest, unless a caller says otherwise."""
 
 MAX_CHARS = 1_000_000
 """How large a value may be, in characters of its JSON text (approximately), unless a caller says otherwise."""
+
+MAX_INT_BITS = 13_000
+"""The largest integer accepted, in bits (about 3,900 decimal digits): Python writes no longer
+integer as text by default, and JSON readers elsewhere stop far earlier."""
 
 _FLOAT_CHARS = 12
 """What a float is counted as (its exact text is not worth computing)."""
@@ -74,14 +78,27 @@ def json_problem(
     if kind is bool or value is None:
         return None
     if kind is int:
-        if max_chars is None or value.bit_length() < max_chars:
+        bits = value.bit_length()
+        if bits > MAX_INT_BITS:
+            return _not_scalar(value, where)
+        if max_chars is None or bits < max_chars:
             return None
         return _too_large(_int_chars(value), max_chars, where)
     if kind is float:
         return None if math.isfinite(value) else _not_json(f"{_float_name(value)} is not JSON", where)
     if (kind is dict or kind is list) and not value and max_depth > 0:
         return None
-    return _walk(value, max_depth, max_chars, where)
+    return _walk(value, max_depth, max_chars, where)[1]
+
+
+def json_chars(value: Any, cap: int) -> int:
+    """About how many characters ``value`` takes as JSON text, counted only until it passes ``cap``
+    (a larger value gives ``cap + 1``). A value that is not JSON data counts as ``cap + 1`` too."""
+    size = _scalar_chars(value)
+    if size >= 0:
+        return size if size <= cap else cap + 1
+    total, problem = _walk(value, sys.maxsize, cap, "")
+    return cap + 1 if problem is not None else total
 
 
 def loads(text: str, *, max_depth: int = MAX_DEPTH, max_chars: int | None = None) -> Any:
@@ -120,7 +137,8 @@ def _refuse_constant(name: str) -> Any:
     raise _Constant(name)
 
 
-def _walk(value: Any, max_depth: int, max_chars: int | None, where: str) -> Problem | None:
+def _walk(value: Any, max_depth: int, max_chars: int | None, where: str) -> tuple[int, Problem | None]:
+    """The value's approximate size in characters, and its first problem (then the size so far)."""
     total = 0
     limit = sys.maxsize if max_chars is None else max_chars
     stack: list[tuple[Any, int, _Trail]] = [(value, 0, None)]
@@ -129,12 +147,12 @@ def _walk(value: Any, max_depth: int, max_chars: int | None, where: str) -> Prob
         kind = type(item)
         if kind is dict or (kind is not str and isinstance(item, dict)):
             if depth >= max_depth:
-                return Problem(code="too_deep", where=_path(where, trail), message=_deep_message(max_depth))
+                return total, Problem(code="too_deep", where=_path(where, trail), message=_deep_message(max_depth))
             total += len(item) + 1
             for key, member in item.items():
                 if type(key) is not str and not isinstance(key, str):
                     what = f"the key {_short_repr(key)} ({_article(type(key).__name__)}) is not a string"
-                    return _not_json(what, _path(where, trail))
+                    return total, _not_json(what, _path(where, trail))
                 total += len(key) + 3
                 size = _scalar_chars(member)
                 if size < 0:
@@ -142,10 +160,10 @@ def _walk(value: Any, max_depth: int, max_chars: int | None, where: str) -> Prob
                 else:
                     total += size
                     if total > limit:
-                        return _too_large(total, limit, _path(where, (trail, key)))
+                        return total, _too_large(total, limit, _path(where, (trail, key)))
         elif kind is list or kind is tuple or (kind is not str and isinstance(item, list | tuple)):
             if depth >= max_depth:
-                return Problem(code="too_deep", where=_path(where, trail), message=_deep_message(max_depth))
+                return total, Problem(code="too_deep", where=_path(where, trail), message=_deep_message(max_depth))
             total += len(item) + 1
             for index in range(len(item) - 1, -1, -1):
                 member = item[index]
@@ -155,15 +173,15 @@ def _walk(value: Any, max_depth: int, max_chars: int | None, where: str) -> Prob
                 else:
                     total += size
                     if total > limit:
-                        return _too_large(total, limit, _path(where, (trail, index)))
+                        return total, _too_large(total, limit, _path(where, (trail, index)))
         else:
             size = _scalar_chars(item)
             if size < 0:  # a scalar of a kind JSON has not, or a float JSON cannot write
-                return _not_scalar(item, _path(where, trail))
+                return total, _not_scalar(item, _path(where, trail))
             total += size
         if total > limit:
-            return _too_large(total, limit, _path(where, trail))
-    return None
+            return total, _too_large(total, limit, _path(where, trail))
+    return total, None
 
 
 def _scalar_chars(value: Any) -> int:
@@ -173,7 +191,8 @@ def _scalar_chars(value: Any) -> int:
     if kind is str:
         return len(value) + 2
     if kind is int:
-        return 8 if value.bit_length() <= 64 else _int_chars(value)
+        bits = value.bit_length()
+        return 8 if bits <= 64 else _int_chars(value) if bits <= MAX_INT_BITS else -1
     if kind is bool or value is None:
         return 5
     if kind is float:
@@ -181,7 +200,8 @@ def _scalar_chars(value: Any) -> int:
     if isinstance(value, str):
         return len(value) + 2
     if isinstance(value, int):
-        return 8 if value.bit_length() <= 64 else _int_chars(value)
+        bits = value.bit_length()
+        return 8 if bits <= 64 else _int_chars(value) if bits <= MAX_INT_BITS else -1
     if isinstance(value, float) and math.isfinite(value):
         return _FLOAT_CHARS
     return -1
@@ -190,6 +210,11 @@ def _scalar_chars(value: Any) -> int:
 def _not_scalar(value: Any, where: str) -> Problem:
     if isinstance(value, float):
         return _not_json(f"{_float_name(value)} is not JSON", where)
+    if isinstance(value, int) and not isinstance(value, bool):
+        digits = _int_chars(value)
+        return _not_json(
+            f"an integer of about {digits:,} digits is too large to store (at most {MAX_INT_BITS:,} bits)", where
+        )
     return _not_json(f"{_article(type(value).__name__)} is not JSON data", where)
 
 

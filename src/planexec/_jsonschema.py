@@ -10,13 +10,21 @@ Two draft 2020-12 validator classes that differ from jsonschema's own in a few k
   the pattern. For schemas whose patterns RE2 accepts.
 * :class:`LinearValidator` keeps Python's ``re`` for patterns (lookaround, backreferences), for
   schemas a developer wrote with such patterns.
+* ``enum`` and ``const`` compare by hashing (an ``enum`` of 1,000 values costs one lookup per
+  value judged, not 1,000 comparisons).
 
 :func:`validator_for` picks :class:`SafeValidator` when every pattern of a schema compiles with RE2.
+:func:`bounded` runs a validation with a work budget: at most ``MAX_WORK`` keyword applications,
+after which :class:`TooCostly` is raised — a schema whose cost grows with the output it judges
+(an ``anyOf`` of a thousand branches over a list of ten thousand items) fails instead of holding
+the event loop for minutes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import jsonschema
@@ -24,7 +32,42 @@ from jsonschema.exceptions import ValidationError
 
 from planexec._regex import PatternError, compile_pattern, search
 
-__all__ = ["LinearValidator", "SafeValidator", "validator_for"]
+__all__ = ["MAX_WORK", "LinearValidator", "SafeValidator", "TooCostly", "bounded", "validator_for"]
+
+MAX_WORK = 500_000
+"""Keyword applications one validation may make under :func:`bounded`."""
+
+
+class TooCostly(Exception):
+    """A validation under :func:`bounded` needed more than its work budget."""
+
+
+_FUEL: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("planexec_schema_fuel", default=None)
+
+
+@contextlib.contextmanager
+def bounded(work: int = MAX_WORK) -> Iterator[None]:
+    """Validations by :class:`SafeValidator` inside the block may apply at most ``work`` keywords."""
+    token = _FUEL.set([work])
+    try:
+        yield
+    finally:
+        _FUEL.reset(token)
+
+
+def _counted(keyword: Callable[..., Iterator[ValidationError] | None]) -> Callable[..., Iterator[ValidationError]]:
+    def apply(validator: Any, value: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+        fuel = _FUEL.get()
+        if fuel is not None:
+            fuel[0] -= 1
+            if fuel[0] < 0:
+                raise TooCostly(f"judging the output with this schema takes more than {MAX_WORK:,} steps")
+        errors = keyword(validator, value, instance, schema)
+        if errors is not None:
+            yield from errors
+
+    return apply
+
 
 _PLAIN = frozenset({str, int, float, type(None)})
 
@@ -67,6 +110,27 @@ def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: 
         yield ValidationError(f"additional properties are not allowed ({_cut(listing, 300)} {verb} unexpected)")
 
 
+_FROZEN_ENUMS: dict[int, tuple[Any, frozenset[Any]]] = {}
+"""Hashed forms of the ``enum`` lists seen, by the list's id (the list is kept, so its id stays its own)."""
+
+
+def _enum(validator: Any, enums: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if not isinstance(enums, list):
+        return
+    known = _FROZEN_ENUMS.get(id(enums))
+    if known is None or known[0] is not enums:
+        if len(_FROZEN_ENUMS) > 256:
+            _FROZEN_ENUMS.clear()
+        known = _FROZEN_ENUMS[id(enums)] = (enums, frozenset(_frozen(e) for e in enums))
+    if _frozen(instance) not in known[1]:
+        yield ValidationError(f"{_cut(repr(instance), 80)} is not one of the {len(enums)} values allowed")
+
+
+def _const(validator: Any, const: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if _frozen(instance) != _frozen(const):
+        yield ValidationError(f"{_cut(repr(const), 80)} was expected")
+
+
 def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
     if not unique or not validator.is_type(instance, "array"):
         return
@@ -102,16 +166,22 @@ LinearValidator: Any = jsonschema.validators.extend(  # type: ignore[no-untyped-
 )
 """Draft 2020-12 with a linear ``uniqueItems``; patterns with Python's ``re``."""
 
+_SAFE_KEYWORDS: dict[str, Callable[..., Any]] = {
+    **jsonschema.Draft202012Validator.VALIDATORS,
+    "pattern": _pattern_keyword,
+    "patternProperties": _pattern_properties,
+    "additionalProperties": _additional_properties,
+    "uniqueItems": _unique_items,
+    "enum": _enum,
+    "const": _const,
+}
+
 SafeValidator: Any = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
     jsonschema.Draft202012Validator,
-    validators={
-        "pattern": _pattern_keyword,
-        "patternProperties": _pattern_properties,
-        "additionalProperties": _additional_properties,
-        "uniqueItems": _unique_items,
-    },
+    validators={name: _counted(fn) for name, fn in _SAFE_KEYWORDS.items()},
 )
-"""Draft 2020-12 with RE2 for every regex and a linear ``uniqueItems``."""
+"""Draft 2020-12 with RE2 for every regex, hashed ``enum``/``const``, a linear ``uniqueItems``,
+and every keyword counted against the work budget of :func:`bounded`."""
 
 
 def _patterns(schema: Any) -> Iterator[str]:

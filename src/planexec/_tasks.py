@@ -4,10 +4,13 @@ process) from finishing."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 __all__ = ["abandon"]
+
+_KEEP = 1000
+_kept: list[Any] = []
+"""Coroutines that would not close: held so that collecting them later prints no warning."""
 
 
 def abandon(task: asyncio.Task[Any]) -> None:
@@ -19,8 +22,12 @@ def abandon(task: asyncio.Task[Any]) -> None:
     """
     if task.done():
         return
-    with contextlib.suppress(RuntimeError, ValueError):
-        task.get_coro().close()
+    coro = task.get_coro()
+    try:
+        coro.close()
+    except Exception:  # it would not close (it caught even that), or it failed as it closed
+        _kept.append(coro)  # keep it out of the garbage collector, which would complain aloud
+        del _kept[:-_KEEP]
     task.cancel()
     task.add_done_callback(_forget)
 

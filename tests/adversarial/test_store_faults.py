@@ -334,8 +334,10 @@ async def test_a_statement_blocked_by_a_lock_fails_within_the_statement_timeout(
                 message = assert_clean(error, secrets=(_password_of(url),))
                 assert "statement_timeout=0.2 s" in message, message
                 assert 0.15 < took < 0.2 + SLACK, (name, took)
-            assert await store.last_seq("r") == 2, "the lock is gone: the store works again"
-            assert await store.append("r", step_batch("b"), expected_seq=2) == 4
+            # the lock is gone: the store works again (the timed-out delete of "r" may or may not have
+            # gone through on the server after the lock was released: a timed-out call can still take effect)
+            assert await store.append("r2", step_batch("b"), expected_seq=0) == 2
+            assert await store.last_seq("r2") == 2
         finally:
             await store.close()
 

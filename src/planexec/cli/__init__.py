@@ -6,6 +6,7 @@ Exit status of the commands that run an agent: 0 goal met, 1 stopped otherwise, 
 line, 3 suspended until a human answers.
 """
 
+from planexec.cli._entry import entry
 from planexec.cli._main import main
 
-__all__ = ["main"]
+__all__ = ["entry", "main"]

@@ -4,7 +4,6 @@ it to the run's log after its last event."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -14,6 +13,8 @@ from typing import Any, Literal
 import pydantic
 
 from planexec._errors import UsageError
+from planexec._json import MAX_CHARS, MAX_DEPTH, JSONRefused
+from planexec._json import loads as strict_loads
 from planexec.cli._options import Problems, Refused
 from planexec.cli._questions import about
 from planexec.plan import CheckContext, Plan, check_steps
@@ -89,9 +90,9 @@ def parse_output(raw: str | None, problems: Problems) -> Any:
     if raw is None:
         return None
     try:
-        return json.loads(raw)
-    except ValueError as e:
-        problems.add("--output", f"not JSON: {e}")
+        return strict_loads(raw, max_chars=MAX_CHARS)
+    except JSONRefused as e:
+        problems.add("--output", f"not JSON: {e.problem.message}")
         return None
 
 
@@ -115,17 +116,26 @@ def check_answer(
 # -- an edited plan ---------------------------------------------------------------------------
 
 
+MAX_PLAN_BYTES = 8 * 1024 * 1024
+"""The largest edited plan read."""
+
+
 def _read_plan(path: Path, problems: Problems) -> Plan | None:
     flag = f"--edit {str(path)!r}"
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        problems.add(flag, f"cannot read it: {e.strerror or e}")
+        with path.open("rb") as file:
+            raw = file.read(MAX_PLAN_BYTES + 1)
+        text = raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        problems.add(flag, f"cannot read it: {getattr(e, 'strerror', None) or e}")
+        return None
+    if len(raw) > MAX_PLAN_BYTES:
+        problems.add(flag, f"is larger than {MAX_PLAN_BYTES:,} bytes, the most a plan may be")
         return None
     try:
-        data = json.loads(text)
-    except ValueError as e:
-        problems.add(flag, f"not JSON: {e}")
+        data = strict_loads(text, max_depth=MAX_DEPTH + 5)
+    except JSONRefused as e:
+        problems.add(flag, f"not JSON: {e.problem.message}")
         return None
     try:
         return Plan.model_validate(data)

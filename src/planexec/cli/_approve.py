@@ -9,7 +9,6 @@ a time, with the live board paused so that the prompt is not drawn over.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from typing import Any, Literal, cast
 
@@ -18,6 +17,8 @@ from rich.markup import escape
 from rich.prompt import Confirm, Prompt
 from rich.table import Table
 
+from planexec._json import MAX_CHARS, JSONRefused
+from planexec._json import loads as strict_loads
 from planexec.cli._board import Display
 from planexec.cli._text import plain, shown
 from planexec.plan import Step, render_text
@@ -91,9 +92,9 @@ class TerminalApprover:
                     Prompt.ask, "The step's output (JSON; empty for none)", console=self._console, default=""
                 )
                 try:
-                    output = json.loads(text) if text.strip() else None
+                    output = strict_loads(text, max_chars=MAX_CHARS) if text.strip() else None
                     break
-                except ValueError as e:
+                except JSONRefused as e:
                     self._console.print(f"not JSON: {e}", markup=False)
         reason = f"{choice} at the terminal"
         return ApprovalDecision(approved=True, choice=choice, output=output, reason=reason, by="terminal")

@@ -168,12 +168,12 @@ async def _export(choice: StoreChoice, run_id: str, output: Path | None) -> int:
     text = "".join(_line(dump_event(e)) for e in log)
     if output is None:
         click.echo(text, nl=False)
-        return 0
-    try:
-        await asyncio.to_thread(output.write_text, text, encoding="utf-8")
-    except OSError as e:
-        raise Refused(Problems.of(f"--output {str(output)!r}", f"cannot write it: {e.strerror or e}")) from e
-    click.echo(f"wrote {len(log)} events of run {run_id} to {output}", err=True)
+    else:
+        try:
+            await asyncio.to_thread(output.write_text, text, encoding="utf-8")
+        except OSError as e:
+            raise Refused(Problems.of(f"--output {str(output)!r}", f"cannot write it: {e.strerror or e}")) from e
+        click.echo(f"wrote {len(log)} events of run {run_id} to {output}", err=True)
     if unreadable:
         return _unreadable(run_id, unreadable, shown=len(log))
     return 0

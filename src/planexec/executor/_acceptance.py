@@ -19,7 +19,7 @@ from planexec.executor._outcome import PASSED, CheckResult, Verdict
 from planexec.models._base import Message, Model, ModelRequest, OutputSpec
 from planexec.models._registry import resolve_model
 from planexec.plan._bindings import BindingError, render_text
-from planexec.plan._schemas import schema_errors
+from planexec.plan._schemas import judge
 from planexec.plan._step import Contains, FitsSchema, Matches, NonEmpty, Predicate, Step
 
 __all__ = ["Acceptance", "PredicateFn"]
@@ -59,9 +59,12 @@ class Acceptance:
             return PASSED
         results: list[CheckResult] = []
         if step.output_schema is not None:
-            results.append(_schema_check("output_schema", step.output_schema, output))
+            results.append(await _schema_check("output_schema", step.output_schema, output))
         for check in step.checks:
-            results.append(self._check(check, step, output))
+            if isinstance(check, FitsSchema):
+                results.append(await _schema_check("schema", check.json_schema, output))
+            else:
+                results.append(self._check(check, step, output))
         if self.accept is not None:
             results.append(_predicate("accept", self.accept, step, output))
         if self._judges(step) and all(r.passed for r in results):
@@ -87,8 +90,6 @@ class Acceptance:
             except (BindingError, PatternError) as e:
                 return CheckResult(name="matches", passed=False, detail=f"the pattern cannot be applied: {e}")
             return CheckResult(name="matches", passed=ok, detail="" if ok else f"no match for {check.pattern!r}")
-        if isinstance(check, FitsSchema):
-            return _schema_check("schema", check.json_schema, output)
         assert isinstance(check, Predicate)
         fn = self.predicates.get(check.name)
         if fn is None:
@@ -123,8 +124,8 @@ class Acceptance:
         return CheckResult(name="rubric", passed=parsed["passed"], detail=str(parsed.get("reason", "")))
 
 
-def _schema_check(name: str, schema: Mapping[str, Any], output: Any) -> CheckResult:
-    errors = schema_errors(schema, output)
+async def _schema_check(name: str, schema: Mapping[str, Any], output: Any) -> CheckResult:
+    errors = await judge(schema, output)
     return CheckResult(name=name, passed=not errors, detail="; ".join(errors))
 
 

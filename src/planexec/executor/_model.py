@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import jsonschema
-
 from planexec._errors import UnknownToolError
+from planexec._json import JSONRefused
+from planexec._json import loads as strict_loads
 from planexec.executor._base import StepContext, StepFailure
 from planexec.executor._outcome import StepError
 from planexec.models._base import Message, Model, ModelRequest, ModelResponse, OutputSpec, ToolCall, ToolSpec
 from planexec.models._registry import resolve_model
+from planexec.plan._schemas import judge
 from planexec.plan._step import Step
 
 __all__ = ["ModelExecutor"]
@@ -68,7 +69,7 @@ class ModelExecutor:
                 raise StepFailure(StepError(kind="executor", message=f"the model refused: {response.refusal or ''}"))
             if response.tool_calls:
                 messages.append(Message(role="assistant", content=response.text, tool_calls=response.tool_calls))
-                results = await asyncio.gather(*(self._call(c, ctx, allowed.names) for c in response.tool_calls))
+                results = await _all(self._call(c, ctx, allowed.names) for c in response.tool_calls)
                 messages += [
                     Message(role="tool", content=text, tool_call_id=c.id)
                     for c, text in zip(response.tool_calls, results, strict=True)
@@ -76,7 +77,7 @@ class ModelExecutor:
                 continue
             if output is None:
                 return response.text
-            value, problem = _structured(response, output.json_schema)
+            value, problem = await _structured(response, output.json_schema)
             if problem is None:
                 return value
             messages.append(Message(role="assistant", content=response.text))
@@ -110,6 +111,17 @@ class ModelExecutor:
         return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
 
 
+async def _all(calls: Iterable[Coroutine[Any, Any, str]]) -> list[str]:
+    """Run the calls together; when one raises (a budget ran out, a tool crashed) or the step is
+    cancelled, the others are cancelled and waited for: no call outlives its step."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(call) for call in calls]
+    except BaseExceptionGroup as group_error:
+        raise group_error.exceptions[0] from None
+    return [task.result() for task in tasks]
+
+
 def _describe(step: Step, args: dict[str, Any]) -> str:
     lines = [f"Step {step.id}: {step.description}"]
     if args:
@@ -121,12 +133,14 @@ def _describe(step: Step, args: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _structured(response: ModelResponse, schema: Any) -> tuple[Any, str | None]:
+async def _structured(response: ModelResponse, schema: Any) -> tuple[Any, str | None]:
+    """The step's result as ``schema`` asks for it (a planner's schema: judged in bounded time),
+    or why it does not fit."""
     value = response.parsed
     if value is None:
         try:
-            value = json.loads(response.text)
-        except ValueError as e:
-            return None, f"not valid JSON ({e})"
-    errors = [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(value)]
+            value = strict_loads(response.text)
+        except JSONRefused as e:
+            return None, f"not valid JSON ({e.problem.message})"
+    errors = await judge(schema, value)
     return (value, None) if not errors else (None, "; ".join(errors))

@@ -7,6 +7,7 @@ Streaming and token counting are optional capabilities; ``stream_request`` and
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ __all__ = [
     "Message",
     "Model",
     "ModelCallError",
+    "ModelCrashed",
     "ModelRequest",
     "ModelResponse",
     "ModelSettings",
@@ -188,6 +190,28 @@ class ModelCallError(PlanexecError):
         self.status = status
         self.retry_after = retry_after
         super().__init__(message)
+
+
+class ModelCrashed(Exception):
+    """A model raised something that is not an ordinary error (``KeyboardInterrupt``,
+    ``SystemExit``, ``GeneratorExit``, a bare ``BaseException``, a ``CancelledError`` of its own).
+    The run stops with an error (code ``model_crashed``) that names the model."""
+
+    def __init__(self, model: str, error: BaseException | None, *, message: str | None = None) -> None:
+        self.model = model
+        self.error = error
+        if message is None:
+            detail = f": {error}" if str(error) else ""
+            message = f"model {model} raised {type(error).__name__}{detail}"
+        super().__init__(message)
+
+
+def cancelled_for_real(error: BaseException) -> bool:
+    """Whether ``error`` is the cancellation of the running task (not one a callee raised itself)."""
+    if not isinstance(error, asyncio.CancelledError):
+        return False
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 async def stream_request(model: Model, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:

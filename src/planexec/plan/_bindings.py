@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from planexec._errors import Problem
-from planexec._json import MAX_DEPTH
+from planexec._json import MAX_CHARS, MAX_DEPTH, json_chars
 
 __all__ = ["BindingError", "CompiledArgs", "Ref", "compile_args", "render_text"]
 
@@ -83,14 +83,21 @@ class CompiledArgs:
     problems: tuple[Problem, ...]
     """Syntax problems found while parsing (empty when all bindings are well formed)."""
 
-    def resolve(self, outputs: Mapping[str, Any]) -> dict[str, Any]:
-        """The arguments with every binding filled in; raises ``BindingError`` listing every problem."""
+    def resolve(self, outputs: Mapping[str, Any], *, max_chars: int = MAX_CHARS) -> dict[str, Any]:
+        """The arguments with every binding filled in; raises ``BindingError`` listing every problem.
+
+        The outputs bound add up to at most about ``max_chars`` characters of JSON: an argument that
+        binds a large output many times over is refused (``too_large``) before it is built."""
         if self.problems:
             raise BindingError(list(self.problems))
         if self.root is None:
             return self.args
         problems: list[Problem] = []
-        out = {k: _resolve(v, outputs, problems) for k, v in self.root.items()}
+        room = _Room(max_chars)
+        try:
+            out = {k: _resolve(v, outputs, problems, room) for k, v in self.root.items()}
+        except _Full as full:
+            raise BindingError([full.problem]) from None
         if problems:
             raise BindingError(problems)
         return out
@@ -263,21 +270,50 @@ def lookup(ref: Ref, outputs: Mapping[str, Any]) -> Any:
     return current
 
 
-def _resolve(node: _Node, outputs: Mapping[str, Any], problems: list[Problem]) -> Any:
+class _Full(Exception):
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+
+
+class _Room:
+    """How much bound output one resolution may still take, in characters of JSON (approximately)."""
+
+    __slots__ = ("left", "limit", "sizes")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.left = limit
+        self.sizes: dict[int, int] = {}
+
+    def take(self, ref: Ref, value: Any) -> None:
+        size = self.sizes.get(id(value))
+        if size is None:
+            size = self.sizes[id(value)] = json_chars(value, self.limit)
+        self.left -= size
+        if self.left < 0:
+            message = f"the bound outputs add up to more than {self.limit:,} characters (each binding counts)"
+            raise _Full(Problem(code="too_large", where=str(ref), message=message))
+
+
+def _resolve(node: _Node, outputs: Mapping[str, Any], problems: list[Problem], room: _Room) -> Any:
     if isinstance(node, _Const):
         return node.value
     if isinstance(node, Ref):
         try:
-            return lookup(node, outputs)
+            value = lookup(node, outputs)
         except LookupError as e:
             problems.append(Problem(code="binding_unresolved", where=str(node), message=str(e)))
             return None
+        room.take(node, value)
+        return value
     if isinstance(node, _Text):
         pieces: list[str] = []
         for part in node.parts:
             if isinstance(part, Ref):
                 try:
-                    pieces.append(render_text(lookup(part, outputs)))
+                    value = lookup(part, outputs)
+                    room.take(part, value)
+                    pieces.append(render_text(value))
                 except LookupError as e:
                     problems.append(Problem(code="binding_unresolved", where=str(part), message=str(e)))
                 except BindingError as e:
@@ -286,5 +322,5 @@ def _resolve(node: _Node, outputs: Mapping[str, Any], problems: list[Problem]) -
                 pieces.append(part)
         return "".join(pieces)
     if isinstance(node, dict):
-        return {k: _resolve(v, outputs, problems) for k, v in node.items()}
-    return [_resolve(v, outputs, problems) for v in node]
+        return {k: _resolve(v, outputs, problems, room) for k, v in node.items()}
+    return [_resolve(v, outputs, problems, room) for v in node]

@@ -27,21 +27,24 @@ import itertools
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote
 
 import jsonschema
 from jsonschema.exceptions import ValidationError, best_match
+from pydantic_core import to_json
 
 from planexec._errors import Problem
 from planexec._json import json_problem
-from planexec._jsonschema import SafeValidator
+from planexec._jsonschema import SafeValidator, TooCostly, bounded
 from planexec._regex import PatternError, compile_pattern
+from planexec.tools._threads import run_in_thread
 
 __all__ = [
     "MAX_SCHEMA_CHARS",
     "MAX_SCHEMA_DEPTH",
     "MAX_SCHEMA_NODES",
+    "judge",
     "schema_errors",
     "schema_problems",
 ]
@@ -126,13 +129,32 @@ def schema_errors(schema: Any, instance: Any, *, limit: int = MAX_ERRORS) -> lis
         return [f"the schema cannot be used: {message}" for _, message in prepared.problems[:limit]]
     assert prepared.validator is not None
     try:
-        errors = list(itertools.islice(prepared.validator.iter_errors(instance), limit + 1))
+        with bounded():
+            errors = list(itertools.islice(prepared.validator.iter_errors(instance), limit + 1))
+    except TooCostly as e:
+        return [f"the schema could not be applied to the output: {e}"]
     except Exception as e:  # anything the schema makes the validator do is the schema's failure
         return [f"the schema could not be applied to the output: {type(e).__name__}: {_cut(str(e))}"]
     messages = [_describe(e) for e in errors[:limit]]
     if len(errors) > limit:
         messages.append("...")
     return messages
+
+
+_INLINE_CHARS = 4_096
+"""Outputs up to about this size are judged on the event loop; larger ones in a worker thread."""
+
+
+async def judge(schema: Any, instance: Any, *, limit: int = MAX_ERRORS) -> list[str]:
+    """:func:`schema_errors`, judged where it does not hold the event loop: a large output is judged
+    in a worker thread (the work budget still bounds it), a small one at once."""
+    try:
+        small = len(to_json(instance, serialize_unknown=True)) <= _INLINE_CHARS
+    except Exception:  # no JSON form: schema_errors says why, quickly
+        small = True
+    if small:
+        return schema_errors(schema, instance, limit=limit)
+    return cast(list[str], await run_in_thread(lambda: schema_errors(schema, instance, limit=limit)))
 
 
 def _describe(error: ValidationError) -> str:

@@ -9,7 +9,7 @@ import json
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from pydantic_core import to_json
 
@@ -18,11 +18,16 @@ from planexec._json import MAX_DEPTH, json_problem
 from planexec.executor._base import StepFailure
 from planexec.executor._outcome import StepError
 from planexec.models._base import (
+    FinishReason,
     Model,
     ModelCallError,
+    ModelCrashed,
     ModelRequest,
     ModelResponse,
     StreamingModel,
+    ToolCall,
+    Usage,
+    cancelled_for_real,
     estimate_tokens,
 )
 from planexec.models._prices import Price, price_for
@@ -127,6 +132,10 @@ class ModelCalls:
             response = accepted(await (send or model.request)(request), engine.config.limits.max_reply_chars, model)
         except Exception as e:
             error = e
+        except BaseException as e:  # a real cancellation goes on; anything else a model raises is a crash
+            if cancelled_for_real(e):
+                raise
+            error = ModelCrashed(model.name, e)
         finally:
             self._model_calls_in_flight -= 1
             self._model_tokens_in_flight -= estimate
@@ -142,7 +151,7 @@ class ModelCalls:
         )
         if error is not None:
             engine.emit(replace(record, error=f"{type(error).__name__}: {error}"))
-            if isinstance(error, UsageError) or role != "executor":
+            if isinstance(error, UsageError | ModelCrashed) or role != "executor":
                 raise error
             raise StepFailure(
                 StepError(kind="executor", message=f"the model failed: {type(error).__name__}: {error}")
@@ -165,6 +174,9 @@ def accepted(response: ModelResponse, max_chars: int, model: Model) -> ModelResp
             provider=model.name,
             retryable=False,
         )
+    shape = _shape_problem(response)
+    if shape is not None:
+        raise ModelCallError(f"{model.name} answered with {shape}", provider=model.name, retryable=False)
     size = len(response.text) + sum(len(c.name) + len(c.id) for c in response.tool_calls)
     for call in response.tool_calls:
         problem = json_problem(call.arguments, max_chars=max_chars, where=f"tool call {call.name!r} arguments")
@@ -194,6 +206,33 @@ def accepted(response: ModelResponse, max_chars: int, model: Model) -> ModelResp
     if response.parsed is not None and not _storable(response.parsed):
         response = replace(response, parsed=None)
     return response
+
+
+_FINISH_REASONS = frozenset(get_args(FinishReason))
+
+
+def _shape_problem(response: ModelResponse) -> str | None:
+    """What makes ``response`` unfit to be logged and read back, if anything (a model built by hand
+    can put anything in a dataclass)."""
+    for name in ("text", "model"):
+        if not isinstance(getattr(response, name), str):
+            return f"a {name} that is not text"
+    if response.refusal is not None and not isinstance(response.refusal, str):
+        return "a refusal that is not text"
+    if response.finish_reason not in _FINISH_REASONS:
+        return f"the finish reason {response.finish_reason!r} (not one of {', '.join(sorted(_FINISH_REASONS))})"
+    if not isinstance(response.usage, Usage):
+        return "usage that is not a Usage"
+    if not isinstance(response.tool_calls, tuple | list):
+        return "tool calls that are not a sequence"
+    for call in response.tool_calls:
+        if not isinstance(call, ToolCall):
+            return f"a tool call that is a {type(call).__name__}, not a ToolCall"
+        if not isinstance(call.id, str) or not isinstance(call.name, str):
+            return "a tool call whose id or name is not text"
+        if not isinstance(call.arguments, dict):
+            return f"tool call {call.name!r} with arguments that are a {type(call.arguments).__name__}, not an object"
+    return None
 
 
 def _storable(value: Any) -> bool:

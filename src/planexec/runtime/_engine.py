@@ -43,15 +43,15 @@ from planexec.runtime._events import (
 )
 from planexec.runtime._humans import Humans
 from planexec.runtime._journal import Journal, JournalFailed
-from planexec.runtime._planning import PlanDone, PlanKind, Planning, Stop, error_stop
+from planexec.runtime._planning import PlanDone, PlanKind, Planning, Stop, crash_stop, error_stop
 from planexec.runtime._recovery import restore
 from planexec.runtime._replay import Replayer
 from planexec.runtime._scheduler import ReadyQueue
 from planexec.runtime._settings import ApprovalDecision, Approvals, Limits, RunContext
 from planexec.runtime._stalls import RepeatWatch
 from planexec.runtime._state import RunState, canonical_call
-from planexec.runtime._step_run import StepDone, ToolCrashed, run_step
-from planexec.runtime._stop import ErrorCode, StopReason
+from planexec.runtime._step_run import StepDone, run_step
+from planexec.runtime._stop import StopReason
 from planexec.store._base import RunStore
 from planexec.tools._toolset import Toolset
 
@@ -369,10 +369,12 @@ class Engine:
         except JournalFailed as e:
             # The last events could not be saved: the run must not look as if it had ended well.
             last = self.events[-1] if self.events else None
-            if isinstance(last, RunFinished) and last.stop.code != "log_failed":
-                stop = StopReason(kind="error", code="log_failed", detail=str(e))
-                self.events[-1] = replace(last, stop=stop, answer=None)
-                self.state.stop, self.state.answer = stop, None
+            if isinstance(last, RunFinished):
+                if last.stop.code != "log_failed":
+                    stop = StopReason(kind="error", code="log_failed", detail=str(e))
+                    last = self.events[-1] = replace(last, stop=stop, answer=None)
+                    self.state.stop, self.state.answer = stop, None
+                await self.journal.close_failed(last)
 
     async def _suspend(self) -> RunState:
         questions = tuple(a.approval_id for a in self.state.pending_approvals)
@@ -556,15 +558,7 @@ class Engine:
             return  # a cancelled or superseded attempt
         self._release(done.step_id)
         if done.crash is not None:
-            crash = done.crash
-            code: ErrorCode = (
-                "log_failed"
-                if isinstance(crash, JournalFailed)
-                else "tool_crashed"
-                if isinstance(crash, ToolCrashed)
-                else "usage"
-            )
-            raise error_stop(code, str(crash))
+            raise crash_stop(done.crash)
         if done.budget is not None:
             error = StepError(kind="budget", message=str(done.budget))
             self.emit(

@@ -16,6 +16,7 @@ from planexec._errors import Problem, UsageError
 from planexec._json import json_problem
 from planexec.executor._base import StepFailure
 from planexec.executor._outcome import StepError
+from planexec.models._base import cancelled_for_real
 from planexec.plan._step import Step
 from planexec.runtime._events import ApprovalDecided, ApprovalRequested, Event
 from planexec.runtime._settings import ApprovalDecision, ApprovalRequest
@@ -192,12 +193,36 @@ class Humans:
             self._futures.pop(approval_id, None)
 
     async def _ask_callback(self, request: ApprovalRequest) -> None:
+        """Ask the approver callback. Whatever goes wrong with it — it raises, it answers something
+        that is not ``True``, ``False`` or a valid :class:`ApprovalDecision` — counts as a refusal
+        that says why: a broken approver never approves."""
         approver = self._engine.config.approvals.approver
         assert approver is not None
-        answer = await approver(request)
-        decision = answer if isinstance(answer, ApprovalDecision) else ApprovalDecision(approved=bool(answer))
+        try:
+            decision = self._checked(request.approval_id, await approver(request))
+        except Exception as e:
+            decision = _refusal(f"the approver failed: {type(e).__name__}: {e}")
+        except BaseException as e:  # a real cancellation goes on
+            if cancelled_for_real(e):
+                raise
+            decision = _refusal(f"the approver raised {type(e).__name__}")
         if request.approval_id in self._futures:
             self.decide(request.approval_id, decision)
+
+    def _checked(self, approval_id: str, answer: object) -> ApprovalDecision:
+        if type(answer) is bool:
+            return ApprovalDecision(approved=answer)
+        if not isinstance(answer, ApprovalDecision):
+            return _refusal(
+                f"the approver answered with {type(answer).__name__}, not True, False or an ApprovalDecision"
+            )
+        if type(answer.approved) is not bool:
+            return _refusal(f"the approver's decision has approved={answer.approved!r}, not True or False")
+        record = self._engine.state.approvals.get(approval_id)
+        problems = check_decision(record, answer) if record is not None else []
+        if problems:
+            return _refusal("the approver's decision is invalid: " + "; ".join(p.message for p in problems))
+        return answer
 
     def decide(self, approval_id: str, decision: ApprovalDecision) -> None:
         """Record a human's answer (from this process) and release whoever waits for it."""
@@ -304,6 +329,10 @@ def check_decision(record: ApprovalRecord, decision: ApprovalDecision) -> list[P
         if not isinstance(getattr(decision, name), str):
             problems.append(Problem(code=name, where=where, message=f"{name} must be text"))
     return problems
+
+
+def _refusal(reason: str) -> ApprovalDecision:
+    return ApprovalDecision(approved=False, reason=reason, by="approver")
 
 
 def _decision_of(record: ApprovalRecord) -> ApprovalDecision:

@@ -77,6 +77,21 @@ class Journal:
                 await asyncio.gather(self._task, return_exceptions=True)
                 self._task = None
 
+    async def close_failed(self, last: Event) -> bool:
+        """After a failed write: try to save ``last`` (the run's ``run_finished``) on its own, so that
+        the stored log at least ends, and says why it is incomplete; a run whose stored log ends is
+        never picked up again. Best effort: False when the store refuses that too."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        try:
+            async with self._lock:
+                self.persisted = await self.store.append(self.run_id, [last], expected_seq=self.persisted)
+        except Exception:
+            return False
+        return True
+
     def _raise(self) -> None:
         if self.error is not None:
             raise JournalFailed(f"the run log could not be written: {self.error}") from self.error

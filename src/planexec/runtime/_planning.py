@@ -8,6 +8,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from planexec._errors import UsageError
+from planexec.models._base import ModelCrashed, cancelled_for_real
 from planexec.plan import IncrementalChecker
 from planexec.plan._bindings import CompiledArgs, compile_args
 from planexec.plan._checks import CheckContext, check_steps
@@ -25,15 +27,17 @@ from planexec.runtime._events import (
     StepCancelled,
     StepStreamed,
 )
+from planexec.runtime._journal import JournalFailed
 from planexec.runtime._replay import RecordedError
 from planexec.runtime._settings import ApprovalDecision, ApprovalRequest
 from planexec.runtime._state import ApprovalRecord
 from planexec.runtime._stop import ErrorCode, StopReason
+from planexec.tools._tool import ToolCrashed
 
 if TYPE_CHECKING:
     from planexec.runtime._engine import Engine
 
-__all__ = ["PlanDone", "PlanKind", "Planning", "Stop", "error_stop"]
+__all__ = ["PlanDone", "PlanKind", "Planning", "Stop", "crash_stop", "error_stop"]
 
 PlanKind = Literal["initial", "failure", "after_step", "turn", "finish"]
 
@@ -50,6 +54,26 @@ class Stop(Exception):
 def error_stop(code: ErrorCode, detail: str) -> Stop:
     """The signal that ends a run with an error of kind ``code``."""
     return Stop(StopReason(kind="error", code=code, detail=detail))
+
+
+def crash_stop(crash: BaseException, *, planner: bool = False) -> Stop:
+    """The stop for an error a planning round or a step could not route: its code says whose it was."""
+    code: ErrorCode
+    if isinstance(crash, JournalFailed):
+        code = "log_failed"
+    elif isinstance(crash, ToolCrashed):
+        code = "tool_crashed"
+    elif isinstance(crash, ModelCrashed):
+        code = "model_crashed"
+    elif planner:
+        text = str(crash) if isinstance(crash, RecordedError) else f"{type(crash).__name__}: {crash}"
+        return error_stop("planner_failed", f"the planner failed: {text}")
+    elif isinstance(crash, UsageError):
+        code = "usage"
+    else:
+        return error_stop("internal", f"internal error: {type(crash).__name__}: {crash}")
+    prefix = "the planner failed: " if planner else ""
+    return error_stop(code, f"{prefix}{crash}")
 
 
 @dataclass(slots=True)
@@ -202,9 +226,11 @@ class Planning:
             done.gave_up = e
         except BudgetHit as hit:
             done.budget = hit
-        except asyncio.CancelledError:
-            raise
         except Exception as e:
+            done.crash = e
+        except BaseException as e:  # a real cancellation goes on; nothing else may end the task unreported
+            if cancelled_for_real(e):
+                raise
             done.crash = e
         engine.queue.put_nowait(done)
 
@@ -239,9 +265,7 @@ class Planning:
         if done.budget is not None:
             engine.budget_stop(done.budget)
         if done.crash is not None:
-            crash = done.crash
-            text = str(crash) if isinstance(crash, RecordedError) else f"{type(crash).__name__}: {crash}"
-            raise error_stop("planner_failed", f"the planner failed: {text}")
+            raise crash_stop(done.crash, planner=True)
         if done.gave_up is not None:
             self._gave_up(done.gave_up)
         if done.rejected is not None:

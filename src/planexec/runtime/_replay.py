@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from planexec.executor._outcome import ErrorKind, StepError, Verdict
-from planexec.models._base import ModelResponse
+from planexec.models._base import ModelCrashed, ModelResponse
 from planexec.runtime._budget import BudgetHit
 from planexec.runtime._events import (
     ApprovalDecided,
@@ -228,7 +228,10 @@ class Replayer:
         assert isinstance(event, ModelCalled)
         engine.emit(event)
         if event.response is None:
-            raise RecordedError(event.error or "the model failed")
+            error = event.error or "the model failed"
+            if error.startswith(_CRASHED):  # the run stopped on it: it stops the replay the same way
+                raise ModelCrashed(event.model, None, message=error.removeprefix(_CRASHED))
+            raise RecordedError(error)
         return event.response
 
     async def step_outcome(self, engine: Engine, step: Step) -> StepOutcome:
@@ -284,6 +287,9 @@ class Replayer:
         except Divergence:
             return  # the engine reports it
         engine.end_as_recorded(self.log[self.cursor :])
+
+
+_CRASHED = f"{ModelCrashed.__name__}: "
 
 
 class RecordedError(Exception):

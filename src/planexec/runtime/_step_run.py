@@ -3,7 +3,6 @@ the executor, the acceptance verdict â€” or, in a replay, the recorded outcome â
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +10,7 @@ from planexec._errors import UsageError
 from planexec._json import json_problem
 from planexec.executor._base import Executor, StepFailure
 from planexec.executor._outcome import PASSED, StepError, Verdict
+from planexec.models._base import ModelCrashed, cancelled_for_real
 from planexec.plan._bindings import BindingError
 from planexec.plan._step import Step
 from planexec.runtime._budget import BudgetHit
@@ -62,7 +62,7 @@ async def run_step(engine: Engine, step: Step, executor: Executor, token: int, h
             await engine.humans.gate(step)
         compiled = engine.planning.compiled_args(step)
         try:
-            args = compiled.resolve(engine.state.outputs)
+            args = compiled.resolve(engine.state.outputs, max_chars=engine.config.limits.max_output_chars)
         except BindingError as e:
             raise StepFailure(StepError(kind="binding", message=str(e), problems=tuple(e.problems))) from None
         if compiled.root is not None:  # bound outputs, each within the limit, may add up past it
@@ -112,12 +112,14 @@ async def run_step(engine: Engine, step: Step, executor: Executor, token: int, h
         done.error = f.error
     except BudgetHit as hit:
         done.budget = hit
-    except (UsageError, JournalFailed, ToolCrashed) as e:
+    except (UsageError, JournalFailed, ToolCrashed, ModelCrashed) as e:
         done.crash = e
-    except asyncio.CancelledError:
-        raise
     except Exception as e:
         done.error = StepError(kind="tool_error", message=f"{type(e).__name__}: {e}")
+    except BaseException as e:  # a real cancellation goes on; nothing else may end the task unreported
+        if cancelled_for_real(e):
+            raise
+        done.crash = e
     finally:
         if reserved:
             engine.unreserve(step)

@@ -12,7 +12,7 @@ from planexec.models._base import Model, ModelRequest, ModelResponse, ToolCall
 from planexec.plan._step import Step
 from planexec.runtime._budget import BudgetHit
 from planexec.runtime._events import StepAttemptFailed, ToolCalled
-from planexec.tools._tool import Tool, ToolContext, ToolCrashed, call_with_timeout
+from planexec.tools._tool import OutputNotJSON, Tool, ToolContext, ToolCrashed, call_with_timeout
 from planexec.tools._toolset import Toolset
 
 if TYPE_CHECKING:
@@ -68,6 +68,8 @@ class StepCtx:
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         attempt = 0
+        counted = 0
+        """Attempts added to the engine's count of inner calls in flight (refused ones are not)."""
         try:
             while True:
                 attempt += 1
@@ -78,6 +80,7 @@ class StepCtx:
                         in_flight=engine._unstarted_tool_calls + engine._inner_tool_calls_in_flight,
                     )
                     engine._inner_tool_calls_in_flight += 1
+                    counted += 1
                 try:
                     output = await self._attempt(tool, args, attempt, key, inner)
                 except (asyncio.CancelledError, StepFailure, BudgetHit, ToolCrashed):
@@ -105,8 +108,7 @@ class StepCtx:
                 self._log_inner(call_id or "", tool, args, attempt, loop.time() - t0, error=f.error)
             raise
         finally:
-            if inner:
-                engine._inner_tool_calls_in_flight -= attempt
+            engine._inner_tool_calls_in_flight -= counted
 
     def _gate_inner(self, tool: Tool, args: dict[str, Any], call_id: str) -> None:
         """A model-driven step may not call a tool that a human would be asked about as a step of its
@@ -145,6 +147,9 @@ class StepCtx:
                 raw = await call_with_timeout(tool, args, tctx, grace=grace)
         try:
             output = tool.check_output(raw)
+        except OutputNotJSON as e:
+            message = f"the output of {tool.name} is not JSON data: {e}"
+            raise StepFailure(StepError(kind="invalid_output", message=message)) from None
         except ValueError as e:
             message = f"the output of {tool.name} does not fit its schema: {e}"
             raise StepFailure(StepError(kind="invalid_output", message=message)) from None

@@ -19,6 +19,7 @@ BudgetName = Literal[
 ErrorCode = Literal[
     "log_failed",
     "tool_crashed",
+    "model_crashed",
     "planner_failed",
     "planner_output",
     "step_failed",
@@ -31,6 +32,7 @@ ErrorCode = Literal[
 ``log_failed``: the run log could not be written (the store failed, or a value could not be stored);
 ``tool_crashed``: a tool raised something that is not an ordinary error (``KeyboardInterrupt``,
 ``SystemExit``, ``GeneratorExit``, a bare ``BaseException``, a ``CancelledError`` of its own);
+``model_crashed``: a model (or a human approver's callback) did the same;
 ``planner_failed``: the planner's model call failed; ``planner_output``: the planner's output was
 still invalid after every repair allowed; ``step_failed``: a step failed and replanning is off;
 ``unrunnable``: steps of the plan can never start; ``usage``: planexec was used wrongly during the

@@ -169,19 +169,34 @@ class Unreadable(ValueError):
         super().__init__(message)
 
 
-def decode_log(run_id: str, rows: Iterable[tuple[int, str | bytes]]) -> list[StoredEvent]:
-    """The events of ``rows`` (sequence number, stored data), in order.
+def _missing(first: int, end: int) -> Problem:
+    where = f"event {first}" if first == end else f"events {first}-{end}"
+    return Problem(code="missing", where=where, message="missing from the store (deleted, or never written)")
 
-    Raises :class:`~planexec.LogUnreadable` when any of them cannot be read: it carries every one
-    that could and, for each one that could not, a problem whose ``where`` is ``event <seq>``.
+
+def decode_log(
+    run_id: str, rows: Iterable[tuple[int, str | bytes]], *, after: int = 0, last: int | None = None
+) -> list[StoredEvent]:
+    """The events of ``rows`` (sequence number, stored data), in order: the log after event
+    ``after``, up to event ``last`` when the store knows its last sequence number.
+
+    Raises :class:`~planexec.LogUnreadable` when any of them cannot be read, or when events are
+    missing (a gap in the sequence numbers, or fewer events than ``last``): it carries every one
+    that could be read and, for each problem, where it is (``event <seq>``, ``events <a>-<b>``).
     """
     events: list[StoredEvent] = []
     problems: list[Problem] = []
+    expected = after + 1
     for seq, data in rows:
+        if seq > expected:
+            problems.append(_missing(expected, seq - 1))
+        expected = seq + 1
         try:
             events.append(StoredEvent(seq=seq, event=decode_event(data)))
         except Unreadable as e:
             problems.append(Problem(code=e.code, where=f"event {seq}", message=e.message))
+    if last is not None and last >= expected:
+        problems.append(_missing(expected, last))
     if problems:
         raise LogUnreadable(run_id, problems, events)
     return events

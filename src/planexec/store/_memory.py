@@ -56,7 +56,7 @@ class MemoryStore(StoreBase):
         self._check_open()
         log = self._logs.get(run_id, [])
         start = max(after, 0)
-        return decode_log(run_id, enumerate(log[start:], start=start + 1))
+        return decode_log(run_id, enumerate(log[start:], start=start + 1), after=start)
 
     async def last_seq(self, run_id: str) -> int:
         self._check_open()

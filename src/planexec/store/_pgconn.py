@@ -158,13 +158,24 @@ async def guarded(
             cut()  # the caller gave up: end the work now rather than let the driver wait on the server
             job.add_done_callback(_retrieve)
             await asyncio.wait([job])
+        if cut.done:
+            await _discard(conn)
         raise
     except Exception:
         if cut.done:
+            await _discard(conn)  # the driver may not know yet that its socket is gone: never reuse it
             raise TimedOut(f"the database did not answer within {limit}") from None
         raise
     finally:
         timer.cancel()
+
+
+async def _discard(conn: AsyncConnection[Any]) -> None:
+    """Close a connection that was cut, so that the pool drops it."""
+    try:
+        await conn.close()
+    except Exception:  # closing a cut connection may fail; it is dropped all the same
+        conn.pgconn.finish()
 
 
 class Pool:

@@ -28,7 +28,9 @@ A call therefore fails within ``connect_timeout + statement_timeout`` in all, wa
 pooled connection included. Arguments to :class:`PostgresStore` win over the URL. When a call's time
 runs out, or its caller cancels it, its connection is cut and dropped at once, without waiting for
 the server to acknowledge a cancel request (an unresponsive server never would); a statement still
-running on the server ends at the server's ``statement_timeout``.
+running on the server ends at the server's ``statement_timeout`` — or completes, if what held it
+goes away first: a call that timed out may still have taken effect (an append that did is seen as
+an ``AppendConflict`` by the next one, which reads what is there).
 
 Errors: every failure of the server, the network or psycopg becomes :class:`~planexec.StoreError`,
 whose message names the store by its URL with the password hidden and says what went wrong (a
@@ -273,13 +275,15 @@ class PostgresStore(StoreBase):
         return await self._call(f"append to run {run_id!r}", write)
 
     async def read(self, run_id: str, *, after: int = 0) -> list[StoredEvent]:
-        async def select(conn: AsyncConnection[Any]) -> list[tuple[int, str]]:
+        async def select(conn: AsyncConnection[Any]) -> tuple[int, list[tuple[int, str]]]:
+            last = await _last_seq(conn, run_id)  # first: an append made meanwhile adds rows, never a false gap
             cur = await conn.execute(
                 "SELECT seq, data FROM planexec_events WHERE run_id = %s AND seq > %s ORDER BY seq", (run_id, after)
             )
-            return await cur.fetchall()
+            return last, await cur.fetchall()
 
-        return decode_log(run_id, await self._call(f"read run {run_id!r}", select))
+        last, rows = await self._call(f"read run {run_id!r}", select)
+        return decode_log(run_id, rows, after=after, last=last)
 
     async def last_seq(self, run_id: str) -> int:
         return await self._call(f"read the last seq of run {run_id!r}", lambda conn: _last_seq(conn, run_id))

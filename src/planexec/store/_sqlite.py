@@ -306,7 +306,8 @@ class SQLiteStore(StoreBase):
 
     async def read(self, run_id: str, *, after: int = 0) -> list[StoredEvent]:
         def read(conn: sqlite3.Connection) -> list[StoredEvent]:
-            return decode_log(run_id, conn.execute(_READ, (run_id, after)).fetchall())
+            last = _last_seq(conn, run_id)  # first: an append made meanwhile adds rows, never a false gap
+            return decode_log(run_id, conn.execute(_READ, (run_id, after)).fetchall(), after=after, last=last)
 
         return await self._run(f"read run {run_id!r}", read)
 

@@ -26,8 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from pydantic_core import to_jsonable_python
 
 from planexec._errors import Problem, ToolDefinitionError
+from planexec._json import json_problem
 from planexec.tools._threads import run_in_thread
-from planexec.tools._tool import RetryPolicy, Tool, ToolContext
+from planexec.tools._tool import OutputNotJSON, RetryPolicy, Tool, ToolContext
 
 __all__ = ["tool"]
 
@@ -65,11 +66,38 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
 
 
 def _to_json(value: Any) -> Any:
-    """``value`` as JSON data. NaN and infinities are kept as they are (never turned into null), so
-    that the run refuses them with an error that says so."""
+    """``value`` as JSON data, converted where need be (tuples, dates, models, sets …). NaN and
+    infinities are kept (never turned into null), so that the run refuses them with an error that
+    says so; a dictionary key that is not a string is refused rather than turned into one (two keys
+    could become the same and one value be lost)."""
     if type(value) in _JSON_PRIMITIVES:
         return value
-    return to_jsonable_python(value, inf_nan_mode="constants")
+    if json_problem(value, max_chars=None) is not None:  # not plain JSON data: look at its keys first
+        key = _key_not_text(value)
+        if key is not None:
+            raise OutputNotJSON(f"the dictionary key {key!r} ({type(key).__name__}) is not a string")
+    try:
+        return to_jsonable_python(value, inf_nan_mode="constants")
+    except Exception as e:  # no JSON form, or nested too deep to convert
+        raise OutputNotJSON(f"{type(e).__name__}: {e}") from None
+
+
+def _key_not_text(value: Any) -> object | None:
+    """The first dictionary key in ``value`` that is not a string (plain containers only), or None."""
+    stack = [value]
+    seen = 0
+    while stack and seen < 1_000_000:
+        item = stack.pop()
+        seen += 1
+        if isinstance(item, dict):
+            for key, member in item.items():
+                if not isinstance(key, str):
+                    found: object = key
+                    return found
+                stack.append(member)
+        elif isinstance(item, list | tuple | set | frozenset):
+            stack.extend(item)
+    return None
 
 
 def _build(

@@ -66,6 +66,8 @@ class _Workers:
             try:
                 value: Any = fn()
                 error: BaseException | None = None
+            except StopIteration as e:  # a future cannot carry it: report it as a plain error
+                value, error = None, RuntimeError(f"the tool raised StopIteration{f': {e}' if str(e) else ''}")
             except BaseException as e:  # a crash of the tool is reported to its caller, never raised here
                 value, error = None, e
             _deliver(loop, future, value, error)

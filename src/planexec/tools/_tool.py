@@ -14,7 +14,7 @@ from planexec._errors import Problem, ToolDefinitionError, TransientToolError
 from planexec._jsonschema import validator_for
 from planexec._tasks import abandon
 
-__all__ = ["ArgsValidator", "RetryPolicy", "Tool", "ToolContext", "ToolCrashed", "call_with_timeout"]
+__all__ = ["ArgsValidator", "OutputNotJSON", "RetryPolicy", "Tool", "ToolContext", "ToolCrashed", "call_with_timeout"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -185,6 +185,10 @@ def _output_schema_validator(schema: Mapping[str, Any]) -> Callable[[Any], Any]:
         return output
 
     return validate
+
+
+class OutputNotJSON(ValueError):
+    """A tool's output is not JSON data and cannot be made into it without changing it."""
 
 
 class ToolCrashed(Exception):
