@@ -25,6 +25,7 @@ import re
 import sys
 from typing import Any
 
+from planexec._clip import clip
 from planexec._errors import Problem
 
 __all__ = ["MAX_CHARS", "MAX_DEPTH", "JSONRefused", "json_chars", "json_problem", "loads"]
@@ -264,4 +265,4 @@ def _short_repr(value: Any) -> str:
         text = json.dumps(value, ensure_ascii=False) if isinstance(value, str) else repr(value)
     except Exception:  # a key's own repr may fail; the message must not
         text = f"<{type(value).__name__}>"
-    return text if len(text) <= 60 else text[:57] + "..."
+    return clip(text, 60)

@@ -30,6 +30,7 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import ValidationError
 
+from planexec._clip import clip
 from planexec._regex import PatternError, compile_pattern, search
 
 __all__ = ["MAX_WORK", "LinearValidator", "SafeValidator", "TooCostly", "bounded", "validator_for"]
@@ -73,7 +74,7 @@ _PLAIN = frozenset({str, int, float, type(None)})
 
 
 def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return clip(text, limit)
 
 
 def _pattern_keyword(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:

@@ -4,13 +4,18 @@ process) from finishing."""
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
+import gc
+import sys
+import weakref
 from typing import Any
 
 __all__ = ["abandon"]
 
-_KEEP = 1000
-_kept: list[Any] = []
-"""Coroutines that would not close: held so that collecting them later prints no warning."""
+_stubborn: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Coroutines that would not close (they caught even the close of their frame)."""
+_previous_hook: Any = None
 
 
 def abandon(task: asyncio.Task[Any]) -> None:
@@ -18,16 +23,15 @@ def abandon(task: asyncio.Task[Any]) -> None:
 
     Its coroutine is closed where it waits, which runs its ``finally`` blocks; the task then ends
     on the loop's next turn (with an error nobody needs to read). A coroutine that swallows even
-    that keeps running, but the run no longer waits for it.
+    that keeps running, but the run no longer waits for it, and Python's complaint when it is
+    finally collected ("coroutine ignored GeneratorExit") is not printed: it was expected.
     """
     if task.done():
         return
     coro = task.get_coro()
-    try:
+    _hush(_awaited(coro))  # before closing: Python reports a refusal to close while it closes
+    with contextlib.suppress(Exception):  # it would not close (it caught even that), or failed as it closed
         coro.close()
-    except Exception:  # it would not close (it caught even that), or it failed as it closed
-        _kept.append(coro)  # keep it out of the garbage collector, which would complain aloud
-        del _kept[:-_KEEP]
     task.cancel()
     task.add_done_callback(_forget)
 
@@ -35,3 +39,30 @@ def abandon(task: asyncio.Task[Any]) -> None:
 def _forget(task: asyncio.Task[Any]) -> None:
     if not task.cancelled():
         task.exception()  # read it: an abandoned task's error is not news
+
+
+def _awaited(coro: Any) -> list[Any]:
+    """``coro`` and every coroutine it awaits, outermost first."""
+    chain = []
+    while coro is not None and hasattr(coro, "cr_await"):
+        chain.append(coro)
+        coro = coro.cr_await
+    return chain
+
+
+def _hush(chain: list[Any]) -> None:
+    """Remember coroutines that would not close, so that their refusal is not reported again when
+    they are collected."""
+    global _previous_hook
+    for coro in chain:
+        _stubborn.add(coro)
+    if _previous_hook is None:
+        _previous_hook = sys.unraisablehook
+        sys.unraisablehook = _unraisable
+        atexit.register(gc.collect)  # collected while the hook is still in place, not during teardown
+
+
+def _unraisable(unraisable: Any) -> None:
+    if isinstance(unraisable.exc_value, RuntimeError) and unraisable.object in _stubborn:
+        return
+    _previous_hook(unraisable)

@@ -19,12 +19,17 @@ from planexec.store import Redactor, RunStore
 
 __all__ = ["plain", "redacted_events", "redacted_result", "redactor_of", "shown"]
 
-_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f"
+    "\ud800-\udfff\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
+)
+"""Control characters, and characters that are invisible or change how the text around them is
+shown (bidirectional controls, zero-width characters, tag characters): shown as escapes."""
 
 
 def _escape(match: re.Match[str]) -> str:
     code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def plain(text: str) -> str:

@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from planexec._clip import clip
 from planexec._regex import PatternError, search
 from planexec.eval._suite import AnswerExpectation, ToolExpectation
 from planexec.models._base import Message, Model, ModelRequest, OutputSpec, Usage
@@ -152,5 +153,4 @@ async def judge_answer(model: Model, *, goal: str, rubric: str, answer: str | No
 
 
 def _cut(text: str, limit: int = 120) -> str:
-    flat = " ".join(text.split())
-    return repr(flat if len(flat) <= limit else flat[: limit - 1] + "…")
+    return repr(clip(" ".join(text.split()), limit, "…"))

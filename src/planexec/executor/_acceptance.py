@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from planexec._clip import clip
 from planexec._regex import PatternError, search
 from planexec.executor._base import StepContext
 from planexec.executor._outcome import PASSED, CheckResult, Verdict
@@ -119,7 +120,9 @@ class Acceptance:
         parsed = response.parsed
         if not isinstance(parsed, dict) or not isinstance(parsed.get("passed"), bool):
             return CheckResult(
-                name="rubric", passed=False, detail=f"the judge's reply was unreadable: {response.text[:200]!r}"
+                name="rubric",
+                passed=False,
+                detail=f"the judge's reply was unreadable: {clip(repr(response.text), 200)}",
             )
         return CheckResult(name="rubric", passed=parsed["passed"], detail=str(parsed.get("reason", "")))
 

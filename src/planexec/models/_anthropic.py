@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
+from planexec._clip import clip
 from planexec._errors import ModelNotFound, Problem, UsageError
 from planexec._json import loads as strict_loads
 from planexec.models._base import (
@@ -499,7 +500,7 @@ class _StreamReader:
             except ValueError:
                 if not is_answer:
                     raise ModelCallError(
-                        f"the model's arguments for {block.name!r} are not valid JSON: {raw[:200]!r}",
+                        f"the model's arguments for {block.name!r} are not valid JSON: {clip(repr(raw), 200)}",
                         provider=PROVIDER,
                         retryable=False,
                     ) from None

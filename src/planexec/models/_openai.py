@@ -49,6 +49,7 @@ from openai.types.chat import (
 from openai.types.chat.completion_create_params import ResponseFormat
 from openai.types.completion_usage import CompletionUsage
 
+from planexec._clip import clip
 from planexec._errors import ModelNotFound, Problem, UsageError
 from planexec._json import loads as strict_loads
 from planexec.models._base import (
@@ -458,7 +459,7 @@ def _tool_call(index: int, pending: _PendingCall, model: OpenAIModel) -> ToolCal
         problem = f"not valid JSON ({e})"
     if problem is not None:
         raise ModelCallError(
-            f"{model.name} called tool {pending.name!r} with arguments that are {problem}: {raw[:200]!r}",
+            f"{model.name} called tool {pending.name!r} with arguments that are {problem}: {clip(repr(raw), 200)}",
             provider=model.provider,
             retryable=False,
         )

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeAlias
 
+from planexec._clip import clip
 from planexec._errors import Problem, UnexpectedModelCall
 from planexec._json import loads as strict_loads
 from planexec.models._base import ModelRequest, ModelResponse, StreamDelta, ToolCall, Usage, estimate_tokens
@@ -159,7 +160,7 @@ class ScriptedModel(_Simulated):
                     Problem(
                         code="unexpected_call",
                         where=request.purpose or "request",
-                        message=f"last user message: {request.last_user_text[:300]!r}",
+                        message=f"last user message: {clip(repr(request.last_user_text), 300)}",
                     )
                 ],
             )

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from planexec._clip import clip
 from planexec._errors import Problem
 from planexec._json import MAX_CHARS, MAX_DEPTH, json_chars
 
@@ -238,7 +239,7 @@ def _compile(
 
 
 def _cut(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return clip(text, limit)
 
 
 def lookup(ref: Ref, outputs: Mapping[str, Any]) -> Any:

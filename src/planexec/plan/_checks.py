@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection, Container, Iterable, Mapping, 
 from dataclasses import dataclass, field
 from typing import Literal
 
+from planexec._clip import clip
 from planexec._errors import PlanInvalid, Problem
 from planexec._json import MAX_CHARS, MAX_DEPTH, json_problem
 from planexec._regex import pattern_problem
@@ -279,7 +280,7 @@ class Rules:
             elif isinstance(c, Matches):
                 reason = pattern_problem(c.pattern)
                 if reason is not None:
-                    shown = c.pattern if len(c.pattern) <= 120 else c.pattern[:117] + "..."
+                    shown = clip(c.pattern, 120)
                     out.append(
                         Problem(code="invalid_pattern", where=where, message=f"invalid pattern {shown!r}: {reason}")
                     )
@@ -369,8 +370,7 @@ class Rules:
 
 def _shown(text: str, *, quote: bool = True, limit: int = 80) -> str:
     """A name the planner wrote, quoted and cut short for a message."""
-    shown = repr(text) if quote else text
-    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+    return clip(repr(text) if quote else text, limit)
 
 
 def _under(location: str, bound: Container[str]) -> bool:

@@ -34,6 +34,7 @@ import jsonschema
 from jsonschema.exceptions import ValidationError, best_match
 from pydantic_core import to_json
 
+from planexec._clip import clip
 from planexec._errors import Problem
 from planexec._json import json_problem
 from planexec._jsonschema import SafeValidator, TooCostly, bounded
@@ -404,4 +405,4 @@ def _escape(token: str) -> str:
 
 
 def _cut(text: str, limit: int = _MESSAGE_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return clip(text, limit)

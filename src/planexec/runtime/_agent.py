@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from planexec._clip import clip
 from planexec._errors import Problem, UsageError
 from planexec.executor._acceptance import Acceptance
 from planexec.executor._base import Executor
@@ -345,7 +346,7 @@ def _assemble(
         default = default_exec.name
     for e in extra:
         if not isinstance(e, Executor):
-            problems.append(Problem(code="executor", where=repr(e)[:60], message="is not an executor"))
+            problems.append(Problem(code="executor", where=clip(repr(e), 60), message="is not an executor"))
             continue
         if e.name == "tools" and not isinstance(e, ToolExecutor):
             problems.append(

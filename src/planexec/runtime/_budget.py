@@ -87,17 +87,24 @@ class Budget:
         in_flight_tokens: int = 0,
         estimated_cost: float = 0.0,
         in_flight_cost: float = 0.0,
+        in_flight_output: int = 0,
     ) -> None:
         """Raise ``BudgetHit`` if a model call now would go over a cap.
 
         ``in_flight`` calls (with their estimated input tokens and cost) have been sent but not
         answered yet: they count as spent, so that calls made at the same time cannot overrun a cap
         together. ``estimated_cost`` is what the call's input alone will cost, where the price is
-        known: a call whose input alone would go over the cost cap is not made.
+        known: a call whose input alone would go over the cost cap is not made. ``in_flight_output``
+        and the output part of ``in_flight_cost`` are what the calls in flight may still produce
+        (their ``max_tokens``, or a default): parallel calls cannot overrun a cap by more than one
+        call's output.
         """
         self._check(state, now, "model_calls", "output_tokens", "cost", "wall_time", pending={"model_calls": in_flight})
         if self.cost is not None and state.cost + in_flight_cost + estimated_cost > self.cost:
             raise BudgetHit("cost", self.cost, state.cost, needed=in_flight_cost + estimated_cost)
+        output = state.usage.output_tokens
+        if self.output_tokens is not None and in_flight_output and output + in_flight_output >= self.output_tokens:
+            raise BudgetHit("output_tokens", self.output_tokens, output, needed=in_flight_output)
         if self.input_tokens is not None:
             needed = in_flight_tokens + estimated_input_tokens
             if state.usage.input_tokens + needed > self.input_tokens:

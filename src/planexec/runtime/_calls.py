@@ -41,12 +41,18 @@ if TYPE_CHECKING:
 __all__ = ["ModelCalls"]
 
 
+OUTPUT_RESERVE = 1024
+"""Output tokens a call in flight is counted for, against the output-token and cost caps, when its
+request sets no ``max_tokens``."""
+
+
 class ModelCalls:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._model_calls_in_flight = 0
         self._model_tokens_in_flight = 0
         self._model_cost_in_flight = 0.0
+        self._model_output_in_flight = 0
 
     async def call_streaming(
         self,
@@ -105,6 +111,8 @@ class ModelCalls:
         price = getattr(model, "price", None)
         price = price if isinstance(price, Price) else price_for(model.name)
         estimated_cost = estimate * price.input / 1e6 if price is not None else 0.0
+        output = request.settings.max_tokens or OUTPUT_RESERVE
+        output_cost = output * price.output / 1e6 if price is not None else 0.0
         engine.budget.check_model_call(
             engine.state,
             engine.now(),
@@ -113,6 +121,7 @@ class ModelCalls:
             in_flight_tokens=self._model_tokens_in_flight,
             estimated_cost=estimated_cost,
             in_flight_cost=self._model_cost_in_flight,
+            in_flight_output=self._model_output_in_flight,
         )
         replay = engine.replay
         if replay is not None and not replay.live and not replay.goes_live_for_model(role, request.purpose):
@@ -126,7 +135,8 @@ class ModelCalls:
         t0 = loop.time()
         self._model_calls_in_flight += 1
         self._model_tokens_in_flight += estimate
-        self._model_cost_in_flight += estimated_cost
+        self._model_cost_in_flight += estimated_cost + output_cost
+        self._model_output_in_flight += output
         error: Exception | None = None
         try:
             response = accepted(await (send or model.request)(request), engine.config.limits.max_reply_chars, model)
@@ -139,7 +149,8 @@ class ModelCalls:
         finally:
             self._model_calls_in_flight -= 1
             self._model_tokens_in_flight -= estimate
-            self._model_cost_in_flight -= estimated_cost
+            self._model_cost_in_flight -= estimated_cost + output_cost
+            self._model_output_in_flight -= output
         record = ModelCalled(
             at=engine.now(),
             role=role,
