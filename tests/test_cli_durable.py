@@ -325,7 +325,7 @@ def test_answers_that_do_not_fit_the_question_are_refused_with_every_problem(cli
     result = cli("approve", run_id, approval_id, "--choice", "retry", "--edit", str(plan), "--output", "{nope")
     assert result.exit_code == 2
     err = result.stderr
-    assert "--choice: answers only an uncertain effect" in err
+    assert f"--choice: approval {approval_id} is about step pub: it takes no choice" in err
     assert "--edit: only a plan can be edited" in err
     assert "--output: not JSON" in err
     assert "--output: gives the output of a step marked done" in err
@@ -482,3 +482,111 @@ def test_suspend_and_approve_as_real_processes(cli: Cli) -> None:
     assert approved.returncode == 0, approved.stderr
     assert json.loads(approved.stdout)["answer"] == "published 5"
     assert cli.calls() == ["publish 5"]
+
+
+# -- questions, escalations and news from the command line -------------------------------------------
+
+ASK = {"question": "Which numbers should I add?"}
+ADD_PLAN = {"steps": [{"id": "sum", "description": "Add", "tool": "add", "args": {"a": 2, "b": 3}}]}
+UNKNOWN = {"steps": [{"id": "g", "description": "search", "tool": "search_google", "args": {"q": "sum"}}]}
+
+
+def _json_run(result: Result) -> dict[str, Any]:
+    assert result.exit_code == 3, result.output
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+def test_a_question_suspends_the_run_and_answer_resumes_it(cli: Cli) -> None:
+    data = _json_run(cli.run([ASK, ADD_PLAN, {"answer": "5"}], "--json", goal="add the numbers"))
+    (question,) = data["pending_approvals"]
+    assert question["subject"] == "question"
+    assert question["reason"] == "Which numbers should I add?"
+    assert question["commands"] == [
+        f"planexec --store {cli.store} answer {data['run_id']} {question['approval_id']} TEXT"
+    ]
+
+    refused = cli("approve", data["run_id"], question["approval_id"], "--no-live")
+    assert refused.exit_code == 2
+    assert "answer it with `planexec answer`" in refused.output
+
+    answered = cli("answer", data["run_id"], question["approval_id"], "2 and 3", "--json")
+    assert answered.exit_code == 0, answered.output
+    assert json.loads(answered.stdout)["answer"] == "5"
+    decided = [e for e in cli.log(data["run_id"]) if isinstance(e, ApprovalDecided)]
+    assert [d.text for d in decided] == ["2 and 3"]
+
+
+def test_an_escalation_is_answered_with_guidance_from_the_command_line(cli: Cli) -> None:
+    data = _json_run(cli.run([UNKNOWN, ADD_PLAN, {"answer": "5"}], "--json", goal="add"))
+    (question,) = data["pending_approvals"]
+    assert (question["subject"], question["code"]) == ("escalation", "unknown_tool")
+    run_id, qid = data["run_id"], question["approval_id"]
+
+    bad = cli("approve", run_id, qid, "--choice", "guidance", "--no-live")
+    assert bad.exit_code == 2
+    assert "guidance needs text" in bad.output
+    good = cli("approve", run_id, qid, "--choice", "guidance", "--text", "use add", "--json")
+    assert good.exit_code == 0, good.output
+    assert json.loads(good.stdout)["answer"] == "5"
+
+
+def test_rejecting_an_escalation_stops_the_run_escalated(cli: Cli) -> None:
+    data = _json_run(cli.run([UNKNOWN], "--json", goal="add"))
+    (question,) = data["pending_approvals"]
+    stopped = cli("reject", data["run_id"], question["approval_id"], "--reason", "no such tool", "--json")
+    assert stopped.exit_code != 0
+    stop = json.loads(stopped.stdout)["stop"]
+    assert (stop["kind"], stop["code"]) == ("escalated", "unknown_tool")
+    shown = json.loads(cli("show", data["run_id"], "--json").stdout)
+    (refused,) = shown["rejected_planner_answers"]
+    assert refused["problems"][0]["code"] == "unknown_tool"
+    text = cli("show", data["run_id"]).output
+    assert "planner answers refused" in text
+    assert "search_google" in text
+
+
+def test_tell_records_news_for_a_suspended_run_and_the_planner_replans_with_it(cli: Cli) -> None:
+    data = _json_run(cli.run([SUM_THEN_PUBLISH, {"steps": []}, {"answer": "nothing published"}], "--json"))
+    run_id = data["run_id"]
+    told = cli("tell", run_id, "do not publish anything", "--constraint", "--no-resume")
+    assert told.exit_code == 0, told.output
+    assert "constraint recorded" in told.output
+    assert [e.text for e in cli.log(run_id) if e.kind == "information_added"] == ["do not publish anything"]
+    empty = cli("tell", run_id, "  ", "--no-resume")
+    assert empty.exit_code == 2
+    # resumed: an information round patches the plan (dropping the publish) before anything is published
+    (question,) = data["pending_approvals"]
+    refused = cli("reject", run_id, question["approval_id"], "--reason", "as told", "--json")
+    log = cli.log(run_id)
+    assert any(e.kind == "planning_started" and e.trigger == "information" for e in log)
+    assert cli.calls() == []
+    assert refused.exit_code in (0, 1), refused.output
+
+
+def test_questions_and_answers_as_real_processes(cli: Cli) -> None:
+    env = {**os.environ, "PLANEXEC_ALLOW_MODEL_REQUESTS": "0", "PYTHONPATH": str(cli.tmp)}
+    env.pop("PLANEXEC_STORE", None)
+    planner = cli.script([ASK, ADD_PLAN, {"answer": "5"}])
+
+    def planexec(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*_command(), "--store", cli.store, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=cli.tmp,
+            stdin=subprocess.DEVNULL,
+            timeout=120,
+            check=False,
+        )
+
+    first = planexec("run", "add the numbers", "--planner", planner, "--tools", f"{cli.tools}:TOOLS", "--json")
+    assert first.returncode == 3, first.stderr
+    data = json.loads(first.stdout)
+    (question,) = data["pending_approvals"]
+    told = planexec("tell", data["run_id"], "the numbers are small", "--no-resume")
+    assert told.returncode == 0, told.stderr
+    answered = planexec("answer", data["run_id"], question["approval_id"], "2 and 3", "--json")
+    assert answered.returncode == 0, answered.stderr
+    assert json.loads(answered.stdout)["answer"] == "5"

@@ -272,12 +272,13 @@ def test_replay_under_a_fault_profile_goes_live_at_the_first_spoiled_call(
     run_id = run_json(store, "compute", "--planner", write_script(tmp_path, SIMPLE), "--tools", tools)["run_id"]
     profile = tmp_path / "faults.yaml"
     profile.write_text("seed: 1\ntool_error_rate: 1.0\n")
-    patch = {"reason": "the tools are failing", "steps": []}
-    fork_planner = write_script(tmp_path, [patch, {"answer": "gave up on the tools"}], name="fork.json")
+    fork_planner = write_script(tmp_path, [{"give_up": "the tools are failing"}], name="fork.json")
     forked = cli(store, "replay", run_id, "--faults", str(profile), "--planner", fork_planner, "--json")
-    assert forked.exit_code == 0, forked.output
     doc = json.loads(forked.stdout)
-    assert doc["answer"] == "gave up on the tools"
+    assert doc["stop"]["kind"] == "waiting", forked.output  # giving up is escalated to a human, never goal_met
+    (question,) = doc["pending_approvals"]
+    assert (question["subject"], question["code"]) == ("escalation", "planner_gave_up")
+    assert doc["answer"] is None
     assert doc["forked_from"] == run_id
     bad = cli(store, "replay", run_id, "--faults", "no-such-profile")
     assert bad.exit_code == 2

@@ -39,10 +39,13 @@ from planexec.executor import CheckResult
 from planexec.plan import NonEmpty
 from planexec.runtime import (
     EVENT_SCHEMA_VERSION,
+    AnswerReviewed,
     ApprovalDecided,
     ApprovalRequested,
     BudgetExhaustedEvent,
+    ChecklistResult,
     Event,
+    InformationAdded,
     ModelCalled,
     PlannerOutputRejected,
     PlanningStarted,
@@ -162,10 +165,49 @@ EXAMPLES: dict[str, Event] = {
     "run_resumed": RunResumed(at=14.6, events=40),
     "step_requeued": StepRequeued(at=14.7, step_id="a", reason="interrupted; it has no side effect"),
     "step_held": StepHeld(at=14.8, step_id="b", approval_id="ap3", reason="effect uncertain"),
+    "information_added": InformationAdded(at=14.9, text="use metric units", by="ops", constraint=True),
+    "answer_reviewed": AnswerReviewed(
+        at=14.95, answer="42", passed=False, reviewer="human", problems=("cites a source: none given",)
+    ),
     "run_finished": RunFinished(
         at=15.0, stop=StopReason(kind="budget_exhausted", detail="cost", budget="cost"), answer=None
     ),
 }
+
+NEW_IN_V5: list[Event] = [
+    ApprovalRequested(at=1.0, approval_id="q1", subject="question", reason="Which city?"),
+    ApprovalRequested(at=1.0, approval_id="e1", subject="escalation", reason="unknown tool", code="unknown_tool"),
+    ApprovalRequested(
+        at=1.0,
+        approval_id="r1",
+        subject="review",
+        step_id="a",
+        plan_version=1,
+        reason="failed",
+        output=3,
+        verdict=_VERDICT,
+    ),
+    ApprovalRequested(
+        at=1.0, approval_id="a1", subject="answer", reason="review", output="42", checklist=("ok", "cited")
+    ),
+    ApprovalDecided(at=2.0, approval_id="q1", approved=True, text="Oslo"),
+    ApprovalDecided(at=2.0, approval_id="e1", approved=True, choice="guidance", text="use fetch"),
+    ApprovalDecided(
+        at=2.0,
+        approval_id="a1",
+        approved=False,
+        checklist=(ChecklistResult(item="ok", passed=True), ChecklistResult(item="cited", passed=False, note="no")),
+    ),
+    StepSucceeded(at=3.0, step_id="a", output="x", verdict=Verdict(passed=True), confidence=0.75),
+    PlanningStarted(at=4.0, trigger="information", why="new information"),
+    RunFinished(at=5.0, stop=StopReason(kind="escalated", code="answer_rejected", detail="refused twice")),
+]
+
+
+@pytest.mark.parametrize("event", NEW_IN_V5, ids=lambda e: e.kind)
+def test_what_version_5_added_round_trips(event: Event) -> None:
+    loaded = load_event(json.loads(json.dumps(dump_event(event))))
+    assert loaded == event
 
 
 def _event_classes() -> list[Any]:
@@ -191,7 +233,7 @@ def test_every_event_kind_has_an_example() -> None:
 def test_event_round_trip(kind: str) -> None:
     event = EXAMPLES[kind]
     dumped = dump_event(event)
-    assert dumped["v"] == EVENT_SCHEMA_VERSION == 4
+    assert dumped["v"] == EVENT_SCHEMA_VERSION == 5
     assert dumped["event"]["kind"] == kind
     text = json.dumps(dumped, ensure_ascii=False)
     loaded = load_event(json.loads(text))
@@ -541,3 +583,27 @@ def test_v3_fixture_loads_and_folds() -> None:
         assert old["v"] == 3
         new = dump_event(event)["event"]
         assert _kept(new, old["event"])
+
+
+# -- the version 4 fixture log: a plan of schema 2, a tool-call budget stop with what it needed ----
+
+
+def test_v4_fixture_loads_and_folds() -> None:
+    events = _load_log(FIXTURES / "events_v4.jsonl")
+    state = RunState.fold(events)
+    assert state.stop is not None
+    assert (state.stop.kind, state.stop.budget) == ("budget_exhausted", "tool_calls")
+    assert state.budget_hit is not None
+    assert (state.budget_hit.used, state.budget_hit.needed) == (1.0, 2.0)
+    assert state.plan is not None
+    assert state.plan.schema_version == 2
+    assert state.plan.step("b").allowed_tools == ("add",)
+    assert state.plan.step("b").on_fail is None
+    assert state.information == []
+    assert state.reviews == []
+    for line, event in zip(
+        (FIXTURES / "events_v4.jsonl").read_text(encoding="utf-8").splitlines(), events, strict=True
+    ):
+        old = json.loads(line)
+        assert old["v"] == 4
+        assert _kept(dump_event(event)["event"], old["event"])

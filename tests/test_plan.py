@@ -167,7 +167,7 @@ def test_step_checks_are_tagged_by_kind() -> None:
 
 def test_plan_defaults_and_lookup() -> None:
     plan = Plan(steps=(Step(id="a", description="a"), Step(id="b", description="b", depends_on=("a",))))
-    assert plan.schema_version == PLAN_SCHEMA_VERSION == 2
+    assert plan.schema_version == PLAN_SCHEMA_VERSION == 3
     assert plan.version == 1
     assert plan.author == "planner"
     assert plan.reason == ""
@@ -195,7 +195,7 @@ def test_plan_is_keyword_only() -> None:
     "data",
     [
         {"steps": [], "version": 0},
-        {"steps": [], "schema_version": 3},
+        {"steps": [], "schema_version": 4},
         {"steps": [], "schema_version": 0},
         {"steps": [], "author": "robot"},
         {"version": 1},
@@ -219,7 +219,7 @@ def test_plan_json_round_trip() -> None:
     # plain JSON data too (what the store and the API exchange)
     data = json.loads(text)
     assert Plan.model_validate(data) == plan
-    assert data["schema_version"] == 2
+    assert data["schema_version"] == 3
     assert data["steps"][0]["checks"][3] == {"kind": "schema", "json_schema": {"type": "array"}}
     assert data["steps"][1]["depends_on"] == ["fetch"]
     assert data["steps"][1]["allowed_tools"] == ["sql", "spell_check"]
@@ -253,9 +253,9 @@ def test_plan_json_schema_is_versioned() -> None:
     schema = plan_json_schema()
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["$id"] == f"urn:planexec:plan:{PLAN_SCHEMA_VERSION}"
-    assert schema["x-planexec-schema-version"] == PLAN_SCHEMA_VERSION == 2
-    assert schema["properties"]["schema_version"]["enum"] == [1, 2]
-    assert schema["properties"]["schema_version"]["default"] == 2
+    assert schema["x-planexec-schema-version"] == PLAN_SCHEMA_VERSION == 3
+    assert schema["properties"]["schema_version"]["enum"] == [1, 2, 3]
+    assert schema["properties"]["schema_version"]["default"] == 3
 
 
 def test_plan_json_schema_is_a_valid_json_document() -> None:
@@ -284,6 +284,7 @@ def test_plan_json_schema_pins_the_fields() -> None:
         "executor",
         "expected",
         "id",
+        "on_fail",
         "output_schema",
         "thought",
         "tool",
@@ -315,7 +316,7 @@ def test_plan_json_schema_accepts_dumped_plans() -> None:
         {"steps": [{"id": "a", "description": "x", "checks": [{"kind": "vibes"}]}]},
         {"steps": [{"id": "a", "description": "x", "confidence": 3}]},
         {"steps": [{"id": "a"}]},
-        {"steps": [], "schema_version": 3},
+        {"steps": [], "schema_version": 4},
         {"steps": [{"id": "a", "description": "x", "allowed_tools": "search"}]},
         {"steps": [], "version": 0},
     ],
@@ -362,9 +363,11 @@ def test_a_version_1_plan_still_loads_and_keeps_its_version() -> None:
     jsonschema.Draft202012Validator(plan_json_schema()).validate(data)
 
 
-def test_new_plans_are_version_2() -> None:
-    plan = Plan(steps=(Step(id="a", description="think", allowed_tools=("search",)),))
-    assert plan.schema_version == 2
+def test_new_plans_are_version_3() -> None:
+    plan = Plan(steps=(Step(id="a", description="think", allowed_tools=("search",), on_fail="review"),))
+    assert plan.schema_version == 3
+    assert json.loads(plan.model_dump_json())["steps"][0]["on_fail"] == "review"
+    assert "on_fail" not in json.loads(Plan(steps=(Step(id="b", description="x"),)).model_dump_json())["steps"][0]
     assert Plan.model_validate_json(plan.model_dump_json()) == plan
     assert json.loads(plan.model_dump_json())["steps"][0]["allowed_tools"] == ["search"]
 

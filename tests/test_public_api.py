@@ -12,11 +12,15 @@ import planexec
 PUBLIC = [
     "Acceptance",
     "Agent",
+    "AnswerReview",
     "ApprovalDecision",
     "ApprovalRequest",
     "Approvals",
     "Budget",
     "BudgetExhausted",
+    "ChecklistResult",
+    "Escalated",
+    "Escalation",
     "Event",
     "FunctionModel",
     "Limits",
@@ -132,6 +136,7 @@ def test_errors_form_two_families_under_one_root() -> None:
         planexec.MaxReplans,
         planexec.Stalled,
         planexec.Rejected,
+        planexec.Escalated,
         planexec.RunCancelled,
         planexec.UnrecoverableError,
     ]

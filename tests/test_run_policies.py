@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from planexec import Agent, Planner, ScriptedModel, UnrecoverableError, tool
+from planexec import Agent, AnswerReview, Planner, ScriptedModel, UnrecoverableError, tool
 from planexec.runtime import PlanProposed, RunStarted, StepStarted
 from tests.support import add, events_of, failing_tool, failing_tool_of_n, tool_step, turn
 
@@ -55,9 +55,15 @@ async def test_step_by_step_stop_reply_needs_only_stop_and_answer() -> None:
     assert result.answer == "3"
 
 
-async def test_step_by_step_policy_can_stop_at_once() -> None:
-    model = ScriptedModel([{"thought": "nothing to do", "confidence": 1.0, "stop": True, "answer": "42"}])
+async def test_step_by_step_policy_can_stop_at_once_only_when_the_answer_is_reviewed() -> None:
+    model = ScriptedModel([{"thought": "nothing to do", "confidence": 1.0, "stop": True, "answer": "42"}] * 3)
     result = await Agent(Planner(model=model, policy="step"), tools=[add]).run("the answer")
+    assert (result.stop.kind, result.stop.code) == ("error", "planner_output")
+    assert "no step has been tried" in result.stop.detail
+
+    model = ScriptedModel([{"thought": "nothing to do", "confidence": 1.0, "stop": True, "answer": "42"}])
+    review = AnswerReview(checks=[lambda answer: answer == "42"])
+    result = await Agent(Planner(model=model, policy="step"), tools=[add], review=review).run("the answer")
     assert result.stop.kind == "goal_met"
     assert result.answer == "42"
     assert result.plans == ()
@@ -71,7 +77,8 @@ async def test_step_by_step_invalid_turns_are_repaired() -> None:
             {"thought": "done", "confidence": 1.0, "stop": True, "answer": "x"},
         ]
     )
-    result = await Agent(Planner(model=model, policy="step"), tools=[add]).run("x")
+    review = AnswerReview(checks=[lambda _answer: True])
+    result = await Agent(Planner(model=model, policy="step"), tools=[add], review=review).run("x")
     assert result.stop.kind == "goal_met"
     assert "a step is required" in model.calls[1].last_user_text
     assert "an answer is required" in model.calls[2].last_user_text

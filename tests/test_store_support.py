@@ -21,10 +21,12 @@ from planexec import ModelResponse, Plan, Problem, Step, StepError, StopReason, 
 from planexec.executor import CheckResult
 from planexec.plan import NonEmpty
 from planexec.runtime import (
+    AnswerReviewed,
     ApprovalDecided,
     ApprovalRequested,
     BudgetExhaustedEvent,
     Event,
+    InformationAdded,
     ModelCalled,
     PlannerOutputRejected,
     PlanningStarted,
@@ -129,7 +131,9 @@ def full_run(run_id: str, *, t0: float = 1_000.0, goal: str = "total the orders"
         StepCancelled(at=t0 + 16, step_id="sum", reason="obsolete"),
         StallDetected(at=t0 + 17, rule="repeated_failure", detail="same call failed twice"),
         BudgetExhaustedEvent(at=t0 + 18, budget="cost", limit=1.5, used=1.75),
+        InformationAdded(at=t0 + 18.25, text="orders from May only", constraint=True),
         ModelCalled(at=t0 + 19, role="planner", purpose="finish", model="scripted", cost=0.5, usage=usage),
+        AnswerReviewed(at=t0 + 19.5, answer="42", passed=True, reviewer="checks"),
         RunFinished(at=t0 + 20, stop=StopReason(kind="budget_exhausted", detail="cost", budget="cost"), answer="42"),
     ]
 

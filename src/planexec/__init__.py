@@ -3,6 +3,7 @@ bounded, fully recorded runs."""
 
 from planexec._errors import (
     BudgetExhausted,
+    Escalated,
     LogUnreadable,
     MaxReplans,
     ModelNotFound,
@@ -39,10 +40,13 @@ from planexec.plan import Plan, Step, plan_json_schema
 from planexec.planner import Planner
 from planexec.runtime import (
     Agent,
+    AnswerReview,
     ApprovalDecision,
     ApprovalRequest,
     Approvals,
     Budget,
+    ChecklistResult,
+    Escalation,
     Event,
     Limits,
     Run,
@@ -59,11 +63,15 @@ __version__ = "0.1.0"
 __all__ = [
     "Acceptance",
     "Agent",
+    "AnswerReview",
     "ApprovalDecision",
     "ApprovalRequest",
     "Approvals",
     "Budget",
     "BudgetExhausted",
+    "ChecklistResult",
+    "Escalated",
+    "Escalation",
     "Event",
     "FunctionModel",
     "Limits",

@@ -12,6 +12,7 @@
     │   ├── MaxReplans
     │   ├── Stalled
     │   ├── Rejected
+    │   ├── Escalated           the planner could not go on and no human let it
     │   ├── RunCancelled
     │   ├── UnrecoverableError
     │   └── WaitingForHuman     not an end: the run is saved until a human answers
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BudgetExhausted",
+    "Escalated",
     "LogUnreadable",
     "MaxReplans",
     "ModelNotFound",
@@ -143,6 +145,11 @@ class Stalled(RunFailed):
 
 class Rejected(RunFailed):
     """A human rejected the plan or a step."""
+
+
+class Escalated(RunFailed):
+    """The planner could not go on by itself (``result.stop.code`` says why) and nobody could be
+    asked, or a human chose to stop the run."""
 
 
 class RunCancelled(RunFailed):

@@ -18,7 +18,7 @@ from planexec._json import loads as strict_loads
 from planexec.cli._options import Problems, Refused
 from planexec.cli._questions import about
 from planexec.plan import CheckContext, Plan, check_steps
-from planexec.runtime import ApprovalDecided, ApprovalRecord, Event, RunStarted, RunState
+from planexec.runtime import ApprovalDecided, ApprovalRecord, ChecklistResult, Event, RunStarted, RunState
 from planexec.store import AppendConflict, RunStore
 from planexec.tools import Tool, ToolContext, Toolset
 
@@ -27,13 +27,15 @@ __all__ = [
     "check_answer",
     "load_edit",
     "parse_choice_flag",
+    "parse_failed_items",
     "parse_output",
     "pick_question",
     "record_answer",
 ]
 
-EffectChoice = Literal["retry", "skip", "done"]
-CHOICES: tuple[EffectChoice, ...] = ("retry", "skip", "done")
+EffectChoice = Literal["retry", "skip", "done", "guidance", "replan"]
+CHOICES: tuple[EffectChoice, ...] = ("retry", "skip", "done", "guidance", "replan")
+CHOICES_OF: dict[str, tuple[str, ...]] = {"effect": ("retry", "skip", "done"), "escalation": ("guidance", "replan")}
 ATTEMPTS = 5
 """Appends tried when other writers keep getting in first."""
 
@@ -48,6 +50,8 @@ class Answer:
     choice: EffectChoice | None = None
     output: Any = None
     edited_plan: Plan | None = None
+    text: str | None = None
+    checklist: tuple[ChecklistResult, ...] = ()
 
 
 def pick_question(state: RunState, approval_id: str | None, problems: Problems) -> ApprovalRecord | None:
@@ -99,18 +103,59 @@ def parse_output(raw: str | None, problems: Problems) -> Any:
 def check_answer(
     rec: ApprovalRecord | None, answer: Answer, *, output_given: bool, edit_given: bool, problems: Problems
 ) -> None:
-    """What does not fit the question: a choice for anything but an effect, an edit for anything
-    but a plan, an effect approved without a choice, an output without ``--choice done``."""
+    """What does not fit the question: a choice it does not take, an edit for anything but a plan,
+    an effect or escalation approved without a choice, an output without ``--choice done``, text
+    for anything but a question or guidance."""
     if output_given and answer.choice != "done":
         problems.add("--output", "gives the output of a step marked done: use it with --choice done")
     if rec is None:
         return
-    if rec.subject == "effect" and answer.approved and answer.choice is None:
-        problems.add("--choice", f"approval {rec.approval_id} is about {about(rec)}: choose retry, skip or done")
-    if rec.subject != "effect" and answer.choice is not None:
-        problems.add("--choice", f"answers only an uncertain effect; approval {rec.approval_id} is about {about(rec)}")
-    if rec.subject != "plan" and edit_given:
+    subject = rec.subject
+    choices = CHOICES_OF.get(subject, ())
+    if subject in CHOICES_OF and answer.approved and answer.choice is None:
+        problems.add("--choice", f"approval {rec.approval_id} is about {about(rec)}: choose {_either(choices)}")
+    if answer.choice is not None and answer.choice not in choices:
+        what = f"choose {_either(choices)}" if choices else "it takes no choice"
+        problems.add("--choice", f"approval {rec.approval_id} is about {about(rec)}: {what}")
+    if subject == "escalation" and answer.choice == "guidance" and not (answer.text or "").strip():
+        problems.add("--text", "guidance needs text: --text '...'")
+    if answer.text is not None and subject not in ("question", "escalation"):
+        problems.add(
+            "--text", f"answers only a question or gives guidance; approval {rec.approval_id} is about {about(rec)}"
+        )
+    if subject == "question" and not (answer.text or "").strip():
+        problems.add("TEXT", f"approval {rec.approval_id} is a question: answer it with `planexec answer`")
+    if answer.checklist and subject != "answer":
+        problems.add("--fail", f"only a final answer has a checklist; approval {rec.approval_id} is about {about(rec)}")
+    if subject != "plan" and edit_given:
         problems.add("--edit", f"only a plan can be edited; approval {rec.approval_id} is about {about(rec)}")
+
+
+def _either(choices: tuple[str, ...]) -> str:
+    return ", ".join(choices[:-1]) + f" or {choices[-1]}" if len(choices) > 1 else "".join(choices)
+
+
+def parse_failed_items(
+    raw: tuple[str, ...], rec: ApprovalRecord | None, problems: Problems
+) -> tuple[ChecklistResult, ...]:
+    """``--fail N=NOTE`` flags (N counts the checklist's items from 1) as checklist results: the
+    items named fail, every other item passes."""
+    if rec is None or rec.subject != "answer":
+        if raw:
+            problems.add("--fail", "fails items of a final answer's checklist only")
+        return ()
+    items = rec.checklist
+    failed: dict[str, str] = {}
+    for flag in raw:
+        number, _, note = flag.partition("=")
+        if not number.strip().isdigit() or not 1 <= int(number) <= len(items):
+            problems.add("--fail", f"{flag!r}: give N=NOTE with N from 1 to {len(items)}")
+            continue
+        item = items[int(number) - 1]
+        if item in failed:
+            problems.add("--fail", f"item {number} is failed twice")
+        failed[item] = note.strip()
+    return tuple(ChecklistResult(item=i, passed=i not in failed, note=failed.get(i, "")) for i in items)
 
 
 # -- an edited plan ---------------------------------------------------------------------------
@@ -226,6 +271,8 @@ async def record_answer(store: RunStore, run_id: str, approval_id: str, answer: 
             choice=answer.choice,
             output=answer.output,
             edited_plan=answer.edited_plan,
+            text=answer.text,
+            checklist=answer.checklist,
         )
         try:
             await store.append(run_id, [event], expected_seq=last)

@@ -5,6 +5,7 @@ nothing else is then resumed here, as ``planexec resume`` would."""
 from __future__ import annotations
 
 import getpass
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from planexec.cli._answer import (
     check_answer,
     load_edit,
     parse_choice_flag,
+    parse_failed_items,
     parse_output,
     pick_question,
     record_answer,
@@ -30,10 +32,10 @@ from planexec.cli._report import json_text
 from planexec.cli._resume import load_log, resume_run
 from planexec.cli._store_options import StoreChoice, store_choice, store_flag, using_store
 from planexec.cli._text import plain, shown
-from planexec.runtime import ApprovalRecord, RunStarted, RunState
-from planexec.store import RunStore
+from planexec.runtime import ApprovalRecord, ChecklistResult, InformationAdded, RunStarted, RunState
+from planexec.store import AppendConflict, RunStore
 
-__all__ = ["approvals", "approve", "reject"]
+__all__ = ["answer", "approvals", "approve", "reject", "tell"]
 
 SCAN = 10_000
 """At most this many runs of each unfinished status are looked at for open questions."""
@@ -165,7 +167,13 @@ def _resume_option() -> Callable[[Callable[..., None]], Callable[..., None]]:
     metavar="PLAN.json",
     help="Approve this plan instead (a Plan as JSON, see `planexec schema`); checked before it is recorded.",
 )
-@click.option("--choice", metavar="[retry|skip|done]", help="For an uncertain effect: call again, skip, or mark done.")
+@click.option(
+    "--choice",
+    metavar="[retry|skip|done|guidance|replan]",
+    help="For an uncertain effect: call again, skip, or mark done; for an escalation: give guidance (with --text) "
+    "or let the planner try again.",
+)
+@click.option("--text", default=None, help="With --choice guidance: the guidance the planner is given.")
 @click.option("--output", "output_json", metavar="JSON", help="With --choice done: the step's output, as JSON.")
 @click.option("--reason", default="", help="Why (recorded with the answer).")
 @click.option("--by", default=None, metavar="NAME", help="Who answers (default: the user name).")
@@ -179,6 +187,7 @@ def approve(
     approval_id: str | None,
     edit: Path | None,
     choice: str | None,
+    text: str | None,
     output_json: str | None,
     reason: str,
     by: str | None,
@@ -188,6 +197,10 @@ def approve(
     as_json: bool,
 ) -> None:
     """Approve question ID of RUN (with no ID: its only open question).
+
+    An escalation (the planner could not go on) needs --choice guidance --text '...' or --choice
+    replan; a step's result under review is accepted; a final answer under review is approved with
+    every item of its checklist ticked.
 
     A plan may be approved as edited (--edit): the edit is checked with the plan's static checks
     against the tools the run recorded, and becomes a plan version authored by a human. An
@@ -200,6 +213,7 @@ def approve(
         chosen = parse_choice_flag(choice, problems)
         output = parse_output(output_json, problems)
         edited = load_edit(edit, first, state, problems) if edit is not None else None
+        ticked = tuple(ChecklistResult(item=i, passed=True) for i in rec.checklist) if rec is not None else ()
         answer = Answer(
             approved=True,
             reason=reason,
@@ -207,6 +221,8 @@ def approve(
             choice=chosen,
             output=output,
             edited_plan=edited,
+            text=text,
+            checklist=ticked,
         )
         check_answer(rec, answer, output_given=output_json is not None, edit_given=edit is not None, problems=problems)
         return answer
@@ -219,6 +235,13 @@ def approve(
 @click.argument("run_id", metavar="RUN")
 @click.argument("approval_id", metavar="ID")
 @click.option("--reason", required=True, help="Why (recorded with the answer).")
+@click.option(
+    "--fail",
+    "failed",
+    multiple=True,
+    metavar="N=NOTE",
+    help="For a final answer: item N of its checklist (from 1) failed, and why. Repeatable.",
+)
 @click.option("--by", default=None, metavar="NAME", help="Who answers (default: the user name).")
 @_resume_option()
 @live_options
@@ -229,13 +252,16 @@ def reject(
     run_id: str,
     approval_id: str,
     reason: str,
+    failed: tuple[str, ...],
     by: str | None,
     resume: bool,
     no_live: bool,
     no_input: bool,
     as_json: bool,
 ) -> None:
-    """Reject question ID of RUN: the plan or step is not run.
+    """Reject question ID of RUN: the plan or step is not run, an escalation stops the run, a
+    step's result under review fails (the planner patches), a final answer goes back to the
+    planner with the reason and the failed checklist items (--fail N=NOTE).
 
     The answer is appended to the run's log; then, when the run is suspended and waits for
     nothing else, it is resumed here and goes on from the rejection (a rejected plan or step
@@ -245,9 +271,119 @@ def reject(
     def make(first: RunStarted, state: RunState, rec: ApprovalRecord | None, problems: Problems) -> Answer:
         if not reason.strip():
             problems.add("--reason", "say why the answer is no")
-        answer = Answer(approved=False, reason=reason, by=by or _default_by())
+        checklist = parse_failed_items(failed, rec, problems)
+        answer = Answer(approved=False, reason=reason, by=by or _default_by(), checklist=checklist)
         check_answer(rec, answer, output_given=False, edit_given=False, problems=problems)
         return answer
 
     view = View.make(as_json=as_json, no_live=no_live, no_input=no_input)
     run_command(ctx, _decide(store_choice(ctx), run_id, approval_id, make, resume=resume, view=view))
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@click.argument("approval_id", metavar="ID")
+@click.argument("text", metavar="TEXT")
+@click.option("--by", default=None, metavar="NAME", help="Who answers (default: the user name).")
+@_resume_option()
+@live_options
+@click.pass_context
+def answer(
+    ctx: click.Context,
+    /,
+    run_id: str,
+    approval_id: str,
+    text: str,
+    by: str | None,
+    resume: bool,
+    no_live: bool,
+    no_input: bool,
+    as_json: bool,
+) -> None:
+    """Answer the planner's question ID of RUN with TEXT (for an escalation: TEXT is guidance).
+
+    The answer is appended to the run's log and becomes part of what the planner is told; then,
+    when the run is suspended and waits for nothing else, it is resumed here.
+    """
+
+    def make(first: RunStarted, state: RunState, rec: ApprovalRecord | None, problems: Problems) -> Answer:
+        if not text.strip():
+            problems.add("TEXT", "the answer is empty")
+        if rec is not None and rec.subject not in ("question", "escalation"):
+            problems.add("ID", f"approval {rec.approval_id} is about {about(rec)}: answer it with approve or reject")
+        choice = "guidance" if rec is not None and rec.subject == "escalation" else None
+        return Answer(approved=True, by=by or _default_by(), text=text, choice=choice)  # type: ignore[arg-type]
+
+    view = View.make(as_json=as_json, no_live=no_live, no_input=no_input)
+    run_command(ctx, _decide(store_choice(ctx), run_id, approval_id, make, resume=resume, view=view))
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@click.argument("text", metavar="TEXT")
+@click.option("--constraint", is_flag=True, help="TEXT is a constraint the plan must meet from now on.")
+@click.option("--by", default=None, metavar="NAME", help="Who tells (default: the user name).")
+@_resume_option()
+@live_options
+@click.pass_context
+def tell(
+    ctx: click.Context,
+    /,
+    run_id: str,
+    text: str,
+    constraint: bool,
+    by: str | None,
+    resume: bool,
+    no_live: bool,
+    no_input: bool,
+    as_json: bool,
+) -> None:
+    """Tell RUN something new, or change a constraint (--constraint): the planner replans with it
+    at the next safe point, keeping the work already done.
+
+    It is appended to the run's log: a process running the run reads it when it next writes; a
+    suspended run is resumed here (--no-resume: only record it).
+    """
+    view = View.make(as_json=as_json, no_live=no_live, no_input=no_input)
+    run_command(ctx, _tell(store_choice(ctx), run_id, text, constraint, by or _default_by(), resume=resume, view=view))
+
+
+async def _tell(
+    choice: StoreChoice, run_id: str, text: str, constraint: bool, by: str, *, resume: bool, view: View
+) -> int:
+    if not text.strip():
+        raise Refused(Problems.of("TEXT", "is empty"))
+    async with using_store(choice) as store:
+        log = await load_log(store, run_id, choice)
+        for _ in range(5):
+            last = await store.last_seq(run_id)
+            if last > len(log):
+                log += [s.event for s in await store.read(run_id, after=len(log))]
+            state = RunState.fold(log)
+            if state.finished:
+                raise Refused(Problems.of(f"run {run_id}", f"it has finished ({state.stop}): it can no longer be told"))
+            event = InformationAdded(at=time.time(), text=text, by=by, constraint=constraint)
+            try:
+                await store.append(run_id, [event], expected_seq=last)
+            except AppendConflict:
+                continue
+            log.append(event)
+            state.apply(event)
+            break
+        else:
+            raise Refused(Problems.of(f"run {run_id}", "its log kept changing while it was written"))
+        what = "constraint" if constraint else "information"
+        click.echo(plain(f"run {run_id}: {what} recorded"), err=view.as_json)
+        if resume and state.status == "waiting":
+            return await resume_run(store, choice, log, AgentFlags(), view)
+    if state.status == "running":
+        click.echo(
+            f"run {run_id} is not suspended: a process running it reads this when it next writes its log; "
+            f"if none does, go on with `planexec {store_flag(choice)}resume {run_id}`",
+            err=True,
+        )
+    elif not resume:
+        click.echo(f"go on with: planexec {store_flag(choice)}resume {run_id}", err=view.as_json)
+    if view.as_json:
+        click.echo(json_text({"told": run_id, "resumed": False}))
+    return 0

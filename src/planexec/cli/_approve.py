@@ -22,7 +22,7 @@ from planexec._json import loads as strict_loads
 from planexec.cli._board import Display
 from planexec.cli._text import plain, shown
 from planexec.plan import Step, render_text
-from planexec.runtime import ApprovalDecision, ApprovalRequest, Approvals
+from planexec.runtime import ApprovalDecision, ApprovalRequest, Approvals, ChecklistResult
 from planexec.store import Redactor
 
 __all__ = ["TerminalApprover", "approvals_for", "is_interactive"]
@@ -73,11 +73,53 @@ class TerminalApprover:
                 try:
                     if request.subject == "effect":
                         return await self._effect(question)
+                    if request.subject == "question":
+                        return await self._question(question)
+                    if request.subject == "escalation":
+                        return await self._escalation(question)
+                    if request.subject == "answer":
+                        return await self._checklist(question, request.checklist)
                     approved = await asyncio.to_thread(Confirm.ask, question, console=self._console, default=False)
                 except EOFError:
                     return ApprovalDecision(approved=False, reason="no answer (end of input)", by="terminal")
         reason = "approved at the terminal" if approved else "declined at the terminal"
         return ApprovalDecision(approved=approved, reason=reason, by="terminal")
+
+    async def _text(self, prompt: str) -> str:
+        while True:
+            text = await asyncio.to_thread(Prompt.ask, prompt, console=self._console, default="")
+            if text.strip():
+                return text
+            self._console.print("an answer is needed", markup=False)
+
+    async def _question(self, question: str) -> ApprovalDecision:
+        text = await self._text(question)
+        return ApprovalDecision(approved=True, text=text, reason="answered at the terminal", by="terminal")
+
+    async def _escalation(self, question: str) -> ApprovalDecision:
+        """An escalation: give guidance, let the planner try again, or stop the run."""
+        answer = await asyncio.to_thread(
+            Prompt.ask, question, console=self._console, choices=["guidance", "replan", "stop"], default="stop"
+        )
+        if answer == "stop":
+            return ApprovalDecision(approved=False, reason="stopped at the terminal", by="terminal")
+        if answer == "replan":
+            return ApprovalDecision(approved=True, choice="replan", reason="replan at the terminal", by="terminal")
+        text = await self._text("Guidance for the planner")
+        return ApprovalDecision(
+            approved=True, choice="guidance", text=text, reason="guided at the terminal", by="terminal"
+        )
+
+    async def _checklist(self, question: str, items: tuple[str, ...]) -> ApprovalDecision:
+        """A final answer: tick or fail each item of the checklist (a failed item takes a note)."""
+        results = []
+        for item in items:
+            ok = await asyncio.to_thread(Confirm.ask, escape(plain(f"{item}?")), console=self._console, default=False)
+            note = "" if ok else await self._text(f"What is wrong ({plain(item)})")
+            results.append(ChecklistResult(item=item, passed=ok, note=note))
+        approved = all(r.passed for r in results)
+        reason = "every item ticked at the terminal" if approved else "items failed at the terminal"
+        return ApprovalDecision(approved=approved, checklist=tuple(results), reason=reason, by="terminal")
 
     async def _effect(self, question: str) -> ApprovalDecision:
         """An uncertain effect: call again, skip the step, or mark it done (with its output)."""
@@ -110,9 +152,24 @@ class TerminalApprover:
                 console.print(plain(f"reason: {clean(plan.reason)}"), markup=False)
             console.print(_steps_table(plan.steps, self._redactor))
             return f"Run plan v{plan.version}?"
+        if request.subject == "question":
+            console.rule("the planner asks")
+            return escape(plain(clean(request.reason)))
+        if request.subject == "escalation":
+            console.rule(shown(f"escalated ({request.code})"))
+            console.print(plain(clean(request.reason)), markup=False)
+            return "Give guidance, let the planner try again, or stop the run?"
+        if request.subject == "answer":
+            console.rule("review the final answer")
+            console.print(plain(clean(render_text(request.output))), markup=False)
+            return "Tick each item"
         step = request.step
         if step is None:
             return escape(plain(f"Approve ({clean(request.reason)})?"))
+        if request.subject == "review":
+            console.rule(shown(f"step {step.id}: its result failed its checks"))
+            console.print(plain(clean(f"{request.reason}\nresult: {render_text(request.output)}")), markup=False)
+            return escape(plain(f"Accept the result of step {step.id}?"))
         if request.subject == "effect":
             console.rule(shown(f"step {step.id}: did its call take effect?"))
             console.print(plain(clean(f"{step.description}  [{request.reason}]")), markup=False)

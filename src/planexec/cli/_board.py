@@ -22,10 +22,12 @@ from planexec.cli._text import plain, redacted_events, shown
 from planexec.cli._watch import new_events
 from planexec.plan import render_text
 from planexec.runtime import (
+    AnswerReviewed,
     ApprovalDecided,
     ApprovalRequested,
     BudgetExhaustedEvent,
     Event,
+    InformationAdded,
     ModelCalled,
     PlannerOutputRejected,
     PlanningStarted,
@@ -272,10 +274,16 @@ def describe_event(event: Event, state: RunState) -> str:
             line += f" [cancelled: {', '.join(event.cancelled)}]"
         return line
     if isinstance(event, ApprovalRequested):
+        if event.subject == "question":
+            return f"the planner asks the user: {event.reason} (id {event.approval_id})"
+        if event.subject == "escalation":
+            return f"escalated to a human ({event.code}): {event.reason} (id {event.approval_id})"
         what = {
             "step": f"step {event.step_id}",
             "plan": f"plan v{event.plan_version}",
             "effect": f"the effect of step {event.step_id}",
+            "review": f"a review of step {event.step_id}'s result",
+            "answer": "a review of the final answer",
         }[event.subject]
         return f"approval asked for {what}: {event.reason} (id {event.approval_id})"
     if isinstance(event, ApprovalDecided):
@@ -284,7 +292,17 @@ def describe_event(event: Event, state: RunState) -> str:
             verdict += f" ({event.choice})"
         if event.edited_plan is not None:
             verdict += " with an edited plan"
+        if event.text is not None:
+            verdict += f" with {event.text!r}"
+        failed = [r.item for r in event.checklist if not r.passed]
+        if failed:
+            verdict += f" (failed: {', '.join(failed)})"
         return f"approval {verdict} by {event.by}" + (f": {event.reason}" if event.reason else "")
+    if isinstance(event, InformationAdded):
+        return f"{'constraint' if event.constraint else 'information'} from {event.by}: {event.text}"
+    if isinstance(event, AnswerReviewed):
+        verdict = "passed" if event.passed else "refused: " + "; ".join(event.problems)
+        return f"final answer reviewed ({event.reviewer}): {verdict}"
     if isinstance(event, StepRequeued):
         return f"step {event.step_id} back in the queue: {event.reason}"
     if isinstance(event, StepHeld):

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from planexec import UsageError, __version__
-from planexec.cli._approvals import approvals, approve, reject
+from planexec.cli._approvals import answer, approvals, approve, reject, tell
 from planexec.cli._common import View, run_command, say, start_and_follow
 from planexec.cli._eval import eval_command
 from planexec.cli._finish import report_result
@@ -41,13 +41,13 @@ def main(ctx: click.Context, store: str | None, redact_pii: bool) -> None:
     """Planner–executor agents: typed plans, parallel steps, checked results, bounded runs.
 
     Runs are logged in a store (--store), where they can be listed (runs, show, export), answered
-    (approvals, approve, reject), picked up again (resume), replayed or forked (replay) and
-    deleted when old (gc).
+    (approvals, approve, reject, answer), told something new (tell), picked up again (resume),
+    replayed or forked (replay) and deleted when old (gc).
     """
     remember_store(ctx, store, pii=redact_pii)
 
 
-for command in (run, resume, runs, show, export, approvals, approve, reject, replay, gc):
+for command in (run, resume, runs, show, export, approvals, approve, reject, answer, tell, replay, gc):
     main.add_command(command)
 main.add_command(eval_command, name="eval")
 

@@ -18,6 +18,14 @@ def about(rec: ApprovalRecord) -> str:
         return f"plan v{rec.plan_version}"
     if rec.subject == "effect":
         return f"the effect of step {rec.step_id}"
+    if rec.subject == "question":
+        return f"a question: {rec.reason}"
+    if rec.subject == "escalation":
+        return f"an escalation ({rec.code})"
+    if rec.subject == "review":
+        return f"the result of step {rec.step_id}"
+    if rec.subject == "answer":
+        return "the final answer"
     return f"step {rec.step_id}"
 
 
@@ -25,6 +33,16 @@ def answer_commands(choice: StoreChoice, run_id: str, rec: ApprovalRecord) -> li
     """Command lines that answer ``rec``: approve (with what an answer of its kind needs) and reject."""
     head = f"planexec {store_flag(choice)}"
     target = f"{shlex.quote(run_id)} {shlex.quote(rec.approval_id)}"
+    if rec.subject == "question":
+        return [f"{head}answer {target} TEXT"]
+    if rec.subject == "escalation":
+        return [
+            f"{head}approve {target} --choice guidance --text TEXT",
+            f"{head}approve {target} --choice replan",
+            f"{head}reject {target} --reason TEXT  (stops the run)",
+        ]
+    if rec.subject == "answer":
+        return [f"{head}approve {target}", f"{head}reject {target} --reason TEXT [--fail N=NOTE ...]"]
     if rec.subject == "effect":
         approve = f"{head}approve {target} --choice retry|skip|done"
     elif rec.subject == "plan":
@@ -50,6 +68,11 @@ def approval_json(rec: ApprovalRecord, *, run_id: str, choice: StoreChoice | Non
         "choice": rec.choice,
         "output": rec.output,
         "edited": rec.edited_plan is not None,
+        "code": rec.code,
+        "asked_output": rec.asked_output,
+        "checklist": list(rec.checklist),
+        "text": rec.text,
+        "checklist_results": [{"item": r.item, "passed": r.passed, "note": r.note} for r in rec.checklist_results],
         "answered_at": rec.decided_at,
     }
     if choice is not None and rec.approved is None:

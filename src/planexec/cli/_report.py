@@ -215,7 +215,12 @@ def result_json(result: RunResult, **extra: Any) -> dict[str, Any]:
         "run_id": result.run_id,
         "goal": result.goal,
         "ok": result.ok,
-        "stop": {"kind": result.stop.kind, "detail": result.stop.detail, "budget": result.stop.budget},
+        "stop": {
+            "kind": result.stop.kind,
+            "detail": result.stop.detail,
+            "budget": result.stop.budget,
+            "code": result.stop.code,
+        },
         "answer": result.answer,
         "plans": [
             {

@@ -72,6 +72,34 @@ def print_run(console: Console, log: Sequence[Event], state: RunState | None = N
     console.print(_usage(state, log))
     if state.approvals:
         console.print(_approvals(list(state.approvals.values())))
+    if state.rejections:
+        console.print(_rejections(state))
+    if state.information or state.reviews:
+        console.print(_heard(state))
+
+
+def _rejections(state: RunState) -> Table:
+    """Every planner answer that failed its checks, with each of its problems."""
+    table = Table(title="planner answers refused", title_justify="left", title_style="bold", expand=True)
+    for name in ("at", "attempt", "problems"):
+        table.add_column(name, overflow="fold")
+    for e in state.rejections:
+        table.add_row(when(e.at), str(e.attempt), shown("\n".join(str(p) for p in e.problems)))
+    return table
+
+
+def _heard(state: RunState) -> Table:
+    """What people told the run, and how its final answers were reviewed."""
+    table = Table(title="told and reviewed", title_justify="left", title_style="bold", expand=True)
+    for name in ("at", "what", "text"):
+        table.add_column(name, overflow="fold")
+    rows = [(i.at, "constraint" if i.constraint else "information", f"{i.by}: {i.text}") for i in state.information]
+    for r in state.reviews:
+        verdict = "passed" if r.passed else "refused: " + "; ".join(r.problems)
+        rows.append((r.at, f"{r.reviewer} review", f"{cut(r.answer, 200)} — {verdict}"))
+    for at, what, text in sorted(rows, key=lambda row: row[0]):
+        table.add_row(when(at), what, shown(text))
+    return table
 
 
 def _head(state: RunState) -> RenderableType:
@@ -177,6 +205,11 @@ def _answer_text(rec: ApprovalRecord) -> str:
     text = ("approved" if rec.approved else "rejected") + f" by {rec.by}"
     if rec.choice:
         text += f" ({rec.choice})"
+    if rec.text:
+        text += f": {rec.text}"
+    failed = [f"{r.item}: {r.note or 'failed'}" for r in rec.checklist_results if not r.passed]
+    if failed:
+        text += " — failed " + "; ".join(failed)
     if rec.edited_plan is not None:
         text += " with an edited plan"
     if rec.decision_reason:
@@ -226,7 +259,9 @@ def run_json(log: Sequence[Event], state: RunState | None = None) -> dict[str, A
         "goal": state.goal,
         "constraints": list(state.constraints),
         "status": state.status,
-        "stop": None if stop is None else {"kind": stop.kind, "detail": stop.detail, "budget": stop.budget},
+        "stop": None
+        if stop is None
+        else {"kind": stop.kind, "detail": stop.detail, "budget": stop.budget, "code": stop.code},
         "answer": state.answer,
         "started_at": state.started_at,
         "finished_at": state.finished_at,
@@ -245,4 +280,14 @@ def run_json(log: Sequence[Event], state: RunState | None = None) -> dict[str, A
             "by_role": {role: asdict(row) for role, row in usage_by_role(log).items()},
         },
         "approvals": [approval_json(rec, run_id=state.run_id) for rec in state.approvals.values()],
+        "rejected_planner_answers": [
+            {"at": e.at, "attempt": e.attempt, "problems": [asdict(p) for p in e.problems]} for e in state.rejections
+        ],
+        "information": [
+            {"at": i.at, "text": i.text, "by": i.by, "constraint": i.constraint} for i in state.information
+        ],
+        "answer_reviews": [
+            {"at": r.at, "answer": r.answer, "passed": r.passed, "reviewer": r.reviewer, "problems": list(r.problems)}
+            for r in state.reviews
+        ],
     }

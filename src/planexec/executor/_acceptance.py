@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planexec._clip import clip
+from planexec._errors import Problem, UsageError
 from planexec._regex import PatternError, search
 from planexec.executor._base import StepContext
 from planexec.executor._outcome import PASSED, CheckResult, Verdict
@@ -43,17 +44,32 @@ class Acceptance:
 
     ``predicates`` are named checks a plan can refer to (``{"kind": "predicate", "name": ...}``);
     ``accept`` is a predicate applied to every step; ``judge`` is a model that grades outputs of
-    steps with ``expected`` criteria (``judge_all`` grades every step).
+    steps with ``expected`` criteria (``judge_all`` grades every step); ``min_confidence``: a
+    result whose executor reported a lower confidence fails (a result reported with no confidence
+    is not judged on it).
     """
 
     predicates: Mapping[str, PredicateFn] = field(default_factory=dict)
     accept: PredicateFn | None = None
     judge: Model | str | None = None
     judge_all: bool = False
+    min_confidence: float | None = None
+
+    def __post_init__(self) -> None:
+        least = self.min_confidence
+        if least is not None and (isinstance(least, bool) or not isinstance(least, int | float) or not 0 <= least <= 1):
+            problem = Problem(code="acceptance", where="min_confidence", message="must be from 0 to 1")
+            raise UsageError("invalid acceptance", [problem])
 
     def checks_anything(self, step: Step) -> bool:
         """Whether ``step``'s output is checked at all (a step with nothing to check passes)."""
-        return bool(step.checks) or step.output_schema is not None or self.accept is not None or self._judges(step)
+        return (
+            bool(step.checks)
+            or step.output_schema is not None
+            or self.accept is not None
+            or self.min_confidence is not None
+            or self._judges(step)
+        )
 
     async def verdict(self, step: Step, output: Any, ctx: StepContext) -> Verdict:
         if not self.checks_anything(step):
@@ -68,6 +84,11 @@ class Acceptance:
                 results.append(self._check(check, step, output))
         if self.accept is not None:
             results.append(_predicate("accept", self.accept, step, output))
+        confidence = getattr(ctx, "confidence", None)
+        if self.min_confidence is not None and confidence is not None:
+            ok = confidence >= self.min_confidence
+            detail = "" if ok else f"the executor's confidence {confidence:.2f} is under {self.min_confidence:.2f}"
+            results.append(CheckResult(name="confidence", passed=ok, detail=detail))
         if self._judges(step) and all(r.passed for r in results):
             results.append(await self._judge(step, output, ctx))
         return Verdict(passed=all(r.passed for r in results), checks=tuple(results))

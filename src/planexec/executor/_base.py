@@ -50,6 +50,16 @@ class StepContext(Protocol):
 
     async def call_model(self, model: Model, request: ModelRequest) -> ModelResponse: ...
 
+    @property
+    def confidence(self) -> float | None:
+        """The confidence reported with the step's result, if any."""
+        ...
+
+    def report_confidence(self, confidence: float) -> None:
+        """Report how sure the executor is of its result, 0 to 1 (logged with the result; the
+        acceptance rules may require a minimum)."""
+        ...
+
 
 @runtime_checkable
 class Executor(Protocol):

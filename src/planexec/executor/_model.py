@@ -22,7 +22,8 @@ __all__ = ["ModelExecutor"]
 
 DEFAULT_INSTRUCTIONS = (
     "You carry out one step of a larger plan. Use the tools offered when they help; call several "
-    "at once when they are independent. When the step is done, reply with its result only."
+    "at once when they are independent. When the step is done, reply with its result only, or with "
+    'JSON {"result": ..., "confidence": 0 to 1} to say how sure you are of it.'
 )
 
 
@@ -76,7 +77,7 @@ class ModelExecutor:
                 ]
                 continue
             if output is None:
-                return response.text
+                return _with_confidence(response.text, ctx)
             value, problem = await _structured(response, output.json_schema)
             if problem is None:
                 return value
@@ -120,6 +121,25 @@ async def _all(calls: Iterable[Coroutine[Any, Any, str]]) -> list[str]:
     except BaseExceptionGroup as group_error:
         raise group_error.exceptions[0] from None
     return [task.result() for task in tasks]
+
+
+def _with_confidence(text: str, ctx: StepContext) -> Any:
+    """The result of a reply that may be ``{"result": ..., "confidence": x}``: the confidence is
+    reported and the result returned; any other reply is the result itself."""
+    stripped = text.strip()
+    if not (stripped.startswith("{") and '"confidence"' in stripped):
+        return text
+    try:
+        data = strict_loads(stripped)
+    except JSONRefused:
+        return text
+    if not isinstance(data, dict) or set(data) != {"result", "confidence"}:
+        return text
+    confidence = data["confidence"]
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 <= confidence <= 1:
+        return text
+    ctx.report_confidence(float(confidence))
+    return data["result"]
 
 
 def _describe(step: Step, args: dict[str, Any]) -> str:

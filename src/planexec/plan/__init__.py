@@ -21,12 +21,13 @@ from planexec.plan._incremental import IncrementalChecker
 from planexec.plan._plan import (
     PLAN_SCHEMA_VERSION,
     FinalAnswer,
+    FlatTurn,
     Plan,
     PlanDraft,
     Turn,
     plan_json_schema,
 )
-from planexec.plan._step import Check, Contains, FitsSchema, Matches, NonEmpty, Predicate, Step
+from planexec.plan._step import Check, Contains, FitsSchema, Matches, NonEmpty, OnFail, Predicate, Step
 
 __all__ = [
     "PLAN_SCHEMA_VERSION",
@@ -37,9 +38,11 @@ __all__ = [
     "Contains",
     "FinalAnswer",
     "FitsSchema",
+    "FlatTurn",
     "IncrementalChecker",
     "Matches",
     "NonEmpty",
+    "OnFail",
     "Plan",
     "PlanDraft",
     "Predicate",

@@ -3,6 +3,7 @@
 Plan schema changelog (bump ``PLAN_SCHEMA_VERSION`` and add a line on every change):
     1: first version — steps with tool/executor, bindings, checks, effect, approval, confidence.
     2: steps gain ``allowed_tools`` (the tools a model-driven step may call); ``approval: "never"`` means ``"auto"``.
+    3: steps gain ``on_fail`` (patch, retry or review when the result fails its checks).
 
 Plans of every version listed here load (``schema_version`` says which one a plan was written as);
 new plans are the current version.
@@ -14,9 +15,10 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planexec.plan._bindings import compile_args
 from planexec.plan._step import Step
 
-PLAN_SCHEMA_VERSION: Final = 2
+PLAN_SCHEMA_VERSION: Final = 3
 
 Author = Literal["planner", "human", "memory"]
 
@@ -30,7 +32,7 @@ class Plan(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    schema_version: Literal[1, 2] = PLAN_SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3] = PLAN_SCHEMA_VERSION
     version: int = Field(default=1, ge=1)
     steps: tuple[Step, ...]
     author: Author = "planner"
@@ -48,16 +50,27 @@ class Plan(BaseModel):
 
 
 class PlanDraft(BaseModel):
-    """What the upfront planner returns: the steps still to do, and why (for a patch)."""
+    """What the upfront planner returns: the steps still to do, and why (for a patch) — or a
+    question for the user, or that it gives up."""
 
     model_config = ConfigDict(extra="forbid")
 
     reason: str = Field(default="", description="Why this plan, or what this patch changes.")
-    steps: list[Step] = Field(description="The steps still to run. Finished steps are not repeated.")
+    steps: list[Step] = Field(
+        default_factory=list, description="The steps still to run. Finished steps are not repeated."
+    )
+    confidence: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="Confidence that this plan meets the goal, 0 to 1."
+    )
+    question: str | None = Field(
+        default=None, description="A question for the user, when the goal is unclear (no steps then)."
+    )
+    give_up: str | None = Field(default=None, description="Why the goal cannot be met, when it cannot (no steps then).")
 
 
 class Turn(BaseModel):
-    """What the step-by-step planner returns each turn: one next step, or stop with the answer."""
+    """What the step-by-step planner returns each turn: one next step, stop with the answer, ask
+    the user a question, or give up."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -65,9 +78,64 @@ class Turn(BaseModel):
     confidence: float | None = Field(
         default=None, ge=0.0, le=1.0, description="Confidence in the next step, 0 to 1 (required with a step)."
     )
-    stop: bool = Field(description="True when the goal is met and `answer` is final.")
+    stop: bool = Field(default=False, description="True when the goal is met and `answer` is final.")
     step: Step | None = Field(default=None, description="The next step, when not stopping.")
     answer: str | None = Field(default=None, description="The final answer, when stopping.")
+    question: str | None = Field(default=None, description="A question for the user, when the goal is unclear.")
+    give_up: str | None = Field(default=None, description="Why the goal cannot be met, when it cannot.")
+
+
+class FlatTurn(BaseModel):
+    """The flat turn format: one object with the next step's tool and arguments side by side.
+
+    ``next_step`` says what to do next (a model-driven step's task when ``tool`` is null), or is the
+    final answer when ``stop`` is true. The step's id is given by planexec (``s1``, ``s2``, ...), and
+    it depends on every step its arguments bind (``${s1}``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    thought: str = Field(default="", description="What is known so far and what to do next.")
+    next_step: str | None = Field(
+        default=None, description="The next step in a sentence; the final answer when stop is true."
+    )
+    tool: str | None = Field(default=None, description="The tool the next step calls (null: a model-driven step).")
+    arguments: dict[str, Any] = Field(default_factory=dict, description="The tool's arguments; may bind outputs.")
+    stop: bool = Field(default=False, description="True when the goal is met and next_step (or answer) is final.")
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0, description="Confidence in the next step, 0 to 1.")
+    answer: str | None = Field(default=None, description="The final answer, when stopping (else next_step is).")
+    question: str | None = Field(default=None, description="A question for the user, when the goal is unclear.")
+    give_up: str | None = Field(default=None, description="Why the goal cannot be met, when it cannot.")
+
+    def as_turn(self, step_id: str) -> Turn:
+        """This turn in the nested form, its step named ``step_id``."""
+        if self.stop or self.question is not None or self.give_up is not None:
+            answer = self.answer if self.answer is not None else self.next_step if self.stop else None
+            return Turn(
+                thought=self.thought,
+                confidence=self.confidence,
+                stop=self.stop,
+                answer=answer,
+                question=self.question,
+                give_up=self.give_up,
+            )
+        if self.next_step is None and self.tool is None:
+            return Turn(thought=self.thought, confidence=self.confidence, stop=False)
+        refs = compile_args(self.arguments).refs
+        depends = tuple(dict.fromkeys(ref.step_id for _loc, ref in refs))
+        step = Step(
+            id=step_id,
+            description=self.next_step or f"call {self.tool}",
+            tool=self.tool,
+            args=self.arguments,
+            depends_on=depends,
+            thought=self.thought or None,
+            confidence=self.confidence,
+        )
+        return Turn(thought=self.thought, confidence=self.confidence, stop=False, step=step)
+
+
+FLAT_KEYS = frozenset({"next_step", "tool", "arguments"})
+"""Keys that mark a reply as a flat turn (the nested form has none of them)."""
 
 
 class FinalAnswer(BaseModel):

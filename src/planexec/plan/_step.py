@@ -11,6 +11,11 @@ STEP_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
 Effect = Literal["read", "write"]
 """``read``: no side effects, safe to repeat. ``write``: changes something outside the run."""
 
+OnFail = Literal["patch", "retry", "review"]
+"""What happens when a step's result fails its acceptance checks: ``patch`` (the planner patches the
+plan), ``retry`` (run the step once more, when that is safe, then patch), ``review`` (a human looks
+at the result and its verdict: accepted, it counts as a success; refused, the planner patches)."""
+
 ApprovalPolicy = Literal["auto", "always", "never"]
 """``auto``: the gates the developer configured decide (sensitive tools, every step, the confidence
 gate); ``always``: never run without a human's yes. A plan can make a gate stricter, never lift one:
@@ -97,6 +102,11 @@ class Step(_Value):
         default="auto",
         description='"always" to ask a human before the step runs; "auto" to leave it to the configured gates.',
     )
+    on_fail: OnFail | None = Field(
+        default=None,
+        description='When the result fails its checks: "patch" the plan, "retry" the step once, or have a human '
+        '"review" it (default: the agent\'s rule).',
+    )
     thought: str | None = Field(default=None, description="Why this step (step-by-step policy).")
     confidence: float | None = Field(
         default=None, ge=0.0, le=1.0, description="The planner's confidence in this step, 0 to 1."
@@ -110,8 +120,10 @@ class Step(_Value):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # An empty allowed_tools is left out, so that a step of a plan schema version 1 log dumps as it was written.
+        # An empty allowed_tools and an unset on_fail are left out: a step of an older log dumps as written.
         data: dict[str, Any] = handler(self)
         if not self.allowed_tools:
             data.pop("allowed_tools", None)
+        if self.on_fail is None:
+            data.pop("on_fail", None)
         return data

@@ -22,7 +22,7 @@ from planexec._json import MAX_DEPTH, JSONRefused, loads
 from planexec.models._base import Message, Model, ModelRequest, ModelResponse, OutputSpec, StreamingModel
 from planexec.models._registry import resolve_model
 from planexec.plan._checks import CheckContext, capped, check_steps
-from planexec.plan._plan import FinalAnswer, PlanDraft, Turn
+from planexec.plan._plan import FLAT_KEYS, FinalAnswer, FlatTurn, PlanDraft, Turn
 from planexec.plan._step import Step
 from planexec.planner import _prompt
 from planexec.planner._stream import StreamedSteps
@@ -31,16 +31,39 @@ from planexec.tools._toolset import Toolset
 if TYPE_CHECKING:
     from planexec.runtime._state import RunState
 
-__all__ = ["Planner", "PlannerGaveUp", "PlanningContext", "PolicyName", "ReplanPolicy"]
+__all__ = [
+    "Planner",
+    "PlannerEscalated",
+    "PlannerGaveUp",
+    "PlanningContext",
+    "PolicyName",
+    "ReplanPolicy",
+    "TurnFormat",
+]
 
 PolicyName = Literal["upfront", "step"]
 ReplanPolicy = Literal["on_failure", "after_each_step", "never"]
+TurnFormat = Literal["nested", "flat"]
+"""The JSON Schema a step-by-step planner is sent: ``nested`` (a ``step`` object inside the turn)
+or ``flat`` (``thought, next_step, tool, arguments, stop, confidence``). Either answer is accepted."""
+
+ESCALATING = frozenset({"unknown_tool", "unknown_allowed_tool"})
+"""Problems that escalate to a human, when one can be asked, instead of using up repairs."""
 
 T = TypeVar("T", bound=BaseModel)
 
 REPLY_DEPTH = MAX_DEPTH + 5
 """How deep a planner's answer may nest: a step's arguments or schemas may be ``MAX_DEPTH`` levels
 deep, inside the answer, its list of steps, a step, its checks and a check."""
+
+
+class PlannerEscalated(Exception):
+    """The planner cannot go on by itself and nobody lets it: the run stops ``escalated``."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        self.code = code
+        self.detail = detail
+        super().__init__(detail)
 
 
 class PlannerGaveUp(Exception):
@@ -74,6 +97,22 @@ class PlanningContext:
     """Call a streaming model, passing each piece of text on as it arrives."""
     on_step: Callable[[Step], None] | None = None
     """Receives each step of a streaming answer the moment it is complete (streaming dispatch)."""
+    escalate: Callable[[str, str], Awaitable[str | None]] | None = None
+    """Ask a human about an output that cannot be acted on (reason code, detail): returns guidance
+    text, or None to let the planner try again; raises :class:`PlannerEscalated` to stop. None:
+    nobody can be asked."""
+    ask_user: Callable[[str], Awaitable[str]] | None = None
+    """Ask the user a clarifying question and wait for the answer. None: nobody can be asked."""
+    confidence_floor: float | None = None
+    low_confidence_stops: bool = False
+    """Under ``confidence_floor``: stop at once rather than ask a human."""
+    empty_plan_ok: bool = False
+    """Whether a plan with no steps (or a stop before any step) may end the run: only when some
+    work has been done, or the final answer passes a review."""
+    new_step_id: Callable[[], str] | None = None
+    """The id of the next step of a flat turn."""
+    heard: str | None = None
+    """What people told the run (information, answers, guidance, refused answers), as text."""
 
     def current_checks(self) -> CheckContext:
         """The check context as of now: the steps finished so far, and the steps the budget still allows."""
@@ -101,6 +140,8 @@ class Planner:
     """With a model that streams, hand each step on as soon as it is complete (streaming dispatch)."""
     instructions: str = ""
     record_chars: int = 600
+    turn_format: TurnFormat = "nested"
+    """The turn schema sent to the model (step-by-step policy); answers in either form are accepted."""
     _resolved: Model | None = field(default=None, init=False, repr=False)
     _streams_known: bool | None = field(default=None, init=False, repr=False)
 
@@ -123,7 +164,8 @@ class Planner:
     async def turn(self, ctx: PlanningContext) -> Turn:
         """The next step, or stop with the answer (step-by-step policy)."""
         extra = [ctx.record_text(self.record_chars)] if ctx.state.steps else []
-        return await self._ask(ctx, _prompt.STEP_BY_STEP, extra, Turn, self._check_turn, "planner.turn")
+        system = _prompt.STEP_BY_STEP_FLAT if self.turn_format == "flat" else _prompt.STEP_BY_STEP
+        return await self._ask(ctx, system, extra, Turn, self._check_turn, "planner.turn")
 
     async def finish(self, ctx: PlanningContext) -> str:
         """The final answer from the finished record."""
@@ -152,9 +194,14 @@ class Planner:
                 *extra,
             ]
         )
+        if ctx.heard:
+            user += "\n\n" + ctx.heard
         messages = [Message(role="system", content=system_text), Message(role="user", content=user)]
-        spec = _output_spec(output)
+        spec = _FLAT_SPEC if output is Turn and self.turn_format == "flat" else _output_spec(output)
         attempt = 0
+        repairs = 0
+        unaided = 0
+        """Escalations answered by one repair because nobody could be asked."""
         while True:
             request = ModelRequest(messages=tuple(messages), output=spec, purpose=purpose)
             if self._streams(model, ctx, output):
@@ -164,24 +211,75 @@ class Planner:
                 response = await ctx.call_stream(model, request, on_text)
             else:
                 response = await ctx.call(model, request)
-            value, problems = _parse(response, output)
+            value, problems = _parse(response, output, ctx)
             if value is not None:
                 problems = check(value, ctx)
                 if not problems:
-                    return value
+                    feedback = await self._act_on(value, ctx, unaided)
+                    if feedback is None:
+                        return value
+                    if feedback.unaided:
+                        unaided += 1
+                    messages.append(Message(role="assistant", content=response.text))
+                    messages.append(Message(role="user", content=feedback.text))
+                    continue
             attempt += 1
             ctx.rejected(attempt, problems)
-            if attempt > self.max_repairs:
-                raise PlannerGaveUp(problems)
+            escalating = [p for p in problems if p.code in ESCALATING]
+            listing = "Your reply has these problems:\n" + "\n".join(f"- {p}" for p in problems)
+            if escalating:
+                detail = "; ".join(map(str, escalating))
+                guidance = await self._escalate(ctx, "unknown_tool", detail, unaided)
+                if ctx.escalate is None:
+                    unaided += 1
+                listing += _guided(guidance)
+            else:
+                repairs += 1
+                if repairs > self.max_repairs:
+                    raise PlannerGaveUp(problems)
             messages.append(Message(role="assistant", content=response.text))
-            messages.append(
-                Message(
-                    role="user",
-                    content="Your reply has these problems:\n"
-                    + "\n".join(f"- {p}" for p in problems)
-                    + "\nReply again with the whole corrected JSON.",
+            messages.append(Message(role="user", content=listing + "\nReply again with the whole corrected JSON."))
+
+    async def _escalate(self, ctx: PlanningContext, code: str, detail: str, unaided: int) -> str | None:
+        """A human's guidance (or None: try again); with nobody to ask, one repair, then stop."""
+        if ctx.escalate is not None:
+            return await ctx.escalate(code, detail)
+        if unaided >= 1:
+            raise PlannerEscalated(code, f"{detail} (nobody can be asked, and the repair allowed did not help)")
+        return None
+
+    async def _act_on(self, value: BaseModel, ctx: PlanningContext, unaided: int) -> _Feedback | None:
+        """What stops a valid answer from being acted on as it is: a question for the user, giving
+        up, a confidence under the floor. None: act on it."""
+        question = getattr(value, "question", None)
+        give_up = getattr(value, "give_up", None)
+        if give_up is not None:
+            if ctx.escalate is None:
+                raise PlannerEscalated("planner_gave_up", f"the planner gave up: {give_up}")
+            guidance = await ctx.escalate("planner_gave_up", f"the planner gave up: {give_up}")
+            return _Feedback("You gave up; a human asks you to go on." + _guided(guidance))
+        if question is not None:
+            if ctx.ask_user is not None:
+                answer = await ctx.ask_user(question)
+                return _Feedback(f"The user answered your question: {answer}\nReply again with the whole JSON.")
+            if unaided >= 1:
+                raise PlannerEscalated(
+                    "clarification_needed", f"the planner needs an answer nobody can give here: {question}"
                 )
+            return _Feedback(
+                "Nobody can answer questions in this run: go on without asking, with reasonable assumptions "
+                "you state in your thought, or give up. Reply again with the whole JSON.",
+                unaided=True,
             )
+        floor = ctx.confidence_floor
+        confidence = _confidence_of(value)
+        if floor is not None and confidence is not None and confidence < floor:
+            detail = f"the planner's confidence {confidence:.2f} is under the run's floor of {floor:.2f}"
+            if ctx.escalate is None or ctx.low_confidence_stops:
+                raise PlannerEscalated("low_confidence", detail)
+            guidance = await ctx.escalate("low_confidence", detail)
+            return _Feedback(f"Your confidence was too low to act on ({detail})." + _guided(guidance))
+        return None
 
     def _streams(self, model: Model, ctx: PlanningContext, output: type[BaseModel]) -> bool:
         """Whether to stream this answer and hand on its steps while it streams."""
@@ -219,12 +317,25 @@ class Planner:
             ctx.on_step(step)
 
     def _check_draft(self, draft: PlanDraft, ctx: PlanningContext) -> list[Problem]:
+        if draft.question is not None or draft.give_up is not None:
+            if draft.steps:
+                return [Problem(code="plan", where="steps", message="a question or giving up comes with no steps")]
+            return []
+        if not draft.steps and not _work_done(ctx):
+            return [_EMPTY]
         return check_steps(draft.steps, ctx.current_checks())
 
     def _check_turn(self, turn: Turn, ctx: PlanningContext) -> list[Problem]:
+        if turn.question is not None or turn.give_up is not None:
+            if turn.stop or turn.step is not None:
+                what = "a question" if turn.question is not None else "giving up"
+                return [Problem(code="turn", where="turn", message=f"{what} comes with no step and no stop")]
+            return []
         if turn.stop:
             if turn.answer is None:
                 return [Problem(code="turn", where="answer", message="stop is true, so an answer is required")]
+            if not _work_done(ctx):
+                return [_EMPTY]
             return []
         if turn.step is None:
             return [Problem(code="turn", where="step", message="stop is false, so a step is required")]
@@ -247,6 +358,46 @@ def _output_spec(output: type[BaseModel]) -> OutputSpec:
     return OutputSpec(name=output.__name__.lower(), json_schema=output.model_json_schema())
 
 
+_FLAT_SPEC = OutputSpec(name="turn", json_schema=FlatTurn.model_json_schema())
+
+_EMPTY = Problem(
+    code="empty_plan",
+    where="steps",
+    message="no step has been tried: plan the work that meets the goal (an answer with no work done "
+    "is accepted only when the run reviews its final answer)",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Feedback:
+    text: str
+    unaided: bool = False
+
+
+def _guided(guidance: str | None) -> str:
+    return f"\nGuidance from a human: {guidance}" if guidance else "\nA human lets you try again."
+
+
+def _work_done(ctx: PlanningContext) -> bool:
+    """Whether an answer may come with no more steps: some step was tried, or answers are reviewed."""
+    return ctx.empty_plan_ok or bool(ctx.state.steps)
+
+
+def _confidence_of(value: BaseModel) -> float | None:
+    """A turn's confidence, or a plan's: its own, else the lowest its steps give."""
+    if isinstance(value, Turn):
+        if value.stop:
+            return value.confidence
+        step_confidence = value.step.confidence if value.step is not None else None
+        return value.confidence if value.confidence is not None else step_confidence
+    if isinstance(value, PlanDraft):
+        if value.confidence is not None:
+            return value.confidence
+        given = [s.confidence for s in value.steps if s.confidence is not None]
+        return min(given) if given else None
+    return None
+
+
 def _unfenced(text: str) -> str:
     """The text inside a Markdown code fence (```json ... ```), or the text itself when it is not
     fenced. Plain string operations: a regex for this backtracks for minutes on a reply that opens
@@ -260,7 +411,9 @@ def _unfenced(text: str) -> str:
     return inner.strip()
 
 
-def _parse(response: ModelResponse, output: type[T]) -> tuple[T | None, list[Problem]]:
+def _parse(
+    response: ModelResponse, output: type[T], ctx: PlanningContext | None = None
+) -> tuple[T | None, list[Problem]]:
     if response.refusal is not None:
         return None, [Problem(code="refusal", where="reply", message=f"the model refused: {response.refusal}")]
     # Structured output reaches the planner only as strict JSON data: a run keeps a reply's parsed
@@ -272,6 +425,10 @@ def _parse(response: ModelResponse, output: type[T]) -> tuple[T | None, list[Pro
         except JSONRefused as e:
             return None, [_reply_problem(e.problem)]
     try:
+        if output is Turn and isinstance(data, dict) and "step" not in data and not FLAT_KEYS.isdisjoint(data):
+            flat = FlatTurn.model_validate(data)
+            step_id = ctx.new_step_id() if ctx is not None and ctx.new_step_id is not None else "s1"
+            return flat.as_turn(step_id), []  # type: ignore[return-value]
         return output.model_validate(data), []
     except ValidationError as e:
         return None, capped(

@@ -35,7 +35,9 @@ or "${step_id.field.0}" for a part of it, and list that step in depends_on.
 """
     + _STEP_RULES
     + """
-Give a confidence (0 to 1) for steps you are unsure of. Reply with JSON only."""
+Give a confidence (0 to 1) for steps you are unsure of, and for the plan as a whole. If the goal is \
+unclear, ask the user instead (question, no steps); if it cannot be met, say why (give_up, no steps). \
+Reply with JSON only."""
 )
 
 STEP_BY_STEP = (
@@ -47,8 +49,18 @@ args, write "${step_id}" or "${step_id.field.0}" and list that step in depends_o
     + _STEP_RULES
     + """
 Each turn give your thought and your confidence (0 to 1). When the goal is met, set stop to true and \
-give the final answer. Reply with JSON only."""
+give the final answer. If the goal is unclear, ask the user (question); if it cannot be met, say why \
+(give_up). Reply with JSON only."""
 )
+
+STEP_BY_STEP_FLAT = """You are the planner of a planner–executor agent. You never call tools yourself: each \
+turn you choose the one next step that executors carry out, and you see its result before the next turn.
+Reply with one JSON object: {"thought": ..., "next_step": ..., "tool": ..., "arguments": {...}, \
+"stop": false, "confidence": 0 to 1}. next_step says what to do in a sentence; tool names the tool \
+(null for work a model must reason through) and arguments fit its schema. Steps are named s1, s2, ... \
+in order: to use an earlier output in arguments, write "${s1}" or "${s1.field.0}".
+When the goal is met, set stop to true and put the final answer in next_step. If the goal is \
+unclear, ask the user (question); if it cannot be met, say why (give_up). Reply with JSON only."""
 
 PATCH = """Part of the plan failed or needs changing. Finished steps stay as they are and their outputs \
 stay available: bind them instead of repeating them. Return every step still to do: your list replaces \
@@ -83,6 +95,27 @@ def describe_goal(goal: str, constraints: tuple[str, ...]) -> str:
     if constraints:
         text += "\nConstraints:\n" + "\n".join(f"- {c}" for c in constraints)
     return text
+
+
+def describe_heard(state: RunState) -> str | None:
+    """What people told the run: new information and constraints, answers to the planner's
+    questions, guidance given on escalations, and final answers a review refused."""
+    lines: list[str] = []
+    for info in state.information:
+        label = "New constraint" if info.constraint else "New information"
+        lines.append(f"- {label} from {info.by}: {info.text}")
+    for rec in state.approvals.values():
+        if rec.subject == "question" and rec.text is not None:
+            lines.append(f"- You asked the user: {rec.reason}\n  The user answered: {rec.text}")
+        elif rec.subject == "escalation" and rec.approved and rec.text:
+            lines.append(f"- Guidance from {rec.by or 'a human'} ({rec.code or 'escalation'}): {rec.text}")
+    for review in state.reviews:
+        if not review.passed:
+            why = "; ".join(review.problems) or "no reason given"
+            lines.append(f"- A final answer was refused by the {review.reviewer} review: {why}")
+    if not lines:
+        return None
+    return "What people told this run (it overrides earlier assumptions):\n" + "\n".join(lines)
 
 
 def describe_budget(left: Mapping[str, Any]) -> str:

@@ -4,10 +4,13 @@ from planexec.runtime._agent import Agent, Run
 from planexec.runtime._budget import DEFAULT_CAPS, Budget
 from planexec.runtime._events import (
     EVENT_SCHEMA_VERSION,
+    AnswerReviewed,
     ApprovalDecided,
     ApprovalRequested,
     BudgetExhaustedEvent,
+    ChecklistResult,
     Event,
+    InformationAdded,
     ModelCalled,
     PlannerOutputRejected,
     PlanningStarted,
@@ -33,14 +36,27 @@ from planexec.runtime._events import (
 from planexec.runtime._replay import Fault
 from planexec.runtime._replaying import ReplayReport, replay_log
 from planexec.runtime._result import RunResult
-from planexec.runtime._settings import ApprovalDecision, ApprovalRequest, Approvals, Approver, Limits, RunContext
+from planexec.runtime._settings import (
+    AnswerCheck,
+    AnswerReview,
+    ApprovalDecision,
+    ApprovalRequest,
+    Approvals,
+    Approver,
+    Escalation,
+    Limits,
+    RunContext,
+)
 from planexec.runtime._state import ApprovalRecord, RunState, StepRecord, StepStatus
-from planexec.runtime._stop import BudgetName, ErrorCode, StopKind, StopReason
+from planexec.runtime._stop import BudgetName, ErrorCode, EscalationCode, StopKind, StopReason
 
 __all__ = [
     "DEFAULT_CAPS",
     "EVENT_SCHEMA_VERSION",
     "Agent",
+    "AnswerCheck",
+    "AnswerReview",
+    "AnswerReviewed",
     "ApprovalDecided",
     "ApprovalDecision",
     "ApprovalRecord",
@@ -51,9 +67,13 @@ __all__ = [
     "Budget",
     "BudgetExhaustedEvent",
     "BudgetName",
+    "ChecklistResult",
     "ErrorCode",
+    "Escalation",
+    "EscalationCode",
     "Event",
     "Fault",
+    "InformationAdded",
     "Limits",
     "ModelCalled",
     "PlanProposed",

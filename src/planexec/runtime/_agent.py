@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from planexec._clip import clip
 from planexec._errors import Problem, UsageError
@@ -19,11 +19,11 @@ from planexec.plan._plan import Plan
 from planexec.planner._planner import Planner
 from planexec.runtime._budget import Budget
 from planexec.runtime._engine import Engine, EngineConfig
-from planexec.runtime._events import Event, RunFinished, RunStarted, RunSuspended
+from planexec.runtime._events import ChecklistResult, EffectChoice, Event, RunFinished, RunStarted, RunSuspended
 from planexec.runtime._replay import Fault
 from planexec.runtime._replaying import ReplayReport, replay_log
 from planexec.runtime._result import RunResult
-from planexec.runtime._settings import ApprovalDecision, Approvals, Limits, RunContext
+from planexec.runtime._settings import AnswerReview, ApprovalDecision, Approvals, Escalation, Limits, RunContext
 from planexec.runtime._state import RunState
 from planexec.store._base import RunStore
 from planexec.tools._tool import Tool
@@ -95,17 +95,46 @@ class Run:
         approved: bool,
         reason: str = "",
         by: str = "human",
-        choice: Literal["retry", "skip", "done"] | None = None,
+        choice: EffectChoice | None = None,
         output: Any = None,
         edited_plan: Plan | None = None,
+        text: str | None = None,
+        checklist: Sequence[ChecklistResult] = (),
     ) -> None:
-        """Answer one of the run's open questions (see ``state.pending_approvals``)."""
+        """Answer one of the run's open questions (see ``state.pending_approvals``): approve or
+        refuse it, with what its subject needs (see :class:`ApprovalDecision`)."""
         self._engine.decide(
             approval_id,
             ApprovalDecision(
-                approved=approved, reason=reason, by=by, choice=choice, output=output, edited_plan=edited_plan
+                approved=approved,
+                reason=reason,
+                by=by,
+                choice=choice,
+                output=output,
+                edited_plan=edited_plan,
+                text=text,
+                checklist=tuple(checklist),
             ),
         )
+
+    def answer(self, question_id: str, text: str, *, by: str = "user") -> None:
+        """Answer the planner's question ``question_id`` with ``text`` (or, for an escalation, give
+        ``text`` as guidance). The planner hears it at once and goes on."""
+        record = self._engine.state.approvals.get(question_id)
+        if record is not None and record.subject == "escalation":
+            self.decide(question_id, approved=True, by=by, choice="guidance", text=text)
+        elif record is not None and record.subject != "question":
+            raise UsageError(
+                f"approval {question_id} is about a {record.subject}, not a question: use decide(...) to answer it"
+            )
+        else:
+            self.decide(question_id, approved=True, by=by, text=text)
+
+    def tell(self, text: str, *, constraint: bool = False, by: str = "user") -> None:
+        """Tell the running run something new (``constraint=True``: a constraint the plan must meet
+        from now on). It is logged at once; the planner replans with it at the next safe point,
+        keeping the work already done."""
+        self._engine.tell(text, by=by, constraint=constraint)
 
     @property
     def done(self) -> bool:
@@ -141,6 +170,8 @@ class Agent:
         approvals: Approvals | None = None,
         context: RunContext | None = None,
         store: RunStore | str | None = "default",
+        escalation: Escalation | None = None,
+        review: AnswerReview | None = None,
     ) -> None:
         self._parts = _assemble(planner, tools, executor, executors)
         self._store_spec = store
@@ -151,6 +182,15 @@ class Agent:
         self.acceptance = acceptance or Acceptance()
         self.approvals = approvals or Approvals()
         self.context = context or RunContext()
+        self.escalation = escalation or Escalation()
+        self.review = review
+        problems: list[Problem] = []
+        if self.escalation is not None and not isinstance(self.escalation, Escalation):
+            problems.append(Problem(code="agent", where="escalation", message="must be an Escalation"))
+        if review is not None and not isinstance(review, AnswerReview):
+            problems.append(Problem(code="agent", where="review", message="must be an AnswerReview"))
+        if problems:
+            raise UsageError("invalid agent", problems)
 
     @property
     def planner(self) -> Planner:
@@ -188,6 +228,8 @@ class Agent:
             approvals=self.approvals,
             context=self.context,
             metadata={**self._description(), **metadata},
+            escalation=self.escalation,
+            review=self.review,
         )
 
     def _description(self) -> dict[str, Any]:
@@ -219,6 +261,19 @@ class Agent:
                 "replan": parts.planner.replan,
                 "max_repairs": parts.planner.max_repairs,
                 "streams": parts.planner.stream and parts.planner.model_streams,
+                "turn_format": parts.planner.turn_format,
+            },
+            "escalation": dataclasses.asdict(self.escalation),
+            "review": None
+            if self.review is None
+            else {
+                "checks": [getattr(c, "__name__", type(c).__name__) for c in self.review.checks],
+                "rubric": self.review.rubric,
+                "judge": None
+                if self.review.judge is None
+                else str(getattr(self.review.judge, "name", self.review.judge)),
+                "checklist": list(self.review.checklist),
+                "max_rounds": self.review.max_rounds,
             },
             "limits": dataclasses.asdict(self.limits),
             "approvals": {
@@ -231,6 +286,9 @@ class Agent:
             },
             "predicates": sorted(self.acceptance.predicates),
         }
+
+    def _can_ask(self) -> bool:
+        return self.approvals.approver is not None or (self.approvals.deferred and self.store is not None)
 
     def start(
         self,
@@ -246,6 +304,11 @@ class Agent:
         """
         if not goal.strip():
             raise UsageError("the goal is empty")
+        if self.review is not None and self.review.checklist and not self._can_ask():
+            raise UsageError(
+                "the final answer's checklist needs a human reviewer: give an approver, or deferred "
+                "approvals with a store"
+            )
         engine = Engine(
             self._config(metadata or {}),
             goal=goal,

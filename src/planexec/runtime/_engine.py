@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from planexec._errors import UsageError
+from planexec._errors import Problem, UsageError
 from planexec._tasks import abandon
 from planexec.executor._acceptance import Acceptance
 from planexec.executor._base import Executor
@@ -31,6 +31,7 @@ from planexec.runtime._calls import ModelCalls
 from planexec.runtime._events import (
     BudgetExhaustedEvent,
     Event,
+    InformationAdded,
     RunFinished,
     RunResumed,
     RunStarted,
@@ -47,7 +48,14 @@ from planexec.runtime._planning import PlanDone, PlanKind, Planning, Stop, crash
 from planexec.runtime._recovery import restore
 from planexec.runtime._replay import Replayer
 from planexec.runtime._scheduler import ReadyQueue
-from planexec.runtime._settings import ApprovalDecision, Approvals, Limits, RunContext
+from planexec.runtime._settings import (
+    AnswerReview,
+    ApprovalDecision,
+    Approvals,
+    Escalation,
+    Limits,
+    RunContext,
+)
 from planexec.runtime._stalls import RepeatWatch
 from planexec.runtime._state import RunState, canonical_call
 from planexec.runtime._step_run import StepDone, run_step
@@ -73,6 +81,8 @@ class EngineConfig:
     approvals: Approvals
     context: RunContext
     metadata: Mapping[str, Any]
+    escalation: Escalation = field(default_factory=Escalation)
+    review: AnswerReview | None = None
 
 
 class _Suspend(Exception):
@@ -81,6 +91,10 @@ class _Suspend(Exception):
 
 class _Wake:
     """Queued to make the loop look again (a task began waiting for a human)."""
+
+
+class _News:
+    """Queued when new information reached the log: the planner is to hear it."""
 
 
 @dataclass(slots=True)
@@ -132,7 +146,7 @@ class Engine:
         self._listeners: list[Callable[[Event], None]] = []
         self._clock = config.context.clock
         self._rng_made: random.Random | None = None
-        self.queue: asyncio.Queue[StepDone | PlanDone | _Wake | _Recorded] = asyncio.Queue()
+        self.queue: asyncio.Queue[StepDone | PlanDone | _Wake | _News | _Recorded] = asyncio.Queue()
         self.ready = ReadyQueue()
         self._running: dict[str, tuple[asyncio.Task[None], int]] = {}
         self._tokens: dict[str, int] = {}
@@ -209,6 +223,29 @@ class Engine:
             for listener in self._listeners:
                 listener(e)
         self.humans.answered_elsewhere(events)
+        if any(isinstance(e, InformationAdded) for e in events):
+            self.heard()
+
+    def tell(self, text: str, *, by: str = "user", constraint: bool = False) -> None:
+        """New information or a changed constraint, from this process: logged, then planned with."""
+        problems = []
+        if not isinstance(text, str) or not text.strip():
+            problems.append(Problem(code="tell", where="text", message="must be non-empty text"))
+        elif len(text) > self.config.limits.max_output_chars:
+            limit = self.config.limits.max_output_chars
+            problems.append(Problem(code="tell", where="text", message=f"is longer than {limit:,} characters"))
+        if not isinstance(by, str):
+            problems.append(Problem(code="tell", where="by", message="must be text"))
+        if self.state.finished:
+            problems.append(Problem(code="tell", where=f"run {self.run_id}", message="it has finished"))
+        if problems:
+            raise UsageError("cannot tell the run", problems)
+        self.emit(InformationAdded(at=self.now(), text=text, by=by, constraint=bool(constraint)))
+        self.heard()
+
+    def heard(self) -> None:
+        """New information is in the log: have the loop take it to the planner."""
+        self.queue.put_nowait(_News())
 
     @property
     def _rng(self) -> random.Random:
@@ -416,6 +453,8 @@ class Engine:
         if self.replay is not None:
             watcher = asyncio.create_task(self.replay.external_stops(self), name="replay:external")
             self._helpers.add(watcher)
+            news = asyncio.create_task(self.replay.external_news(self), name="replay:news")
+            self._helpers.add(news)
         if self.journal is not None:
             await self.journal.flush()  # a store that cannot be written stops the run before it spends anything
         if self.resuming:
@@ -447,6 +486,8 @@ class Engine:
                 self._step_done(done)
             elif isinstance(done, PlanDone):
                 self.planning.done(done)
+            elif isinstance(done, _News):
+                self.planning.news()
             elif isinstance(done, _Recorded):
                 raise _EndSegment(done.events)
 
@@ -541,6 +582,26 @@ class Engine:
         tools = self.config.tools
         return step.tool is not None and step.tool in tools and tools.get(step.tool).side_effect
 
+    def fail_rule(self, step: Step) -> str:
+        """What happens when ``step``'s result fails its checks: the plan's rule for the step, unless
+        the developer's rule is a human review (a plan cannot lift it)."""
+        rule = self.config.escalation.on_fail
+        return rule if rule == "review" or step.on_fail is None else step.on_fail
+
+    def retries_on_fail(self, step: Step) -> int:
+        """Attempts more a step whose result failed its checks gets: only when running it again is safe."""
+        if self.fail_rule(step) != "retry":
+            return 0
+        tools = self.config.tools
+        idempotent = step.tool is not None and step.tool in tools and tools.get(step.tool).idempotent
+        if self.side_effecting(step) and not idempotent:
+            return 0
+        return self.config.escalation.retries
+
+    def reviews_on_fail(self, step: Step) -> bool:
+        """Whether a human reviews ``step``'s result when it fails its checks (someone must be able to)."""
+        return self.fail_rule(step) == "review" and self.can_ask_humans
+
     def idempotency_key(self, step: Step) -> str:
         """Stable across retries and restarts, new for each plan version that redefines the step."""
         return f"{self.run_id}:{step.id}:v{self.state.steps[step.id].plan_version}"
@@ -576,6 +637,7 @@ class Engine:
                     output=done.output,
                     verdict=done.verdict,
                     attempts=done.attempts,
+                    confidence=done.confidence,
                 )
             )
             self.ready.succeeded(done.step_id)

@@ -15,6 +15,15 @@ fixture log of every version loadable in the tests):
        or step needed (``used`` is what was actually spent); stall_detected has the rules
        repeated_success and ping_pong; plans may be plan schema 2 (``allowed_tools``); values that
        are not JSON (NaN, Infinity) are refused, never written as null. Older logs load unchanged.
+    5: questions to humans gain the subjects question (the planner asks the user), escalation
+       (a reason ``code``: unknown_tool, low_confidence, planner_gave_up), review (a step's result
+       that failed its checks, with ``output`` and ``verdict``) and answer (the final answer, with
+       a ``checklist``); approval_decided may carry ``text`` (an answer, or guidance) and checklist
+       results, and the choices guidance and replan; information_added (the user told the run
+       something new); answer_reviewed (a final answer judged); step_succeeded may carry the
+       executor's ``confidence``; planning rounds may be triggered by information or a review;
+       runs may stop ``escalated``; plans may be plan schema 3 (``on_fail``). Older logs load
+       unchanged.
 """
 
 from __future__ import annotations
@@ -29,14 +38,18 @@ from planexec.executor._outcome import StepError, Verdict
 from planexec.models._base import ModelResponse, Usage
 from planexec.plan._plan import Plan
 from planexec.plan._step import Step
-from planexec.runtime._stop import BudgetName, StopReason
+from planexec.runtime._stop import BudgetName, EscalationCode, StopReason
 
 __all__ = [
     "EVENT_SCHEMA_VERSION",
+    "AnswerReviewed",
     "ApprovalDecided",
     "ApprovalRequested",
     "BudgetExhaustedEvent",
+    "ChecklistResult",
+    "EscalationCode",
     "Event",
+    "InformationAdded",
     "ModelCalled",
     "PlanProposed",
     "PlannerOutputRejected",
@@ -60,10 +73,11 @@ __all__ = [
     "load_event",
 ]
 
-EVENT_SCHEMA_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+EVENT_SCHEMA_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
-PlanTrigger = Literal["initial", "failure", "after_step", "turn", "human"]
+PlanTrigger = Literal["initial", "failure", "after_step", "turn", "human", "information", "review"]
+PlanningTrigger = Literal["initial", "failure", "after_step", "turn", "finish", "information", "review"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -107,7 +121,7 @@ class PlanningStarted:
 
     kind: Literal["planning_started"] = "planning_started"
     at: float
-    trigger: Literal["initial", "failure", "after_step", "turn", "finish"]
+    trigger: PlanningTrigger
     why: str = ""
 
 
@@ -139,11 +153,26 @@ with the same output in several planning rounds; ``ping_pong``: the planner alte
 calls that keep giving the same outputs; ``identical_patch``: the same patch again;
 ``no_progress``: no step finished for several planning rounds."""
 
-ApprovalSubject = Literal["plan", "step", "effect"]
+ApprovalSubject = Literal["plan", "step", "effect", "question", "escalation", "review", "answer"]
 """``plan``: a plan version before it runs; ``step``: a step before it runs; ``effect``: a
-side-effecting call that may or may not have happened (the process stopped during it)."""
+side-effecting call that may or may not have happened (the process stopped during it);
+``question``: the planner asks the user (answered with text); ``escalation``: the planner's output
+cannot be acted on (its ``code`` says why) and a human gives guidance, lets it plan again, or stops
+the run; ``review``: a step's result failed its checks and a human accepts or refuses it;
+``answer``: the final answer, reviewed against a checklist before the run ends."""
 
-EffectChoice = Literal["retry", "skip", "done"]
+EffectChoice = Literal["retry", "skip", "done", "guidance", "replan"]
+"""For an uncertain effect: ``retry``, ``skip`` or ``done``; for an escalation: ``guidance`` (with
+``text``) or ``replan``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChecklistResult:
+    """One item of a reviewer's checklist: ticked (passed) or failed, with a note."""
+
+    item: str
+    passed: bool
+    note: str = ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -169,6 +198,14 @@ class ApprovalRequested:
     reason: str = ""
     plan: Plan | None = None
     """For a plan: the plan asked about, so that the question survives a restart."""
+    code: EscalationCode | None = None
+    """For an escalation: why the planner's output could not be acted on."""
+    output: Any = None
+    """For a review: the step's result; for an answer: the final answer."""
+    verdict: Verdict | None = None
+    """For a review: the verdict of the checks the result failed."""
+    checklist: tuple[str, ...] = ()
+    """For an answer: the items the reviewer ticks or fails."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -185,6 +222,10 @@ class ApprovalDecided:
     """For an effect marked done: the step's output, as the human gives it."""
     edited_plan: Plan | None = None
     """For a plan: the plan the human approved instead (it becomes a version authored by a human)."""
+    text: str | None = None
+    """For a question: the user's answer; for an escalation: the human's guidance."""
+    checklist: tuple[ChecklistResult, ...] = ()
+    """For an answer: each item of the checklist, ticked or failed."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -259,6 +300,8 @@ class StepSucceeded:
     output: Any
     verdict: Verdict
     attempts: int = 1
+    confidence: float | None = None
+    """The confidence a model-driven executor reported with its result, 0 to 1."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -324,6 +367,32 @@ class RunResumed:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class InformationAdded:
+    """Someone told the run something new, or changed a constraint: the planner replans with it at
+    the next safe point (finished work is kept)."""
+
+    kind: Literal["information_added"] = "information_added"
+    at: float
+    text: str
+    by: str = "user"
+    constraint: bool = False
+    """True when it is a constraint the plan must meet from now on."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AnswerReviewed:
+    """A final answer was judged before the run could end with it."""
+
+    kind: Literal["answer_reviewed"] = "answer_reviewed"
+    at: float
+    answer: str
+    passed: bool
+    reviewer: Literal["checks", "rubric", "human"]
+    problems: tuple[str, ...] = ()
+    """Why it failed: each failed check, the rubric's reason, or the checklist items failed."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RunFinished:
     kind: Literal["run_finished"] = "run_finished"
     at: float
@@ -352,6 +421,8 @@ Event: TypeAlias = Annotated[
     | StallDetected
     | RunSuspended
     | RunResumed
+    | InformationAdded
+    | AnswerReviewed
     | RunFinished,
     Field(discriminator="kind"),
 ]

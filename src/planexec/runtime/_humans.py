@@ -10,12 +10,13 @@ keep running meanwhile.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from planexec._errors import Problem, UsageError
 from planexec._json import json_problem
 from planexec.executor._base import StepFailure
-from planexec.executor._outcome import StepError
+from planexec.executor._outcome import CheckResult, StepError, Verdict
 from planexec.models._base import cancelled_for_real
 from planexec.plan._step import Step
 from planexec.runtime._events import ApprovalDecided, ApprovalRequested, Event
@@ -162,16 +163,13 @@ class Humans:
                     plan_version=version,
                     reason=request.reason,
                     plan=request.plan if request.subject == "plan" else None,
+                    code=request.code,  # type: ignore[arg-type]
+                    output=request.output,
+                    verdict=request.verdict,
+                    checklist=request.checklist,
                 )
             )
-        request = ApprovalRequest(
-            approval_id=approval_id,
-            run_id=request.run_id,
-            subject=request.subject,
-            reason=request.reason,
-            plan=request.plan,
-            step=request.step,
-        )
+        request = replace(request, approval_id=approval_id)
         future: asyncio.Future[ApprovalDecision] = asyncio.get_running_loop().create_future()
         self._futures[approval_id] = future
         approver = engine.config.approvals.approver
@@ -243,6 +241,8 @@ class Humans:
                 choice=decision.choice,
                 output=decision.output,
                 edited_plan=decision.edited_plan,
+                text=decision.text,
+                checklist=tuple(decision.checklist),
             )
         )
         self._release(approval_id)
@@ -270,6 +270,39 @@ class Humans:
         while self._futures:
             await asyncio.sleep(engine.config.approvals.poll_interval)
             await journal.catch_up()
+
+    async def review(self, step: Step, output: Any, verdict: Verdict) -> Verdict:
+        """A human reviews a result that failed its checks: accepted, it passes (the review is
+        added to the verdict); refused, it keeps failing, with the human's reason."""
+        engine = self._engine
+        failures = "; ".join(f"{c.name}: {c.detail}" for c in verdict.failures)
+        request = ApprovalRequest(
+            approval_id="",
+            run_id=engine.run_id,
+            subject="review",
+            step=step,
+            reason=f"the result failed its checks ({failures}): accept it or refuse it",
+            output=output,
+            verdict=verdict,
+        )
+        version = engine.state.steps[step.id].plan_version
+        earlier = self._earlier(step.id, "review", version)
+        self.waiting_steps.add(step.id)
+        engine.wake()
+        try:
+            if earlier is not None and earlier.approved is not None:
+                decision = _decision_of(earlier)
+            else:
+                decision = await self.ask(request, version=version, existing=earlier)
+        finally:
+            self.waiting_steps.discard(step.id)
+        why = decision.reason or "no reason given"
+        result = CheckResult(
+            name="review",
+            passed=decision.approved,
+            detail=f"{'accepted' if decision.approved else 'refused'} by {decision.by}: {why}",
+        )
+        return Verdict(passed=decision.approved, checks=(*verdict.checks, result))
 
     async def await_effect(self, step: Step, approval_id: str) -> ApprovalDecision:
         """Wait for a human to settle a held step: retry, skip, or mark it done."""
@@ -308,26 +341,74 @@ class Humans:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
+_CHOICES_OF: dict[str, tuple[str, ...]] = {"effect": ("retry", "skip", "done"), "escalation": ("guidance", "replan")}
+
+
 def check_decision(record: ApprovalRecord, decision: ApprovalDecision) -> list[Problem]:
     """What is wrong with ``decision`` as an answer to ``record`` (empty when nothing)."""
     where = f"approval {record.approval_id}"
     problems: list[Problem] = []
+    subject = record.subject
+
+    def add(code: str, message: str) -> None:
+        problems.append(Problem(code=code, where=where, message=message))
+
     if record.approved is not None:
-        problems.append(Problem(code="decided", where=where, message="it has been answered already"))
-    if record.subject == "effect" and decision.approved and decision.choice is None:
-        problems.append(
-            Problem(code="choice", where=where, message="an uncertain effect needs a choice: retry, skip or done")
-        )
-    if record.subject != "effect" and decision.choice is not None:
-        problems.append(Problem(code="choice", where=where, message="a choice answers only an uncertain effect"))
-    if decision.edited_plan is not None and record.subject != "plan":
-        problems.append(Problem(code="edit", where=where, message="only a plan can be edited"))
+        add("decided", "it has been answered already")
+    choices = _CHOICES_OF.get(subject, ())
+    if decision.choice is not None and decision.choice not in choices:
+        if choices:
+            add("choice", f"a {subject} is answered with one of: {', '.join(choices)}")
+        else:
+            add("choice", "a choice answers only an uncertain effect or an escalation")
+    if subject == "effect" and decision.approved and decision.choice is None:
+        add("choice", "an uncertain effect needs a choice: retry, skip or done")
+    if subject == "escalation" and decision.approved and decision.choice is None:
+        add("choice", "an escalation needs a choice: guidance (with text) or replan; refuse it to stop the run")
+    text = decision.text
+    if text is not None and not isinstance(text, str):
+        add("text", "text must be text")
+        text = None
+    if subject == "question":
+        if not decision.approved:
+            add("text", "a question is answered, not refused: give the answer as text")
+        elif text is None or not text.strip():
+            add("text", "a question needs an answer (text)")
+    elif subject == "escalation":
+        if decision.choice == "guidance" and (text is None or not text.strip()):
+            add("text", "guidance needs text")
+        if decision.choice == "replan" and text is not None:
+            add("text", "replan takes no text; give guidance instead")
+    elif text is not None:
+        add("text", "text answers only a question or gives guidance on an escalation")
+    if decision.checklist:
+        if subject != "answer":
+            add("checklist", "a checklist answers only the review of a final answer")
+        else:
+            items = set(record.checklist)
+            seen: set[str] = set()
+            for result in decision.checklist:
+                item = getattr(result, "item", None)
+                if item not in items:
+                    add("checklist", f"{item!r} is not an item of the checklist")
+                elif item in seen:
+                    add("checklist", f"{item!r} is answered twice")
+                else:
+                    seen.add(item)
+                if decision.approved and getattr(result, "passed", True) is not True:
+                    add("checklist", f"{item!r} failed, so the answer cannot be approved: refuse it")
+    if decision.edited_plan is not None and subject != "plan":
+        add("edit", "only a plan can be edited")
     output = json_problem(decision.output, where="output")
     if output is not None:
-        problems.append(Problem(code="output", where=where, message=f"{output.where}: {output.message}"))
+        add("output", f"{output.where}: {output.message}")
+    if text is not None:
+        text_problem = json_problem(text, where="text")
+        if text_problem is not None:
+            add("text", text_problem.message)
     for name in ("reason", "by"):
         if not isinstance(getattr(decision, name), str):
-            problems.append(Problem(code=name, where=where, message=f"{name} must be text"))
+            add(name, f"{name} must be text")
     return problems
 
 
@@ -343,4 +424,6 @@ def _decision_of(record: ApprovalRecord) -> ApprovalDecision:
         choice=record.choice,
         output=record.output,
         edited_plan=record.edited_plan,
+        text=record.text,
+        checklist=record.checklist_results,
     )

@@ -5,20 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from planexec._errors import UsageError
-from planexec.models._base import ModelCrashed, cancelled_for_real
+from planexec._errors import Problem, UsageError
+from planexec.models._base import Message, ModelCrashed, ModelRequest, OutputSpec, cancelled_for_real
+from planexec.models._registry import resolve_model
 from planexec.plan import IncrementalChecker
 from planexec.plan._bindings import CompiledArgs, compile_args
 from planexec.plan._checks import CheckContext, check_steps
 from planexec.plan._plan import Author, Plan, PlanDraft, Turn
 from planexec.plan._step import Step
-from planexec.planner._planner import PlannerGaveUp, PlanningContext, with_finished
-from planexec.planner._prompt import describe_record
+from planexec.planner._planner import PlannerEscalated, PlannerGaveUp, PlanningContext, with_finished
+from planexec.planner._prompt import describe_heard, describe_record
 from planexec.runtime._budget import BudgetHit
 from planexec.runtime._events import (
+    AnswerReviewed,
     BudgetExhaustedEvent,
     PlannerOutputRejected,
     PlanningStarted,
@@ -39,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PlanDone", "PlanKind", "Planning", "Stop", "crash_stop", "error_stop"]
 
-PlanKind = Literal["initial", "failure", "after_step", "turn", "finish"]
+PlanKind = Literal["initial", "failure", "after_step", "turn", "finish", "information", "review"]
 
 
 class Stop(Exception):
@@ -56,8 +59,14 @@ def error_stop(code: ErrorCode, detail: str) -> Stop:
     return Stop(StopReason(kind="error", code=code, detail=detail))
 
 
-def crash_stop(crash: BaseException, *, planner: bool = False) -> Stop:
-    """The stop for an error a planning round or a step could not route: its code says whose it was."""
+def crash_stop(crash: BaseException, *, planner: bool = False, problems: str = "") -> Stop:
+    """The stop for an error a planning round or a step could not route: its code says whose it was.
+
+    ``problems``: what was wrong with the planner's last answers in the round, when any was
+    refused: the root cause, named before whatever failed after it."""
+    if planner and problems and not isinstance(crash, JournalFailed | ToolCrashed | ModelCrashed):
+        text = str(crash) if isinstance(crash, RecordedError) else f"{type(crash).__name__}: {crash}"
+        return error_stop("planner_output", f"the planner's output kept failing its checks: {problems} (then: {text})")
     code: ErrorCode
     if isinstance(crash, JournalFailed):
         code = "log_failed"
@@ -89,6 +98,9 @@ class PlanDone:
     edited: Plan | None = None
     approver: str = "human"
     crash: BaseException | None = None
+    escalated: PlannerEscalated | None = None
+    refused: tuple[str, ...] | None = None
+    """The final answer failed its review, for these reasons."""
 
 
 class Planning:
@@ -105,6 +117,10 @@ class Planning:
         self._streamed: IncrementalChecker | None = None
         """The steps of the answer now streaming that were handed on early, checked one by one."""
         self._streaming_open = False
+        self.news_wanted = False
+        """New information arrived while the planner worked: plan again once it is done."""
+        self.round_problems = ""
+        """The problems of the planner's last refused answer in the round under way."""
 
     @property
     def idle(self) -> bool:
@@ -118,6 +134,7 @@ class Planning:
         if kind == "after_step":
             self.after_step_wanted = False
         failed = frozenset(engine.unaddressed)
+        self.round_problems = ""
         if announce:
             engine.emit(PlanningStarted(at=engine.now(), trigger=kind, why=why))
         # what the planner may rely on is fixed when the round starts, so a replay decides the same
@@ -147,6 +164,8 @@ class Planning:
     def _context(self) -> PlanningContext:
         engine = self._engine
         budget = engine.budget
+        rules = engine.config.escalation
+        can_ask = engine.can_ask_humans
         return PlanningContext(
             goal=engine.goal,
             constraints=engine.constraints,
@@ -157,15 +176,100 @@ class Planning:
             step_budget=budget.steps,
             budget_left=budget.left(engine.state, engine.now()),
             call=lambda model, request: engine.call_model("planner", model, request, None),
-            rejected=lambda attempt, problems: engine.emit(
-                PlannerOutputRejected(at=engine.now(), attempt=attempt, problems=tuple(problems))
-            ),
+            rejected=self._rejected,
             record=describe_record(engine.state, engine.config.planner.record_chars),
             call_stream=lambda model, request, on_text: engine.call_model_streaming(
                 "planner", model, request, None, on_text, self.streamed_step
             ),
             on_step=self.streamed_step,
+            escalate=self._escalate if can_ask else None,
+            ask_user=self._ask_user if can_ask else None,
+            confidence_floor=rules.confidence_floor,
+            low_confidence_stops=rules.on_low_confidence == "stop",
+            empty_plan_ok=engine.config.review is not None,
+            new_step_id=self._new_step_id,
+            heard=describe_heard(engine.state),
         )
+
+    def _rejected(self, attempt: int, problems: list[Problem]) -> None:
+        engine = self._engine
+        self.round_problems = "; ".join(map(str, problems))
+        engine.emit(PlannerOutputRejected(at=engine.now(), attempt=attempt, problems=tuple(problems)))
+
+    def _new_step_id(self) -> str:
+        """``s1``, ``s2``, ...: the first such id no step of the run has used."""
+        state = self._engine.state
+        used = {*state.steps, *(rec.id for rec in state.superseded)}
+        n = len(used) + 1
+        while f"s{n}" in used:
+            n += 1
+        return f"s{n}"
+
+    async def _ask_human(self, request: ApprovalRequest, existing: ApprovalRecord | None = None) -> ApprovalDecision:
+        """Ask a human on the planner's behalf; the planning round waits (and the run may suspend)."""
+        humans = self._engine.humans
+        humans.planning_waits = True
+        self._engine.wake()
+        try:
+            return await humans.ask(request, version=None, existing=existing)
+        finally:
+            humans.planning_waits = False
+
+    async def _escalate(self, code: str, detail: str) -> str | None:
+        engine = self._engine
+        request = ApprovalRequest(approval_id="", run_id=engine.run_id, subject="escalation", reason=detail, code=code)
+        decision = await self._ask_human(request)
+        return _guidance(code, detail, decision)
+
+    async def _ask_user(self, question: str) -> str:
+        engine = self._engine
+        request = ApprovalRequest(approval_id="", run_id=engine.run_id, subject="question", reason=question)
+        decision = await self._ask_human(request)
+        return decision.text or ""
+
+    def resume_question(self, kind: PlanKind, record: ApprovalRecord) -> None:
+        """After a restart: wait again for the answer to a question the planning round asked, then
+        go on with the round (the planner sees the answer, or the guidance, in what it is told)."""
+        engine = self._engine
+        failed = frozenset(engine.unaddressed)
+
+        async def wait() -> None:
+            done = PlanDone(kind=kind, failed_at_start=failed)
+            try:
+                if record.approved is None:
+                    request = ApprovalRequest(
+                        approval_id=record.approval_id,
+                        run_id=engine.run_id,
+                        subject=record.subject,
+                        reason=record.reason,
+                        code=record.code,
+                        output=record.asked_output,
+                        checklist=record.checklist,
+                    )
+                    decision = await self._ask_human(request, existing=record)
+                else:
+                    decision = _decision_of(record)
+                if record.subject == "escalation":
+                    _guidance(record.code or "escalation", record.reason, decision)
+                elif record.subject == "answer":
+                    answer = str(record.asked_output or "")
+                    refused = self._checklist_verdict(answer, decision)
+                    done.result = answer
+                    done.refused = refused
+                    engine.queue.put_nowait(done)
+                    return
+            except PlannerEscalated as e:
+                done.escalated = e
+                engine.queue.put_nowait(done)
+                return
+            except Exception as e:
+                done.crash = e
+                engine.queue.put_nowait(done)
+                return
+            self.task = None
+            self.start(kind, f"resumed after {record.subject} {record.approval_id} was answered", announce=False)
+
+        self.task = asyncio.create_task(wait(), name="planner:question")
 
     def streamed_step(self, step: Step) -> None:
         """A step of the answer still streaming: check it against what is known, and let it start.
@@ -177,6 +281,9 @@ class Planning:
         engine = self._engine
         state = engine.state
         if not self._streaming_open or self.task is None:
+            return
+        if engine.config.escalation.confidence_floor is not None:
+            self._streaming_open = False  # nothing starts before the whole answer's confidence is known
             return
         if engine.config.approvals.plan and engine.can_ask_humans:
             self._streaming_open = False  # nothing starts before a human has seen the whole plan
@@ -207,7 +314,7 @@ class Planning:
                 done.result = await planner.turn(ctx)
             elif kind == "initial":
                 done.result = await planner.propose(ctx)
-            elif kind in ("failure", "after_step"):
+            elif kind in ("failure", "after_step", "information", "review"):
                 done.result = await planner.patch(ctx, why)
             else:
                 done.result = await planner.finish(ctx)
@@ -222,8 +329,13 @@ class Planning:
                         approval_id="", run_id=engine.run_id, subject="plan", plan=plan, reason=why
                     )
                     await self._approve(done, request, plan.version, None)
+            answer = _final_answer(done.result)
+            if answer is not None and engine.config.review is not None:
+                done.refused = await self._review(answer)
         except PlannerGaveUp as e:
             done.gave_up = e
+        except PlannerEscalated as e:
+            done.escalated = e
         except BudgetHit as hit:
             done.budget = hit
         except Exception as e:
@@ -233,6 +345,88 @@ class Planning:
                 raise
             done.crash = e
         engine.queue.put_nowait(done)
+
+    # -- the final answer's review ------------------------------------------------------------
+
+    async def _review(self, answer: str) -> tuple[str, ...] | None:
+        """Judge ``answer`` with every reviewer set, in order; the reasons it was refused, or None."""
+        engine = self._engine
+        review = engine.config.review
+        assert review is not None
+        if review.checks:
+            if engine.replaying:  # the checks are code: their verdict is served from the log
+                assert engine.replay is not None
+                event = await engine.replay.served(engine, lambda e: isinstance(e, AnswerReviewed))
+                assert isinstance(event, AnswerReviewed)
+                if not event.passed:
+                    return event.problems
+            else:
+                problems = tuple(p for p in (_run_check(check, answer) for check in review.checks) if p is not None)
+                engine.emit(
+                    AnswerReviewed(
+                        at=engine.now(), answer=answer, passed=not problems, reviewer="checks", problems=problems
+                    )
+                )
+                if problems:
+                    return problems
+        if review.judge is not None and review.rubric is not None:
+            problems = await self._rubric(answer)
+            engine.emit(
+                AnswerReviewed(
+                    at=engine.now(), answer=answer, passed=not problems, reviewer="rubric", problems=problems
+                )
+            )
+            if problems:
+                return problems
+        if review.checklist:
+            request = ApprovalRequest(
+                approval_id="",
+                run_id=engine.run_id,
+                subject="answer",
+                reason="review the final answer before the run ends with it",
+                output=answer,
+                checklist=tuple(review.checklist),
+            )
+            decision = await self._ask_human(request)
+            return self._checklist_verdict(answer, decision)
+        return None
+
+    def _checklist_verdict(self, answer: str, decision: ApprovalDecision) -> tuple[str, ...] | None:
+        engine = self._engine
+        problems = [f"{r.item}: {r.note or 'failed'}" for r in decision.checklist if not r.passed]
+        if not decision.approved:
+            problems.insert(0, f"refused by {decision.by}: {decision.reason or 'no reason given'}")
+        engine.emit(
+            AnswerReviewed(
+                at=engine.now(), answer=answer, passed=not problems, reviewer="human", problems=tuple(problems)
+            )
+        )
+        return tuple(problems) if problems else None
+
+    async def _rubric(self, answer: str) -> tuple[str, ...]:
+        engine = self._engine
+        review = engine.config.review
+        assert review is not None
+        assert review.judge is not None
+        request = ModelRequest(
+            messages=(
+                Message(
+                    role="system",
+                    content="You review the final answer of an agent against a rubric. Reply with passed "
+                    "(true or false) and a one-sentence reason.",
+                ),
+                Message(role="user", content=f"Goal: {engine.goal}\nRubric: {review.rubric}\nAnswer: {answer}"),
+            ),
+            output=OutputSpec(name="verdict", json_schema=_VERDICT_SCHEMA),
+            purpose="answer_review",
+        )
+        response = await engine.call_model("judge", resolve_model(review.judge), request, None)
+        parsed = response.parsed
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("passed"), bool):
+            return (f"the judge's reply was unreadable: {response.text[:200]!r}",)
+        if parsed["passed"]:
+            return ()
+        return (f"rubric: {parsed.get('reason') or 'failed'}",)
 
     async def _approve(
         self, done: PlanDone, request: ApprovalRequest, version: int, existing: ApprovalRecord | None
@@ -265,9 +459,15 @@ class Planning:
         if done.budget is not None:
             engine.budget_stop(done.budget)
         if done.crash is not None:
-            raise crash_stop(done.crash, planner=True)
+            raise crash_stop(done.crash, planner=True, problems=self.round_problems)
         if done.gave_up is not None:
             self._gave_up(done.gave_up)
+        if done.escalated is not None:
+            code = done.escalated.code
+            raise Stop(StopReason(kind="escalated", code=code, detail=done.escalated.detail))  # type: ignore[arg-type]
+        if done.refused is not None:
+            self._refused(done)
+            return
         if done.rejected is not None:
             raise Stop(StopReason(kind="rejected", detail=f"a human rejected the plan: {done.rejected}"))
         result = done.result
@@ -278,7 +478,13 @@ class Planning:
                 raise Stop(StopReason(kind="goal_met", detail=result.thought or "the planner stopped"), result.answer)
             assert result.step is not None
             trigger: PlanTrigger = (
-                "initial" if done.kind == "initial" else "failure" if done.failed_at_start else "turn"
+                "initial"
+                if done.kind == "initial"
+                else "failure"
+                if done.failed_at_start
+                else done.kind
+                if done.kind in ("information", "review")
+                else "turn"
             )
             steps: list[Step] = [result.step]
             author: Author = "planner"
@@ -296,15 +502,46 @@ class Planning:
             if fingerprint == self.last_failure_patch:
                 engine.stall("identical_patch", "the planner proposed the same patch again")
             self.last_failure_patch = fingerprint
-        trigger = "initial" if done.kind == "initial" else "failure" if done.kind == "failure" else "after_step"
+        trigger = done.kind if done.kind in ("initial", "failure", "information", "review") else "after_step"
         steps, author, reason = result.steps, "planner", result.reason
         if done.edited is not None:
             steps, author, reason = self._edited(done)
         self.install(steps, trigger, reason, done.failed_at_start, author=author)
         if engine.unaddressed:
             engine.replan_for_failures()
+        elif self.news_wanted:
+            self.news()
         elif self.after_step_wanted and engine.running_steps:
             self.start("after_step", "steps finished while planning")
+
+    def news(self) -> None:
+        """New information is in the log: plan with it at the next safe point. With the upfront
+        policy, a patch round starts now (or once the round under way ends); step by step, the
+        next turn reads it."""
+        engine = self._engine
+        state = engine.state
+        self.news_wanted = False
+        if state.finished or state.heard >= len(state.information):
+            return
+        if not self.idle:
+            self.news_wanted = True
+            return
+        if engine.config.planner.policy == "upfront" and state.plan is not None:
+            self.start("information", "new information: " + state.information[-1].text[:200])
+
+    def _refused(self, done: PlanDone) -> None:
+        """The final answer failed its review: back to the planner with the reasons, or stop."""
+        engine = self._engine
+        review = engine.config.review
+        assert review is not None
+        assert done.refused is not None
+        refusals = sum(1 for r in engine.state.reviews if not r.passed)
+        why = "; ".join(done.refused)
+        if refusals >= review.max_rounds:
+            detail = f"the final answer was refused {refusals} time(s), the most allowed: {why}"
+            raise Stop(StopReason(kind="escalated", code="answer_rejected", detail=detail))
+        kind: PlanKind = "turn" if engine.config.planner.policy == "step" else "review"
+        self.start(kind, f"the final answer was refused: {why}")
 
     def _gave_up(self, gave_up: PlannerGaveUp) -> None:
         engine = self._engine
@@ -389,6 +626,53 @@ class Planning:
             cached = (step, compile_args(step.args))
             self.compiled[step.id] = cached
         return cached[1]
+
+
+_VERDICT_SCHEMA = {
+    "type": "object",
+    "properties": {"passed": {"type": "boolean"}, "reason": {"type": "string"}},
+    "required": ["passed", "reason"],
+    "additionalProperties": False,
+}
+
+
+def _run_check(check: Callable[[str], bool | str | None], answer: str) -> str | None:
+    """A deterministic answer check's objection, or None when it accepts the answer."""
+    name = getattr(check, "__name__", type(check).__name__)
+    try:
+        result = check(answer)
+    except Exception as e:
+        return f"{name}: the check raised {type(e).__name__}: {e}"
+    if result is None or result is True:
+        return None
+    return f"{name}: {result if isinstance(result, str) else 'refused'}"
+
+
+def _guidance(code: str, detail: str, decision: ApprovalDecision) -> str | None:
+    """A human's answer to an escalation: guidance text, None (plan again), or a stop."""
+    if not decision.approved:
+        why = decision.reason or "no reason given"
+        raise PlannerEscalated(code, f"{detail}; {decision.by} stopped the run: {why}")
+    return decision.text if decision.choice != "replan" else None
+
+
+def _decision_of(record: ApprovalRecord) -> ApprovalDecision:
+    return ApprovalDecision(
+        approved=bool(record.approved),
+        reason=record.decision_reason,
+        by=record.by or "human",
+        choice=record.choice,
+        text=record.text,
+        checklist=record.checklist_results,
+    )
+
+
+def _final_answer(result: PlanDraft | Turn | str | None) -> str | None:
+    if isinstance(result, str):
+        return result
+    if isinstance(result, Turn) and result.stop:
+        return result.answer
+    return None
 
 
 def _done(engine: Engine, step_id: str) -> bool:

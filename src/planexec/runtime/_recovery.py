@@ -4,7 +4,9 @@ Finished steps are never run again. A step that was under way when the process s
 again only when that is safe: it has no side effect, or its tool is idempotent (it is called with
 the same idempotency key). Any other is held for a human — retry, skip, or mark done — and never
 silently repeated. A planning round under way is asked again; a plan waiting for approval waits
-again under the same approval id.
+again under the same approval id, and a question the planner asked a human (a clarifying question,
+an escalation, the review of the final answer) waits again under its id; once answered, the round
+goes on with the answer. Information told while the run was suspended is planned with.
 """
 
 from __future__ import annotations
@@ -59,6 +61,14 @@ def restore(engine: Engine) -> None:
 
     if state.planning is not None:
         trigger = state.planning.trigger
+        questions = [
+            a
+            for a in state.approvals.values()
+            if a.subject in ("question", "escalation", "answer") and a.requested_at >= state.planning.at
+        ]
+        if questions:
+            engine.planning.resume_question(trigger, questions[-1])
+            return
         asked = [
             a
             for a in state.approvals.values()
@@ -72,6 +82,8 @@ def restore(engine: Engine) -> None:
         engine.planning.start("initial", "the run started")
     elif engine.unaddressed:
         engine.replan_for_failures()
+    else:
+        engine.planning.news()  # information told while the run was suspended
 
 
 def _held_by(engine: Engine, step_id: str) -> str:

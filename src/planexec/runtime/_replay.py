@@ -26,6 +26,7 @@ from planexec.runtime._events import (
     ApprovalRequested,
     BudgetExhaustedEvent,
     Event,
+    InformationAdded,
     ModelCalled,
     RunFinished,
     RunResumed,
@@ -80,6 +81,7 @@ class StepOutcome:
     error: StepError | None = None
     attempts: int = 1
     budget: BudgetHit | None = None
+    confidence: float | None = None
 
 
 @dataclass
@@ -244,12 +246,20 @@ class Replayer:
         def mine(e: Event) -> bool:
             if isinstance(e, StepAttemptFailed | ToolCalled | StepSucceeded | StepFailed):
                 return e.step_id == step.id
+            if isinstance(e, ApprovalRequested):
+                return e.subject == "review" and e.step_id == step.id
             return isinstance(e, ModelCalled) and e.step_id == step.id
 
         while True:
             event = await self._until(mine)
+            if isinstance(event, ApprovalRequested):  # the result failed its checks; a human reviews it
+                return StepOutcome(
+                    output=event.output, verdict=event.verdict, attempts=event_attempts(self.log, step.id)
+                )
             if isinstance(event, StepSucceeded):
-                return StepOutcome(output=event.output, verdict=event.verdict, attempts=event.attempts)
+                return StepOutcome(
+                    output=event.output, verdict=event.verdict, attempts=event.attempts, confidence=event.confidence
+                )
             if isinstance(event, StepFailed):
                 outcome = StepOutcome(error=event.error, verdict=event.verdict, attempts=event.attempts)
                 if event.verdict is not None:
@@ -272,6 +282,25 @@ class Replayer:
         engine.emit(event)
         engine.humans.answered_elsewhere([event])
 
+    async def served(self, engine: Engine, wanted: Callable[[Event], bool]) -> Event:
+        """Serve the log's next event that ``wanted`` (something the engine cannot decide again,
+        such as the verdict of a developer's code): emit it as it was."""
+        event = await self._until(wanted)
+        engine.emit(event)
+        return event
+
+    async def external_news(self, engine: Engine) -> None:
+        """Information another process added to the run: emit it where the log has it. (No
+        watchdog: this waits for as long as the replay runs, and ends when it goes live.)"""
+        async with self._moved:
+            while not self.live and self.divergence is None:
+                event = self.log[self.cursor]
+                if isinstance(event, InformationAdded):
+                    engine.emit(event)
+                    engine.heard()
+                    continue
+                await self._moved.wait()
+
     async def external_stops(self, engine: Engine) -> None:
         """A wall-time stop or a cancellation came from outside the engine: copy it from the log."""
 
@@ -290,6 +319,14 @@ class Replayer:
 
 
 _CRASHED = f"{ModelCrashed.__name__}: "
+
+
+def event_attempts(log: list[Event], step_id: str) -> int:
+    """The attempts a step's final event records (for a step whose review a replay reaches)."""
+    for e in log:
+        if isinstance(e, StepSucceeded | StepFailed) and e.step_id == step_id:
+            return e.attempts
+    return 1
 
 
 class RecordedError(Exception):

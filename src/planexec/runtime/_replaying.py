@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from planexec.faults import FaultProfile
     from planexec.faults._models import FaultyModel
 from planexec.runtime._result import RunResult
-from planexec.runtime._settings import Approvals, Limits, RunContext
+from planexec.runtime._settings import AnswerReview, Approvals, Escalation, Limits, RunContext
 from planexec.store._base import RunStore
 from planexec.tools._tool import Tool, ToolContext
 from planexec.tools._toolset import Toolset
@@ -106,6 +106,7 @@ def recorded_config(first: RunStarted) -> EngineConfig:
             policy=planner_cfg.get("policy", first.policy),
             replan=planner_cfg.get("replan", first.replan),
             max_repairs=planner_cfg.get("max_repairs", 2),
+            turn_format=planner_cfg.get("turn_format", "nested"),
         ),
         tools=tools,
         executors=executors,
@@ -116,6 +117,26 @@ def recorded_config(first: RunStarted) -> EngineConfig:
         approvals=Approvals(plan=approvals_cfg.get("plan", False), steps=approvals_cfg.get("steps", "sensitive")),
         context=RunContext(),
         metadata=cfg,
+        escalation=Escalation(**cfg.get("escalation") or {}),
+        review=_recorded_review(cfg.get("review")),
+    )
+
+
+def _recorded_review(cfg: Mapping[str, Any] | None) -> AnswerReview | None:
+    """The answer review a log records; its checks are code, so their verdicts are served from the log."""
+    if not cfg:
+        return None
+
+    def stand_in(_answer: str) -> bool:
+        raise UsageError("a replay does not run answer checks")
+
+    judge = cfg.get("judge")
+    return AnswerReview(
+        checks=[stand_in for _ in cfg.get("checks", [])],
+        rubric=cfg.get("rubric"),
+        judge=None if judge is None else _StandIn(str(judge)),
+        checklist=tuple(cfg.get("checklist", [])),
+        max_rounds=int(cfg.get("max_rounds", 2)),
     )
 
 

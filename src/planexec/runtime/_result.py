@@ -8,6 +8,7 @@ from typing import Any
 
 from planexec._errors import (
     BudgetExhausted,
+    Escalated,
     MaxReplans,
     Rejected,
     RunCancelled,
@@ -29,6 +30,7 @@ _FAILURES: dict[str, type[RunFailed]] = {
     "max_replans": MaxReplans,
     "stalled": Stalled,
     "rejected": Rejected,
+    "escalated": Escalated,
     "cancelled": RunCancelled,
     "error": UnrecoverableError,
     "waiting": WaitingForHuman,

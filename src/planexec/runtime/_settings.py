@@ -6,15 +6,31 @@ import math
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from planexec._errors import Problem, UsageError
+from planexec.executor._outcome import Verdict
 from planexec.plan._plan import Plan
-from planexec.plan._step import Step
+from planexec.plan._step import OnFail, Step
+from planexec.runtime._events import ChecklistResult, EffectChoice
 
-__all__ = ["ApprovalDecision", "ApprovalRequest", "Approvals", "Approver", "Limits", "RunContext"]
+if TYPE_CHECKING:
+    from planexec.models._base import Model
+
+__all__ = [
+    "AnswerCheck",
+    "AnswerReview",
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "Approvals",
+    "Approver",
+    "ChecklistResult",
+    "Escalation",
+    "Limits",
+    "RunContext",
+]
 
 
 def _new_id() -> str:
@@ -83,28 +99,46 @@ class Limits:
 
 @dataclass(frozen=True, kw_only=True)
 class ApprovalRequest:
-    """What a human is asked: to approve a plan version or a step before it runs, or what to do
-    about a side-effecting call that may or may not have happened (``subject="effect"``)."""
+    """What a human is asked (``subject`` says what about):
+
+    - ``plan`` / ``step``: approve a plan version or a step before it runs;
+    - ``effect``: what to do about a side-effecting call that may or may not have happened;
+    - ``question``: the planner asks the user ``reason``; answer with ``text``;
+    - ``escalation``: the planner's output cannot be acted on (``code`` says why): give guidance
+      (``choice="guidance"`` with ``text``), let it plan again (``choice="replan"``), or refuse to stop
+      the run;
+    - ``review``: a step's result (``output``) failed its checks (``verdict``): accept or refuse it;
+    - ``answer``: the final answer (``output``): approve or refuse it, ticking each ``checklist`` item.
+    """
 
     approval_id: str
     run_id: str
-    subject: Literal["plan", "step", "effect"]
+    subject: Literal["plan", "step", "effect", "question", "escalation", "review", "answer"]
     reason: str
     plan: Plan | None = None
     step: Step | None = None
+    code: str | None = None
+    output: Any = None
+    verdict: Verdict | None = None
+    checklist: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
 class ApprovalDecision:
     """A human's answer. For a plan, ``edited_plan`` approves a changed plan instead; for an
-    uncertain effect, ``choice`` says what to do (``output`` is the step's result when ``done``)."""
+    uncertain effect, ``choice`` says what to do (``output`` is the step's result when ``done``);
+    for a question, ``text`` is the answer; for an escalation, ``choice`` is ``guidance`` (with
+    ``text``) or ``replan``, and a refusal stops the run; for a final answer, ``checklist`` ticks or
+    fails each item (a refusal sends the answer back to the planner with the notes)."""
 
     approved: bool
     reason: str = ""
     by: str = "human"
-    choice: Literal["retry", "skip", "done"] | None = None
+    choice: EffectChoice | None = None
     output: Any = None
     edited_plan: Plan | None = None
+    text: str | None = None
+    checklist: tuple[ChecklistResult, ...] = ()
 
 
 Approver = Callable[[ApprovalRequest], Awaitable[ApprovalDecision | bool]]
@@ -133,3 +167,85 @@ class Approvals:
 
 
 NO_APPROVALS = Approvals()
+
+
+AnswerCheck = Callable[[str], bool | str | None]
+"""A deterministic check of a final answer: True or None accepts it; False or a string (why)
+refuses it."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnswerReview:
+    """The final answer's own acceptance: it must pass before a run ends ``goal_met``.
+
+    ``checks``: deterministic checks, in order; ``rubric`` with ``judge``: a model grades the answer
+    against the rubric; ``checklist``: a human reviewer ticks or fails each item (needs an approver,
+    or deferred approvals with a store). Each reviewer that is set must pass, in that order. A
+    refused answer goes back to the planner with the reasons, at most ``max_rounds`` times; then the
+    run stops ``escalated`` (``answer_rejected``). With a review set, a plan with no steps may end
+    the run, when its answer passes.
+    """
+
+    checks: Sequence[AnswerCheck] = ()
+    rubric: str | None = None
+    judge: Model | str | None = None
+    checklist: Sequence[str] = ()
+    max_rounds: int = 2
+
+    def __post_init__(self) -> None:
+        problems = []
+        if (self.rubric is None) != (self.judge is None):
+            problems.append(Problem(code="review", where="rubric", message="a rubric and a judge go together"))
+        if self.rubric is not None and not self.rubric.strip():
+            problems.append(Problem(code="review", where="rubric", message="is empty"))
+        for i, item in enumerate(self.checklist):
+            if not isinstance(item, str) or not item.strip():
+                problems.append(Problem(code="review", where=f"checklist[{i}]", message="must be non-empty text"))
+        for i, check in enumerate(self.checks):
+            if not callable(check):
+                problems.append(Problem(code="review", where=f"checks[{i}]", message="is not callable"))
+        rounds = self.max_rounds
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+            problems.append(Problem(code="review", where="max_rounds", message="must be a whole number of at least 1"))
+        if not (self.checks or self.rubric or self.checklist):
+            problems.append(Problem(code="review", where="review", message="set checks, a rubric or a checklist"))
+        if problems:
+            raise UsageError("invalid answer review", problems)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Escalation:
+    """When the planner cannot go on by itself, and what happens then.
+
+    - An unknown tool in the planner's output: a human, when one can be asked, gives guidance, lets
+      the planner try again, or stops the run; with nobody to ask, the planner gets one repair and
+      then the run stops ``escalated``. The same holds for a planner that gives up, or asks the
+      user a question nobody can answer.
+    - ``confidence_floor``: a planner's turn (or plan) whose confidence is under it is not acted on;
+      ``on_low_confidence="ask"`` asks a human (stop when nobody can be asked), ``"stop"`` stops the
+      run ``escalated``. This is not the gate on sensitive tools (``Limits.confidence_threshold``).
+    - ``on_fail``: when a step's result fails its acceptance checks: ``patch`` (the planner patches
+      the plan), ``retry`` (the step runs again up to ``retries`` times when that is safe, then
+      patch), ``review`` (a human accepts or refuses the result; with nobody to ask, patch). A plan
+      may set ``on_fail`` per step, except that it cannot lift ``review``.
+    """
+
+    confidence_floor: float | None = None
+    on_low_confidence: Literal["ask", "stop"] = "ask"
+    on_fail: OnFail = "patch"
+    retries: int = 1
+
+    def __post_init__(self) -> None:
+        problems = []
+        floor = self.confidence_floor
+        if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float) or not 0 <= floor <= 1):
+            problems.append(Problem(code="escalation", where="confidence_floor", message="must be from 0 to 1"))
+        if self.on_low_confidence not in ("ask", "stop"):
+            problems.append(Problem(code="escalation", where="on_low_confidence", message="must be 'ask' or 'stop'"))
+        if self.on_fail not in ("patch", "retry", "review"):
+            problems.append(Problem(code="escalation", where="on_fail", message="must be 'patch', 'retry' or 'review'"))
+        retries = self.retries
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 1:
+            problems.append(Problem(code="escalation", where="retries", message="must be a whole number of at least 1"))
+        if problems:
+            raise UsageError("invalid escalation rules", problems)

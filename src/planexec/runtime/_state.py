@@ -12,12 +12,15 @@ from planexec.models._base import Usage
 from planexec.plan._plan import Plan
 from planexec.plan._step import Step
 from planexec.runtime._events import (
+    AnswerReviewed,
     ApprovalDecided,
     ApprovalRequested,
     ApprovalSubject,
     BudgetExhaustedEvent,
+    ChecklistResult,
     EffectChoice,
     Event,
+    InformationAdded,
     ModelCalled,
     PlannerOutputRejected,
     PlanningStarted,
@@ -67,6 +70,8 @@ class StepRecord:
     started_at: float | None = None
     finished_at: float | None = None
     cancel_reason: str | None = None
+    confidence: float | None = None
+    """The confidence the executor reported with the result, when it did."""
 
     @property
     def id(self) -> str:
@@ -101,6 +106,15 @@ class ApprovalRecord:
     output: Any = None
     edited_plan: Plan | None = None
     decided_at: float | None = None
+    code: str | None = None
+    """For an escalation: its reason code."""
+    asked_output: Any = None
+    """For a review: the step's result; for an answer: the answer reviewed."""
+    verdict: Verdict | None = None
+    checklist: tuple[str, ...] = ()
+    text: str | None = None
+    """The user's answer to a question, or a human's guidance for an escalation."""
+    checklist_results: tuple[ChecklistResult, ...] = ()
 
 
 @dataclass(kw_only=True, slots=True)
@@ -137,6 +151,14 @@ class RunState:
     approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
     planning: PlanningStarted | None = None
     """The planning round under way, if any."""
+    information: list[InformationAdded] = field(default_factory=list)
+    """What the user told the run while it ran, in order."""
+    heard: int = 0
+    """How many of ``information`` the latest planning round was started with."""
+    reviews: list[AnswerReviewed] = field(default_factory=list)
+    """Every final answer judged, in order."""
+    rejections: list[PlannerOutputRejected] = field(default_factory=list)
+    """Every planner answer that failed its checks, with its problems."""
     stalls: list[StallDetected] = field(default_factory=list)
     budget_hit: BudgetExhaustedEvent | None = None
     suspended: RunSuspended | None = None
@@ -202,9 +224,17 @@ class RunState:
 
     def _planning_started(self, e: PlanningStarted) -> None:
         self.planning = e
+        self.heard = len(self.information)
 
     def _output_rejected(self, e: PlannerOutputRejected) -> None:
         self.repairs += 1
+        self.rejections.append(e)
+
+    def _information_added(self, e: InformationAdded) -> None:
+        self.information.append(e)
+
+    def _answer_reviewed(self, e: AnswerReviewed) -> None:
+        self.reviews.append(e)
 
     def _plan_proposed(self, e: PlanProposed) -> None:
         self.planning = None
@@ -244,6 +274,10 @@ class RunState:
             reason=e.reason,
             requested_at=e.at,
             plan=e.plan,
+            code=e.code,
+            asked_output=e.output,
+            verdict=e.verdict,
+            checklist=e.checklist,
         )
 
     def _approval_decided(self, e: ApprovalDecided) -> None:
@@ -251,6 +285,7 @@ class RunState:
         if rec is not None and rec.approved is None:
             rec.approved, rec.by, rec.decision_reason, rec.decided_at = e.approved, e.by, e.reason, e.at
             rec.choice, rec.output, rec.edited_plan = e.choice, e.output, e.edited_plan
+            rec.text, rec.checklist_results = e.text, e.checklist
 
     def _step_started(self, e: StepStarted) -> None:
         rec = self.steps[e.step_id]
@@ -264,7 +299,8 @@ class RunState:
         rec.attempt_errors.append(e.error)
         if e.retry_in is not None:
             rec.attempts = e.attempt + 1
-            self.tool_calls += 1
+            if rec.step.tool is not None:
+                self.tool_calls += 1
 
     def _tool_called(self, e: ToolCalled) -> None:
         self.steps[e.step_id].tool_calls.append(e)
@@ -286,6 +322,7 @@ class RunState:
             e.at,
             e.attempts,
         )
+        rec.confidence = e.confidence
         self.outputs[e.step_id] = e.output
         self.rounds_since_progress = 0
 
@@ -349,5 +386,7 @@ _HANDLERS: dict[type, Callable[[RunState, Any], None]] = {
     StallDetected: RunState._stall,
     RunSuspended: RunState._run_suspended,
     RunResumed: RunState._run_resumed,
+    InformationAdded: RunState._information_added,
+    AnswerReviewed: RunState._answer_reviewed,
     RunFinished: RunState._run_finished,
 }

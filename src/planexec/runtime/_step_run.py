@@ -14,7 +14,7 @@ from planexec.models._base import ModelCrashed, cancelled_for_real
 from planexec.plan._bindings import BindingError
 from planexec.plan._step import Step
 from planexec.runtime._budget import BudgetHit
-from planexec.runtime._events import StepStarted
+from planexec.runtime._events import StepAttemptFailed, StepStarted
 from planexec.runtime._journal import JournalFailed
 from planexec.runtime._stepctx import StepCtx
 from planexec.tools._tool import ToolCrashed
@@ -38,6 +38,7 @@ class StepDone:
     started: bool = True
     budget: BudgetHit | None = None
     crash: BaseException | None = None
+    confidence: float | None = None
 
 
 class _Settled(Exception):
@@ -90,12 +91,15 @@ async def run_step(engine: Engine, step: Step, executor: Executor, token: int, h
         if engine.journal is not None and engine.side_effecting(step):
             await engine.journal.flush()  # the intent is saved before the effect can happen
         replay = engine.replay
-        if replay is not None and not replay.live and not replay.goes_live_for_step(engine, step):
-            await _replayed_step(engine, step, done)
-        else:
+        retries = engine.retries_on_fail(step)
+        while True:
+            if replay is not None and not replay.live and not replay.goes_live_for_step(engine, step):
+                await _replayed_step(engine, step, done)
+                break  # every recorded attempt was served at once
             done.output = await executor.run(step, args, ctx)
             if executor.kind == "model":  # a tool step's output was checked where the tool was called
-                problem = json_problem(done.output, max_chars=engine.config.limits.max_output_chars, where="output")
+                limit = engine.config.limits.max_output_chars
+                problem = json_problem(done.output, max_chars=limit, where="output")
                 if problem is not None:
                     message = f"the step's result cannot be kept: {problem.where}: {problem.message}"
                     raise StepFailure(StepError(kind="invalid_output", message=message, problems=(problem,)))
@@ -103,9 +107,20 @@ async def run_step(engine: Engine, step: Step, executor: Executor, token: int, h
             done.verdict = (
                 await acceptance.verdict(step, done.output, ctx) if acceptance.checks_anything(step) else PASSED
             )
+            done.confidence = ctx.confidence
+            if done.verdict is None or done.verdict.passed or retries <= 0:
+                break
+            retries -= 1
+            error = _refused(done.verdict)
+            engine.emit(
+                StepAttemptFailed(at=engine.now(), step_id=step.id, attempt=ctx.attempts, error=error, retry_in=0.0)
+            )
+            ctx.attempts += 1
+            ctx.confidence = None
+        if done.verdict is not None and not done.verdict.passed and engine.reviews_on_fail(step):
+            done.verdict = await engine.humans.review(step, done.output, done.verdict)
         if done.verdict is not None and not done.verdict.passed:
-            reasons = "; ".join(f"{c.name}: {c.detail}" for c in done.verdict.failures)
-            done.error = StepError(kind="acceptance", message=f"acceptance checks failed: {reasons}")
+            done.error = _refused(done.verdict)
     except _Settled:
         pass
     except StepFailure as f:
@@ -128,10 +143,16 @@ async def run_step(engine: Engine, step: Step, executor: Executor, token: int, h
     engine.queue.put_nowait(done)
 
 
+def _refused(verdict: Verdict) -> StepError:
+    reasons = "; ".join(f"{c.name}: {c.detail}" for c in verdict.failures)
+    return StepError(kind="acceptance", message=f"acceptance checks failed: {reasons}")
+
+
 async def _replayed_step(engine: Engine, step: Step, done: StepDone) -> None:
     assert engine.replay is not None
     outcome = await engine.replay.step_outcome(engine, step)
     done.output, done.verdict, done.attempts = outcome.output, outcome.verdict, outcome.attempts
+    done.confidence = outcome.confidence
     if outcome.budget is not None:
         raise outcome.budget
     if outcome.error is not None and outcome.error.kind != "acceptance":

@@ -24,12 +24,20 @@ __all__ = ["StepCtx"]
 class StepCtx:
     """The :class:`StepContext` an executor gets: calls go through the engine's checks and log."""
 
-    __slots__ = ("_engine", "attempts", "step")
+    __slots__ = ("_engine", "attempts", "confidence", "step")
 
     def __init__(self, engine: Engine, step: Step) -> None:
         self._engine = engine
         self.step = step
         self.attempts = 1
+        self.confidence: float | None = None
+
+    def report_confidence(self, confidence: float) -> None:
+        if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 <= confidence <= 1:
+            raise StepFailure(
+                StepError(kind="executor", message=f"a confidence is a number from 0 to 1, not {confidence!r}")
+            )
+        self.confidence = float(confidence)
 
     @property
     def run_id(self) -> str:

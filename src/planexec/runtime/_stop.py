@@ -5,12 +5,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["BudgetName", "ErrorCode", "StopKind", "StopReason"]
+__all__ = ["BudgetName", "ErrorCode", "EscalationCode", "StopKind", "StopReason"]
 
 StopKind = Literal[
-    "goal_met", "budget_exhausted", "max_replans", "stalled", "rejected", "error", "cancelled", "waiting"
+    "goal_met",
+    "budget_exhausted",
+    "max_replans",
+    "stalled",
+    "rejected",
+    "escalated",
+    "error",
+    "cancelled",
+    "waiting",
 ]
-"""``waiting`` is not an end: the run is saved, waiting for a human's answer; resume it after."""
+"""``escalated``: the planner could not go on by itself — see :data:`EscalationCode` — and either
+nobody could be asked or a human chose to stop. ``waiting`` is not an end: the run is saved,
+waiting for a human's answer; resume it after."""
+
+EscalationCode = Literal["unknown_tool", "low_confidence", "planner_gave_up", "clarification_needed", "answer_rejected"]
+"""Why a run was escalated: ``unknown_tool``: the planner chose a tool that does not exist;
+``low_confidence``: the planner's confidence was under the run's floor; ``planner_gave_up``: the
+planner said the goal cannot be met; ``clarification_needed``: the planner asked the user a
+question and nobody can answer; ``answer_rejected``: the final answer failed its review as often
+as allowed."""
 
 BudgetName = Literal[
     "model_calls", "input_tokens", "output_tokens", "cost", "wall_time", "tool_calls", "steps", "replans"
@@ -48,7 +65,8 @@ class StopReason:
     kind: StopKind
     detail: str = ""
     budget: BudgetName | None = None
-    code: ErrorCode | None = None
+    code: ErrorCode | EscalationCode | None = None
+    """For ``error``: which kind of error; for ``escalated``: why."""
 
     @property
     def ok(self) -> bool:
