@@ -572,7 +572,7 @@ async def test_new_information_makes_the_planner_replan_keeping_finished_work() 
     }
     patched = {"reason": "numbers changed", "steps": [tool_step("m2", "multiply", {"a": 12, "b": 5})]}
     script = Script([first, patched, {"answer": "60"}])
-    agent = Agent(script.model, tools=[multiply, slow], store=None, budget=SAFETY)
+    agent = Agent(script.model, tools=[multiply, slow], store=MemoryStore(), budget=SAFETY)
     run = agent.start("multiply")
     async for event in run.events():
         if isinstance(event, StepSucceeded) and event.step_id == "m":
@@ -589,6 +589,9 @@ async def test_new_information_makes_the_planner_replan_keeping_finished_work() 
     assert "New constraint from user: use 5 instead of 4" in script.said(1)
     with pytest.raises(UsageError, match="it has finished"):
         run.tell("too late")
+    report = await agent.replay(result.run_id)  # the news is served where the log has it
+    assert report.divergence is None
+    assert report.matched
 
 
 # -- root causes ------------------------------------------------------------------------------------
@@ -601,3 +604,35 @@ async def test_a_stop_after_refused_answers_names_their_problems_not_the_script_
     assert (result.stop.kind, result.stop.code) == ("error", "planner_output")
     assert result.stop.detail.startswith("the planner's output kept failing its checks: ")
     assert "nowhere" in result.stop.detail.split("(then:")[0]
+
+
+# -- replayed exactly -------------------------------------------------------------------------------
+
+
+async def test_a_run_with_every_rule_replays_exactly_from_its_log() -> None:
+    count, _ = flaky()
+
+    def human(request: ApprovalRequest) -> ApprovalDecision:
+        if request.subject == "escalation":
+            return ApprovalDecision(approved=True, choice="guidance", text="count instead")
+        if request.subject == "question":
+            return ApprovalDecision(approved=True, text="count to one")
+        return ApprovalDecision(approved=True, reason="fine")  # the review of the step's result
+
+    approvals, asked = approver_of(human)
+    script = Script([unknown_plan(), {"question": "How far?"}, CHECKED, {"answer": "1"}])
+    store = MemoryStore()
+    agent = Agent(
+        script.model,
+        tools=[count],
+        approvals=approvals,
+        escalation=Escalation(on_fail="review"),
+        review=AnswerReview(checks=[lambda a: a == "1"]),
+        store=store,
+    )
+    result = await agent.run("count", run_id="rules")
+    assert result.stop.kind == "goal_met", result.stop
+    assert [r.subject for r in asked] == ["escalation", "question", "review"]
+    report = await agent.replay("rules")
+    assert report.divergence is None
+    assert report.matched
