@@ -32,6 +32,7 @@ PUBLIC = [
     "ModelNotFound",
     "ModelRequest",
     "ModelResponse",
+    "ModelSettings",
     "Plan",
     "PlanInvalid",
     "PlanexecError",

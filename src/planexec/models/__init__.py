@@ -35,11 +35,13 @@ from planexec.models._resilience import (
     provider_limits,
 )
 from planexec.models._scripted import FunctionModel, Reply, ScriptedModel, StreamingScriptedModel, tool_calls
+from planexec.models._settings import REASONING_EFFORTS, ReasoningEffort, unsupported_settings
 
 if TYPE_CHECKING:
     from planexec.models._openai import OpenAIModel
 
 __all__ = [
+    "REASONING_EFFORTS",
     "AnthropicModel",
     "FallbackModel",
     "FunctionModel",
@@ -56,6 +58,7 @@ __all__ = [
     "OutputSpec",
     "Price",
     "ProviderLimits",
+    "ReasoningEffort",
     "Reply",
     "ScriptedModel",
     "StreamDelta",
@@ -81,6 +84,7 @@ __all__ = [
     "stream_request",
     "strict_json_schema",
     "tool_calls",
+    "unsupported_settings",
 ]
 
 

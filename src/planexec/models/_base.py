@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from planexec._errors import PlanexecError, UsageError
+from planexec.models._settings import ModelSettings
 
 __all__ = [
     "Message",
@@ -76,13 +77,6 @@ class OutputSpec:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ModelSettings:
-    temperature: float | None = None
-    max_tokens: int | None = None
-    timeout: float | None = None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class ModelRequest:
     """Everything a model is asked in one call."""
 
@@ -90,6 +84,7 @@ class ModelRequest:
     tools: tuple[ToolSpec, ...] = ()
     output: OutputSpec | None = None
     settings: ModelSettings = field(default_factory=ModelSettings)
+    """How the model is asked (sampling, output cap, stop sequences, …): the settings of the role asking."""
     purpose: str = ""
     """Who is asking and why (``planner.propose``, ``executor``, ``judge`` …); for logs and test doubles."""
 
