@@ -339,14 +339,94 @@ async def test_output_tool_offered_beside_other_tools(server: FakeServer, model:
     assert "'step_result'" in body["system"]
 
 
-async def test_settings_of_a_request(server: FakeServer, model: AnthropicModel) -> None:
-    create = anthropic.resources.messages.AsyncMessages.create
-    server.reply(Json(message(text("ok"))))
-    await model.request(ask(settings=ModelSettings(temperature=0.2, max_tokens=123, timeout=5.0)))
+CREATE = inspect.signature(anthropic.resources.messages.AsyncMessages.create).parameters
+"""What this SDK release's messages.create takes (recent releases have no temperature or top_p)."""
+
+EVERY_SETTING = ModelSettings(
+    temperature=0.5,
+    top_p=0.9,
+    max_tokens=777,
+    stop=("END", "###"),
+    seed=3,
+    reasoning_effort="medium",
+    extra={"metadata": {"user_id": "u-1"}, "service_tier": "standard_only"},
+    timeout=4.0,
+)
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["request", "stream"])
+async def test_every_setting_on_the_wire(server: FakeServer, model: AnthropicModel, streamed: bool) -> None:
+    server.reply(Sse(stream_events(message(text("ok")))) if streamed else Json(message(text("ok"))))
+    request = ask(settings=EVERY_SETTING)
+    if streamed:
+        items: list[StreamDelta | ModelResponse] = []
+        await collect(model.stream(request), items)
+        assert isinstance(items[-1], ModelResponse)
+    else:
+        await model.request(request)
+
     body = sent(server)
-    assert body["max_tokens"] == 123
-    # the temperature goes where the SDK release has the parameter (recent ones have none)
-    assert body.get("temperature") == (0.2 if "temperature" in inspect.signature(create).parameters else None)
+    assert body["max_tokens"] == 777
+    assert body["stop_sequences"] == ["END", "###"]
+    assert body["output_config"] == {"effort": "medium"}
+    assert body["metadata"] == {"user_id": "u-1"}
+    assert body["service_tier"] == "standard_only"
+    assert server.requests[-1].headers["x-stainless-read-timeout"] == "4.0"
+    assert "seed" not in body
+    for name, value in (("temperature", 0.5), ("top_p", 0.9)):
+        assert body.get(name) == (value if name in CREATE else None)
+    dropped = model.unsupported_settings(EVERY_SETTING)
+    assert set(dropped) == {"seed"} | {n for n in ("temperature", "top_p") if n not in CREATE}
+    assert "the Messages API has no seed" in dropped["seed"]
+
+
+async def test_unset_settings_send_the_models_own_cap_and_nothing_else(
+    server: FakeServer, model: AnthropicModel
+) -> None:
+    server.reply(Json(message(text("ok"))))
+    await model.request(ask())
+    body = sent(server)
+    assert body["max_tokens"] == 4096
+    for name in ("temperature", "top_p", "stop_sequences", "output_config", "thinking"):
+        assert name not in body
+    assert model.unsupported_settings(ModelSettings(max_tokens=5, stop=("x",))) == {}
+
+
+@pytest.mark.parametrize(
+    ("effort", "wire"),
+    [
+        ("minimal", {"output_config": {"effort": "low"}}),
+        ("max", {"output_config": {"effort": "max"}}),
+        ("none", {"thinking": {"type": "disabled"}}),
+    ],
+)
+async def test_reasoning_effort(server: FakeServer, model: AnthropicModel, effort: Any, wire: dict[str, Any]) -> None:
+    server.reply(Json(message(text("ok"))))
+    await model.request(ask(settings=ModelSettings(reasoning_effort=effort)))
+    body = sent(server)
+    assert {key: body[key] for key in wire} == wire
+    assert not {"output_config", "thinking"} - wire.keys() & body.keys()
+
+
+async def test_a_thinking_budget_in_the_extras_asks_for_structured_output_without_forcing_the_tool(
+    server: FakeServer, model: AnthropicModel
+) -> None:
+    server.reply(Json(message(tool_use("plan", {"steps": []}), stop_reason="tool_use")))
+    thinking = {"type": "enabled", "budget_tokens": 2048}
+    settings = ModelSettings(max_tokens=8000, extra={"thinking": thinking})
+    response = await model.request(ask(output=OutputSpec(name="plan", json_schema=PLAN_SCHEMA), settings=settings))
+
+    assert response.parsed == {"steps": []}
+    body = sent(server)
+    assert body["thinking"] == thinking
+    assert body["tool_choice"] == {"type": "auto"}
+    assert "'plan'" in body["system"]
+
+
+async def test_extras_win_over_the_settings_planexec_sends(server: FakeServer, model: AnthropicModel) -> None:
+    server.reply(Json(message(text("ok"))))
+    await model.request(ask(settings=ModelSettings(max_tokens=100, extra={"max_tokens": 200})))
+    assert sent(server)["max_tokens"] == 200
 
 
 async def test_usage_with_cache_reads_and_cost(server: FakeServer, model: AnthropicModel) -> None:

@@ -35,6 +35,7 @@ from planexec.models import (
     allow_model_requests,
     cost_of,
     price_for,
+    unsupported_settings,
 )
 from planexec.models._profiles import COMPATIBLE, ModelProfile
 from tests.http_fake import Event, FakeServer, Hang, Json, Recorded, Sse, serve
@@ -334,12 +335,113 @@ async def test_a_profile_without_tools_refuses_them_before_sending(server: FakeS
     assert server.requests == []
 
 
-async def test_reasoning_models_get_no_temperature(server: FakeServer, make: Make) -> None:
+# -- settings ----------------------------------------------------------------------------------
+
+EVERY_SETTING = ModelSettings(
+    temperature=0.4,
+    max_tokens=321,
+    top_p=0.8,
+    stop=("END", "STOP"),
+    seed=42,
+    reasoning_effort="low",
+    extra={"service_tier": "flex", "metadata": {"team": "ops"}},
+    timeout=7.5,
+)
+
+
+def settled(settings: ModelSettings) -> ModelRequest:
+    return ModelRequest(messages=(Message(role="user", content="hi"),), settings=settings)
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["request", "stream"])
+async def test_every_setting_a_chat_model_takes_goes_on_the_wire(
+    server: FakeServer, make: Make, streamed: bool
+) -> None:
+    server.reply(text_stream("ok") if streamed else completion("ok"))
+    model = make("gpt-4o-mini")
+    if streamed:
+        [*_, last] = [item async for item in model.stream(settled(EVERY_SETTING))]
+        assert isinstance(last, ModelResponse)
+    else:
+        await model.request(settled(EVERY_SETTING))
+
+    wire = body(server.requests[0])
+    assert wire["temperature"] == 0.4
+    assert wire["top_p"] == 0.8
+    assert wire["stop"] == ["END", "STOP"]
+    assert wire["seed"] == 42
+    assert wire["max_completion_tokens"] == 321
+    assert "max_tokens" not in wire
+    assert wire["service_tier"] == "flex"
+    assert wire["metadata"] == {"team": "ops"}
+    assert server.requests[0].headers["x-stainless-read-timeout"] == "7.5"
+    # gpt-4o is no reasoning model: the effort is not sent, and the model says so
+    assert "reasoning_effort" not in wire
+    assert list(model.unsupported_settings(EVERY_SETTING)) == ["reasoning_effort"]
+
+
+async def test_a_reasoning_model_gets_its_effort_and_no_sampling_settings(server: FakeServer, make: Make) -> None:
     server.reply(completion("ok"))
-    await make("o4-mini").request(
-        ModelRequest(messages=(Message(role="user", content="hi"),), settings=ModelSettings(temperature=0.3))
-    )
-    assert "temperature" not in body(server.requests[0])
+    model = make("o4-mini")
+    await model.request(settled(EVERY_SETTING))
+
+    wire = body(server.requests[0])
+    assert wire["reasoning_effort"] == "low"
+    assert wire["max_completion_tokens"] == 321
+    assert wire["seed"] == 42
+    for dropped in ("temperature", "top_p", "stop"):
+        assert dropped not in wire
+    unsupported = model.unsupported_settings(EVERY_SETTING)
+    assert sorted(unsupported) == ["stop", "temperature", "top_p"]
+    assert "openai:o4-mini does not take temperature" in unsupported["temperature"]
+
+
+async def test_a_compatible_server_gets_max_tokens_and_extras_force_what_the_profile_drops(
+    server: FakeServer, make: Make
+) -> None:
+    server.reply(completion("ok", usage=None))
+    model = make("qwen3", provider="vllm", api_key=None)
+    settings = ModelSettings(max_tokens=64, seed=1, stop=("\n\n",), reasoning_effort="high", extra={"top_k": 20})
+    assert list(model.unsupported_settings(settings)) == ["reasoning_effort"]
+    await model.request(settled(settings))
+
+    wire = body(server.requests[0])
+    assert (wire["max_tokens"], wire["seed"], wire["stop"], wire["top_k"]) == (64, 1, ["\n\n"], 20)
+    assert "max_completion_tokens" not in wire
+    assert "reasoning_effort" not in wire
+
+    server.reply(completion("ok", usage=None))
+    await model.request(settled(ModelSettings(extra={"reasoning_effort": "high"})))
+    assert body(server.requests[1])["reasoning_effort"] == "high"
+
+
+async def test_extras_win_over_the_settings_planexec_sends(server: FakeServer, make: Make) -> None:
+    server.reply(completion("ok"))
+    await make().request(settled(ModelSettings(temperature=0.2, extra={"temperature": 1.0})))
+    assert body(server.requests[0])["temperature"] == 1.0
+
+
+async def test_a_profile_that_takes_no_seed_drops_it(server: FakeServer, make: Make) -> None:
+    server.reply(completion("ok"))
+    model = make("tiny", provider="llamacpp", profile=ModelProfile(seed=False, max_tokens_param="max_tokens"))
+    await model.request(settled(ModelSettings(seed=3, temperature=0.0)))
+    wire = body(server.requests[0])
+    assert "seed" not in wire
+    assert wire["temperature"] == 0.0
+    assert list(model.unsupported_settings(ModelSettings(seed=3))) == ["seed"]
+
+
+def test_a_fallback_list_names_what_any_of_its_models_would_drop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    fallback = resolve_model("openai:gpt-4o | openai:o3")
+    dropped = unsupported_settings(fallback, ModelSettings(temperature=0.1, reasoning_effort="high"))
+    assert dropped["temperature"].startswith("openai:o3 does not take temperature")
+    assert dropped["reasoning_effort"].startswith("openai:gpt-4o does not take reasoning_effort")
+
+
+def test_unset_settings_are_never_reported_as_dropped() -> None:
+    model = OpenAIModel("o3", api_key="sk-test")
+    assert model.unsupported_settings(ModelSettings(max_tokens=10, reasoning_effort="high")) == {}
 
 
 # -- tool calls --------------------------------------------------------------------------------

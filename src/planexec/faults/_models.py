@@ -25,6 +25,7 @@ from planexec.models._base import (
     count_tokens,
 )
 from planexec.models._registry import resolve_model
+from planexec.models._settings import ModelSettings, unsupported_settings
 
 if TYPE_CHECKING:
     from planexec.faults._profile import FaultProfile, ModelFault
@@ -74,6 +75,10 @@ class FaultyModel:
 
     def count_tokens(self, request: ModelRequest) -> int:
         return count_tokens(self.inner, request)
+
+    def unsupported_settings(self, settings: ModelSettings) -> dict[str, str]:
+        """What the inner model would not send."""
+        return unsupported_settings(self.inner, settings)
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         fault, call = self._admit(request)

@@ -6,6 +6,16 @@ row share one turn). Structured output travels through tool use: the output spec
 tool whose ``input_schema`` is the JSON Schema, forced with ``tool_choice`` when no other tool is
 offered; its input comes back as ``parsed`` and its JSON as ``text``.
 
+Settings → wire: ``max_tokens`` (the model's own default when unset), ``temperature`` and
+``top_p`` where this SDK release's ``messages.create`` has them (the API takes temperatures from
+0 to 1), ``stop`` as ``stop_sequences``, ``reasoning_effort`` as ``output_config={"effort": …}``
+(``minimal`` is sent as ``low``; ``none`` turns thinking off: ``thinking={"type": "disabled"}``),
+``extra`` merged into the request body last (the SDK's ``extra_body``; a thinking budget goes
+there: ``{"thinking": {"type": "enabled", "budget_tokens": 2048}}``, and structured output is then
+asked for with ``tool_choice`` auto, since thinking cannot be combined with a forced tool), and
+``timeout`` per request. The Messages API has no ``seed``. What is not sent is named by
+``unsupported_settings``.
+
 The SDK is imported when a model is built, so ``planexec.models`` imports without it. Its own
 retries are off: every call goes through :func:`call_with_retries` under the provider name
 ``anthropic`` (rate limits with ``retry-after``, 5xx and 529 overloaded, timeouts and dropped
@@ -21,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import functools
 import inspect
 import json
 import os
@@ -40,6 +51,7 @@ from planexec.models._base import (
     ModelCallError,
     ModelRequest,
     ModelResponse,
+    ModelSettings,
     StreamDelta,
     ToolCall,
     Usage,
@@ -125,15 +137,38 @@ class AnthropicModel:
     def __repr__(self) -> str:
         return f"AnthropicModel({self.model!r}, base_url={self.base_url!r})"
 
+    def unsupported_settings(self, settings: ModelSettings) -> dict[str, str]:
+        """The settings this model does not send, each with why."""
+        given = settings.as_dict()
+        found: dict[str, str] = {}
+        for name in ("temperature", "top_p"):
+            if name in given and not _sdk_takes(name):
+                found[name] = (
+                    f"{self.name}: this anthropic SDK release's messages.create has no {name}; not sent "
+                    f"(extra={{{name!r}: ...}} sends it anyway)"
+                )
+        if "seed" in given:
+            found["seed"] = f"{self.name}: the Messages API has no seed; not sent"
+        effort = settings.reasoning_effort
+        if effort is not None:
+            parameter = "thinking" if effort == "none" else "output_config"
+            if not _sdk_takes(parameter):
+                found["reasoning_effort"] = (
+                    f"{self.name}: this anthropic SDK release's messages.create has no {parameter}; not sent"
+                )
+        return found
+
     async def request(self, request: ModelRequest) -> ModelResponse:
         check_model_requests_allowed(self.name)
         client = self._client()
-        wire = _Wire.build(request, max_tokens=self.max_tokens, client=client)
+        wire = _Wire.build(request, max_tokens=self.max_tokens, dropped=self.unsupported_settings(request.settings))
         timeout = request.settings.timeout or self.timeout
 
         async def attempt() -> ModelResponse:
             with _translated_errors():
-                message = await client.messages.create(model=self.model, **wire.params, timeout=timeout)
+                message = await client.messages.create(
+                    model=self.model, **wire.params, extra_body=wire.extra_body, timeout=timeout
+                )
             return _from_message(message, wire.output, self._price())
 
         return await call_with_retries(PROVIDER, attempt, self.retry)
@@ -142,12 +177,14 @@ class AnthropicModel:
         """Text deltas (and the output tool's JSON as it is written), then the whole response."""
         check_model_requests_allowed(self.name)
         client = self._client()
-        wire = _Wire.build(request, max_tokens=self.max_tokens, client=client)
+        wire = _Wire.build(request, max_tokens=self.max_tokens, dropped=self.unsupported_settings(request.settings))
         timeout = request.settings.timeout or self.timeout
 
         async def open_stream() -> tuple[AsyncStream[RawMessageStreamEvent], _StreamReader, list[StreamDelta]]:
             with _translated_errors():
-                events = await client.messages.create(model=self.model, **wire.params, stream=True, timeout=timeout)
+                events = await client.messages.create(
+                    model=self.model, **wire.params, extra_body=wire.extra_body, stream=True, timeout=timeout
+                )
             reader = _StreamReader(wire.output)
             try:
                 while (event := await _next_event(events)) is not None:
@@ -236,21 +273,38 @@ class _OutputTool:
     wrapped: bool
 
 
+_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh", "max": "max"}
+"""Neutral reasoning efforts → ``output_config.effort`` (which has no ``minimal``)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Wire:
     params: dict[str, Any]
     output: _OutputTool | None = None
+    extra_body: dict[str, Any] | None = None
 
     @classmethod
-    def build(cls, request: ModelRequest, *, max_tokens: int, client: anthropic.AsyncAnthropic) -> _Wire:
+    def build(cls, request: ModelRequest, *, max_tokens: int, dropped: Mapping[str, str]) -> _Wire:
         system, turns = _turns(request.messages)
         tools: list[dict[str, Any]] = [
             {"name": t.name, "description": t.description, "input_schema": {"type": "object", **t.parameters}}
             for t in request.tools
         ]
-        params: dict[str, Any] = {"max_tokens": request.settings.max_tokens or max_tokens, "messages": turns}
-        if request.settings.temperature is not None and _takes(type(client.messages), "temperature"):
-            params["temperature"] = request.settings.temperature
+        settings = request.settings
+        params: dict[str, Any] = {"max_tokens": settings.max_tokens or max_tokens, "messages": turns}
+        if settings.temperature is not None and "temperature" not in dropped:
+            params["temperature"] = settings.temperature
+        if settings.top_p is not None and "top_p" not in dropped:
+            params["top_p"] = settings.top_p
+        if settings.stop:
+            params["stop_sequences"] = list(settings.stop)
+        effort = settings.reasoning_effort
+        if effort is not None and "reasoning_effort" not in dropped:
+            if effort == "none":
+                params["thinking"] = {"type": "disabled"}
+            else:
+                params["output_config"] = {"effort": _EFFORT[effort]}
+        extra = dict(settings.extra)
         output = None
         if request.output is not None:
             name = _output_tool_name(request.output.name, {t.name for t in request.tools})
@@ -264,7 +318,7 @@ class _Wire:
                     "input_schema": schema,
                 }
             )
-            if request.tools:
+            if request.tools or _thinks(extra):
                 params["tool_choice"] = {"type": "auto"}
                 note = f"When you have the final answer, give it by calling the tool {name!r}, not as text."
                 system = f"{system}\n\n{note}" if system else note
@@ -274,12 +328,25 @@ class _Wire:
             params["tools"] = tools
         if system:
             params["system"] = system
-        return cls(params=params, output=output)
+        return cls(params=params, output=output, extra_body=extra or None)
 
 
-def _takes(resource: type[Any], parameter: str) -> bool:
+def _thinks(extra: Mapping[str, Any]) -> bool:
+    """Whether the extras turn thinking on (a forced tool choice is then refused by the API)."""
+    thinking = extra.get("thinking")
+    return isinstance(thinking, Mapping) and thinking.get("type") not in (None, "disabled")
+
+
+@functools.cache
+def _create_parameters() -> frozenset[str]:
+    from anthropic.resources.messages import AsyncMessages
+
+    return frozenset(inspect.signature(AsyncMessages.create).parameters)
+
+
+def _sdk_takes(parameter: str) -> bool:
     """Whether this SDK release's ``messages.create`` has ``parameter`` (recent ones have no temperature)."""
-    return parameter in inspect.signature(resource.create).parameters
+    return parameter in _create_parameters()
 
 
 def _turns(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:

@@ -5,6 +5,12 @@
   answer them included); tools become function tools; an :class:`OutputSpec` becomes the best
   structured output the :class:`ModelProfile` allows (strict JSON Schema, non-strict JSON Schema,
   JSON mode with the schema in the system message, or the schema in the system message alone).
+* Settings → wire: ``temperature``, ``top_p``, ``stop``, ``seed`` and ``reasoning_effort`` go in
+  the chat completions fields of the same names; ``max_tokens`` becomes ``max_completion_tokens``
+  (OpenAI) or ``max_tokens`` (compatible servers), as the profile says; ``extra`` is merged into
+  the request body last (the SDK's ``extra_body``); ``timeout`` bounds the request. A field the
+  profile does not accept (reasoning models: ``temperature``, ``top_p``, ``stop``; other models:
+  ``reasoning_effort``) is not sent, and ``unsupported_settings`` says so.
 * Wire → neutral: text, tool calls, ``parsed`` (the reply as JSON when structured output was asked
   for, ``None`` when it does not parse: the planner then asks for a repair), usage (estimated from
   the text when a server reports none), the finish reason, a refusal and the cost.
@@ -34,7 +40,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import openai
 from openai import AsyncOpenAI, AsyncStream, NotGiven, Omit, not_given, omit
@@ -58,6 +64,7 @@ from planexec.models._base import (
     ModelCallError,
     ModelRequest,
     ModelResponse,
+    ModelSettings,
     NotSupported,
     OutputSpec,
     StreamDelta,
@@ -70,12 +77,14 @@ from planexec.models._guard import check_model_requests_allowed
 from planexec.models._prices import Price, cost_of, price_for
 from planexec.models._profiles import ModelProfile, local_server, profile_for, strict_json_schema
 from planexec.models._resilience import ModelRetryPolicy, call_with_retries
+from planexec.models._settings import ReasoningEffort
 
 __all__ = ["OpenAIModel", "model_from_string"]
 
 _NO_KEY = "unused"
 """Sent to servers that need no key: the SDK insists on one."""
 _DEFAULT_RETRY = ModelRetryPolicy()
+T = TypeVar("T")
 
 
 class OpenAIModel:
@@ -178,9 +187,14 @@ class OpenAIModel:
                     tools=wire.tools,
                     response_format=wire.response_format,
                     temperature=wire.temperature,
+                    top_p=wire.top_p,
+                    stop=wire.stop,
+                    seed=wire.seed,
+                    reasoning_effort=wire.reasoning_effort,
                     max_completion_tokens=wire.max_completion_tokens,
                     max_tokens=wire.max_tokens,
                     timeout=wire.timeout,
+                    extra_body=wire.extra_body,
                 )
             except openai.APIError as e:
                 raise _call_error(e, self.provider, self.name) from e
@@ -213,9 +227,14 @@ class OpenAIModel:
                     tools=wire.tools,
                     response_format=wire.response_format,
                     temperature=wire.temperature,
+                    top_p=wire.top_p,
+                    stop=wire.stop,
+                    seed=wire.seed,
+                    reasoning_effort=wire.reasoning_effort,
                     max_completion_tokens=wire.max_completion_tokens,
                     max_tokens=wire.max_tokens,
                     timeout=wire.timeout,
+                    extra_body=wire.extra_body,
                     stream=True,
                     stream_options=wire.stream_options,
                 )
@@ -276,6 +295,7 @@ class OpenAIModel:
             if in_prompt:
                 messages = _with_schema_instruction(messages, request.output)
         settings = request.settings
+        dropped = self.unsupported_settings(settings)
         cap = settings.max_tokens if settings.max_tokens is not None else omit
         usage_option: ChatCompletionStreamOptionsParam | Omit = (
             {"include_usage": True} if profile.streaming_usage else omit
@@ -284,12 +304,34 @@ class OpenAIModel:
             messages=[_wire_message(m) for m in messages],
             tools=[_wire_tool(t) for t in request.tools] if request.tools else omit,
             response_format=response_format,
-            temperature=settings.temperature if settings.temperature is not None and profile.temperature else omit,
+            temperature=_kept(settings.temperature, "temperature", dropped),
+            top_p=_kept(settings.top_p, "top_p", dropped),
+            stop=list(settings.stop) if settings.stop and "stop" not in dropped else omit,
+            seed=_kept(settings.seed, "seed", dropped),
+            reasoning_effort=_kept(settings.reasoning_effort, "reasoning_effort", dropped),
             max_completion_tokens=cap if profile.max_tokens_param == "max_completion_tokens" else omit,
             max_tokens=cap if profile.max_tokens_param == "max_tokens" else omit,
             timeout=settings.timeout if settings.timeout is not None else not_given,
             stream_options=usage_option,
+            extra_body=dict(settings.extra) if settings.extra else None,
         )
+
+    def unsupported_settings(self, settings: ModelSettings) -> dict[str, str]:
+        """The settings this model's profile does not accept, each with why: they are not sent."""
+        profile = self.profile
+        accepted = {
+            "temperature": profile.temperature,
+            "top_p": profile.top_p,
+            "stop": profile.stop,
+            "seed": profile.seed,
+            "reasoning_effort": profile.reasoning_effort,
+        }
+        given = settings.as_dict()
+        return {
+            name: f"{self.name} does not take {name} (ModelProfile.{name} is false); not sent"
+            for name, ok in accepted.items()
+            if name in given and not ok
+        }
 
     def _response(self, state: _Reply, request: ModelRequest) -> ModelResponse:
         text = "".join(state.text)
@@ -391,10 +433,21 @@ class _Wire:
     tools: list[ChatCompletionFunctionToolParam] | Omit
     response_format: ResponseFormat | Omit
     temperature: float | Omit
+    top_p: float | Omit
+    stop: list[str] | Omit
+    seed: int | Omit
+    reasoning_effort: ReasoningEffort | Omit
     max_completion_tokens: int | Omit
     max_tokens: int | Omit
     timeout: float | NotGiven
     stream_options: ChatCompletionStreamOptionsParam | Omit
+    extra_body: dict[str, Any] | None
+    """Provider extras, merged into the request body last by the SDK."""
+
+
+def _kept(value: T | None, name: str, dropped: Mapping[str, str]) -> T | Omit:
+    """``value`` to send, or omit it when it is unset or the model does not take it."""
+    return omit if value is None or name in dropped else value
 
 
 # -- conversions -----------------------------------------------------------------------------

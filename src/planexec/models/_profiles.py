@@ -3,7 +3,8 @@ fit for OpenAI's strict structured output.
 
 A :class:`ModelProfile` holds the capability flags the OpenAI adapter reads to shape a request:
 which kind of structured output to ask for, whether tools and streamed usage are available, the
-name of the output-token cap, and whether a temperature is accepted. :func:`profile_for` picks a
+name of the output-token cap, and which :class:`ModelSettings` fields the model accepts (a field it
+does not accept is dropped, and a run records that it was). :func:`profile_for` picks a
 default by provider and model name; pass ``profile=`` to ``OpenAIModel`` to override it.
 
 :func:`strict_json_schema` rewrites a JSON Schema (a pydantic or planexec one, ``$defs``
@@ -47,12 +48,20 @@ class ModelProfile:
     """The request field that caps output tokens."""
     temperature: bool = True
     """A temperature may be sent (OpenAI's reasoning models reject one)."""
+    top_p: bool = True
+    """``top_p`` may be sent (OpenAI's reasoning models reject it)."""
+    stop: bool = True
+    """Stop sequences may be sent (OpenAI's reasoning models reject them)."""
+    seed: bool = True
+    """A ``seed`` may be sent."""
+    reasoning_effort: bool = False
+    """``reasoning_effort`` may be sent (OpenAI's reasoning models; others answer 400)."""
 
 
 OPENAI = ModelProfile()
 """OpenAI's current chat models: everything."""
 
-_OPENAI_REASONING = replace(OPENAI, temperature=False)
+_OPENAI_REASONING = replace(OPENAI, temperature=False, top_p=False, stop=False, reasoning_effort=True)
 _OPENAI_JSON_MODE_ONLY = replace(OPENAI, strict_json_schema=False, json_schema=False)
 _OPENAI_NO_JSON = replace(_OPENAI_JSON_MODE_ONLY, json_mode=False)
 

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from planexec._errors import Problem, UsageError
 from planexec.models._base import Model, ModelCallError, ModelRequest, ModelResponse, StreamDelta, StreamingModel
+from planexec.models._settings import ModelSettings, unsupported_settings
 
 __all__ = [
     "FallbackModel",
@@ -143,6 +144,14 @@ class FallbackModel:
     @property
     def name(self) -> str:
         return self._name
+
+    def unsupported_settings(self, settings: ModelSettings) -> dict[str, str]:
+        """The settings one of the models would not send, with every such model's reason."""
+        found: dict[str, list[str]] = {}
+        for model in self.models:
+            for setting, why in unsupported_settings(model, settings).items():
+                found.setdefault(setting, []).append(why)
+        return {setting: "; ".join(whys) for setting, whys in found.items()}
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         errors: list[str] = []
