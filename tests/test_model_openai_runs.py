@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from planexec import Agent, Planner, tool
+from planexec import Agent, ModelExecutor, ModelSettings, Planner, tool
 from planexec.models import ModelRetryPolicy, OpenAIModel, allow_model_requests
-from planexec.runtime import PlannerOutputRejected, StepStreamed
+from planexec.runtime import PlannerOutputRejected, RunStarted, StepStreamed
 from tests.http_fake import Event, FakeServer, Sse, serve
 from tests.support import SAFETY, events_of
 from tests.test_model_openai import DONE, body, chunk, completion, function_call, usage_chunk
@@ -212,3 +212,43 @@ async def test_step_one_runs_while_the_openai_stream_is_still_sending_step_five(
     kinds = [e.kind for e in result.events]
     assert kinds.index("step_started") < kinds.index("model_called")  # step 1 ran before the plan was complete
     assert sorted(seen) == ["s1", "s2", "s3", "s4", "s5"]
+
+
+async def test_role_settings_on_the_wire_and_what_a_model_drops_in_the_log(server: FakeServer) -> None:
+    fast = ModelRetryPolicy(max_attempts=2, initial_delay=0, max_delay=0.01)
+    url = server.url + "/v1"
+    planner = OpenAIModel("o3", api_key="sk-test", base_url=url, retry=fast)
+    executor = OpenAIModel("gpt-4o-mini", api_key="sk-test", base_url=url, retry=fast)
+    planning = ModelSettings(temperature=0.2, reasoning_effort="high", max_tokens=4000)
+    executing = ModelSettings(temperature=0.7, stop=("END",), max_tokens=300)
+    step = {"id": "m1", "description": "say how many live in Paris"}
+    server.reply(
+        streamed_json({"steps": [step]}),
+        completion("About 2 million."),
+        completion('{"answer": "about 2 million"}'),
+    )
+    agent = Agent(
+        Planner(model=planner, settings=planning),
+        tools=[population],
+        executor=ModelExecutor(model=executor, settings=executing),
+        budget=SAFETY,
+    )
+    try:
+        result = await agent.run("How big is Paris?")
+    finally:
+        await planner.aclose()
+        await executor.aclose()
+
+    assert result.stop.kind == "goal_met", result.stop
+    propose, execute, finish = (body(r) for r in server.requests)
+    for sent in (propose, finish):
+        assert (sent["model"], sent["reasoning_effort"], sent["max_completion_tokens"]) == ("o3", "high", 4000)
+        assert "temperature" not in sent
+    assert (execute["temperature"], execute["stop"], execute["max_completion_tokens"]) == (0.7, ["END"], 300)
+    assert "reasoning_effort" not in execute
+
+    [started] = events_of(result, RunStarted)
+    planner_record = started.config["planner"]
+    assert planner_record["settings"] == planning.as_dict()
+    assert list(planner_record["dropped_settings"]) == ["temperature"]
+    assert "dropped_settings" not in started.config["model_executors"]["model"]

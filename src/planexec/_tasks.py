@@ -9,9 +9,10 @@ import contextlib
 import gc
 import sys
 import weakref
+from collections.abc import Collection
 from typing import Any
 
-__all__ = ["abandon"]
+__all__ = ["abandon", "cancel_within"]
 
 _stubborn: weakref.WeakSet[Any] = weakref.WeakSet()
 """Coroutines that would not close (they caught even the close of their frame)."""
@@ -36,7 +37,28 @@ def abandon(task: asyncio.Task[Any]) -> None:
     task.add_done_callback(_forget)
 
 
-def _forget(task: asyncio.Task[Any]) -> None:
+def cancel_within(task: asyncio.Future[Any], grace: float, *, spawned: Collection[asyncio.Task[Any]] = ()) -> None:
+    """Cancel ``task``; if it has not ended ``grace`` seconds later, abandon it, and every task of
+    ``spawned`` (tasks it started, e.g. in a task group) still running then. Its outcome is read
+    whenever it ends: nobody waits for it any more."""
+    if task.done():
+        _forget(task)
+        return
+    task.cancel()
+    task.add_done_callback(_forget)
+    if not isinstance(task, asyncio.Task):
+        return
+
+    def give_up() -> None:
+        for child in list(spawned):  # first the tasks it waits for, then itself
+            abandon(child)
+        abandon(task)
+
+    handle = asyncio.get_running_loop().call_later(grace, give_up)
+    task.add_done_callback(lambda _t: handle.cancel())
+
+
+def _forget(task: asyncio.Future[Any]) -> None:
     if not task.cancelled():
         task.exception()  # read it: an abandoned task's error is not news
 

@@ -20,6 +20,7 @@ from planexec.executor._base import StepContext
 from planexec.executor._outcome import PASSED, CheckResult, Verdict
 from planexec.models._base import Message, Model, ModelRequest, OutputSpec
 from planexec.models._registry import resolve_model
+from planexec.models._settings import ModelSettings
 from planexec.plan._bindings import BindingError, render_text
 from planexec.plan._schemas import judge
 from planexec.plan._step import Contains, FitsSchema, Matches, NonEmpty, Predicate, Step
@@ -44,9 +45,9 @@ class Acceptance:
 
     ``predicates`` are named checks a plan can refer to (``{"kind": "predicate", "name": ...}``);
     ``accept`` is a predicate applied to every step; ``judge`` is a model that grades outputs of
-    steps with ``expected`` criteria (``judge_all`` grades every step); ``min_confidence``: a
-    result whose executor reported a lower confidence fails (a result reported with no confidence
-    is not judged on it).
+    steps with ``expected`` criteria (``judge_all`` grades every step); ``judge_settings`` say how
+    the judge is asked; ``min_confidence``: a result whose executor reported a lower confidence
+    fails (a result reported with no confidence is not judged on it).
     """
 
     predicates: Mapping[str, PredicateFn] = field(default_factory=dict)
@@ -54,12 +55,17 @@ class Acceptance:
     judge: Model | str | None = None
     judge_all: bool = False
     min_confidence: float | None = None
+    judge_settings: ModelSettings = field(default_factory=ModelSettings)
 
     def __post_init__(self) -> None:
+        problems = []
         least = self.min_confidence
         if least is not None and (isinstance(least, bool) or not isinstance(least, int | float) or not 0 <= least <= 1):
-            problem = Problem(code="acceptance", where="min_confidence", message="must be from 0 to 1")
-            raise UsageError("invalid acceptance", [problem])
+            problems.append(Problem(code="acceptance", where="min_confidence", message="must be from 0 to 1"))
+        if not isinstance(self.judge_settings, ModelSettings):
+            problems.append(Problem(code="acceptance", where="judge_settings", message="must be a ModelSettings(...)"))
+        if problems:
+            raise UsageError("invalid acceptance", problems)
 
     def checks_anything(self, step: Step) -> bool:
         """Whether ``step``'s output is checked at all (a step with nothing to check passes)."""
@@ -135,6 +141,7 @@ class Acceptance:
                 ),
             ),
             output=OutputSpec(name="verdict", json_schema=_JUDGE_SCHEMA),
+            settings=self.judge_settings,
             purpose="judge",
         )
         response = await ctx.call_model(model, request)

@@ -36,6 +36,11 @@ class StepContext(Protocol):
     @property
     def tools(self) -> Toolset: ...
 
+    @property
+    def cancel_grace(self) -> float:
+        """Seconds cancelled work is given to end before it is abandoned (``Limits.cancel_grace``)."""
+        ...
+
     async def call_tool(self, tool: Tool, args: dict[str, Any], *, call_id: str | None = None) -> Any:
         """Call ``tool`` with validated ``args``: timeout, retries and output check included.
 

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from planexec._errors import UnknownToolError
+from planexec._errors import Problem, UnknownToolError, UsageError
 from planexec._json import JSONRefused
 from planexec._json import loads as strict_loads
+from planexec._tasks import cancel_within
 from planexec.executor._base import StepContext, StepFailure
 from planexec.executor._outcome import StepError
 from planexec.models._base import Message, Model, ModelRequest, ModelResponse, OutputSpec, ToolCall, ToolSpec
 from planexec.models._registry import resolve_model
+from planexec.models._settings import ModelSettings
 from planexec.plan._schemas import judge
 from planexec.plan._step import Step
 
@@ -34,6 +37,10 @@ class ModelExecutor:
     A step's model may call only the tools the step grants (``Step.allowed_tools``; none when it
     grants none), so that text a tool returns cannot talk it into using any other. ``tools`` limits
     further which tools this executor's steps may be granted (None: any tool of the agent).
+    ``settings``: how this executor's model is asked, on every request. ``step_timeout``: seconds
+    a whole step may take — every model turn and tool call in it; past it the step fails with an
+    error of kind ``timeout``, and the run goes on as its failure policy says (None: no limit but
+    the turns, the tools' own timeouts and the run's budget).
     """
 
     model: Model | str
@@ -42,7 +49,25 @@ class ModelExecutor:
     max_turns: int = 6
     max_concurrency: int | None = None
     instructions: str = DEFAULT_INSTRUCTIONS
+    settings: ModelSettings = field(default_factory=ModelSettings)
+    step_timeout: float | None = None
     _resolved: Model | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if isinstance(self.max_turns, bool) or not isinstance(self.max_turns, int) or self.max_turns < 1:
+            problems.append(Problem(code="executor", where="max_turns", message="must be a whole number >= 1"))
+        timeout = self.step_timeout
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf
+        ):
+            problems.append(
+                Problem(code="executor", where="step_timeout", message="must be a positive number of seconds, or None")
+            )
+        if not isinstance(self.settings, ModelSettings):
+            problems.append(Problem(code="executor", where="settings", message="must be a ModelSettings(...)"))
+        if problems:
+            raise UsageError(f"invalid model executor {self.name!r}", problems)
 
     @property
     def kind(self) -> Literal["model"]:
@@ -54,6 +79,27 @@ class ModelExecutor:
         return self._resolved
 
     async def run(self, step: Step, args: dict[str, Any], ctx: StepContext) -> Any:
+        if self.step_timeout is None:
+            return await self._steps_work(step, args, ctx, set())
+        spawned: set[asyncio.Task[str]] = set()
+        work = asyncio.ensure_future(self._steps_work(step, args, ctx, spawned))
+        try:
+            done, _ = await asyncio.wait((work,), timeout=self.step_timeout)
+        except BaseException:  # the step itself was cancelled: its work goes with it
+            cancel_within(work, ctx.cancel_grace, spawned=spawned)
+            raise
+        if done:
+            return work.result()
+        # Cancelled, and abandoned (with the tool calls it started) if it has not ended within the
+        # grace: whatever it still logs comes before the step's failure.
+        cancel_within(work, ctx.cancel_grace, spawned=spawned)
+        await asyncio.wait((work,), timeout=ctx.cancel_grace)
+        message = f"executor {self.name!r} did not finish step {step.id!r} within {self.step_timeout:g}s"
+        raise StepFailure(StepError(kind="timeout", message=message))
+
+    async def _steps_work(
+        self, step: Step, args: dict[str, Any], ctx: StepContext, spawned: set[asyncio.Task[str]]
+    ) -> Any:
         model = self.resolved_model()
         allowed = ctx.tools.subset(t for t in step.allowed_tools if t in ctx.tools and self._may_use(t))
         specs = tuple(ToolSpec(name=t.name, description=t.description, parameters=t.parameters) for t in allowed)
@@ -63,14 +109,15 @@ class ModelExecutor:
             Message(role="user", content=_describe(step, args)),
         ]
         for _turn in range(self.max_turns):
-            response = await ctx.call_model(
-                model, ModelRequest(messages=tuple(messages), tools=specs, output=output, purpose="executor")
+            request = ModelRequest(
+                messages=tuple(messages), tools=specs, output=output, settings=self.settings, purpose="executor"
             )
+            response = await ctx.call_model(model, request)
             if response.refusal is not None or response.finish_reason == "refusal":
                 raise StepFailure(StepError(kind="executor", message=f"the model refused: {response.refusal or ''}"))
             if response.tool_calls:
                 messages.append(Message(role="assistant", content=response.text, tool_calls=response.tool_calls))
-                results = await _all(self._call(c, ctx, allowed.names) for c in response.tool_calls)
+                results = await _all((self._call(c, ctx, allowed.names) for c in response.tool_calls), spawned)
                 messages += [
                     Message(role="tool", content=text, tool_call_id=c.id)
                     for c, text in zip(response.tool_calls, results, strict=True)
@@ -112,12 +159,16 @@ class ModelExecutor:
         return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
 
 
-async def _all(calls: Iterable[Coroutine[Any, Any, str]]) -> list[str]:
+async def _all(calls: Iterable[Coroutine[Any, Any, str]], spawned: set[asyncio.Task[str]]) -> list[str]:
     """Run the calls together; when one raises (a budget ran out, a tool crashed) or the step is
-    cancelled, the others are cancelled and waited for: no call outlives its step."""
+    cancelled, the others are cancelled and waited for: no call outlives its step. The tasks are in
+    ``spawned`` while they run, for a step timeout to abandon those that ignore their cancellation."""
     try:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(call) for call in calls]
+            spawned.update(tasks)
+            for task in tasks:
+                task.add_done_callback(spawned.discard)
     except BaseExceptionGroup as group_error:
         raise group_error.exceptions[0] from None
     return [task.result() for task in tasks]

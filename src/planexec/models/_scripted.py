@@ -1,8 +1,9 @@
 """Deterministic test doubles that ship with planexec: no network, no real model.
 
-``ScriptedModel`` answers from a list, in order, records every request, fails loudly on a call
-its script does not cover, and can assert that it was fully used. ``FunctionModel`` answers
-every request with a function of it. Both can simulate latency, token usage and cost.
+``ScriptedModel`` answers from a list, in order, records every request (with the settings it
+came with), fails loudly on a call its script does not cover, and can assert that it was fully
+used. ``FunctionModel`` answers every request with a function of it. Both can simulate latency,
+token usage and cost.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from planexec._errors import Problem, UnexpectedModelCall
 from planexec._json import loads as strict_loads
 from planexec.models._base import ModelRequest, ModelResponse, StreamDelta, ToolCall, Usage, estimate_tokens
 from planexec.models._prices import Price
+from planexec.models._settings import ModelSettings
 
 __all__ = ["FunctionModel", "Reply", "ScriptedModel", "StreamingScriptedModel", "tool_calls"]
 
@@ -58,6 +60,12 @@ class _Simulated:
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def settings(self) -> list[ModelSettings]:
+        """The settings each request came with, in call order (``calls[i].settings``): which role
+        asked with what shows in ``[(c.purpose, c.settings) for c in model.calls]``."""
+        return [request.settings for request in self.calls]
 
     @property
     def price(self) -> Price | None:

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from planexec._errors import Problem
+from planexec._errors import Problem, UsageError
 from planexec._json import MAX_DEPTH, JSONRefused, loads
 from planexec.models._base import Message, Model, ModelRequest, ModelResponse, OutputSpec, StreamingModel
 from planexec.models._registry import resolve_model
+from planexec.models._settings import ModelSettings
 from planexec.plan._checks import CheckContext, capped, check_steps
 from planexec.plan._plan import FLAT_KEYS, FinalAnswer, FlatTurn, PlanDraft, Turn
 from planexec.plan._step import Step
@@ -130,6 +131,8 @@ class Planner:
     ``policy``: ``upfront`` (the whole DAG at once) or ``step`` (one next step per turn).
     ``replan``: when the plan is patched — ``on_failure`` (default), ``after_each_step``, ``never``.
     ``record_chars``: how much of each step's output the planner sees in the record.
+    ``settings``: how the planning model is asked (temperature, output cap, reasoning effort …),
+    on every planning request.
     """
 
     model: Model | str
@@ -142,8 +145,16 @@ class Planner:
     record_chars: int = 600
     turn_format: TurnFormat = "nested"
     """The turn schema sent to the model (step-by-step policy); answers in either form are accepted."""
+    settings: ModelSettings = field(default_factory=ModelSettings)
     _resolved: Model | None = field(default=None, init=False, repr=False)
     _streams_known: bool | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.settings, ModelSettings):
+            raise UsageError(
+                "invalid planner",
+                [Problem(code="planner", where="settings", message="must be a ModelSettings(...)")],
+            )
 
     def resolved_model(self) -> Model:
         if self._resolved is None:
@@ -203,7 +214,7 @@ class Planner:
         unaided = 0
         """Escalations answered by one repair because nobody could be asked."""
         while True:
-            request = ModelRequest(messages=tuple(messages), output=spec, purpose=purpose)
+            request = ModelRequest(messages=tuple(messages), output=spec, settings=self.settings, purpose=purpose)
             if self._streams(model, ctx, output):
                 assert ctx.call_stream is not None
                 reader = StreamedSteps("step" if output is Turn else "steps")

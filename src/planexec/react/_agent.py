@@ -26,6 +26,7 @@ from planexec.models._base import (
     estimate_tokens,
 )
 from planexec.models._registry import resolve_model
+from planexec.models._settings import ModelSettings
 from planexec.react._calls import CallSite, call_tool, observation
 from planexec.runtime._budget import Budget, BudgetHit
 from planexec.runtime._events import (
@@ -96,6 +97,7 @@ class ReactAgent:
 
     ``model``: a model object or a model string (``scripted:replies.json``, ``openai:gpt-4o-mini``…).
     ``budget``: the same caps a planner–executor run has (``replans`` and ``steps`` do not apply).
+    ``settings``: how the model is asked, on every turn.
     """
 
     def __init__(
@@ -107,9 +109,16 @@ class ReactAgent:
         budget: Budget | None = None,
         instructions: str = DEFAULT_REACT_INSTRUCTIONS,
         context: RunContext | None = None,
+        settings: ModelSettings | None = None,
     ) -> None:
+        problems = []
         if max_turns < 1:
-            raise UsageError("invalid ReAct agent", [Problem(code="react", where="max_turns", message="must be >= 1")])
+            problems.append(Problem(code="react", where="max_turns", message="must be >= 1"))
+        if settings is not None and not isinstance(settings, ModelSettings):
+            problems.append(Problem(code="react", where="settings", message="must be a ModelSettings(...)"))
+        if problems:
+            raise UsageError("invalid ReAct agent", problems)
+        self.settings = settings or ModelSettings()
         self.model = resolve_model(model)
         self.tools = tools if isinstance(tools, Toolset) else Toolset(*tools)
         self.max_turns = max_turns
@@ -234,7 +243,9 @@ class _Loop:
 
     async def _ask(self) -> ModelResponse:
         model = self.agent.model
-        request = ModelRequest(messages=tuple(self.messages), tools=self.specs, purpose="react")
+        request = ModelRequest(
+            messages=tuple(self.messages), tools=self.specs, settings=self.agent.settings, purpose="react"
+        )
         estimate = estimate_tokens("".join(m.content for m in request.messages))
         self.agent.budget.check_model_call(self.state, self.clock(), estimate)
         loop = asyncio.get_running_loop()

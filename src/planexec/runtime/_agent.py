@@ -15,6 +15,8 @@ from planexec.executor._base import Executor
 from planexec.executor._model import ModelExecutor
 from planexec.executor._tools import ToolExecutor
 from planexec.models._base import Model
+from planexec.models._registry import resolve_model
+from planexec.models._settings import ModelSettings, unsupported_settings
 from planexec.plan._plan import Plan
 from planexec.planner._planner import Planner
 from planexec.runtime._budget import Budget
@@ -262,6 +264,7 @@ class Agent:
                 "max_repairs": parts.planner.max_repairs,
                 "streams": parts.planner.stream and parts.planner.model_streams,
                 "turn_format": parts.planner.turn_format,
+                **_settings_record(parts.planner.resolved_model(), parts.planner.settings),
             },
             "escalation": dataclasses.asdict(self.escalation),
             "review": None
@@ -274,7 +277,19 @@ class Agent:
                 else str(getattr(self.review.judge, "name", self.review.judge)),
                 "checklist": list(self.review.checklist),
                 "max_rounds": self.review.max_rounds,
+                "judge_settings": self.review.judge_settings.as_dict(),
             },
+            "model_executors": {
+                name: {
+                    "model": e.resolved_model().name,
+                    "max_turns": e.max_turns,
+                    "step_timeout": e.step_timeout,
+                    **_settings_record(e.resolved_model(), e.settings),
+                }
+                for name, e in parts.executors.items()
+                if isinstance(e, ModelExecutor)
+            },
+            **self._judge_record(),
             "limits": dataclasses.asdict(self.limits),
             "approvals": {
                 "plan": self.approvals.plan,
@@ -289,6 +304,13 @@ class Agent:
 
     def _can_ask(self) -> bool:
         return self.approvals.approver is not None or (self.approvals.deferred and self.store is not None)
+
+    def _judge_record(self) -> dict[str, Any]:
+        judge = self.acceptance.judge
+        if judge is None:
+            return {}
+        model = resolve_model(judge)
+        return {"judge": {"model": model.name, **_settings_record(model, self.acceptance.judge_settings)}}
 
     def start(
         self,
@@ -389,6 +411,15 @@ class Agent:
     def run_sync(self, goal: str, *, constraints: Sequence[str] = (), run_id: str | None = None) -> RunResult:
         """``run`` for code without an event loop."""
         return asyncio.run(self.run(goal, constraints=constraints, run_id=run_id))
+
+
+def _settings_record(model: Model, settings: ModelSettings) -> dict[str, Any]:
+    """A role's settings as the log keeps them, and the ones its model does not send (with why)."""
+    record: dict[str, Any] = {"settings": settings.as_dict()}
+    dropped = unsupported_settings(model, settings)
+    if dropped:
+        record["dropped_settings"] = dropped
+    return record
 
 
 def _assemble(

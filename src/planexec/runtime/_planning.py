@@ -418,6 +418,7 @@ class Planning:
                 Message(role="user", content=f"Goal: {engine.goal}\nRubric: {review.rubric}\nAnswer: {answer}"),
             ),
             output=OutputSpec(name="verdict", json_schema=_VERDICT_SCHEMA),
+            settings=review.judge_settings,
             purpose="answer_review",
         )
         response = await engine.call_model("judge", resolve_model(review.judge), request, None)

@@ -16,6 +16,7 @@ from planexec.executor._base import Executor
 from planexec.executor._model import ModelExecutor
 from planexec.executor._tools import ToolExecutor
 from planexec.models._base import ModelRequest, ModelResponse, StreamDelta
+from planexec.models._settings import ModelSettings
 from planexec.planner._planner import Planner
 from planexec.runtime._budget import Budget
 from planexec.runtime._engine import Engine, EngineConfig
@@ -93,13 +94,15 @@ def recorded_config(first: RunStarted) -> EngineConfig:
         raise UsageError("this log does not record its set-up (an older planexec wrote it): replay it with an agent")
     tools = Toolset(*(_stand_in_tool(spec) for spec in cfg["tools"]))
     planner_cfg = cfg.get("planner", {})
+    model_executors = cfg.get("model_executors", {})
     executors: dict[str, Executor] = {}
     for name, kind in cfg.get("executors", {"tools": "tools"}).items():
         if kind == "tools":
             executors[name] = ToolExecutor(name=name)
         else:
-            executors[name] = ModelExecutor(model=_StandIn(f"{name}-model"), name=name)
+            executors[name] = _recorded_executor(name, model_executors.get(name))
     approvals_cfg = cfg.get("approvals", {})
+    judge_cfg = cfg.get("judge")
     return EngineConfig(
         planner=Planner(
             model=(_StreamingStandIn if planner_cfg.get("streams") else _StandIn)(planner_cfg.get("model", "planner")),
@@ -107,13 +110,18 @@ def recorded_config(first: RunStarted) -> EngineConfig:
             replan=planner_cfg.get("replan", first.replan),
             max_repairs=planner_cfg.get("max_repairs", 2),
             turn_format=planner_cfg.get("turn_format", "nested"),
+            settings=_recorded_settings(planner_cfg),
         ),
         tools=tools,
         executors=executors,
         default_executor=cfg.get("default_executor"),
         budget=Budget(**first.budget),  # type: ignore[arg-type]
         limits=Limits(**cfg.get("limits", {})),
-        acceptance=Acceptance(predicates=dict.fromkeys(cfg.get("predicates", []), lambda _s, _o: True)),
+        acceptance=Acceptance(
+            predicates=dict.fromkeys(cfg.get("predicates", []), lambda _s, _o: True),
+            judge=_StandIn(str(judge_cfg.get("model", "judge"))) if isinstance(judge_cfg, Mapping) else None,
+            judge_settings=_recorded_settings(judge_cfg),
+        ),
         approvals=Approvals(plan=approvals_cfg.get("plan", False), steps=approvals_cfg.get("steps", "sensitive")),
         context=RunContext(),
         metadata=cfg,
@@ -137,7 +145,33 @@ def _recorded_review(cfg: Mapping[str, Any] | None) -> AnswerReview | None:
         judge=None if judge is None else _StandIn(str(judge)),
         checklist=tuple(cfg.get("checklist", [])),
         max_rounds=int(cfg.get("max_rounds", 2)),
+        judge_settings=_recorded_settings({"settings": cfg.get("judge_settings") or {}}),
     )
+
+
+def _recorded_settings(role: Any) -> ModelSettings:
+    """The settings a role's record holds. A replay calls no model, so settings it cannot read
+    (a damaged record) change nothing it decides: they are left unset."""
+    try:
+        return ModelSettings.from_dict(role.get("settings", {}) if isinstance(role, Mapping) else {})
+    except UsageError:
+        return ModelSettings()
+
+
+def _recorded_executor(name: str, record: Any) -> ModelExecutor:
+    """A model executor as recorded: its model a stand-in, its settings and limits as they were."""
+    record = record if isinstance(record, Mapping) else {}
+    model = _StandIn(str(record.get("model", f"{name}-model")))
+    try:
+        return ModelExecutor(
+            model=model,
+            name=name,
+            max_turns=record.get("max_turns", 6),
+            step_timeout=record.get("step_timeout"),
+            settings=_recorded_settings(record),
+        )
+    except UsageError:
+        return ModelExecutor(model=model, name=name)
 
 
 def with_faults(config: EngineConfig, faults: FaultProfile) -> tuple[EngineConfig, dict[str, FaultyModel]]:

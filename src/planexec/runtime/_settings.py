@@ -7,11 +7,12 @@ import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from planexec._errors import Problem, UsageError
 from planexec.executor._outcome import Verdict
+from planexec.models._settings import ModelSettings
 from planexec.plan._plan import Plan
 from planexec.plan._step import OnFail, Step
 from planexec.runtime._events import ChecklistResult, EffectChoice
@@ -179,8 +180,9 @@ class AnswerReview:
     """The final answer's own acceptance: it must pass before a run ends ``goal_met``.
 
     ``checks``: deterministic checks, in order; ``rubric`` with ``judge``: a model grades the answer
-    against the rubric; ``checklist``: a human reviewer ticks or fails each item (needs an approver,
-    or deferred approvals with a store). Each reviewer that is set must pass, in that order. A
+    against the rubric, asked with ``judge_settings``; ``checklist``: a human reviewer ticks or
+    fails each item (needs an approver, or deferred approvals with a store). Each reviewer that is
+    set must pass, in that order. A
     refused answer goes back to the planner with the reasons, at most ``max_rounds`` times; then the
     run stops ``escalated`` (``answer_rejected``). With a review set, a plan with no steps may end
     the run, when its answer passes.
@@ -191,9 +193,12 @@ class AnswerReview:
     judge: Model | str | None = None
     checklist: Sequence[str] = ()
     max_rounds: int = 2
+    judge_settings: ModelSettings = field(default_factory=ModelSettings)
 
     def __post_init__(self) -> None:
         problems = []
+        if not isinstance(self.judge_settings, ModelSettings):
+            problems.append(Problem(code="review", where="judge_settings", message="must be a ModelSettings(...)"))
         if (self.rubric is None) != (self.judge is None):
             problems.append(Problem(code="review", where="rubric", message="a rubric and a judge go together"))
         if self.rubric is not None and not self.rubric.strip():

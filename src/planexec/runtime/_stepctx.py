@@ -47,6 +47,10 @@ class StepCtx:
     def tools(self) -> Toolset:
         return self._engine.config.tools
 
+    @property
+    def cancel_grace(self) -> float:
+        return self._engine.config.limits.cancel_grace
+
     async def call_model(self, model: Model, request: ModelRequest) -> ModelResponse:
         role = "judge" if request.purpose == "judge" else "executor"
         return await self._engine.call_model(role, model, request, self.step.id)
