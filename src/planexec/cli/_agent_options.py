@@ -30,7 +30,22 @@ _BUDGET_HELP = {
     "replans": ("N", "Cap on plan patches after failures."),
 }
 
-_KEYS = ("planner_spec", "executor_spec", "tool_refs", "policy", "replan", "approve_plan")
+_KEYS = (
+    "planner_spec",
+    "executor_spec",
+    "tool_refs",
+    "policy",
+    "replan",
+    "approve_plan",
+    "planner_settings",
+    "executor_settings",
+    "step_timeout",
+)
+
+SETTING_HELP = (
+    "(repeatable): temperature, max_tokens, top_p, stop, seed, reasoning_effort, timeout, or extra.NAME "
+    "for a provider's own parameter; VALUE is JSON or text, null unsets the key."
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +60,12 @@ class AgentFlags:
     budget: Mapping[str, str] = field(default_factory=dict)
     """Raw budget flag values by :class:`Budget` field."""
     approve_plan: bool | None = None
+    planner_settings: tuple[str, ...] = ()
+    """Raw ``KEY=VALUE`` model settings of the planner, in the order given."""
+    executor_settings: tuple[str, ...] = ()
+    """Raw ``KEY=VALUE`` model settings of the executor, in the order given."""
+    step_timeout: str | None = None
+    """The raw whole-step timeout of the executor (``none`` lifts it)."""
 
     @classmethod
     def take(cls, values: dict[str, Any]) -> AgentFlags:
@@ -59,6 +80,9 @@ class AgentFlags:
             replan=own["replan"],
             budget={name: raw for name, raw in budget.items() if raw is not None},
             approve_plan=own["approve_plan"],
+            planner_settings=tuple(own["planner_settings"] or ()),
+            executor_settings=tuple(own["executor_settings"] or ()),
+            step_timeout=own["step_timeout"],
         )
 
 
@@ -74,6 +98,27 @@ def agent_options(*, for_run: bool) -> Callable[[F], F]:
                 cap = DEFAULT_CAPS.get(flag.field)
                 text += f" Default: {cap:g}; 'none' lifts the cap." if cap is not None else " Default: no cap."
             fn = click.option(flag.flag, flag.field, metavar=metavar, default=None, help=text + later)(fn)
+        fn = click.option(
+            "--step-timeout",
+            metavar="SECONDS",
+            default=None,
+            help="Seconds a whole model-driven step may take (every model turn and tool call in it); past "
+            "it the step fails as a timeout. 'none' lifts it." + (" Default: none." if for_run else later),
+        )(fn)
+        fn = click.option(
+            "--executor-setting",
+            "executor_settings",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="A model setting of the executor, KEY=VALUE " + SETTING_HELP + later,
+        )(fn)
+        fn = click.option(
+            "--planner-setting",
+            "planner_settings",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="A model setting of the planner, KEY=VALUE " + SETTING_HELP + later,
+        )(fn)
         fn = click.option(
             "--replan",
             default="on_failure" if for_run else None,

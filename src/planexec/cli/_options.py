@@ -10,12 +10,13 @@ import importlib
 import math
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from planexec._errors import UsageError
-from planexec.models import Model, resolve_model
+from planexec._json import loads as strict_loads
+from planexec.models import Model, ModelSettings, resolve_model
 from planexec.runtime import Budget
 from planexec.tools import Tool, Toolset
 
@@ -28,6 +29,8 @@ __all__ = [
     "load_tools",
     "parse_budget",
     "parse_choice",
+    "parse_seconds",
+    "parse_settings",
 ]
 
 
@@ -122,6 +125,62 @@ def parse_budget(values: Mapping[str, str | None], problems: Problems) -> Budget
     except UsageError as e:
         problems.add_usage_error("budget", e)
         return None
+
+
+def parse_settings(flag: str, raws: Sequence[str], problems: Problems) -> ModelSettings | None:
+    """:class:`ModelSettings` from ``KEY=VALUE`` texts (a later key wins; ``extra.NAME=VALUE`` sets
+    one provider extra; ``null`` unsets a key); None when any is wrong, every problem added."""
+    data: dict[str, Any] = {}
+    ok = True
+    for raw in raws:
+        key, sep, text = raw.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            problems.add(flag, f"{raw!r} is not KEY=VALUE (e.g. temperature=0.2)")
+            ok = False
+            continue
+        value = _setting_value(text)
+        if key.startswith("extra.") and len(key) > len("extra."):
+            extra = data.get("extra")
+            data["extra"] = extra = dict(extra) if isinstance(extra, Mapping) else {}
+            if value is None:
+                extra.pop(key[len("extra.") :], None)
+            else:
+                extra[key[len("extra.") :]] = value
+        elif value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    try:
+        settings = ModelSettings.from_dict(data)
+    except UsageError as e:
+        for p in e.problems:
+            problems.add(flag, f"{p.where}: {p.message}")
+        return None
+    return settings if ok else None
+
+
+def _setting_value(text: str) -> Any:
+    """JSON when ``text`` is JSON (numbers, lists, null …), else the text itself."""
+    try:
+        return strict_loads(text.strip(), max_depth=20, max_chars=100_000)
+    except ValueError:
+        return text
+
+
+def parse_seconds(flag: str, raw: str | None, problems: Problems) -> float | None:
+    """A positive number of seconds, or None for no limit (unset, or ``none``)."""
+    if raw is None or raw.strip().lower() == UNBOUNDED:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        problems.add(flag, f"{raw!r} is not a number of seconds (or {UNBOUNDED!r} for no limit)")
+        return None
+    if not (math.isfinite(value) and value > 0):
+        problems.add(flag, f"{raw!r} must be a positive number of seconds (or {UNBOUNDED!r} for no limit)")
+        return None
+    return value
 
 
 def parse_choice(flag: str, raw: str, choices: tuple[str, ...], problems: Problems) -> str | None:

@@ -2,9 +2,10 @@
 from the log (``resume``, ``replay --fork-at``, ``approve``) with no flags.
 
 ``planexec run`` records an :class:`AgentSpec` in the run's metadata (``metadata["cli"]``): the
-model strings, tool references, policy, replan policy, budget flags and constraints, and the
-working directory that module references are imported from. Flags given later override it for
-that command only.
+model strings, tool references, policy, replan policy, budget flags, the planner's and the
+executor's model settings and the executor's step timeout, constraints, and the working directory
+that module references are imported from. Flags given later override it for that command only
+(model settings key by key).
 """
 
 from __future__ import annotations
@@ -16,18 +17,30 @@ from typing import Any, cast
 
 from planexec._errors import UsageError
 from planexec.cli._agent_options import POLICIES, REPLANS, AgentFlags
-from planexec.cli._options import Problems, Refused, importable, load_model, load_tools, parse_budget, parse_choice
+from planexec.cli._options import (
+    Problems,
+    Refused,
+    importable,
+    load_model,
+    load_tools,
+    parse_budget,
+    parse_choice,
+    parse_seconds,
+    parse_settings,
+)
 from planexec.cli._scripted import absolute_model_string, calls_made, rest_of_script
-from planexec.models import Model
+from planexec.executor import ModelExecutor
+from planexec.models import Model, ModelSettings, unsupported_settings
 from planexec.planner import Planner, PolicyName, ReplanPolicy
 from planexec.runtime import Agent, Approvals, Event, RunStarted
 from planexec.store import RunStore
 from planexec.tools import Toolset
 
-__all__ = ["AgentSpec", "build_agent", "recorded_spec"]
+__all__ = ["AgentSpec", "build_agent", "dropped_settings", "recorded_spec"]
 
-SPEC_VERSION = 1
-"""Version of the ``cli`` metadata (1: first version)."""
+SPEC_VERSION = 2
+"""Version of the ``cli`` metadata (1: first version; 2: planner_settings, executor_settings and
+step_timeout, absent from version 1 records, which read as unset)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +58,12 @@ class AgentSpec:
     constraints: tuple[str, ...] = ()
     cwd: str | None = None
     """The directory ``module:attr`` references were imported from."""
+    planner_settings: tuple[str, ...] = ()
+    """Raw ``KEY=VALUE`` model settings of the planner; a later key wins."""
+    executor_settings: tuple[str, ...] = ()
+    """Raw ``KEY=VALUE`` model settings of the executor; a later key wins."""
+    step_timeout: str | None = None
+    """The executor's raw whole-step timeout."""
 
     @classmethod
     def for_run(cls, flags: AgentFlags, constraints: Sequence[str]) -> AgentSpec:
@@ -58,6 +77,9 @@ class AgentSpec:
             approve_plan=bool(flags.approve_plan),
             constraints=tuple(constraints),
             cwd=os.getcwd(),
+            planner_settings=flags.planner_settings,
+            executor_settings=flags.executor_settings,
+            step_timeout=flags.step_timeout,
         )
 
     def metadata(self) -> dict[str, Any]:
@@ -74,6 +96,9 @@ class AgentSpec:
                 "approve_plan": self.approve_plan,
                 "constraints": list(self.constraints),
                 "cwd": self.cwd,
+                "planner_settings": list(self.planner_settings),
+                "executor_settings": list(self.executor_settings),
+                "step_timeout": self.step_timeout,
             }
         }
 
@@ -88,6 +113,9 @@ class AgentSpec:
             replan=flags.replan if flags.replan is not None else self.replan,
             budget={**self.budget, **flags.budget},
             approve_plan=flags.approve_plan if flags.approve_plan is not None else self.approve_plan,
+            planner_settings=self.planner_settings + flags.planner_settings,
+            executor_settings=self.executor_settings + flags.executor_settings,
+            step_timeout=flags.step_timeout if flags.step_timeout is not None else self.step_timeout,
         )
 
 
@@ -111,6 +139,8 @@ def _from_metadata(data: Mapping[str, Any], run_id: str, problems: Problems) -> 
 
     tools = _strings(data.get("tools", []))
     constraints = _strings(data.get("constraints", []))
+    planner_settings = _strings(data.get("planner_settings", []))
+    executor_settings = _strings(data.get("executor_settings", []))
     budget = data.get("budget", {})
     if not isinstance(budget, dict) or not all(isinstance(v, str) for v in budget.values()):
         bad.append("budget")
@@ -129,8 +159,17 @@ def _from_metadata(data: Mapping[str, Any], run_id: str, problems: Problems) -> 
         approve_plan=approve_plan,
         constraints=constraints if constraints is not None else (),
         cwd=text("cwd", None),
+        planner_settings=planner_settings if planner_settings is not None else (),
+        executor_settings=executor_settings if executor_settings is not None else (),
+        step_timeout=text("step_timeout", None),
     )
-    bad += [key for key, value in (("tools", tools), ("constraints", constraints)) if value is None]
+    listed = (
+        ("tools", tools),
+        ("constraints", constraints),
+        ("planner_settings", planner_settings),
+        ("executor_settings", executor_settings),
+    )
+    bad += [key for key, value in listed if value is None]
     for key in bad:
         problems.add(where, f"the recorded command line has an unreadable {key!r}; give it as a flag")
     return spec
@@ -198,6 +237,16 @@ def build_agent(
     policy = parse_choice("--policy", spec.policy, POLICIES, problems)
     replan = parse_choice("--replan", spec.replan, REPLANS, problems)
     budget = parse_budget(spec.budget, problems)
+    planner_settings = parse_settings("--planner-setting", spec.planner_settings, problems)
+    executor_settings = parse_settings("--executor-setting", spec.executor_settings, problems)
+    step_timeout = parse_seconds("--step-timeout", spec.step_timeout, problems)
+    if spec.executor is None:
+        for flag, given in (
+            ("--executor-setting", bool(spec.executor_settings)),
+            ("--step-timeout", step_timeout is not None),
+        ):
+            if given:
+                problems.add(flag, "applies to the executor: name its model with --executor")
     planner = None
     if spec.planner is None:
         needed = "the run records no planner model" if picked_up else "a planning model is required"
@@ -230,11 +279,22 @@ def build_agent(
             problems.add("--tools", f"the run used tool(s) that are not given: {', '.join(missing)}")
     if problems or planner is None or policy is None or replan is None:
         raise Refused(problems)
+    if planner_settings is None or executor_settings is None:  # never without a problem added
+        raise Refused(problems)
     try:
         return Agent(
-            Planner(model=planner, policy=cast(PolicyName, policy), replan=cast(ReplanPolicy, replan)),
+            Planner(
+                model=planner,
+                policy=cast(PolicyName, policy),
+                replan=cast(ReplanPolicy, replan),
+                settings=planner_settings,
+            ),
             tools=tools,
-            executor=executor,
+            executor=(
+                ModelExecutor(model=executor, settings=executor_settings, step_timeout=step_timeout)
+                if executor is not None
+                else None
+            ),
             budget=budget,
             approvals=approvals,
             store=store,
@@ -242,3 +302,20 @@ def build_agent(
     except UsageError as e:
         problems.add_usage_error("", e)
         raise Refused(problems) from None
+
+
+def dropped_settings(agent: Agent) -> list[str]:
+    """A line for each model setting a role's model will not send (the run's log records them too)."""
+    roles: list[tuple[str, Model, ModelSettings]] = [
+        ("planner", agent.planner.resolved_model(), agent.planner.settings)
+    ]
+    roles += [
+        (f"executor {name!r}", e.resolved_model(), e.settings)
+        for name, e in agent.executors.items()
+        if isinstance(e, ModelExecutor)
+    ]
+    return [
+        f"the {role}'s {setting} is not sent: {why}"
+        for role, model, settings in roles
+        for setting, why in unsupported_settings(model, settings).items()
+    ]

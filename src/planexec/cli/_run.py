@@ -12,9 +12,9 @@ from planexec.cli._approve import approvals_for
 from planexec.cli._common import View, run_command, start_and_follow
 from planexec.cli._finish import report_result
 from planexec.cli._options import Problems
-from planexec.cli._rebuild import AgentSpec, build_agent
+from planexec.cli._rebuild import AgentSpec, build_agent, dropped_settings
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
-from planexec.cli._text import redactor_of
+from planexec.cli._text import plain, redactor_of
 
 __all__ = ["run"]
 
@@ -71,5 +71,7 @@ async def _run(goal: str, spec: AgentSpec, view: View, choice: StoreChoice) -> i
             view.console, view.display, no_input=view.no_input, plan=spec.approve_plan, redactor=redactor_of(store)
         )
         agent = build_agent(spec, store=store, approvals=approvals, problems=problems)
+        for line in dropped_settings(agent):
+            click.echo(plain(f"note: {line}"), err=True)
         result = await start_and_follow(agent, goal, spec.constraints, view.display, metadata=spec.metadata())
         return report_result(view, result, choice, store)

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from planexec._clip import clip
@@ -201,6 +202,11 @@ class Agent:
     @property
     def tools(self) -> Toolset:
         return self._parts.tools
+
+    @property
+    def executors(self) -> Mapping[str, Executor]:
+        """The executors steps are routed to, by name (the built-in ``tools`` executor included)."""
+        return MappingProxyType(self._parts.executors)
 
     @property
     def store(self) -> RunStore | None:
