@@ -47,6 +47,7 @@ from planexec.eval._suite import (
     Tolerances,
     ToolExpectation,
 )
+from planexec.models._settings import ModelSettings
 from planexec.runtime._budget import Budget
 from planexec.runtime._settings import Limits
 from planexec.tools._tool import Tool
@@ -71,12 +72,16 @@ _TASK_KEYS = (
     "budget",
     "limits",
     "max_turns",
+    "planner_settings",
+    "executor_settings",
+    "judge_settings",
+    "step_timeout",
     "expect_tools",
     "expect_answer",
     "repeat",
     "faults",
 )
-_MERGED = ("budget", "limits")
+_MERGED = ("budget", "limits", "planner_settings", "executor_settings", "judge_settings")
 """Mapping fields a task merges key by key into the defaults (the others replace them)."""
 _ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 _RANGES: dict[type[Any], dict[str, tuple[float, float]]] = {
@@ -248,6 +253,17 @@ class _Reader:
         limits = self.typed(Limits, data.get("limits", {}), where("limits"))
         max_turns = self.integer(data.get("max_turns", 10), where("max_turns"), minimum=1, maximum=MAX_TURNS)
         repeat = self.integer(data.get("repeat", 1), where("repeat"), minimum=1, maximum=MAX_REPEAT)
+        settings = {
+            role: self.settings(data.get(f"{role}_settings", {}), where(f"{role}_settings"))
+            for role in ("planner", "executor", "judge")
+        }
+        step_timeout = data.get("step_timeout")
+        if step_timeout is not None:
+            message = number_problem(step_timeout, whole=False, minimum=0, maximum=MAX_NUMBER)
+            if message is None and step_timeout <= 0:
+                message = "must be a positive number of seconds"
+            if message is not None:
+                self.add(where("step_timeout"), message)
         expect_tools = self.expect_tools(data.get("expect_tools"), where("expect_tools"), tools)
         expect_answer = self.expect_answer(data.get("expect_answer"), where("expect_answer"), models["judge"])
         faults = data.get("faults")
@@ -270,6 +286,10 @@ class _Reader:
             budget=cast(Budget, budget),
             limits=cast(Limits, limits),
             max_turns=cast(int, max_turns),
+            planner_settings=cast(ModelSettings, settings["planner"]),
+            executor_settings=cast(ModelSettings, settings["executor"]),
+            judge_settings=cast(ModelSettings, settings["judge"]),
+            step_timeout=step_timeout,
             expect_tools=expect_tools,
             expect_answer=expect_answer,
             repeat=cast(int, repeat),
@@ -431,6 +451,16 @@ class _Reader:
             self.problems += [Problem(code=p.code, where=f"{where}.{p.where}", message=p.message) for p in e.problems]
             return None
         return built if len(self.problems) == before else None
+
+    def settings(self, value: Any, where: str) -> ModelSettings | None:
+        """A role's model settings, from a mapping of their fields (in Python, also a ModelSettings)."""
+        if isinstance(value, ModelSettings):
+            return value
+        try:
+            return ModelSettings.from_dict(value, where=where)
+        except UsageError as e:
+            self.problems += e.problems
+            return None
 
     def integer(self, value: Any, where: str, *, minimum: int, maximum: int) -> int | None:
         message = number_problem(value, whole=True, minimum=minimum, maximum=maximum)

@@ -13,6 +13,7 @@ from planexec._clip import clip
 from planexec._regex import PatternError, search
 from planexec.eval._suite import AnswerExpectation, ToolExpectation
 from planexec.models._base import Message, Model, ModelRequest, OutputSpec, Usage
+from planexec.models._settings import ModelSettings
 
 __all__ = ["JUDGE_SCHEMA", "CheckOutcome", "JudgeOutcome", "check_answer", "judge_answer", "match_tools"]
 
@@ -115,8 +116,11 @@ class JudgeOutcome:
     """Whether the judge gave a verdict (not: no answer to judge, a failed call, an unreadable reply)."""
 
 
-async def judge_answer(model: Model, *, goal: str, rubric: str, answer: str | None) -> JudgeOutcome:
-    """Ask ``model`` whether ``answer`` meets ``rubric`` (structured output: passed and reason).
+async def judge_answer(
+    model: Model, *, goal: str, rubric: str, answer: str | None, settings: ModelSettings | None = None
+) -> JudgeOutcome:
+    """Ask ``model`` whether ``answer`` meets ``rubric`` (structured output: passed and reason),
+    with the judge's ``settings``.
 
     No answer fails without asking; a failed call or an unreadable reply fails with the reason.
     """
@@ -131,6 +135,7 @@ async def judge_answer(model: Model, *, goal: str, rubric: str, answer: str | No
             Message(role="user", content=f"Goal: {goal}\nRubric: {rubric}\nAnswer: {answer}"),
         ),
         output=OutputSpec(name="verdict", json_schema=JUDGE_SCHEMA),
+        settings=settings or ModelSettings(),
         purpose="eval.judge",
     )
     try:

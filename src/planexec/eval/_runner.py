@@ -18,6 +18,7 @@ from planexec.eval._metrics import RunMetrics, Trace, trace_of
 from planexec.eval._refs import fresh_model
 from planexec.eval._report import EvalReport, RunReport, TaskReport, summarize
 from planexec.eval._suite import AgentKind, FaultSpec, ModelSpec, Suite, Task
+from planexec.executor._model import ModelExecutor
 from planexec.models._base import Model
 from planexec.planner._planner import Planner
 from planexec.react._agent import ReactAgent, ReactResult
@@ -173,15 +174,32 @@ async def _execute(
         if spec is None:
             raise ValueError(f"task {task.id!r} has no react_model (or executor) for the ReAct agent")
         react = ReactAgent(
-            _model(spec, "executor", wrap), tools=tools, max_turns=task.max_turns, budget=task.budget, context=context
+            _model(spec, "executor", wrap),
+            tools=tools,
+            max_turns=task.max_turns,
+            budget=task.budget,
+            context=context,
+            settings=task.executor_settings,
         )
         return await react.run(task.goal, constraints=task.constraints)
     if task.planner is None:
         raise ValueError(f"task {task.id!r} has no planner")
+    executor = None
+    if task.executor is not None:
+        executor = ModelExecutor(
+            model=_model(task.executor, "executor", wrap),
+            settings=task.executor_settings,
+            step_timeout=task.step_timeout,
+        )
     agent = Agent(
-        Planner(model=_model(task.planner, "planner", wrap), policy=task.policy, replan=task.replan),
+        Planner(
+            model=_model(task.planner, "planner", wrap),
+            policy=task.policy,
+            replan=task.replan,
+            settings=task.planner_settings,
+        ),
         tools=tools,
-        executor=_model(task.executor, "executor", wrap) if task.executor is not None else None,
+        executor=executor,
         budget=task.budget,
         limits=task.limits,
         context=context,
@@ -216,7 +234,9 @@ async def _check(
     except Exception as e:
         checks.append(CheckOutcome(name="answer.judge", passed=False, detail=f"the judge failed: {e}"))
         return checks, None, 0.0
-    verdict = await judge_answer(judge, goal=task.goal, rubric=expect.judge.rubric, answer=trace.answer)
+    verdict = await judge_answer(
+        judge, goal=task.goal, rubric=expect.judge.rubric, answer=trace.answer, settings=task.judge_settings
+    )
     checks.append(verdict.check)
     disagreement = None
     if deterministic is not None and verdict.judged and trace.answer is not None:

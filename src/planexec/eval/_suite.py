@@ -21,6 +21,7 @@ from planexec.eval._limits import (
     shown,
 )
 from planexec.models._base import Model
+from planexec.models._settings import ModelSettings
 from planexec.runtime._budget import Budget
 from planexec.runtime._settings import Limits
 from planexec.tools._toolset import Toolset
@@ -118,6 +119,12 @@ class Task:
     limits: Limits = field(default_factory=Limits)
     max_turns: int = 10
     """For the ReAct baseline: its most model turns."""
+    planner_settings: ModelSettings = field(default_factory=ModelSettings)
+    executor_settings: ModelSettings = field(default_factory=ModelSettings)
+    """For the executor, and for the ReAct baseline's model."""
+    judge_settings: ModelSettings = field(default_factory=ModelSettings)
+    step_timeout: float | None = None
+    """Seconds a whole model-driven step may take (see ``ModelExecutor.step_timeout``)."""
     expect_tools: ToolExpectation | None = None
     expect_answer: AnswerExpectation | None = None
     repeat: int = 1
