@@ -10,6 +10,7 @@ import pytest
 from planexec import (
     Acceptance,
     Agent,
+    AnswerReview,
     ModelExecutor,
     ModelSettings,
     Planner,
@@ -123,6 +124,22 @@ async def test_a_fork_goes_on_with_the_forking_agents_settings_and_records_them(
     assert forked.config["planner"]["settings"] == {"temperature": 0.7}
 
 
+async def test_the_final_answers_judge_asks_with_its_settings_and_a_replay_keeps_them() -> None:
+    store = MemoryStore()
+    planner = ScriptedModel([{"steps": [tool_step("a", "add", {"a": 1, "b": 2})]}, {"answer": "3 apples"}])
+    judge = ScriptedModel([{"passed": True, "reason": "names its units"}], name="answer-judge")
+    review = AnswerReview(rubric="The answer names its units.", judge=judge, judge_settings=JUDGING)
+    agent = Agent(Planner(model=planner, settings=PLANNING), tools=[add], review=review, store=store, budget=SAFETY)
+    result = await agent.run("add 1 and 2 apples", run_id="reviewed")
+
+    assert result.stop.kind == "goal_met", result.stop
+    assert [(c.purpose, c.settings) for c in judge.calls] == [("answer_review", JUDGING)]
+    [started] = events_of(result, RunStarted)
+    assert started.config["review"]["judge_settings"] == JUDGING.as_dict()
+    report = await agent.replay("reviewed")
+    assert report.matched, report.divergence
+
+
 async def test_the_react_baseline_asks_with_its_settings() -> None:
     @tool
     def echo(text: str) -> str:
@@ -143,5 +160,7 @@ def test_settings_that_are_not_model_settings_are_refused_with_every_problem() -
         Planner(model="scripted", settings={"temperature": 0.2})  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="judge_settings"):
         Acceptance(judge_settings=0.2)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="judge_settings"):
+        AnswerReview(rubric="r", judge="scripted", judge_settings={})  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="settings"):
         ReactAgent(ScriptedModel([]), settings="hot")  # type: ignore[arg-type]
