@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 READY := $(VENV)/.ready
 BENCH_READY := $(VENV)/.bench-ready
 
-.PHONY: demo test bench bench-quick bench-core bench-store lint
+.PHONY: demo test bench bench-quick bench-core bench-store bench-startup lint
 
 demo: $(READY)
 	$(BIN)/planexec demo
@@ -31,6 +31,10 @@ bench-core: $(READY)
 
 bench-store: $(READY)
 	$(BIN)/python -m benchmarks.store
+
+# How long the planexec command takes to start (median of 10 fresh processes per command).
+bench-startup: $(READY)
+	$(BIN)/python -m benchmarks.startup
 
 # The bench extra (LangGraph and its SQLite checkpointer), installed into .venv when missing.
 $(BENCH_READY): $(READY)

@@ -1,7 +1,6 @@
-"""The global ``--store URL`` option: where every command reads and writes run logs.
+"""The store a command reads and writes run logs in (``--store URL``, see :mod:`._globals`).
 
-The group keeps the URL (and whether it was typed on the command line) in the click context;
-commands open the store inside their event loop and close it before the loop ends.
+Commands open the store inside their event loop and close it before the loop ends.
 """
 
 from __future__ import annotations
@@ -9,48 +8,14 @@ from __future__ import annotations
 import shlex
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-
-import click
-from click.core import ParameterSource
 
 from planexec._errors import UsageError
+from planexec.cli._globals import STORE_HELP, StoreChoice, remember_store, store_choice
 from planexec.cli._options import Problems, Refused
 from planexec.cli._text import plain
 from planexec.store import MemoryStore, RunStore, open_store, safe_url
 
 __all__ = ["STORE_HELP", "StoreChoice", "is_memory", "remember_store", "store_choice", "store_flag", "using_store"]
-
-STORE_HELP = (
-    "Where run logs are kept: sqlite:///abs/path.db, sqlite:rel/path.db, postgresql://…, or memory://. "
-    "Default: $PLANEXEC_STORE, else the SQLite file $XDG_DATA_HOME/planexec/runs.db "
-    "(~/.local/share/planexec/runs.db)."
-)
-
-
-@dataclass(frozen=True, slots=True)
-class StoreChoice:
-    """The store URL an invocation names (None: the default) and whether it came from the command line."""
-
-    url: str | None = None
-    typed: bool = False
-    pii: bool = False
-    """Redact personal data too (``--redact-pii``)."""
-
-    def describe(self) -> str:
-        """The store, safe to print (credentials hidden)."""
-        return plain(safe_url(self.url)) if self.url else "the default store"
-
-
-def remember_store(ctx: click.Context, url: str | None, *, pii: bool = False) -> None:
-    """Called by the group: keep the choice for the command that runs next."""
-    typed = ctx.get_parameter_source("store") == ParameterSource.COMMANDLINE
-    ctx.obj = StoreChoice(url=url or None, typed=typed, pii=pii)
-
-
-def store_choice(ctx: click.Context) -> StoreChoice:
-    found = ctx.find_object(StoreChoice)
-    return found if found is not None else StoreChoice()
 
 
 def store_flag(choice: StoreChoice) -> str:
