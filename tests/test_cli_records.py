@@ -215,6 +215,26 @@ def test_the_store_can_come_from_the_environment(tmp_path: Path, tools: str, sto
     assert [r["run_id"] for r in json.loads(cli(store, "runs", "--json").stdout)] == [run_id]
 
 
+def test_the_global_options_may_follow_the_command(tmp_path: Path, tools: str, store: str) -> None:
+    planner = write_script(tmp_path, SIMPLE)
+    goal = "mail ada@example.com the sum"
+    ran = invoke(["run", goal, "--planner", planner, "--tools", tools, "--json", "--store", store])
+    assert ran.exit_code == 0, ran.output
+    run_id = json.loads(ran.stdout)["run_id"]
+    assert [r["run_id"] for r in json.loads(invoke(["runs", "--store", store, "--json"]).stdout)] == [run_id]
+    # Given on both sides, the one after the command wins, as it does over the environment.
+    runner = CliRunner(env={"PLANEXEC_STORE": "memory://"})
+    shown = runner.invoke(main, ["--store", "memory://", "show", run_id, "--store", store], catch_exceptions=False)
+    assert shown.exit_code == 0, shown.output
+    assert "ada@example.com" in shown.stdout
+
+    private = invoke(["run", goal, "--planner", planner, "--tools", tools, "--json", "--redact-pii", "--store", store])
+    assert private.exit_code == 0, private.output
+    shown = invoke(["show", json.loads(private.stdout)["run_id"], "--store", store])
+    assert "ada@example.com" not in shown.stdout
+    assert "[REDACTED:email]" in shown.stdout
+
+
 # -- replay ---------------------------------------------------------------------------------------
 
 

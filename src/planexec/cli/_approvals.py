@@ -26,6 +26,7 @@ from planexec.cli._answer import (
 from planexec.cli._common import View, make_console, run_command
 from planexec.cli._finish import waiting_lines
 from planexec.cli._format import cut, when
+from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
 from planexec.cli._questions import about, answer_commands, approval_json
 from planexec.cli._report import json_text
@@ -66,6 +67,7 @@ async def open_questions(store: RunStore) -> list[tuple[str, ApprovalRecord]]:
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the questions as a JSON list.")
+@global_options()
 @click.pass_context
 def approvals(ctx: click.Context, as_json: bool) -> None:
     """List the questions unfinished runs wait for: plans, steps and uncertain effects to approve."""
@@ -179,6 +181,7 @@ def _resume_option() -> Callable[[Callable[..., None]], Callable[..., None]]:
 @click.option("--by", default=None, metavar="NAME", help="Who answers (default: the user name).")
 @_resume_option()
 @live_options
+@global_options()
 @click.pass_context
 def approve(
     ctx: click.Context,
@@ -245,6 +248,7 @@ def approve(
 @click.option("--by", default=None, metavar="NAME", help="Who answers (default: the user name).")
 @_resume_option()
 @live_options
+@global_options()
 @click.pass_context
 def reject(
     ctx: click.Context,

@@ -10,6 +10,7 @@ import click
 from planexec._errors import UsageError
 from planexec.cli._common import View, run_command, say, start_and_follow
 from planexec.cli._finish import report_result
+from planexec.cli._globals import global_options
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
 from planexec.demo import build_demo
 from planexec.models import Model, resolve_model
@@ -34,6 +35,7 @@ __all__ = ["demo"]
 )
 @click.option("--planner", "planner_spec", metavar="MODEL", help="A real planning model instead of the scripted one.")
 @click.option("--executor", "executor_spec", metavar="MODEL", help="A real model for the analyst's step.")
+@global_options()
 @click.pass_context
 def demo(
     ctx: click.Context,

@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from planexec._errors import UsageError
 from planexec.cli._common import EXIT_OK, EXIT_STOPPED, make_console, problem_exit, say
+from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
 from planexec.eval import (
@@ -107,6 +108,7 @@ def _tolerance(maximum: float) -> Callable[[click.Context, click.Parameter, floa
 )
 @click.option("--fail-on-task-failure", is_flag=True, help="Exit 1 when any run of any task fails.")
 @click.option("--no-live", is_flag=True, help="Print a line per finished run instead of a progress bar.")
+@global_options(store=False)
 @click.pass_context
 def eval_command(
     ctx: click.Context,

@@ -8,6 +8,7 @@ import time
 import click
 
 from planexec.cli._common import run_command
+from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
 
@@ -31,6 +32,7 @@ def parse_age(text: str, problems: Problems) -> float | None:
 @click.command()
 @click.option("--older-than", "older_than", required=True, metavar="AGE", help="e.g. 30d, 12h, 90m, 45s.")
 @click.option("--dry-run", is_flag=True, help="Only say which runs would be deleted.")
+@global_options()
 @click.pass_context
 def gc(ctx: click.Context, older_than: str, dry_run: bool) -> None:
     """Delete the runs (and their logs) not updated for AGE: finished, waiting or abandoned alike."""

@@ -16,6 +16,7 @@ from planexec.cli._approve import approvals_for
 from planexec.cli._board import describe_event
 from planexec.cli._common import EXIT_OK, EXIT_STOPPED, View, run_command, say
 from planexec.cli._finish import report_result
+from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
 from planexec.cli._rebuild import build_agent, recorded_spec
 from planexec.cli._report import json_text
@@ -102,6 +103,7 @@ def _parse_fork(fork_at: str | None, fail: str | None, log: Sequence[Event], pro
 )
 @click.option("--no-input", is_flag=True, help="For a fork: never ask at the terminal; save questions and suspend.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON on stdout.")
+@global_options()
 @click.pass_context
 def replay(
     ctx: click.Context,

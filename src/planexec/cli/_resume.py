@@ -12,6 +12,7 @@ from planexec.cli import _approve
 from planexec.cli._agent_options import AgentFlags, agent_options, live_options
 from planexec.cli._common import EXIT_WAITING, View, follow_to_end, run_command, say
 from planexec.cli._finish import report_result, waiting_lines
+from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
 from planexec.cli._rebuild import build_agent, recorded_spec
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
@@ -106,6 +107,7 @@ async def resume_run(store: RunStore, choice: StoreChoice, log: list[Event], fla
     help="Approve each new plan version before it runs. Default: as the run recorded it.",
 )
 @live_options
+@global_options()
 @click.pass_context
 def resume(ctx: click.Context, /, run_id: str, no_live: bool, no_input: bool, as_json: bool, **values: Any) -> None:
     """Go on with RUN from its log: after a crash, or once its questions are answered.

@@ -11,6 +11,7 @@ from planexec.cli._agent_options import AgentFlags, agent_options, live_options
 from planexec.cli._approve import approvals_for
 from planexec.cli._common import View, run_command, start_and_follow
 from planexec.cli._finish import report_result
+from planexec.cli._globals import global_options
 from planexec.cli._options import Problems
 from planexec.cli._rebuild import AgentSpec, build_agent, dropped_settings
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
@@ -31,6 +32,7 @@ __all__ = ["run"]
     help="Approve each plan version before it runs: asked at the terminal, or saved in the log without one.",
 )
 @live_options
+@global_options()
 @click.pass_context
 def run(
     ctx: click.Context,

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from planexec.cli._common import EXIT_USAGE, make_console, run_command
 from planexec.cli._format import cut, money, seconds, when
+from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused, parse_choice
 from planexec.cli._report import json_text
 from planexec.cli._resume import read_log
@@ -54,6 +55,7 @@ def _summary_json(s: RunSummary) -> dict[str, Any]:
 @click.option("--status", metavar="[running|waiting|finished]", help="Only runs with this status.")
 @click.option("--limit", "limit_text", default="50", show_default=True, metavar="N", help="At most N runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as a JSON list.")
+@global_options()
 @click.pass_context
 def runs(ctx: click.Context, status: str | None, limit_text: str, as_json: bool) -> None:
     """List the runs in the store, newest first.
@@ -107,6 +109,7 @@ async def _runs(choice: StoreChoice, status: str | None, limit: int, as_json: bo
 @click.command()
 @click.argument("run_id", metavar="RUN")
 @click.option("--json", "as_json", is_flag=True, help="Print the run as one JSON document.")
+@global_options()
 @click.pass_context
 def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """Show RUN: goal and outcome, each plan version (who made it, why, and what it changed from the
@@ -150,6 +153,7 @@ def _unreadable(run_id: str, lines: list[str], *, shown: int) -> int:
     metavar="FILE",
     help="Write to FILE instead of stdout.",
 )
+@global_options()
 @click.pass_context
 def export(ctx: click.Context, run_id: str, output: Path | None) -> None:
     """Export RUN's log as JSON Lines: one event per line, in log order.
