@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -148,3 +151,14 @@ def test_errors_form_two_families_under_one_root() -> None:
     assert issubclass(planexec.TransientToolError, planexec.ToolError)
     for root in (planexec.UsageError, planexec.RunFailed, planexec.ToolError):
         assert issubclass(root, planexec.PlanexecError)
+
+
+PACKAGES = sorted(
+    f"planexec.{p.name}" for p in Path(planexec.__file__).parent.iterdir() if (p / "__init__.py").is_file()
+)
+
+
+@pytest.mark.parametrize("module_name", PACKAGES)
+def test_each_subpackage_imports_first(module_name: str) -> None:
+    """Importing ``planexec`` loads none of its parts, so any of them may be the first one imported."""
+    subprocess.run([sys.executable, "-c", f"import {module_name}"], check=True, capture_output=True)

@@ -30,10 +30,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from planexec._errors import PlanexecError
-from planexec.runtime._events import Event
+
+if TYPE_CHECKING:  # the runtime imports this module: importing it back here would be a cycle
+    from planexec.runtime._events import Event
 
 __all__ = ["AppendConflict", "RunStatus", "RunStore", "RunSummary", "StoredEvent"]
 
