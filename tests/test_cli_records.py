@@ -215,6 +215,19 @@ def test_the_store_can_come_from_the_environment(tmp_path: Path, tools: str, sto
     assert [r["run_id"] for r in json.loads(cli(store, "runs", "--json").stdout)] == [run_id]
 
 
+def test_the_store_may_be_a_plain_file_path(tmp_path: Path, tools: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "plain.db"
+    ran = invoke(
+        ["--store", str(path), "run", "compute", "--planner", write_script(tmp_path, SIMPLE), "--tools", tools]
+    )
+    assert ran.exit_code == 0, ran.output
+    assert path.is_file()
+    monkeypatch.chdir(tmp_path)
+    listed = CliRunner(env={"PLANEXEC_STORE": "plain.db"}).invoke(main, ["runs", "--json"], catch_exceptions=False)
+    assert listed.exit_code == 0, listed.output
+    assert [r["goal"] for r in json.loads(listed.stdout)] == ["compute"]
+
+
 def test_the_global_options_may_follow_the_command(tmp_path: Path, tools: str, store: str) -> None:
     planner = write_script(tmp_path, SIMPLE)
     goal = "mail ada@example.com the sum"

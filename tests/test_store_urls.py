@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 
@@ -59,6 +60,33 @@ async def test_sqlite_relative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert (tmp_path / "data" / "rel.db").exists()
 
 
+@pytest.mark.parametrize("form", ["{tmp}/runs.db", "runs.db", "./data/../runs.db", "~/runs.db", "C:runs.db"])
+def test_a_plain_file_path_is_an_sqlite_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, form: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "data").mkdir()
+    text = form.format(tmp=tmp_path)
+    store = open_store(text)
+    assert isinstance(store, SQLiteStore)
+    assert store.path == Path(text).expanduser()
+    asyncio.run(_works(store))
+    assert store.path.exists()
+    monkeypatch.setenv("PLANEXEC_STORE", text)
+    from_env = open_store()
+    assert isinstance(from_env, SQLiteStore)
+    assert from_env.path == store.path
+
+
+@pytest.mark.parametrize("form", ["{tmp}", "{tmp}/", "data/"])
+def test_a_store_path_that_names_a_folder_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, form: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    with pytest.raises(UsageError, match="the store path is a folder"):
+        open_store(form.format(tmp=tmp_path))
+
+
 @pytest.mark.parametrize(
     "url",
     ["postgresql://app:s3cret@localhost:5432/runs", "postgres://app:s3cret@localhost/runs", "postgresql:///runs"],
@@ -72,13 +100,13 @@ def test_postgres_urls_make_a_postgres_store_without_connecting(url: str) -> Non
 
 @pytest.mark.parametrize(
     "url",
-    ["mysql://app:s3cret@db/x", "sqlite://host/x.db", "sqlite:", "sqlite:///", "file:///tmp/x.db", "", "runs.db"],
+    ["mysql://app:s3cret@db/x", "sqlite://host/x.db", "sqlite:", "sqlite:///", "file:///tmp/x.db", "", "sqlite3:x.db"],
 )
 def test_unsupported_urls_list_the_supported_forms(url: str) -> None:
     with pytest.raises(UsageError) as caught:
         open_store(url)
     message = str(caught.value)
-    for form in ("memory://", "sqlite:///absolute/path.db", "sqlite:relative/path.db", "postgresql://"):
+    for form in ("a file path", "memory://", "sqlite:///absolute/path.db", "sqlite:relative/path.db", "postgresql://"):
         assert form in message
     assert "s3cret" not in message
 

@@ -17,8 +17,8 @@ from click.core import ParameterSource
 __all__ = ["PII_HELP", "STORE_HELP", "StoreChoice", "global_options", "remember_store", "store_choice"]
 
 STORE_HELP = (
-    "Where run logs are kept: sqlite:///abs/path.db, sqlite:rel/path.db, postgresql://…, or memory://. "
-    "Default: $PLANEXEC_STORE, else the SQLite file "
+    "Where run logs are kept: a file path (an SQLite file), sqlite:///abs/path.db, sqlite:rel/path.db, "
+    "postgresql://…, or memory://. Default: $PLANEXEC_STORE, else the SQLite file "
     "$XDG_DATA_HOME/planexec/runs.db (~/.local/share/planexec/runs.db)."
 )
 

@@ -1,8 +1,10 @@
-"""``open_store``: a store from a URL, the ``PLANEXEC_STORE`` variable, or the default SQLite file."""
+"""``open_store``: a store from a URL or a file path, the ``PLANEXEC_STORE`` variable, or the default
+SQLite file."""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from planexec._errors import Problem, UsageError
@@ -22,6 +24,7 @@ PII_ENV_VAR = "PLANEXEC_REDACT_PII"
 (and in what the command line prints): the one switch for PII redaction."""
 
 SUPPORTED_URLS = (
+    "a file path (an SQLite file: runs.db, ~/planexec/runs.db, /abs/path.db)",
     "memory://",
     "sqlite:///absolute/path.db",
     "sqlite:relative/path.db",
@@ -39,8 +42,10 @@ def default_store_path() -> Path:
 def open_store(url: str | None = None, *, redactor: Redactor | None = None, pii: bool | None = None) -> RunStore:
     """The store ``url`` names; without one, ``$PLANEXEC_STORE``; without that, the default SQLite file.
 
-    Forms: ``memory://``; ``sqlite:///absolute/path.db``; ``sqlite:relative/path.db``;
-    ``postgresql://…`` or ``postgres://…`` (needs ``pip install 'planexec[postgres]'``).
+    Forms: a file path (an SQLite file, ``~`` expanded: ``runs.db``, ``/abs/path.db``);
+    ``memory://``; ``sqlite:///absolute/path.db``; ``sqlite:relative/path.db``;
+    ``postgresql://…`` or ``postgres://…`` (needs ``pip install 'planexec[postgres]'``). A text with
+    ``://``, or that begins with a word and a colon (``mysql:…``), is a URL, never a path.
     Nothing is opened until the store is first used. ``redactor`` defaults to ``Redactor()`` —
     secrets only — or, with ``pii=True`` (or ``$PLANEXEC_REDACT_PII=1`` when ``pii`` is not given),
     ``Redactor(pii=True)``: secrets and personal data.
@@ -65,7 +70,34 @@ def open_store(url: str | None = None, *, redactor: Redactor | None = None, pii:
         return SQLiteStore(_sqlite_path(url, rest), redactor=redactor)
     if sep and scheme in ("postgresql", "postgres") and rest.startswith("//"):
         return PostgresStore(url, redactor=redactor)
+    if _is_path(url):
+        return SQLiteStore(_file_path(url), redactor=redactor)
     raise _unsupported(url, "unknown store URL")
+
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:")
+"""What begins a URL (two characters at least: ``C:`` is a Windows drive)."""
+
+
+def _is_path(text: str) -> bool:
+    """Whether ``text`` names a file rather than a URL."""
+    if not text.strip() or "://" in text:
+        return False
+    return text.startswith(("/", ".", "~")) or _SCHEME.match(text) is None
+
+
+def _file_path(text: str) -> Path:
+    path = Path(text).expanduser()
+    if text.endswith(("/", os.sep)) or path.is_dir():
+        raise UsageError(
+            "the store path is a folder",
+            [
+                Problem(
+                    code="store_url", where=f"store path {text!r}", message="name an SQLite file in it, e.g. runs.db"
+                )
+            ],
+        )
+    return path
 
 
 def redact_pii() -> bool:
