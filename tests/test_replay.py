@@ -26,7 +26,7 @@ from planexec import (
     tool_calls,
 )
 from planexec.demo import build_demo
-from planexec.runtime import Event, Fault, RunStarted, StepAttemptFailed, StepStarted, replay_log
+from planexec.runtime import Event, Fault, RunContext, RunStarted, StepAttemptFailed, StepStarted, replay_log
 from planexec.store import MemoryStore
 from planexec.tools import Tool
 
@@ -211,11 +211,57 @@ async def test_a_fork_keeps_the_log_up_to_the_fork_point_and_goes_on_live() -> N
     assert forked[0].run_id == "fork"
 
     def same(e: Event) -> Event:
+        e = replace(e, at=0.0)  # the fork's events happen on its own clock
         return replace(e, idempotency_key=None) if isinstance(e, StepStarted) else e
 
     assert [same(e) for e in forked[1:fork_at]] == [same(e) for e in log[1:fork_at]]
     assert calls == ["new"]  # only the live part called tools
     assert (await store.get_run(run_id)) is not None  # the original run is untouched
+
+
+class Ticks:
+    """A clock that moves ``step`` seconds each time it is read, from ``start``."""
+
+    def __init__(self, start: float, step: float) -> None:
+        self.now, self.step = start, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+@pytest.mark.parametrize("how", ["fork_at", "fault"])
+async def test_a_fork_is_timed_on_its_own_clock(how: str) -> None:
+    """A fork made long after the recorded run reports its own wall time, not the time since the
+    recorded run started."""
+    calls: list[str] = []
+    recording = Agent(
+        patching_planner(),
+        tools=counting_tools(calls),
+        store=MemoryStore(),
+        context=RunContext(clock=Ticks(1_000.0, 1.0)),
+    )
+    store, run_id = await record(recording)
+    log = [s.event for s in await store.read(run_id)]
+    assert log[-1].at - log[0].at > 10  # the recorded run took its own time
+    other = ScriptedModel(
+        [{"reason": "a different patch", "steps": [tool_step("e", "fetch", {"item": "new"})]}, {"answer": "forked"}]
+    )
+    fork_clock = Ticks(50_000.0, 0.001)
+    agent = Agent(other, tools=counting_tools(calls), store=store, context=RunContext(clock=fork_clock))
+    if how == "fork_at":
+        fork_at = next(i for i, e in enumerate(log) if e.kind == "planning_started" and i > 3)
+        report = await agent.replay(run_id, fork_at=fork_at, new_run_id="fork")
+    else:
+        report = await agent.replay(run_id, fault=Fault(step_id="b"), new_run_id="fork")
+    assert report.matched
+    result = report.result
+    assert result is not None
+    times = [stored.event.at for stored in await store.read("fork")]
+    assert 50_000.0 < result.started_at == times[0]
+    assert times == sorted(times)
+    assert result.finished_at == times[-1] <= fork_clock.now
+    assert 0 < result.duration < 1  # the fork's clock moved less than a second in all
 
 
 async def test_an_injected_fault_shows_how_the_planner_reacts() -> None:

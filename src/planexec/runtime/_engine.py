@@ -206,6 +206,9 @@ class Engine:
 
     def emit(self, event: Event) -> None:
         if self.replay is not None:
+            if self.replay.forking and not self.replay.live:
+                # A fork is a run of its own: what it serves from the log happens now, on its clock.
+                event = replace(event, at=self._clock())
             self.replay.check(event)
         self.events.append(event)
         self.state.apply(event)
@@ -255,8 +258,8 @@ class Engine:
         return self._rng_made
 
     def now(self) -> float:
-        if self.replay is not None and not self.replay.live:
-            return self.replay.now()
+        if self.replay is not None and not self.replay.live and not self.replay.forking:
+            return self.replay.now()  # an exact replay keeps the recorded times
         return self._clock()
 
     def new_id(self) -> str:

@@ -257,7 +257,8 @@ async def replay_log(
         # next process resumes the run.
         history = list(engine.events)
         while replayer.cursor < len(events) and isinstance(events[replayer.cursor], ApprovalDecided):
-            history.append(events[replayer.cursor])
+            answer = events[replayer.cursor]
+            history.append(replace(answer, at=config.context.clock()) if forking else answer)
             replayer.cursor += 1
     divergence = replayer.divergence
     compared = replayer.cursor if divergence is None else divergence.index
