@@ -160,6 +160,13 @@ async def test_constraints_reach_the_model_and_the_run_context_fixes_ids() -> No
     assert all(isinstance(e, RunStarted | ModelCalled | ToolCalled | RunFinished) for e in result.events)
 
 
+async def test_run_sync_inside_a_running_loop_says_to_await_run() -> None:
+    model = ScriptedModel(["ok"])
+    with pytest.raises(UsageError, match=r"await agent\.run\(\.\.\.\)"):
+        ReactAgent(model).run_sync("go")
+    assert model.calls == []
+
+
 def test_run_sync_and_bad_settings() -> None:
     result = ReactAgent(ScriptedModel(["ok"])).run_sync("go")
     assert result.answer == "ok"

@@ -288,6 +288,16 @@ def test_run_sync_returns_the_result() -> None:
     assert result.outputs["total"] == 5
 
 
+async def test_run_sync_inside_a_running_loop_says_to_await_run() -> None:
+    planner = ScriptedModel([])
+    with pytest.raises(UsageError, match=r"running event loop") as caught:
+        Agent(planner, tools=[add], store=None).run_sync("sum")
+    assert [(p.code, p.message) for p in caught.value.problems] == [
+        ("running_loop", "use `await agent.run(...)` there instead")
+    ]
+    assert planner.calls == []
+
+
 async def test_an_empty_goal_is_a_usage_error() -> None:
     planner = ScriptedModel([])
     with pytest.raises(UsageError, match="goal is empty"):

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planexec._errors import Problem, UsageError
+from planexec._sync import run_sync
 from planexec.models._base import (
     Message,
     Model,
@@ -131,8 +132,13 @@ class ReactAgent:
         return await _Loop(self, goal, tuple(constraints), run_id or self.context.new_id()).run()
 
     def run_sync(self, goal: str, *, constraints: Sequence[str] = (), run_id: str | None = None) -> ReactResult:
-        """``run`` for code without an event loop."""
-        return asyncio.run(self.run(goal, constraints=constraints, run_id=run_id))
+        """``run`` for code without an event loop. Inside a running one (Jupyter, async code) it raises
+        :class:`UsageError`: ``await agent.run(...)`` there instead."""
+        return run_sync(
+            lambda: self.run(goal, constraints=constraints, run_id=run_id),
+            call="ReactAgent.run_sync()",
+            instead="agent.run(...)",
+        )
 
 
 class _Loop:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from planexec._clip import clip
 from planexec._errors import Problem, UsageError
+from planexec._sync import run_sync
 from planexec.executor._acceptance import Acceptance
 from planexec.executor._base import Executor
 from planexec.executor._model import ModelExecutor
@@ -415,8 +416,13 @@ class Agent:
             raise
 
     def run_sync(self, goal: str, *, constraints: Sequence[str] = (), run_id: str | None = None) -> RunResult:
-        """``run`` for code without an event loop."""
-        return asyncio.run(self.run(goal, constraints=constraints, run_id=run_id))
+        """``run`` for code without an event loop. Inside a running one (Jupyter, async code) it raises
+        :class:`UsageError`: ``await agent.run(...)`` there instead."""
+        return run_sync(
+            lambda: self.run(goal, constraints=constraints, run_id=run_id),
+            call="Agent.run_sync()",
+            instead="agent.run(...)",
+        )
 
 
 def _settings_record(model: Model, settings: ModelSettings) -> dict[str, Any]:
