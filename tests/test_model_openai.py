@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from planexec import UsageError, resolve_model
+from planexec import UsageError
 from planexec.models import (
     Message,
     ModelCallError,
@@ -35,6 +35,7 @@ from planexec.models import (
     allow_model_requests,
     cost_of,
     price_for,
+    resolve_model,
     unsupported_settings,
 )
 from planexec.models._profiles import COMPATIBLE, ModelProfile
@@ -732,16 +733,19 @@ async def test_a_streamed_refusal(server: FakeServer, make: Make) -> None:
 # -- keys and the switch that blocks real requests ----------------------------------------------
 
 
-def test_a_missing_key_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_missing_key_names_the_variable(server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model is built without its key (as an Anthropic model is); a request without one is refused."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    model = OpenAIModel("gpt-4o-mini", base_url=server.url + "/v1")
+    assert [p.message for p in model.missing_keys()] == ["OPENAI_API_KEY is not set: set it, or pass api_key="]
     with pytest.raises(UsageError, match="OPENAI_API_KEY is not set"):
-        OpenAIModel("gpt-4o-mini")
-    with pytest.raises(UsageError, match="OPENAI_API_KEY is not set"):
-        resolve_model("openai:gpt-4o-mini")
+        await model.request(ask())
+    gateway = OpenAIModel(
+        "m", provider="gateway", base_url=server.url + "/v1", api_key_env="MY_GATEWAY_KEY", require_key=True
+    )
     with pytest.raises(UsageError, match="MY_GATEWAY_KEY is not set"):
-        OpenAIModel(
-            "m", provider="gateway", base_url="http://127.0.0.1:9/v1", api_key_env="MY_GATEWAY_KEY", require_key=True
-        )
+        await gateway.request(ask())
+    assert server.requests == []
 
 
 async def test_the_key_comes_from_the_environment(

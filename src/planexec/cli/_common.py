@@ -12,9 +12,9 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
-from planexec._errors import StoreError
+from planexec._errors import StoreError, UsageError
 from planexec.cli._board import Board, Display, LineDisplay, LiveDisplay, follow
-from planexec.cli._options import Refused
+from planexec.cli._options import Problems, Refused
 from planexec.cli._text import plain, redactor_of
 from planexec.runtime import Agent, Run, RunResult
 from planexec.store import Redactor, RunStore
@@ -99,6 +99,10 @@ def run_command(ctx: click.Context, main: Coroutine[Any, Any, int]) -> NoReturn:
         code = asyncio.run(main)
     except Refused as e:
         problem_exit(ctx, e.problems)
+    except UsageError as e:  # e.g. a run refused to start: a model has no API key
+        problems = Problems()
+        problems.add_usage_error("", e)
+        problem_exit(ctx, problems)
     except StoreError as e:  # the store failed or holds what cannot be read: say so, no traceback
         problem_exit(ctx, [plain(str(e))])
     ctx.exit(code)

@@ -31,6 +31,7 @@ from planexec.cli._options import (
 from planexec.cli._scripted import absolute_model_string, calls_made, rest_of_script
 from planexec.executor import ModelExecutor
 from planexec.models import Model, ModelSettings, unsupported_settings
+from planexec.models._keys import missing_keys
 from planexec.planner import Planner, PolicyName, ReplanPolicy
 from planexec.runtime import Agent, Approvals, Event, RunStarted
 from planexec.store import RunStore
@@ -204,6 +205,8 @@ def _model(
 ) -> Model | None:
     """The model ``spec`` names; a scripted model the run recorded skips the replies it used."""
     model = load_model(flag, spec, problems)
+    for missing in missing_keys([model]):
+        problems.add(flag, str(missing))
     if model is None or recorded is None or absolute_model_string(spec) != recorded:
         return model
     try:

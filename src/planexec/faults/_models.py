@@ -14,6 +14,7 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from planexec._errors import Problem
 from planexec.faults._draw import draw
 from planexec.models._base import (
     Model,
@@ -24,6 +25,7 @@ from planexec.models._base import (
     StreamingModel,
     count_tokens,
 )
+from planexec.models._keys import missing_keys
 from planexec.models._registry import resolve_model
 from planexec.models._settings import ModelSettings, unsupported_settings
 
@@ -67,6 +69,10 @@ class FaultyModel:
         (a replay that goes on live meets the faults the live run would have met)."""
         self._answered = dict(answered)
         self.calls = calls
+
+    def missing_keys(self) -> tuple[Problem, ...]:
+        """The keys the wrapped model needs and has not got."""
+        return tuple(missing_keys([self.inner]))
 
     @property
     def price(self) -> object:

@@ -57,6 +57,7 @@ from planexec.models._base import (
     Usage,
 )
 from planexec.models._guard import check_model_requests_allowed
+from planexec.models._keys import missing_key, missing_keys_error
 from planexec.models._prices import Price, cost_of, price_for
 from planexec.models._resilience import ModelRetryPolicy, call_with_retries
 
@@ -225,6 +226,12 @@ class AnthropicModel:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
+    def missing_keys(self) -> tuple[Problem, ...]:
+        """The key this model needs and has not got (none when a client was given)."""
+        if self._given_client is not None or self._api_key or os.environ.get(self.api_key_env):
+            return ()
+        return (missing_key(self.name, self.api_key_env),)
+
     def _price(self) -> Price | None:
         return self.price or price_for(self.model)
 
@@ -235,12 +242,10 @@ class AnthropicModel:
         loop = asyncio.get_running_loop()
         if self._own_client is not None and self._own_loop is not None and self._own_loop() is loop:
             return self._own_client
-        key = self._api_key or os.environ.get(self.api_key_env)
-        if not key:
-            raise UsageError(
-                f"no Anthropic API key for {self.name}",
-                [Problem(code="api_key", where=self.api_key_env, message=f"set {self.api_key_env} or pass api_key=")],
-            )
+        missing = self.missing_keys()
+        if missing:
+            raise missing_keys_error(missing)
+        key = self._api_key or os.environ.get(self.api_key_env, "")
         import anthropic
 
         # The key goes in x-api-key, where the API documents it (some SDK releases send ``api_key``

@@ -24,9 +24,10 @@
   with backoff and jitter within the process-wide limits. A stream is retried only while nothing
   has been passed on to the caller; the provider's concurrency slot is held until the first
   output arrives, not for the whole stream.
-* Keys: ``api_key``, else the ``api_key_env`` variable. A missing key raises :class:`UsageError`
-  naming the variable when the model is built, for OpenAI itself (``require_key``); other servers
-  get a placeholder key, since most run without authentication.
+* Keys: ``api_key``, else the ``api_key_env`` variable, read when the first request is made. OpenAI
+  itself needs one (``require_key``): ``missing_keys()`` names the variable, and a request without
+  a key raises :class:`UsageError` (see :mod:`planexec.models._keys`); other servers get a
+  placeholder key, since most run without authentication.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ from planexec.models._base import (
     estimate_tokens,
 )
 from planexec.models._guard import check_model_requests_allowed
+from planexec.models._keys import missing_key, missing_keys_error
 from planexec.models._prices import Price, cost_of, price_for
 from planexec.models._profiles import ModelProfile, local_server, profile_for, strict_json_schema
 from planexec.models._resilience import ModelRetryPolicy, call_with_retries
@@ -128,8 +130,9 @@ class OpenAIModel:
         self.timeout = timeout
         self.price = price
         self._given = client.with_options(max_retries=0) if client is not None else None
-        required = provider == "openai" if require_key is None else require_key
-        self._api_key = _api_key(self.name, api_key, api_key_env, required) if client is None else _NO_KEY
+        self.api_key_env = api_key_env
+        self.require_key = provider == "openai" if require_key is None else require_key
+        self._api_key = api_key
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _OwnClient] = weakref.WeakKeyDictionary()
 
     @property
@@ -153,6 +156,20 @@ class OpenAIModel:
         if own is not None:
             await own.closer.aclose()
 
+    def missing_keys(self) -> tuple[Problem, ...]:
+        """The key this model needs and has not got (none when a client was given)."""
+        if self._given is not None or self._api_key or not self.require_key:
+            return ()
+        if self.api_key_env and os.environ.get(self.api_key_env):
+            return ()
+        return (missing_key(self.name, self.api_key_env),)
+
+    def _key(self) -> str:
+        missing = self.missing_keys()
+        if missing:
+            raise missing_keys_error(missing)
+        return self._api_key or (os.environ.get(self.api_key_env) if self.api_key_env else None) or _NO_KEY
+
     async def __aenter__(self) -> OpenAIModel:
         return self
 
@@ -167,7 +184,7 @@ class OpenAIModel:
         loop = asyncio.get_running_loop()
         own = self._clients.get(loop)
         if own is None:
-            client = AsyncOpenAI(api_key=self._api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0)
+            client = AsyncOpenAI(api_key=self._key(), base_url=self.base_url, timeout=self.timeout, max_retries=0)
             own = self._clients[loop] = _OwnClient(client=client, closer=_close_when_the_loop_ends(client))
             await anext(own.closer)
         return own.client
@@ -589,19 +606,6 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
-def _api_key(name: str, api_key: str | None, env: str | None, required: bool) -> str:
-    key = api_key or (os.environ.get(env) if env else None)
-    if key:
-        return key
-    if not required:
-        return _NO_KEY
-    what = f"{env} is not set" if env else f"no API key for {name}"
-    raise UsageError(
-        what,
-        [Problem(code="api_key", where=name, message=f"set {env or 'an API key variable'} or pass api_key=")],
-    )
 
 
 # -- model strings -----------------------------------------------------------------------------

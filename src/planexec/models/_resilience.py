@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from planexec._errors import Problem, UsageError
 from planexec.models._base import Model, ModelCallError, ModelRequest, ModelResponse, StreamDelta, StreamingModel
+from planexec.models._keys import missing_keys
 from planexec.models._settings import ModelSettings, unsupported_settings
 
 __all__ = [
@@ -152,6 +153,10 @@ class FallbackModel:
             for setting, why in unsupported_settings(model, settings).items():
                 found.setdefault(setting, []).append(why)
         return {setting: "; ".join(whys) for setting, whys in found.items()}
+
+    def missing_keys(self) -> tuple[Problem, ...]:
+        """The keys the models of the list need and have not got."""
+        return tuple(missing_keys(self.models))
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         errors: list[str] = []

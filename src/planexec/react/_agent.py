@@ -26,6 +26,7 @@ from planexec.models._base import (
     Usage,
     estimate_tokens,
 )
+from planexec.models._keys import missing_keys
 from planexec.models._registry import resolve_model
 from planexec.models._settings import ModelSettings
 from planexec.react._calls import CallSite, call_tool, observation
@@ -128,7 +129,11 @@ class ReactAgent:
         self.context = context or RunContext()
 
     async def run(self, goal: str, *, constraints: Sequence[str] = (), run_id: str | None = None) -> ReactResult:
-        """Run ``goal`` to its stop and return the result (also when the goal was not met)."""
+        """Run ``goal`` to its stop and return the result (also when the goal was not met). A model
+        with no API key is refused before anything starts."""
+        missing = missing_keys([self.model])
+        if missing:
+            raise UsageError("the run cannot start", missing)
         return await _Loop(self, goal, tuple(constraints), run_id or self.context.new_id()).run()
 
     def run_sync(self, goal: str, *, constraints: Sequence[str] = (), run_id: str | None = None) -> ReactResult:

@@ -17,6 +17,7 @@ from planexec.executor._base import Executor
 from planexec.executor._model import ModelExecutor
 from planexec.executor._tools import ToolExecutor
 from planexec.models._base import Model
+from planexec.models._keys import missing_keys
 from planexec.models._registry import resolve_model
 from planexec.models._settings import ModelSettings, unsupported_settings
 from planexec.plan._plan import Plan
@@ -331,13 +332,17 @@ class Agent:
 
         ``metadata`` (JSON data) is recorded with the run, e.g. how to rebuild this agent.
         """
-        if not goal.strip():
-            raise UsageError("the goal is empty")
+        problems = [Problem(code="goal", where="goal", message="the goal is empty")] if not goal.strip() else []
         if self.review is not None and self.review.checklist and not self._can_ask():
-            raise UsageError(
-                "the final answer's checklist needs a human reviewer: give an approver, or deferred "
-                "approvals with a store"
+            problems.append(
+                Problem(
+                    code="review",
+                    where="review",
+                    message="the final answer's checklist needs a human reviewer: give an approver, or deferred "
+                    "approvals with a store",
+                )
             )
+        self._check_models(problems)
         engine = Engine(
             self._config(metadata or {}),
             goal=goal,
@@ -346,6 +351,19 @@ class Agent:
             store=self.store,
         )
         return Run(engine)
+
+    def _check_models(self, problems: list[Problem]) -> None:
+        """Refuse to start, before anything is logged, when ``problems`` or any model's missing API
+        key (planner, executors, judge) says the run cannot go on: every problem at once."""
+        parts = self._parts
+        models: list[object] = [parts.planner.resolved_model()]
+        models += [e.resolved_model() for e in parts.executors.values() if isinstance(e, ModelExecutor)]
+        judge = self.acceptance.judge
+        if judge is not None:
+            models.append(resolve_model(judge) if isinstance(judge, str) else judge)
+        problems = problems + missing_keys(models)
+        if problems:
+            raise UsageError("the run cannot start", problems)
 
     async def replay(
         self,
@@ -365,13 +383,15 @@ class Agent:
         replays until the first call the profile spoils and goes on live there with this agent's
         tools and models wrapped by the profile. ``metadata`` is recorded with the new run.
         """
+        forking = fork_at is not None or fault is not None or faults is not None
+        if forking:
+            self._check_models([])  # a fork goes on live with this agent's models
         store = self.store
         if store is None:
             raise UsageError("this agent has no store to replay from")
         log = [s.event for s in await store.read(run_id)]
         if not log:
             raise UsageError(f"no run {run_id!r} in the store")
-        forking = fork_at is not None or fault is not None or faults is not None
         first = log[0]
         config = None
         if forking and isinstance(first, RunStarted):
@@ -386,6 +406,7 @@ class Agent:
         Finished steps are never run again; see :mod:`planexec.runtime` for what happens to steps
         that were under way. A finished run is returned as it is.
         """
+        self._check_models([])
         store = self.store
         if store is None:
             raise UsageError("this agent has no store: runs without a store cannot be resumed")
