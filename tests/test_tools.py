@@ -104,9 +104,8 @@ def test_decorator_options_override_and_configure() -> None:
 def test_defaults_without_options() -> None:
     @tool
     def noop() -> None:
-        pass
+        """Do nothing."""
 
-    assert noop.description == "noop"  # no docstring: the name
     assert noop.timeout is None
     assert noop.retry == RetryPolicy()
     assert noop.max_concurrency is None
@@ -389,10 +388,46 @@ def test_star_args_and_missing_hints_are_all_listed() -> None:
     assert len(error.problems) == 3
     messages = " | ".join(p.message for p in error.problems)
     assert "'a' needs a type hint" in messages
-    assert "*rest" in messages
-    assert "*options" in messages
+    assert "replace *rest with one parameter per argument" in messages
+    assert "replace **options with one parameter per argument" in messages
     assert {p.code for p in error.problems} == {"tool_signature"}
-    assert "3 problem(s)" in str(error)
+    assert "3 problem" in str(error)
+
+
+class Opaque:
+    """A class pydantic knows nothing about."""
+
+
+def test_every_problem_of_a_function_is_listed_in_planexecs_words() -> None:
+    def bad(when: Opaque, n: int, **options: Any) -> Opaque:  # no docstring, no description=
+        return when
+
+    with pytest.raises(ToolDefinitionError) as info:
+        tool(bad)
+    problems = {(p.code, p.where): p.message for p in info.value.problems}
+    assert set(problems) == {
+        ("tool_description", "tool 'bad'"),
+        ("tool_type", "tool 'bad' parameter 'when'"),
+        ("tool_signature", "tool 'bad' parameter **options"),
+        ("tool_type", "tool 'bad' return type"),
+    }
+    assert "write a docstring" in problems[("tool_description", "tool 'bad'")]
+    opaque = f"{__name__}.Opaque has no JSON Schema"
+    assert problems[("tool_type", "tool 'bad' parameter 'when'")].startswith(opaque)
+    assert problems[("tool_type", "tool 'bad' return type")].startswith(opaque)
+    assert "pydantic" not in str(info.value).replace("a pydantic model", "")  # none of pydantic's own wording
+    assert "arbitrary_types_allowed" not in str(info.value)
+
+
+def test_a_description_may_be_given_instead_of_a_docstring() -> None:
+    def undocumented(n: int) -> int:
+        return n
+
+    assert tool(description="Return n.")(undocumented).description == "Return n."
+    with pytest.raises(ToolDefinitionError, match="has no description"):
+        tool(description="  ")(undocumented)
+    with pytest.raises(ToolDefinitionError, match="the description must say what the tool does"):
+        Tool(name="bare", description="", parameters={"type": "object"}, invoke=_echo)
 
 
 def test_unresolvable_type_hint_is_a_definition_error() -> None:

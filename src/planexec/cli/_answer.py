@@ -202,7 +202,7 @@ def _recorded_tools(specs: Sequence[Mapping[str, Any]], problems: Problems) -> T
             tools.append(
                 Tool(
                     name=spec["name"],
-                    description=spec.get("description", ""),
+                    description=spec.get("description") or spec["name"],
                     parameters=spec.get("parameters") or {"type": "object"},
                     invoke=_never,
                     output_schema=spec.get("output_schema"),

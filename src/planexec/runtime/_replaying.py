@@ -77,7 +77,7 @@ def _stand_in_tool(spec: Mapping[str, Any]) -> Tool:
 
     return Tool(
         name=spec["name"],
-        description=spec.get("description", ""),
+        description=spec.get("description") or spec["name"],
         parameters=spec.get("parameters", {"type": "object"}),
         invoke=invoke,
         output_schema=spec.get("output_schema"),

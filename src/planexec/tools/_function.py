@@ -100,6 +100,41 @@ def _key_not_text(value: Any) -> object | None:
     return None
 
 
+_TYPES_THAT_WORK = (
+    "str, int, float, bool, None, lists and dicts of them, Literal, an Enum, a dataclass, a TypedDict "
+    "or a pydantic model"
+)
+
+
+def _type_name(annotation: Any) -> str:
+    if not isinstance(annotation, type):
+        return repr(annotation).replace("typing.", "")
+    if annotation.__module__ == "builtins":
+        return annotation.__qualname__
+    return f"{annotation.__module__}.{annotation.__qualname__}"
+
+
+def _has_schema(annotation: Any) -> bool:
+    try:
+        TypeAdapter(annotation).json_schema()
+    except Exception:
+        return False
+    return True
+
+
+def _type_problem(where: str, annotation: Any, consequence: str) -> Problem:
+    return Problem(
+        code="tool_type",
+        where=where,
+        message=f"{_type_name(annotation)} has no JSON Schema, so {consequence}; use {_TYPES_THAT_WORK}",
+    )
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def _build(
     fn: Callable[..., Any],
     *,
@@ -124,13 +159,28 @@ def _build(
         ) from e
     summary, param_docs = _parse_docstring(fn.__doc__)
     problems: list[Problem] = []
+    if not (description or "").strip() and not summary:
+        problems.append(
+            Problem(
+                code="tool_description",
+                where=where,
+                message="has no description, and the planner chooses tools by theirs: "
+                "write a docstring that says what it does, or pass description=",
+            )
+        )
     fields: dict[str, Any] = {}
     context_param: str | None = None
     positional: list[str] = []
     for pname, param in inspect.signature(fn).parameters.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            stars = "*" if param.kind is param.VAR_POSITIONAL else "**"
             problems.append(
-                Problem(code="tool_signature", where=where, message=f"*{pname} cannot be described by a schema")
+                Problem(
+                    code="tool_signature",
+                    where=f"{where} parameter {stars}{pname}",
+                    message="a tool's arguments are named, typed parameters (its JSON Schema lists them): "
+                    f"replace {stars}{pname} with one parameter per argument",
+                )
             )
             continue
         annotation = hints.get(pname)
@@ -146,32 +196,42 @@ def _build(
             continue
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[pname] = (annotation, Field(default, description=param_docs.get(pname)))
-    if problems:
-        raise ToolDefinitionError(f"cannot make {tool_name!r} a tool", problems)
-
-    try:
-        args_model: type[BaseModel] = create_model(f"{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields)
-        parameters = args_model.model_json_schema()
-    except Exception as e:
-        raise ToolDefinitionError(
-            f"cannot build a schema for {tool_name!r}",
-            [Problem(code="tool_schema", where=where, message=str(e))],
-        ) from e
-    parameters.pop("title", None)
 
     returns = hints.get("return", Any)
     output_adapter: TypeAdapter[Any] | None = None
     output_schema: dict[str, Any] | None = None
     if returns not in (Any, None, type(None)):
-        output_adapter = TypeAdapter(returns)
         try:
-            output_schema = output_adapter.json_schema()
+            output_adapter = TypeAdapter(returns)
         except Exception:
-            output_schema = None
+            problems.append(_type_problem(f"{where} return type", returns, "the tool's output cannot be checked"))
+        else:
+            try:
+                output_schema = output_adapter.json_schema()
+            except Exception:
+                output_schema = None
+    args_model: type[BaseModel] | None = None
+    parameters: dict[str, Any] = {}
+    try:
+        args_model = create_model(f"{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields)
+        parameters = args_model.model_json_schema()
+    except Exception as e:
+        found = [
+            _type_problem(f"{where} parameter {pname!r}", annotation, "the planner cannot be told what to pass")
+            for pname, (annotation, _) in fields.items()
+            if not _has_schema(annotation)
+        ]
+        problems += found or [
+            Problem(code="tool_schema", where=where, message=f"its parameters have no JSON Schema: {_first_line(e)}")
+        ]
+    if problems or args_model is None:
+        raise ToolDefinitionError(f"cannot make {tool_name!r} a tool", problems)
+    arguments: type[BaseModel] = args_model
+    parameters.pop("title", None)
 
     def validate(args: Mapping[str, Any]) -> tuple[dict[str, Any] | None, list[Problem]]:
         try:
-            model = args_model.model_validate(args)
+            model = arguments.model_validate(args)
         except ValidationError as e:
             return None, [
                 Problem(
@@ -208,7 +268,7 @@ def _build(
 
     return Tool(
         name=tool_name,
-        description=description or summary or tool_name,
+        description=(description or "").strip() or summary,
         parameters=parameters,
         invoke=invoke,
         output_schema=output_schema,

@@ -113,6 +113,8 @@ class Tool:
         problems = []
         if not self.name or not all(c.isalnum() or c in "_-." for c in self.name):
             problems.append("the name must be non-empty: letters, digits, _ - and . only")
+        if not self.description.strip():
+            problems.append("the description must say what the tool does: the planner chooses tools by it")
         if self.parameters.get("type", "object") != "object":
             problems.append("parameters must be a JSON Schema of type object")
         if self.timeout is not None and self.timeout <= 0:
