@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import Result
 
 from tests.cli_support import invoke
@@ -148,6 +149,27 @@ def test_the_example_suite_passes_with_planexec_and_compares_with_react(tmp_path
     second = eval_cli(EXAMPLE / "suite.yaml", "--agent", "react", "--baseline", tmp_path / "base.json")
     assert second.exit_code == 0, second.output
     assert "note: the baseline ran the planexec agent, this report the react agent" in second.output
+
+
+@pytest.mark.parametrize("profile", ["chaos", "rate-limit-storm"])
+def test_the_example_suite_passes_under_the_documented_faults(tmp_path: Path, profile: str) -> None:
+    """Rate-limit storms meet the scripted models' retries, as a provider's 429s would; the example's
+    planners patch what a fault broke; a call the fault failed is not held against the agent."""
+    plain = eval_cli(EXAMPLE / "suite.yaml", "--json", tmp_path / "plain.json")
+    assert plain.exit_code == 0, plain.output
+    result = eval_cli(
+        EXAMPLE / "suite.yaml", "--faults", profile, "--json", tmp_path / "r.json", "--fail-on-task-failure"
+    )
+    assert result.exit_code == 0, result.output
+    report, clean = read(tmp_path / "r.json"), read(tmp_path / "plain.json")
+    assert report["faults"] == profile
+    assert report["summary"]["pass_rate"] == 1.0
+    if profile == "rate-limit-storm":  # absorbed inside each call: nothing else changes
+        assert report["summary"]["model_calls"] == clean["summary"]["model_calls"]
+        assert report["summary"]["tool_calls"] == clean["summary"]["tool_calls"]
+    else:  # faults struck, and were recovered from
+        assert report["summary"]["replans"] > clean["summary"]["replans"]
+        assert report["summary"]["tool_calls_ok"] < report["summary"]["tool_calls"]
 
 
 def test_runs_are_logged_in_a_store_when_asked(tmp_path: Path) -> None:

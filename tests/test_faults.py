@@ -19,6 +19,7 @@ from planexec.models import (
     ModelCallError,
     ModelRequest,
     ModelResponse,
+    ModelRetryPolicy,
     ScriptedModel,
     StreamDelta,
     StreamingModel,
@@ -307,12 +308,15 @@ async def test_model_faults_count_calls_per_purpose() -> None:
     ]
 
 
-async def test_a_rate_limit_storm_refuses_the_first_calls_of_each_wrapped_model() -> None:
+ONCE = ModelRetryPolicy(max_attempts=1)
+
+
+async def test_a_rate_limit_storm_refuses_the_first_requests_of_each_wrapped_model() -> None:
     profile = FaultProfile(rate_limit_storm=2, invalid_planner_json_rate=0.5, seed=4)
-    inner = FunctionModel(lambda r: PLAN)
+    inner = FunctionModel(lambda r: PLAN, retry=ONCE)  # no retries: each refusal reaches the caller
     model = profile.wrap_model(inner)
     for n in (1, 2):
-        with pytest.raises(ModelCallError, match=f"refused call {n} of a storm of 2") as caught:
+        with pytest.raises(ModelCallError, match=f"refused request {n} of a storm of 2") as caught:
             await model.request(planner_request())
         assert (caught.value.retryable, caught.value.status, caught.value.retry_after) == (True, 429, 0.0)
     assert inner.calls == []
@@ -320,9 +324,24 @@ async def test_a_rate_limit_storm_refuses_the_first_calls_of_each_wrapped_model(
     # Refused calls do not count: the first answer meets the fault of call 1, as without a storm.
     assert (first.parsed is None) == (profile.model_fault("planner", "planner.propose", 1) == "invalid_json")
     assert len(inner.calls) == 1
-    other = profile.wrap_model(FunctionModel(lambda r: PLAN))
+    other = profile.wrap_model(FunctionModel(lambda r: PLAN, retry=ONCE))
     with pytest.raises(ModelCallError):
         await other.request(planner_request())
+
+
+async def test_a_storm_meets_the_retries_of_the_wrapped_model() -> None:
+    """The shipped doubles retry as providers do, so a storm shorter than their attempts is absorbed."""
+    profile = FaultProfile(rate_limit_storm=3)
+    inner = FunctionModel(lambda r: PLAN)
+    model = profile.wrap_model(inner)
+    assert isinstance(model, FaultyModel)
+    assert (await model.request(planner_request())).parsed == PLAN
+    assert len(inner.calls) == 1  # the storm's requests never reached the model
+    assert (model.refused, model.calls) == (3, 4)
+    longer = FaultProfile(rate_limit_storm=5).wrap_model(FunctionModel(lambda r: PLAN))
+    with pytest.raises(ModelCallError, match="refused request 4 of a storm of 5"):
+        await longer.request(planner_request())  # four attempts, all refused
+    assert (await longer.request(planner_request())).parsed == PLAN
 
 
 async def collect(model: Any, request: ModelRequest) -> tuple[list[str], ModelResponse]:
@@ -362,11 +381,15 @@ async def test_a_wrapped_streaming_model_streams_its_faults_consistently() -> No
 
 
 async def test_a_storm_refuses_streamed_calls_too() -> None:
-    model = FaultProfile(rate_limit_storm=1).wrap_model(StreamingScriptedModel([PLAN]))
+    model = FaultProfile(rate_limit_storm=1).wrap_model(StreamingScriptedModel([PLAN], retry=ONCE))
     with pytest.raises(ModelCallError, match="429"):
         await collect(model, planner_request())
     _, final = await collect(model, planner_request())
     assert final.parsed == PLAN
+    retrying = FaultProfile(rate_limit_storm=2).wrap_model(StreamingScriptedModel([PLAN], chunks=3))
+    deltas, final = await collect(retrying, planner_request())
+    assert final.parsed == PLAN
+    assert "".join(deltas) == final.text
 
 
 def test_a_wrapped_model_passes_on_price_and_token_counting() -> None:

@@ -222,8 +222,18 @@ async def test_a_rate_limit_storm_is_absorbed_by_the_models_retries() -> None:
     assert getattr(faulty, "calls", None) == 5
 
 
+async def test_the_shipped_doubles_absorb_a_storm_with_their_own_retries() -> None:
+    plan = {"steps": [tool_step("s1", "add", {"a": 1, "b": 2})]}
+    inner = ScriptedModel([plan, {"answer": "3"}])
+    faulty = FaultProfile(rate_limit_storm=3).wrap_model(inner)
+    result = await Agent(faulty, tools=[add], store=None, budget=SAFETY).run("g")
+    assert result.stop.kind == "goal_met"
+    inner.assert_consumed()
+    assert result.model_calls == 2  # the refused attempts are retries inside a call
+
+
 async def test_without_retries_a_storm_reaches_the_run_as_a_model_error() -> None:
-    inner = ScriptedModel([{"steps": []}])
+    inner = ScriptedModel([{"steps": []}], retry=ModelRetryPolicy(max_attempts=1))
     result = await Agent(FaultProfile(rate_limit_storm=1).wrap_model(inner), store=None, budget=SAFETY).run("g")
     assert result.stop.kind == "error"
     assert "injected rate limit" in result.stop.detail

@@ -107,7 +107,8 @@ async def test_a_fallback_list_asks_the_next_model_when_one_fails() -> None:
     response = await model.request(REQUEST)
     assert response.text == "fine"
     assert model.name == "a > b"
-    both_down = FallbackModel([ScriptedModel([ModelCallError("x", provider="a", retryable=True)], name="a")])
+    busy = ModelCallError("x", provider="a", retryable=True)
+    both_down = FallbackModel([ScriptedModel([busy] * 4, name="a")])  # retried as a provider's 429: 4 attempts
     with pytest.raises(ModelCallError, match="every model in the fallback list failed"):
         await both_down.request(REQUEST)
 

@@ -26,6 +26,8 @@ from planexec import (
     tool_calls,
 )
 from planexec.models import (
+    ModelCallError,
+    ModelRetryPolicy,
     OutputSpec,
     allow_model_requests,
     check_model_requests_allowed,
@@ -55,6 +57,29 @@ async def test_scripted_answers_in_order_and_records_calls() -> None:
     assert model.calls == requests
     assert model.remaining == 0
     model.assert_consumed()
+
+
+async def test_the_doubles_retry_a_retryable_error_as_a_provider_would() -> None:
+    busy = ModelCallError("busy", provider="p", retryable=True, status=429)
+    model = ScriptedModel([busy, "fine"])
+    assert (await model.request(ask())).text == "fine"  # the next reply answers the retry
+    assert len(model.calls) == 2
+    counted: list[ModelRequest] = []
+
+    def flaky(request: ModelRequest) -> str:
+        counted.append(request)
+        if len(counted) < 3:
+            raise busy
+        return "third time"
+
+    assert (await FunctionModel(flaky).request(ask())).text == "third time"
+    once = ScriptedModel([busy, "fine"], retry=ModelRetryPolicy(max_attempts=1))
+    with pytest.raises(ModelCallError, match="busy"):
+        await once.request(ask())
+    final = ScriptedModel([ModelCallError("no", provider="p", retryable=False), "never"])
+    with pytest.raises(ModelCallError, match="no"):
+        await final.request(ask())
+    assert final.remaining == 1
 
 
 async def test_scripted_extra_call_raises() -> None:

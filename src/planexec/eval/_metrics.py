@@ -8,6 +8,9 @@ planner–executor run and a ReAct run, so that the two compare.
 * ``replans``: plan patches after failures. ``stalls``: ``stall_detected`` events.
 * ``escalations``: approvals requested, plus one when the run stopped ``rejected`` or ``waiting``.
 * ``latency``: the run's wall time, from its first event to its last (the run's own clock).
+* ``spoiled`` (beside ``tools_called``): whether each call's last attempt failed by a fault the
+  run's fault profile injected — a tool step's, or a ReAct call's (calls inside model steps are
+  never marked). The tool checks leave those calls out: the profile failed them, not the agent.
 * ``parallelism``: the sum of the durations of its steps (ReAct: of its tool calls) over its wall
   time — above 1 when work overlapped. None when the run took no measurable time.
 """
@@ -15,6 +18,7 @@ planner–executor run and a ReAct run, so that the two compare.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from planexec.react._agent import ReactResult
 from planexec.runtime._events import (
@@ -30,6 +34,9 @@ from planexec.runtime._events import (
 )
 from planexec.runtime._result import RunResult
 from planexec.runtime._stop import StopReason
+
+if TYPE_CHECKING:
+    from planexec.faults import FaultProfile
 
 __all__ = ["RunMetrics", "Trace", "trace_of"]
 
@@ -62,29 +69,49 @@ class Trace:
     """Every tool call asked for, in the order the log records it."""
     metrics: RunMetrics
     run_id: str
+    spoiled: tuple[bool, ...] = ()
+    """For each of ``tools_called``: whether an injected fault failed its last attempt."""
+
+    @property
+    def tools_chosen(self) -> tuple[str, ...]:
+        """``tools_called`` without the calls an injected fault failed."""
+        marks = self.spoiled or (False,) * len(self.tools_called)
+        return tuple(tool for tool, spoiled in zip(self.tools_called, marks, strict=True) if not spoiled)
 
 
-def trace_of(result: RunResult | ReactResult) -> Trace:
+def trace_of(result: RunResult | ReactResult, faults: FaultProfile | None = None) -> Trace:
+    """The run's trace; ``faults``: the profile the run met, to tell the calls it failed."""
     if isinstance(result, ReactResult):
-        return _react_trace(result)
-    return _planexec_trace(result)
+        return _react_trace(result, faults)
+    return _planexec_trace(result, faults)
 
 
-def _planexec_trace(result: RunResult) -> Trace:
+def _injected(faults: FaultProfile | None, run_id: str, tool: str, key: str | None, attempts: int) -> bool:
+    """Whether ``faults`` failed the last attempt of a call with idempotency key ``key``."""
+    if faults is None or key is None or attempts < 1:
+        return False
+    return faults.tool_fault(tool, key.removeprefix(f"{run_id}:"), attempts) is not None
+
+
+def _planexec_trace(result: RunResult, faults: FaultProfile | None) -> Trace:
     calls: list[tuple[str, bool]] = []
-    running: dict[str, tuple[float, int | None]] = {}
-    """Steps under way: when each started, and its index in ``calls`` when it is a tool step."""
+    spoiled: list[bool] = []
+    running: dict[str, tuple[float, int | None, str | None]] = {}
+    """Steps under way: when each started, its index in ``calls`` when it is a tool step, its key."""
     busy = 0.0
     steps = stalls = approvals = 0
 
-    def close(step_id: str, at: float, ok: bool) -> None:
+    def close(step_id: str, at: float, ok: bool, attempts: int = 0) -> None:
         nonlocal busy
         started = running.pop(step_id, None)
         if started is None:
             return
         busy += max(0.0, at - started[0])
-        if started[1] is not None:
-            calls[started[1]] = (calls[started[1]][0], ok)
+        index = started[1]
+        if index is not None:
+            tool = calls[index][0]
+            calls[index] = (tool, ok)
+            spoiled[index] = not ok and _injected(faults, result.run_id, tool, started[2], attempts)
 
     for e in result.events:
         if isinstance(e, StepStarted):
@@ -93,13 +120,17 @@ def _planexec_trace(result: RunResult) -> Trace:
             if e.tool is not None:
                 index = len(calls)
                 calls.append((e.tool, False))
-            running[e.step_id] = (e.at, index)
+                spoiled.append(False)
+            running[e.step_id] = (e.at, index, e.idempotency_key)
         elif isinstance(e, StepSucceeded):
             close(e.step_id, e.at, True)
-        elif isinstance(e, StepFailed | StepCancelled | StepRequeued):
+        elif isinstance(e, StepFailed):
+            close(e.step_id, e.at, False, e.attempts)
+        elif isinstance(e, StepCancelled | StepRequeued):
             close(e.step_id, e.at, False)
         elif isinstance(e, ToolCalled):
             calls.append((e.tool, e.error is None))
+            spoiled.append(False)
         elif isinstance(e, StallDetected):
             stalls += 1
         elif isinstance(e, ApprovalRequested):
@@ -128,10 +159,11 @@ def _planexec_trace(result: RunResult) -> Trace:
         tools_called=tuple(name for name, _ in calls),
         metrics=metrics,
         run_id=result.run_id,
+        spoiled=tuple(spoiled),
     )
 
 
-def _react_trace(result: ReactResult) -> Trace:
+def _react_trace(result: ReactResult, faults: FaultProfile | None) -> Trace:
     wall = result.duration
     busy = sum(c.duration for c in result.calls)
     metrics = RunMetrics(
@@ -154,4 +186,9 @@ def _react_trace(result: ReactResult) -> Trace:
         tools_called=tuple(c.tool for c in result.calls),
         metrics=metrics,
         run_id=result.run_id,
+        spoiled=tuple(
+            c.error is not None
+            and _injected(faults, result.run_id, c.tool, f"{result.run_id}:{c.step_id}:{c.call_id}", c.attempts)
+            for c in result.calls
+        ),
     )

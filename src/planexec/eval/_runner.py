@@ -122,7 +122,7 @@ async def _run_one(suite: Suite, task: Task, index: int, settings: EvalSettings,
         result = await _execute(suite, task, index, settings, profile, this_seed)
     except Exception as e:  # building the run failed (a model factory, a fault profile …): the run fails
         return _broken(task, index, _redactor(settings).redact_text(f"{type(e).__name__}: {e}"))
-    trace = trace_of(result)
+    trace = trace_of(result, profile)
     checks, disagreement, judge_cost = await _check(task, trace, profile)
     clean = _redactor(settings).redact_text  # checked as given, reported as the store keeps it
     checks = [replace(c, detail=clean(c.detail)) for c in checks]
@@ -217,7 +217,7 @@ async def _check(
     """The run's checks, whether the deterministic answer check and the judge disagreed, and the judge's cost."""
     checks = [CheckOutcome(name="stop", passed=trace.stop.ok, detail="" if trace.stop.ok else str(trace.stop))]
     if task.expect_tools is not None:
-        checks.append(match_tools(task.expect_tools, trace.tools_called))
+        checks.append(match_tools(task.expect_tools, trace.tools_chosen))  # a call a fault failed is not a choice
     expect = task.expect_answer
     if expect is None:
         return checks, None, 0.0

@@ -1,4 +1,9 @@
-"""Model faults: a wrapped model that refuses calls in a rate-limit storm and spoils planner answers.
+"""Model faults: a wrapped model that meets a rate-limit storm and spoils planner answers.
+
+A storm is sent through the wrapped model's retry layer (:func:`call_with_retries`, which the
+provider adapters and the shipped test doubles use): each of its first attempts fails there with a
+429, as a provider's would, and the model's own retries absorb what they can. A model without
+that layer gets the storm's errors from the wrapper itself.
 
 A spoiled answer is spoiled the same way in its stream and in its final response: when a fault
 hits a streamed call, the wrapper waits for the whole answer, changes it, and streams the changed
@@ -27,6 +32,7 @@ from planexec.models._base import (
 )
 from planexec.models._keys import missing_keys
 from planexec.models._registry import resolve_model
+from planexec.models._resilience import before_each_attempt, retries
 from planexec.models._settings import ModelSettings, unsupported_settings
 
 if TYPE_CHECKING:
@@ -57,8 +63,11 @@ class FaultyModel:
         self.inner = inner
         self.role = role
         self.calls = 0
-        """Calls asked of this wrapper, the refused ones included."""
+        """Calls asked of this wrapper, plus the attempts the storm refused."""
+        self.refused = 0
+        """Attempts the storm refused so far."""
         self._answered: dict[str, int] = {}
+        self._through_retries = retries(inner)
 
     @property
     def name(self) -> str:
@@ -69,6 +78,7 @@ class FaultyModel:
         (a replay that goes on live meets the faults the live run would have met)."""
         self._answered = dict(answered)
         self.calls = calls
+        self.refused = max(0, calls - sum(answered.values()))
 
     def missing_keys(self) -> tuple[Problem, ...]:
         """The keys the wrapped model needs and has not got."""
@@ -88,22 +98,31 @@ class FaultyModel:
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         fault, call = self._admit(request)
-        response = await self.inner.request(request)
+        with before_each_attempt(self._storm):
+            response = await self.inner.request(request)
         return self._spoil(fault, request, call, response)
 
-    def _admit(self, request: ModelRequest) -> tuple[ModelFault | None, int]:
-        """Count the call; refuse it in a storm; else the fault its answer gets, and its number
-        among the answered calls with its purpose."""
-        self.calls += 1
+    def _storm(self) -> None:
+        """Refuse this attempt when the storm is not over."""
         storm = self.profile.rate_limit_storm
-        if self.calls <= storm:
-            raise ModelCallError(
-                f"injected rate limit: {self.name} refused call {self.calls} of a storm of {storm} (429)",
-                provider=self.name,
-                retryable=True,
-                status=429,
-                retry_after=0.0,
-            )
+        if self.refused >= storm:
+            return
+        self.refused += 1
+        self.calls += 1
+        raise ModelCallError(
+            f"injected rate limit: {self.name} refused request {self.refused} of a storm of {storm} (429)",
+            provider=self.name,
+            retryable=True,
+            status=429,
+            retry_after=0.0,
+        )
+
+    def _admit(self, request: ModelRequest) -> tuple[ModelFault | None, int]:
+        """Count the call (a model without a retry layer meets the storm here); the fault its
+        answer gets, and its number among the answered calls with its purpose."""
+        if not self._through_retries:
+            self._storm()
+        self.calls += 1
         call = self._answered.get(request.purpose, 0) + 1
         self._answered[request.purpose] = call
         return self.profile.model_fault(self.role, request.purpose, call), call
@@ -129,12 +148,12 @@ class FaultyStreamingModel(FaultyModel):
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
         fault, call = self._admit(request)
         if fault is None:
-            async for item in self._streaming.stream(request):
+            async for item in self._stream(request):
                 yield item
             return
         pieces = 0
         original: ModelResponse | None = None
-        async for item in self._streaming.stream(request):
+        async for item in self._stream(request):
             if isinstance(item, ModelResponse):
                 original = item
             else:
@@ -145,6 +164,28 @@ class FaultyStreamingModel(FaultyModel):
         for piece in _split(spoiled.text, max(1, pieces)):
             yield StreamDelta(text=piece)
         yield spoiled
+
+    async def _stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
+        """The inner model's stream. A stream is retried only until its first item, so the storm
+        is in force while that first item is awaited (and no longer: the block never spans a
+        ``yield``)."""
+        items = self._streaming.stream(request)
+        try:
+            with before_each_attempt(self._storm):
+                first = await anext(items, None)
+            if first is None:
+                return
+            yield first
+            async for item in items:
+                yield item
+        finally:
+            await _close(items)
+
+
+async def _close(items: AsyncIterator[Any]) -> None:
+    close = getattr(items, "aclose", None)
+    if close is not None:
+        await close()
 
 
 def _split(text: str, pieces: int) -> list[str]:

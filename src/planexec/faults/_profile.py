@@ -56,9 +56,11 @@ class FaultProfile:
       half and no parsed value.
     - ``unknown_tool_rate``: one step of a planner's plan (``steps``) or turn (``step``) names a
       tool that does not exist.
-    - ``rate_limit_storm``: the first N calls to each wrapped model fail with a retryable
-      ``ModelCallError`` (status 429, ``retry_after=0``). Only a model that retries absorbs them
-      (see ``planexec.models.call_with_retries``); otherwise the error reaches the run.
+    - ``rate_limit_storm``: the first N requests to each wrapped model fail with a retryable
+      ``ModelCallError`` (status 429, ``retry_after=0``) inside the model's retry layer
+      (``planexec.models.call_with_retries``, which the providers and the shipped test doubles
+      use), so its retries absorb them as they would a provider's; a storm longer than its
+      attempts, or a model without that layer, passes the error on to the run.
     """
 
     seed: int = 0

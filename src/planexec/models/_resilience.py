@@ -9,7 +9,9 @@ import asyncio
 import random
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -107,6 +109,21 @@ def provider_limits(provider: str) -> ProviderLimits:
     return limits
 
 
+_before_attempt: ContextVar[Callable[[], None] | None] = ContextVar("planexec_before_attempt", default=None)
+
+
+@contextmanager
+def before_each_attempt(hook: Callable[[], None]) -> Iterator[None]:
+    """Call ``hook`` before each attempt :func:`call_with_retries` makes in this block (in this
+    task): a ``ModelCallError`` it raises fails that attempt as the provider's answer would, and is
+    retried the same way. Fault injection uses it to send rate-limit storms through the retries."""
+    token = _before_attempt.set(hook)
+    try:
+        yield
+    finally:
+        _before_attempt.reset(token)
+
+
 async def call_with_retries(
     provider: str,
     call: Callable[[], Awaitable[T]],
@@ -115,22 +132,35 @@ async def call_with_retries(
     rng: random.Random | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> T:
-    """Make ``call`` within the provider's limits, retrying retryable failures per ``policy``."""
-    rng = rng or random.Random()
+    """Make ``call`` within the provider's limits, retrying retryable failures per ``policy``.
+
+    Provider adapters and the shipped test doubles all call models through this function."""
     limits = provider_limits(provider)
     attempt = 0
     while True:
         attempt += 1
         await limits.acquire()
         try:
+            hook = _before_attempt.get()
+            if hook is not None:
+                hook()
             return await call()
         except ModelCallError as e:
             if not e.retryable or attempt >= policy.max_attempts:
                 raise
+            rng = rng or random.Random()  # made only when needed: seeding is not free
             delay = policy.delay(attempt, e, rng)
         finally:
             limits.release()
         await sleep(delay)
+
+
+def retries(model: object) -> bool:
+    """Whether ``model``'s requests go through :func:`call_with_retries` (it has a
+    :class:`ModelRetryPolicy` ``retry``, or is a fallback list of models that do)."""
+    if isinstance(getattr(model, "retry", None), ModelRetryPolicy):
+        return True
+    return isinstance(model, FallbackModel) and any(retries(m) for m in model.models)
 
 
 class FallbackModel:

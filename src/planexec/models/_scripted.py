@@ -4,6 +4,11 @@
 came with), fails loudly on a call its script does not cover, and can assert that it was fully
 used. ``FunctionModel`` answers every request with a function of it. Both can simulate latency,
 token usage and cost.
+
+Their requests go through the same retry layer as the providers' (:func:`call_with_retries`), so
+a retryable ``ModelCallError`` — scripted, or a fault profile's rate-limit storm — is retried as
+a provider's 429 would be: each attempt takes the next reply. ``retry=`` sets the policy; by
+default up to 4 attempts with no wait (as their latency defaults to none).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from planexec._errors import Problem, UnexpectedModelCall
 from planexec._json import loads as strict_loads
 from planexec.models._base import ModelRequest, ModelResponse, StreamDelta, ToolCall, Usage, estimate_tokens
 from planexec.models._prices import Price
+from planexec.models._resilience import ModelRetryPolicy, call_with_retries
 from planexec.models._settings import ModelSettings
 
 __all__ = ["FunctionModel", "Reply", "ScriptedModel", "StreamingScriptedModel", "tool_calls"]
@@ -40,8 +46,12 @@ def tool_calls(*calls: tuple[str, dict[str, Any]]) -> ModelResponse:
     )
 
 
+NO_WAIT = ModelRetryPolicy(initial_delay=0.0, max_delay=0.0, jitter=0.0)
+"""The doubles' default retry policy: a provider's number of attempts, and no waiting."""
+
+
 class _Simulated:
-    """Shared by the doubles: simulated latency, usage and cost, and the record of calls."""
+    """Shared by the doubles: simulated latency, usage and cost, retries, and the record of calls."""
 
     def __init__(
         self,
@@ -50,11 +60,14 @@ class _Simulated:
         latency: float | Callable[[ModelRequest], float],
         usage: Usage | None,
         cost_per_million: tuple[float, float] | None,
+        retry: ModelRetryPolicy,
     ) -> None:
         self._name = name
         self._latency = latency
         self._usage = usage
         self._prices = cost_per_million
+        self.retry = retry
+        """How a retryable failure is retried (the same layer as a provider's: ``call_with_retries``)."""
         self.calls: list[ModelRequest] = []
 
     @property
@@ -136,7 +149,9 @@ class ScriptedModel(_Simulated):
 
     ``latency`` (seconds, or a function of the request) is awaited before each answer; usage is
     the reply's own, else ``usage`` when given, else estimated from the characters; cost comes
-    from ``cost_per_million=(input_price, output_price)`` when given.
+    from ``cost_per_million=(input_price, output_price)`` when given. A retryable
+    ``ModelCallError`` reply is retried per ``retry`` (the next reply answers the retry), as a
+    provider's would be; ``retry=ModelRetryPolicy(max_attempts=1)`` passes it on instead.
     """
 
     def __init__(
@@ -147,8 +162,9 @@ class ScriptedModel(_Simulated):
         latency: float | Callable[[ModelRequest], float] = 0.0,
         usage: Usage | None = None,
         cost_per_million: tuple[float, float] | None = None,
+        retry: ModelRetryPolicy = NO_WAIT,
     ) -> None:
-        super().__init__(name=name, latency=latency, usage=usage, cost_per_million=cost_per_million)
+        super().__init__(name=name, latency=latency, usage=usage, cost_per_million=cost_per_million, retry=retry)
         self._script = list(script)
 
     @property
@@ -156,7 +172,10 @@ class ScriptedModel(_Simulated):
         return len(self._script) - len(self.calls)
 
     async def request(self, request: ModelRequest) -> ModelResponse:
-        return await self._answer(request, self._next(request))
+        async def attempt() -> ModelResponse:
+            return await self._answer(request, self._next(request))
+
+        return await call_with_retries(self._name, attempt, self.retry)
 
     def _next(self, request: ModelRequest) -> Reply:
         index = len(self.calls)
@@ -200,12 +219,18 @@ class StreamingScriptedModel(ScriptedModel):
         latency: float | Callable[[ModelRequest], float] = 0.0,
         usage: Usage | None = None,
         cost_per_million: tuple[float, float] | None = None,
+        retry: ModelRetryPolicy = NO_WAIT,
     ) -> None:
-        super().__init__(script, name=name, latency=latency, usage=usage, cost_per_million=cost_per_million)
+        super().__init__(
+            script, name=name, latency=latency, usage=usage, cost_per_million=cost_per_million, retry=retry
+        )
         self._pieces = pieces or (lambda text: _even_pieces(text, chunks))
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
-        response = await self._answer(request, self._next(request), wait=False)
+        async def attempt() -> ModelResponse:  # a stream is retried until its first piece, as a provider's
+            return await self._answer(request, self._next(request), wait=False)
+
+        response = await call_with_retries(self._name, attempt, self.retry)
         pieces = [p for p in self._pieces(response.text) if p]
         pause = self.latency_of(request) / (len(pieces) + 1)
         loop = asyncio.get_running_loop()
@@ -229,7 +254,8 @@ def _even_pieces(text: str, chunks: int) -> list[str]:
 
 
 class FunctionModel(_Simulated):
-    """Answers every request with ``function(request)`` (sync or async)."""
+    """Answers every request with ``function(request)`` (sync or async); a retryable
+    ``ModelCallError`` it raises is retried per ``retry``, as a provider's would be."""
 
     def __init__(
         self,
@@ -239,10 +265,14 @@ class FunctionModel(_Simulated):
         latency: float | Callable[[ModelRequest], float] = 0.0,
         usage: Usage | None = None,
         cost_per_million: tuple[float, float] | None = None,
+        retry: ModelRetryPolicy = NO_WAIT,
     ) -> None:
-        super().__init__(name=name, latency=latency, usage=usage, cost_per_million=cost_per_million)
+        super().__init__(name=name, latency=latency, usage=usage, cost_per_million=cost_per_million, retry=retry)
         self._function = function
 
     async def request(self, request: ModelRequest) -> ModelResponse:
-        self.calls.append(request)
-        return await self._answer(request, self._function)
+        async def attempt() -> ModelResponse:
+            self.calls.append(request)
+            return await self._answer(request, self._function)
+
+        return await call_with_retries(self._name, attempt, self.retry)
