@@ -587,7 +587,7 @@ async def test_a_model_string(server: FakeServer, live: None, monkeypatch: pytes
 
 def test_without_the_sdk_the_message_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "anthropic", None)
-    with pytest.raises(ModelNotFound, match=r"pip install 'planexec\[anthropic\]'"):
+    with pytest.raises(ModelNotFound, match=r"pip install -e '\.\[anthropic\]'"):
         resolve_model(f"anthropic:{MODEL}")
 
 

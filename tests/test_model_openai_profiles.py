@@ -263,8 +263,8 @@ def test_without_the_sdk_the_message_says_what_to_install(monkeypatch: pytest.Mo
     monkeypatch.delitem(sys.modules, "planexec.models._openai")
     with pytest.raises(ModelNotFound) as info:
         resolve_model("ollama:qwen2.5")
-    assert "pip install 'planexec[openai]'" in str(info.value)
+    assert "pip install -e '.[openai]' in a clone of planexec" in str(info.value)
     import planexec.models
 
-    with pytest.raises(ImportError, match=r"pip install 'planexec\[openai\]'"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[openai\]'"):
         planexec.models.__getattr__("OpenAIModel")

@@ -1,17 +1,114 @@
-"""The project as a package: its licence."""
+"""The project as a package: its licence, and the wheel and sdist it builds, installed into fresh
+virtual environments, each with one of the extras, as the README says to install it.
+
+The install tests (marker ``install``) build once per session (``python -m build --no-isolation``:
+the dev extra brings the build tools) and install with pip from the package index, so they need
+it reachable; ``make test`` and CI run them, ``pytest -m "not install"`` leaves them out.
+"""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 
 
 def test_the_license_file_is_the_licence_pyproject_declares() -> None:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    assert project["license"] == "Apache-2.0"
-    assert project["license-files"] == ["LICENSE"]
+    assert PROJECT["license"] == "Apache-2.0"
+    assert PROJECT["license-files"] == ["LICENSE"]
     text = (ROOT / "LICENSE").read_text(encoding="utf-8")
     assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
     assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text
+
+
+@dataclass(frozen=True)
+class Dist:
+    wheel: Path
+    sdist: Path
+
+
+@pytest.fixture(scope="session")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
+    """The wheel and the sdist, built once (the wheel from the sdist, so the sdist must be whole)."""
+    out = tmp_path_factory.mktemp("dist")
+    run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)])
+    (wheel,) = out.glob("planexec-*.whl")
+    (sdist,) = out.glob("planexec-*.tar.gz")
+    return Dist(wheel=wheel, sdist=sdist)
+
+
+def run(
+    command: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env, cwd=cwd)
+    assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def fresh_venv(where: Path, requirement: str) -> Path:
+    """A new virtual environment at ``where`` with ``requirement`` installed; its bin folder."""
+    run([sys.executable, "-m", "venv", "--without-pip", str(where)])
+    python = where / "bin" / "python"
+    run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", requirement])
+    return where / "bin"
+
+
+EXTRA_CHECKS = {
+    "without openai": "from planexec.models import resolve_model\n"
+    "try:\n    resolve_model('openai:gpt-4o-mini')\nexcept planexec.ModelNotFound as e:\n"
+    "    assert '[openai]' in str(e), e\nelse:\n    raise AssertionError('the openai extra is not installed')",
+    "openai": "from planexec.models import OpenAIModel\nassert OpenAIModel('gpt-4o-mini').missing_keys()",
+    "anthropic": "from planexec.models import AnthropicModel\nassert AnthropicModel('claude-x').missing_keys()",
+    "postgres": "from planexec.store import PostgresStore\nPostgresStore('postgresql://localhost/x')",
+}
+
+OFFLINE_RUN = """
+import asyncio, planexec
+from planexec import Agent, ScriptedModel, tool
+
+@tool
+def add(a: int, b: int) -> int:
+    '''Add two numbers.'''
+    return a + b
+
+plan = {"steps": [{"id": "s", "description": "add", "tool": "add", "args": {"a": 1, "b": 2}}]}
+result = asyncio.run(Agent(ScriptedModel([plan, {"answer": "3"}]), tools=[add], store=None).run("1 + 2"))
+assert result.stop.kind == "goal_met" and result.outputs == {"s": 3}, result.stop
+"""
+
+
+@pytest.mark.install
+@pytest.mark.parametrize(
+    ("kind", "extras"),
+    [
+        ("wheel", "openai"),
+        ("wheel", "anthropic"),
+        ("wheel", "postgres"),
+        ("sdist", "openai,anthropic,postgres"),
+    ],
+)
+def test_the_package_installs_into_a_fresh_environment(dist: Dist, tmp_path: Path, kind: str, extras: str) -> None:
+    archive = dist.wheel if kind == "wheel" else dist.sdist
+    requirement = f"planexec[{extras}] @ {archive.as_uri()}"
+    bin_dir = fresh_venv(tmp_path / "venv", requirement)
+    env = {**os.environ, "PLANEXEC_ALLOW_MODEL_REQUESTS": "0", "PLANEXEC_STORE": "memory://"}
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "PYTHONPATH"):
+        env.pop(name, None)
+    helped = run([str(bin_dir / "planexec"), "--help"], env=env, cwd=tmp_path)
+    assert "Commands:" in helped.stdout
+    version = run([str(bin_dir / "planexec"), "--version"], env=env, cwd=tmp_path)
+    assert version.stdout.strip() == f"planexec {PROJECT['version']}"
+    where = run([str(bin_dir / "python"), "-c", "import planexec; print(planexec.__file__)"], env=env, cwd=tmp_path)
+    assert Path(where.stdout.strip()).is_relative_to(tmp_path / "venv")  # the installed copy, not this clone
+    run([str(bin_dir / "python"), "-c", OFFLINE_RUN], env=env, cwd=tmp_path)
+    checks = extras.split(",") + ([] if "openai" in extras else ["without openai"])
+    for check in checks:
+        run([str(bin_dir / "python"), "-c", "import planexec\n" + EXTRA_CHECKS[check]], env=env, cwd=tmp_path)

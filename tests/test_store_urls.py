@@ -155,9 +155,9 @@ def test_the_redactor_is_passed_on(tmp_path: Path) -> None:
 
 def test_a_missing_psycopg_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "psycopg", None)
-    with pytest.raises(UsageError, match=r"pip install 'planexec\[postgres\]'"):
+    with pytest.raises(UsageError, match=r"pip install -e '\.\[postgres\]' in a clone of planexec"):
         open_store("postgresql://localhost/x")
-    with pytest.raises(UsageError, match=r"pip install 'planexec\[postgres\]'"):
+    with pytest.raises(UsageError, match=r"or pip install 'psycopg\[binary\]>=3\.1'"):
         PostgresStore("postgresql://localhost/x")
 
 

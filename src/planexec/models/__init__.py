@@ -1,5 +1,5 @@
 """Models: the neutral interface, ``provider:name`` strings, provider adapters, and the shipped
-test doubles. ``OpenAIModel`` is imported on first use: it needs ``pip install 'planexec[openai]'``."""
+test doubles. ``OpenAIModel`` is imported on first use: it needs the ``openai`` extra."""
 
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +93,8 @@ def __getattr__(name: str) -> Any:
         try:
             from planexec.models._openai import OpenAIModel
         except ModuleNotFoundError as e:
-            raise ImportError(f"OpenAIModel needs the OpenAI SDK: pip install 'planexec[openai]' ({e})") from e
+            from planexec._extras import install_hint
+
+            raise ImportError(f"OpenAIModel needs the OpenAI SDK: {install_hint('openai')} ({e})") from e
         return OpenAIModel
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from planexec._clip import clip
 from planexec._errors import ModelNotFound, Problem, UsageError
+from planexec._extras import install_hint
 from planexec._json import loads as strict_loads
 from planexec.models._base import (
     FinishReason,
@@ -69,7 +70,7 @@ if TYPE_CHECKING:
 __all__ = ["AnthropicModel"]
 
 PROVIDER = "anthropic"
-INSTALL_HINT = "pip install 'planexec[anthropic]'"
+INSTALL_HINT = install_hint("anthropic")
 
 _FINISH: dict[str, FinishReason] = {
     "end_turn": "stop",

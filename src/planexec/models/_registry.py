@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from planexec._errors import ModelNotFound, Problem
+from planexec._extras import install_hint
 from planexec._json import MAX_DEPTH
 from planexec._json import loads as strict_loads
 from planexec.models._base import Model, ModelResponse
@@ -152,7 +153,7 @@ def _openai_family(provider: str) -> ProviderFactory:
                 raise
             raise ModelNotFound(
                 f"{provider}:{rest} needs the OpenAI SDK",
-                [Problem(code="missing_extra", where=provider, message="pip install 'planexec[openai]'")],
+                [Problem(code="missing_extra", where=provider, message=install_hint("openai"))],
             ) from e
         return model_from_string(provider, rest)
 

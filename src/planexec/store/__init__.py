@@ -2,7 +2,7 @@
 
     open_store()                       # $PLANEXEC_STORE, else ~/.local/share/planexec/runs.db
     open_store("sqlite:///tmp/r.db")   # SQLiteStore: one file, WAL, no server (the default)
-    open_store("postgresql://…")       # PostgresStore: pip install 'planexec[postgres]'
+    open_store("postgresql://…")       # PostgresStore: needs the postgres extra
     open_store("memory://")            # MemoryStore: for tests
 
 Every backend implements :class:`RunStore` and passes the same conformance suite.

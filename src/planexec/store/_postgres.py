@@ -1,4 +1,4 @@
-"""PostgresStore: run logs in PostgreSQL, for teams and many machines (``pip install 'planexec[postgres]'``).
+"""PostgresStore: run logs in PostgreSQL, for teams and many machines (the ``postgres`` extra).
 
 Uses psycopg 3's asyncio connections, a few at a time from a small pool. An append is one
 transaction: it locks the run's summary row (``SELECT … FOR UPDATE``), checks the last sequence
@@ -50,6 +50,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from planexec._errors import UsageError
+from planexec._extras import install_hint
 from planexec.runtime._events import Event
 from planexec.store._base import AppendConflict, RunStatus, RunSummary, StoredEvent
 from planexec.store._codec import decode_log, encode_events
@@ -71,7 +72,7 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_STATEMENT_TIMEOUT = 30.0
 """Seconds a call's statements may take together, unless the store or its URL says otherwise."""
 
-INSTALL_HINT = "pip install 'planexec[postgres]'"
+INSTALL_HINT = install_hint("postgres")
 
 SCHEMA_VERSION = 1
 """Store schema changelog (one line per version; each version adds a migration below):

@@ -44,7 +44,7 @@ def open_store(url: str | None = None, *, redactor: Redactor | None = None, pii:
 
     Forms: a file path (an SQLite file, ``~`` expanded: ``runs.db``, ``/abs/path.db``);
     ``memory://``; ``sqlite:///absolute/path.db``; ``sqlite:relative/path.db``;
-    ``postgresql://…`` or ``postgres://…`` (needs ``pip install 'planexec[postgres]'``). A text with
+    ``postgresql://…`` or ``postgres://…`` (needs the ``postgres`` extra). A text with
     ``://``, or that begins with a word and a colon (``mysql:…``), is a URL, never a path.
     Nothing is opened until the store is first used. ``redactor`` defaults to ``Redactor()`` —
     secrets only — or, with ``pii=True`` (or ``$PLANEXEC_REDACT_PII=1`` when ``pii`` is not given),

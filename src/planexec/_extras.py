@@ -1,0 +1,19 @@
+"""What to install for an optional feature, said the same way everywhere.
+
+planexec is installed from a clone (or from a wheel built from one), not from the public index,
+so the hint names both ways: the extra, installed in the clone, or the package it brings.
+"""
+
+from __future__ import annotations
+
+__all__ = ["install_hint"]
+
+_REQUIREMENTS = {"openai": "openai>=3.40", "anthropic": "anthropic>=2.0", "postgres": "psycopg[binary]>=3.1"}
+
+
+def install_hint(extra: str) -> str:
+    """How to install ``extra`` (``openai``, ``anthropic`` or ``postgres``)."""
+    return (
+        f"install planexec's {extra} extra — pip install -e '.[{extra}]' in a clone of planexec — "
+        f"or pip install '{_REQUIREMENTS[extra]}'"
+    )
