@@ -365,7 +365,7 @@ def test_many_problems_of_one_kind_are_counted_after_twenty() -> None:
     problems = check_steps(steps, ctx())
     assert codes(problems) == ["unknown_tool"] * 20 + ["missing_dependency", "unknown_tool"]
     assert problems[-1].where == "plan"
-    assert problems[-1].message == "5 more 'unknown_tool' problem(s) are not listed"
+    assert problems[-1].message == "5 more 'unknown_tool' problems are not listed"
     assert [p.where for p in problems[:20]] == [f"step 's{i}'" for i in range(20)]
 
 
@@ -457,7 +457,7 @@ def test_every_problem_is_reported_at_once() -> None:
     assert isinstance(error, UsageError)
     assert list(error.problems) == problems
     text = str(error)
-    assert f"({len(problems)} problem(s))" in text
+    assert f"({len(problems)} problems)" in text
     for p in problems:
         assert str(p) in text
 

@@ -283,7 +283,7 @@ def test_a_bad_tools_reference_exits_2_naming_every_problem(tmp_path: Path, tool
     )
     assert result.exit_code == 2
     err = result.stderr
-    assert "4 problem(s)" in err
+    assert "4 problems" in err
     assert "--tools 'no_such_module_here:TOOLS': cannot import module 'no_such_module_here'" in err
     assert f"--tools '{tools_module}:missing': '{tools_module}' has no attribute 'missing'" in err
     assert "'plain' is a plain function, not a tool: decorate it with @planexec.tool" in err
@@ -437,7 +437,7 @@ def test_every_event_kind_has_a_line() -> None:
         state.apply(event)
         lines.append(describe_event(event, state))
     assert all(lines)
-    assert lines[4] == "plan v2 by planner (failure), 1 steps: because [cancelled: old]"
+    assert lines[4] == "plan v2 by planner (failure), 1 step: because [cancelled: old]"
     assert "retry in 0.50s" in lines[8]
     assert "after 2 attempts" in lines[10]
     assert lines[-1] == "run finished: stalled: nothing new"

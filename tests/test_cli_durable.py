@@ -210,7 +210,7 @@ def test_two_questions_answered_in_either_order_then_resumed(cli: Cli, order: tu
 
     first = cli("approve", run_id, ids[order[0]], "--no-resume")
     assert first.exit_code == 0, first.output
-    assert "waits for 1 answer(s)" in first.output
+    assert "waits for 1 answer:" in first.output
     assert ids[order[1]] in first.output
     second = cli("approve", run_id, ids[order[1]], "--no-resume")
     assert second.exit_code == 0, second.output
@@ -277,7 +277,7 @@ def test_an_edited_plan_is_checked_then_recorded_as_a_human_version(cli: Cli) ->
     assert "unknown tool 'nope'" in err
     assert "argument a:" in err
     assert "binds step 'a', which is not in depends_on" in err
-    assert "4 problem(s)" in err  # b also misses its argument 'b'
+    assert "4 problems" in err  # b also misses its argument 'b'
     assert len(json.loads(cli("approvals", "--json").stdout)) == 1  # nothing recorded
 
     not_json = cli.tmp / "not.json"
@@ -435,7 +435,7 @@ def test_a_run_started_from_python_needs_its_models_and_tools_on_the_command_lin
     err = result.stderr
     assert "the answer is recorded, but the run cannot be resumed here" in err
     assert "--planner: the run records no planner model" in err
-    assert "--tools: the run used tool(s) that are not given: add, double, publish, send" in err
+    assert "--tools: the run used tools that are not given: add, double, publish, send" in err
 
     answer = cli.script([{"answer": "published 5"}], name="rest.json")
     resumed = cli("resume", "api", "--planner", answer, "--tools", f"{cli.tools}:TOOLS", "--no-live")

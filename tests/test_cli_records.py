@@ -115,7 +115,7 @@ def test_runs_lists_the_store_newest_first(tmp_path: Path, tools: str, store: st
 
     bad = cli(store, "runs", "--status", "done", "--limit", "x")
     assert bad.exit_code == 2
-    assert "2 problem(s)" in bad.stderr
+    assert "2 problems" in bad.stderr
 
 
 def test_show_gives_every_plan_version_with_its_diff(tmp_path: Path, tools: str, store: str) -> None:
@@ -336,7 +336,7 @@ def test_bad_replay_options_are_listed_together(tmp_path: Path, tools: str, stor
     result = cli(store, "replay", run_id, "--fork-at", "0", "--fail", "nope:sideways")
     assert result.exit_code == 2
     err = result.stderr
-    assert "3 problem(s)" in err
+    assert "3 problems" in err
     assert "--fork-at: '0' must be from 1 to" in err
     assert "'sideways' is not a step error kind" in err
     assert "step 'nope' never ran in this run (steps that ran: sum, twice)" in err
@@ -351,21 +351,21 @@ def test_gc_removes_old_runs_and_dry_run_does_not(tmp_path: Path, tools: str, st
 
     dry = cli(store, "gc", "--older-than", "30d", "--dry-run")
     assert dry.exit_code == 0
-    assert "would remove 2 run(s)" in dry.stdout
+    assert "would remove 2 runs" in dry.stdout
     assert len(json.loads(cli(store, "runs", "--json").stdout)) == 3
 
     removed = cli(store, "gc", "--older-than", "30d")
     assert removed.exit_code == 0
-    assert "removed 2 run(s)" in removed.stdout
+    assert "removed 2 runs" in removed.stdout
     assert all(run_id in removed.stdout for run_id in old)
     assert [r["run_id"] for r in json.loads(cli(store, "runs", "--json").stdout)] == [fresh]
 
 
 def test_gc_older_than_zero_seconds(store: str) -> None:
     seed_old_runs(store, 3)
-    assert "would remove 3 run(s)" in cli(store, "gc", "--older-than", "0s", "--dry-run").stdout
+    assert "would remove 3 runs" in cli(store, "gc", "--older-than", "0s", "--dry-run").stdout
     assert len(json.loads(cli(store, "runs", "--json").stdout)) == 3
-    assert "removed 3 run(s)" in cli(store, "gc", "--older-than", "0s").stdout
+    assert "removed 3 runs" in cli(store, "gc", "--older-than", "0s").stdout
     assert json.loads(cli(store, "runs", "--json").stdout) == []
 
 

@@ -64,7 +64,7 @@ def test_eval_prints_the_table_and_writes_the_report(tmp_path: Path) -> None:
 def test_fail_on_task_failure_exits_1(tmp_path: Path) -> None:
     result = eval_cli(half_suite(tmp_path), "--fail-on-task-failure")
     assert result.exit_code == 1
-    assert "1 run(s) failed" in result.output
+    assert "1 run failed" in result.output
 
 
 def test_json_on_stdout(tmp_path: Path) -> None:
@@ -96,7 +96,7 @@ def test_a_regression_against_the_baseline_exits_1_and_is_named(tmp_path: Path) 
     (tmp_path / "base.json").write_text(json.dumps(slower(better_baseline(read(tmp_path / "now.json")))))
     result = eval_cli(suite, "--baseline", tmp_path / "base.json")
     assert result.exit_code == 1, result.output
-    assert "2 regression(s) against the baseline" in result.output
+    assert "2 regressions against the baseline" in result.output
     assert "REGRESSION pass rate fell from 1.00 to 0.50 (tolerance 0.00)" in result.output
     assert "REGRESSION task 'bad': pass rate fell from 1.00 to 0.00 (tolerance 0.00)" in result.output
 
@@ -187,7 +187,7 @@ def test_a_bad_invocation_lists_every_problem_and_exits_2(tmp_path: Path) -> Non
     (tmp_path / "base.json").write_text('{"format": "something else"}')
     result = eval_cli(tmp_path / "suite.yaml", "--faults", "hurricane", "--baseline", tmp_path / "base.json")
     assert result.exit_code == 2
-    assert "4 problem(s)" in result.stderr
+    assert "4 problems" in result.stderr
     assert "tasks[0] (t).goal: is required" in result.stderr
     assert "tasks[0] (t).planner: is required" in result.stderr
     assert "--faults: unknown fault profile 'hurricane'" in result.stderr

@@ -453,7 +453,7 @@ def test_from_mapping_lists_every_problem_at_once() -> None:
         ]
     )
     message = str(caught.value)
-    assert "invalid fault profile (9 problem(s))" in message
+    assert "invalid fault profile (9 problems)" in message
     assert "must be from 0 to 1, got 1.5" in message
     assert "unknown key (known: seed, tool_error_rate" in message
 

@@ -129,7 +129,7 @@ def test_the_command_line_lists_every_missing_key_with_the_other_problems() -> N
         ]
     )
     assert result.exit_code == 2
-    assert "3 problem" in result.stderr
+    assert "3 problems" in result.stderr
     assert "--planner: anthropic:claude-sonnet-4-5: ANTHROPIC_API_KEY is not set" in result.stderr
     assert "--executor: openai:gpt-4o-mini: OPENAI_API_KEY is not set" in result.stderr
     assert "no_such_module" in result.stderr

@@ -72,7 +72,7 @@ async def test_repairs_exhausted_stop_with_a_clear_error() -> None:
     result = await Agent(planner, tools=[add]).run("1+2")
 
     assert result.stop.kind == "error"
-    assert "still invalid after 2 repair(s)" in result.stop.detail
+    assert "still invalid after 2 repairs" in result.stop.detail
     assert "not valid JSON" in result.stop.detail
     assert len(planner.calls) == 3
     assert len(events_of(result, PlannerOutputRejected)) == 3

@@ -255,7 +255,7 @@ async def test_a_log_with_unreadable_events_keeps_the_readable_ones(backend: Bac
     readable = [seq for seq in range(1, n + 1) if seq not in (2, 4, 6)]
     assert [s.seq for s in error.events] == readable
     assert [s.event for s in error.events] == [events[seq - 1] for seq in readable]
-    assert "3 event(s)" in str(error)
+    assert "3 events" in str(error)
     # everything else keeps working
     assert await store.last_seq("r") == n
     summary = await store.get_run("r")

@@ -33,6 +33,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from planexec._plural import counted
+
 if TYPE_CHECKING:
     from planexec.runtime._result import RunResult
 
@@ -88,7 +90,7 @@ class UsageError(PlanexecError):
     def _render(self) -> str:
         if not self.problems:
             return self.summary
-        lines = [f"{self.summary} ({len(self.problems)} problem(s)):"]
+        lines = [f"{self.summary} ({counted(len(self.problems), 'problem')}):"]
         lines += [f"  - {p}" for p in self.problems]
         return "\n".join(lines)
 
@@ -192,6 +194,6 @@ class LogUnreadable(StoreError):
         listing = "; ".join(str(p) for p in self.problems[:5])
         more = f" (and {len(self.problems) - 5} more)" if len(self.problems) > 5 else ""
         super().__init__(
-            f"run {run_id}: {len(self.problems)} event(s) of its log cannot be read: {listing}{more}; "
-            f"{len(self.events)} event(s) could be read"
+            f"run {run_id}: {counted(len(self.problems), 'event')} of its log cannot be read: {listing}{more}; "
+            f"{counted(len(self.events), 'event')} could be read"
         )

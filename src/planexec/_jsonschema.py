@@ -31,6 +31,7 @@ import jsonschema
 from jsonschema.exceptions import ValidationError
 
 from planexec._clip import clip
+from planexec._plural import counted
 from planexec._regex import PatternError, compile_pattern, search
 
 __all__ = ["MAX_WORK", "LinearValidator", "SafeValidator", "TooCostly", "bounded", "validator_for"]
@@ -124,7 +125,7 @@ def _enum(validator: Any, enums: Any, instance: Any, schema: Any) -> Iterator[Va
             _FROZEN_ENUMS.clear()
         known = _FROZEN_ENUMS[id(enums)] = (enums, frozenset(_frozen(e) for e in enums))
     if _frozen(instance) not in known[1]:
-        yield ValidationError(f"{_cut(repr(instance), 80)} is not one of the {len(enums)} values allowed")
+        yield ValidationError(f"{_cut(repr(instance), 80)} is not one of the {counted(len(enums), 'value')} allowed")
 
 
 def _const(validator: Any, const: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:

@@ -175,7 +175,7 @@ def test_an_alias_bomb_on_the_command_line_exits_2(tmp_path: Path) -> None:
     (tmp_path / "suite.yaml").write_text(laughs(levels=9, width=9))
     result = eval_cli(tmp_path / "suite.yaml")
     assert result.exit_code == 2
-    assert "1 problem(s)" in result.stderr
+    assert "1 problem:" in result.stderr
     assert "expands to more than 100,000 values" in result.stderr
 
 
@@ -225,7 +225,7 @@ def test_a_deeply_nested_script_or_fault_file_is_refused(tmp_path: Path) -> None
     (tmp_path / "faults.json").write_text(nested_json(10_000, '{"tool_error_rate": 0.1}'))
     result = eval_cli(path, "--faults", tmp_path / "faults.json")
     assert result.exit_code == 2
-    assert "2 problem(s)" in result.stderr
+    assert "2 problems" in result.stderr
     assert "RecursionError" not in result.stderr
     lines = [line for line in result.stderr.splitlines() if "nested more than 64 levels deep" in line]
     assert len(lines) == 2
@@ -373,7 +373,7 @@ def test_numeric_problems_on_the_command_line_are_all_listed(tmp_path: Path) -> 
     path = base_suite(tmp_path, suite="concurrency: .inf", task="repeat: 1000000000\nbudget: {cost: .nan}")
     result = eval_cli(path)
     assert result.exit_code == 2
-    assert "3 problem(s)" in result.stderr
+    assert "3 problems" in result.stderr
     assert "concurrency: must be a whole number" in result.stderr
     assert "tasks[0] (t).repeat: must be at most 1,000" in result.stderr
     assert "tasks[0] (t).budget.cost: must be finite" in result.stderr

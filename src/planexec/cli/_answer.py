@@ -15,6 +15,7 @@ import pydantic
 from planexec._errors import UsageError
 from planexec._json import MAX_CHARS, MAX_DEPTH, JSONRefused
 from planexec._json import loads as strict_loads
+from planexec._plural import counted
 from planexec.cli._options import Problems, Refused
 from planexec.cli._questions import about
 from planexec.plan import CheckContext, Plan, check_steps
@@ -67,7 +68,7 @@ def pick_question(state: RunState, approval_id: str | None, problems: Problems) 
         if not pending:
             problems.add("ID", f"run {state.run_id} waits for no answer")
         else:
-            problems.add("ID", f"run {state.run_id} waits for {len(pending)} answers; name one: {listing}")
+            problems.add("ID", f"run {state.run_id} waits for {counted(len(pending), 'answer')}; name one: {listing}")
         return None
     rec = state.approvals.get(approval_id)
     if rec is None:

@@ -18,6 +18,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
+from planexec._plural import counted
 from planexec.cli._text import plain, redacted_events, shown
 from planexec.cli._watch import new_events
 from planexec.plan import render_text
@@ -231,13 +232,13 @@ def _detail(rec: StepRecord, state: RunState, asking: bool) -> str:
         return f"after {', '.join(waiting)}" if waiting else "ready"
     if rec.status == "running":
         if rec.step.tool is None:
-            return f"{len(rec.tool_calls)} tool call(s) so far"
+            return f"{counted(len(rec.tool_calls), 'tool call')} so far"
         errors = rec.attempt_errors
         return f"retrying after: {errors[-1].message}" if errors else rec.step.description
     if rec.status == "failed" and rec.error is not None:
         return str(rec.error)
     if rec.status == "succeeded":
-        calls = f"{len(rec.tool_calls)} tool call(s) · " if rec.tool_calls else ""
+        calls = f"{counted(len(rec.tool_calls), 'tool call')} · " if rec.tool_calls else ""
         return calls + render_text(rec.output)
     return rec.step.description
 
@@ -267,7 +268,7 @@ def describe_event(event: Event, state: RunState) -> str:
         return f"planner output rejected (attempt {event.attempt}): " + "; ".join(map(str, event.problems))
     if isinstance(event, PlanProposed):
         plan = event.plan
-        line = f"plan v{plan.version} by {plan.author} ({event.trigger}), {len(plan.steps)} steps"
+        line = f"plan v{plan.version} by {plan.author} ({event.trigger}), {counted(len(plan.steps), 'step')}"
         if plan.reason:
             line += f": {plan.reason}"
         if event.cancelled:
@@ -310,7 +311,7 @@ def describe_event(event: Event, state: RunState) -> str:
     if isinstance(event, RunSuspended):
         return f"run suspended, waiting for {', '.join(event.approvals) or 'a human'}: {event.reason}"
     if isinstance(event, RunResumed):
-        return f"run resumed from its log ({event.events} events)"
+        return f"run resumed from its log ({counted(event.events, 'event')})"
     if isinstance(event, StepStarted):
         where = f"tool {event.tool}" if event.tool else f"executor {event.executor}"
         return f"step {event.step_id} started ({where})"

@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 
 from planexec._errors import StoreError, UsageError
+from planexec._plural import counted
 from planexec.cli._board import Board, Display, LineDisplay, LiveDisplay, follow
 from planexec.cli._options import Problems, Refused
 from planexec.cli._text import plain, redactor_of
@@ -86,7 +87,7 @@ def say(console: Console, text: str) -> None:
 
 def problem_exit(ctx: click.Context, problems: Sequence[str]) -> NoReturn:
     """Say everything wrong with the invocation and exit with status 2."""
-    click.echo(f"Error: planexec {ctx.info_name}: {len(problems)} problem(s):", err=True)
+    click.echo(f"Error: planexec {ctx.info_name}: {counted(len(problems), 'problem')}:", err=True)
     for p in problems:
         click.echo(f"  - {p}", err=True)
     ctx.exit(EXIT_USAGE)

@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 
+from planexec._plural import counted
 from planexec.cli._main import main
 
 __all__ = ["entry"]
@@ -26,7 +27,8 @@ def entry() -> None:
     stray = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
     if stray:
         names = ", ".join(sorted(t.name for t in stray)[:5])
-        note = f"planexec: {len(stray)} thread(s) started by a tool still run ({names}); exiting anyway"
+        still = "still runs" if len(stray) == 1 else "still run"
+        note = f"planexec: {counted(len(stray), 'thread')} started by a tool {still} ({names}); exiting anyway"
         print(note, file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from planexec._errors import UsageError
+from planexec._plural import counted
 from planexec.cli._common import EXIT_OK, EXIT_STOPPED, make_console, problem_exit, say
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
@@ -215,7 +216,7 @@ def _finish(report: EvalReport, suite: Suite, base: EvalReport | None, options: 
     if base is not None:
         code = _compare(report, base, replace(suite.tolerances, **options.tolerances), console)
     if options.fail_on_task_failure and report.failed_runs:
-        say(console, f"{len(report.failed_runs)} run(s) failed")
+        say(console, f"{counted(len(report.failed_runs), 'run')} failed")
         code = EXIT_STOPPED
     return code
 
@@ -273,7 +274,10 @@ async def _run(
         settings = replace(settings, store=store)
         total = sum(t.repeat for t in suite.tasks)
         if no_live or not console.is_terminal:
-            say(console, f"{suite.name}: {total} run(s) of {len(suite.tasks)} task(s), {settings.agent} agent")
+            say(
+                console,
+                f"{suite.name}: {counted(total, 'run')} of {counted(len(suite.tasks), 'task')}, {settings.agent} agent",
+            )
             return await run_suite(suite, settings, progress=_Lines(console))
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as bar:
@@ -335,7 +339,7 @@ def _compare(report: EvalReport, baseline: EvalReport, tolerances: Tolerances, c
     if comparison.ok:
         say(console, "no regression against the baseline")
         return EXIT_OK
-    say(console, f"{len(comparison.regressions)} regression(s) against the baseline:")
+    say(console, f"{counted(len(comparison.regressions), 'regression')} against the baseline:")
     for regression in comparison.regressions:
         say(console, f"  REGRESSION {regression.message}")
     return EXIT_STOPPED

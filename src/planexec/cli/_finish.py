@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from planexec._plural import counted
 from planexec.cli._common import EXIT_STOPPED, EXIT_WAITING, View, exit_code
 from planexec.cli._questions import about, answer_commands, approval_json
 from planexec.cli._report import json_text, print_summary, result_json
@@ -22,7 +23,7 @@ __all__ = ["report_result", "waiting_lines"]
 def waiting_lines(choice: StoreChoice, run_id: str, pending: Iterable[ApprovalRecord]) -> list[str]:
     """What a suspended run waits for, and the exact commands that answer each question."""
     pending = list(pending)
-    lines = [f"run {run_id} is saved in {choice.describe()} and waits for {len(pending)} answer(s):"]
+    lines = [f"run {run_id} is saved in {choice.describe()} and waits for {counted(len(pending), 'answer')}:"]
     lines += [f"  {rec.approval_id}  {about(rec)}: {rec.reason}" for rec in pending]
     lines.append("answer with:")
     for rec in pending:

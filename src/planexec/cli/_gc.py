@@ -7,6 +7,7 @@ import time
 
 import click
 
+from planexec._plural import counted
 from planexec.cli._common import run_command
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
@@ -51,7 +52,7 @@ async def _gc(choice: StoreChoice, age: float | None, dry_run: bool, problems: P
         else:
             ids = await store.expire(older_than=cutoff)
     verb = "would remove" if dry_run else "removed"
-    click.echo(f"{verb} {len(ids)} run(s) from {choice.describe()}")
+    click.echo(f"{verb} {counted(len(ids), 'run')} from {choice.describe()}")
     for run_id in ids:
         click.echo(f"  {run_id}")
     return 0

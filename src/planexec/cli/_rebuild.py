@@ -279,7 +279,8 @@ def build_agent(
         have = Toolset(*tools).names
         missing = [name for name in needs_tools if name not in have]
         if missing:
-            problems.add("--tools", f"the run used tool(s) that are not given: {', '.join(missing)}")
+            which = "a tool that is not given" if len(missing) == 1 else "tools that are not given"
+            problems.add("--tools", f"the run used {which}: {', '.join(missing)}")
     if problems or planner is None or policy is None or replan is None:
         raise Refused(problems)
     if planner_settings is None or executor_settings is None:  # never without a problem added

@@ -11,6 +11,7 @@ from typing import Any, cast, get_args
 import click
 
 from planexec._errors import UsageError
+from planexec._plural import counted
 from planexec.cli._agent_options import AgentFlags, agent_options
 from planexec.cli._approve import approvals_for
 from planexec.cli._board import describe_event
@@ -233,16 +234,22 @@ def _offline(view: View, run_id: str, report: ReplayReport, total: int) -> int:
         }
         click.echo(json_text(data))
     elif report.matched:
-        say(view.console, f"run {run_id} replayed exactly: {report.compared} of {total} events compared and matched")
+        say(
+            view.console,
+            f"run {run_id} replayed exactly: {report.compared} of {counted(total, 'event')} compared and matched",
+        )
         say(view.console, "no model and no tool was called")
     else:
         say(view.console, f"run {run_id} did not replay as recorded: {report.divergence}")
-        say(view.console, f"{report.compared} of {total} events matched before the difference")
+        say(view.console, f"{report.compared} of {counted(total, 'event')} matched before the difference")
     return EXIT_OK if report.matched else EXIT_STOPPED
 
 
 def _print_live_part(view: View, run_id: str, report: ReplayReport, redactor: Redactor) -> None:
-    say(view.console, f"run {report.run_id}: a fork of run {run_id}, replayed for {report.compared} events, then live")
+    say(
+        view.console,
+        f"run {report.run_id}: a fork of run {run_id}, replayed for {counted(report.compared, 'event')}, then live",
+    )
     state = RunState()
     for index, event in enumerate(redacted_events(report.events, redactor)):
         state.apply(event)

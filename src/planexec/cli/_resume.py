@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from planexec._errors import LogUnreadable, UsageError
+from planexec._plural import counted
 from planexec.cli import _approve
 from planexec.cli._agent_options import AgentFlags, agent_options, live_options
 from planexec.cli._common import EXIT_WAITING, View, follow_to_end, run_command, say
@@ -30,7 +31,7 @@ async def load_log(store: RunStore, run_id: str, choice: StoreChoice, problems: 
     log, unreadable = await read_log(store, run_id)
     if unreadable:
         problems += unreadable
-        problems.add("RUN", f"`planexec show {run_id}` shows the {len(log)} event(s) that can be read")
+        problems.add("RUN", f"`planexec show {run_id}` shows the {counted(len(log), 'event')} that can be read")
     elif not log:
         problems.add("RUN", f"no run {run_id!r} in {choice.describe()} (`planexec runs` lists them)")
     elif not isinstance(log[0], RunStarted):

@@ -11,6 +11,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from planexec._plural import counted
 from planexec.cli._common import EXIT_USAGE, make_console, run_command
 from planexec.cli._format import cut, money, seconds, when
 from planexec.cli._globals import global_options
@@ -138,7 +139,10 @@ async def _show(choice: StoreChoice, run_id: str, as_json: bool) -> int:
 
 def _unreadable(run_id: str, lines: list[str], *, shown: int) -> int:
     """Say what could not be read (after what could), and exit with status 2."""
-    click.echo(f"Error: run {run_id}: {len(lines)} problem(s) reading its log; {shown} event(s) shown:", err=True)
+    click.echo(
+        f"Error: run {run_id}: {counted(len(lines), 'problem')} reading its log; {counted(shown, 'event')} shown:",
+        err=True,
+    )
     for line in lines:
         click.echo(f"  - {line}", err=True)
     return EXIT_USAGE
@@ -177,7 +181,7 @@ async def _export(choice: StoreChoice, run_id: str, output: Path | None) -> int:
             await asyncio.to_thread(output.write_text, text, encoding="utf-8")
         except OSError as e:
             raise Refused(Problems.of(f"--output {str(output)!r}", f"cannot write it: {e.strerror or e}")) from e
-        click.echo(f"wrote {len(log)} events of run {run_id} to {output}", err=True)
+        click.echo(f"wrote {counted(len(log), 'event')} of run {run_id} to {output}", err=True)
     if unreadable:
         return _unreadable(run_id, unreadable, shown=len(log))
     return 0

@@ -13,6 +13,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from planexec._plural import counted
 from planexec.cli._board import runs_on
 from planexec.cli._format import cut, money, seconds, when
 from planexec.cli._plan_diff import diff_plans
@@ -39,7 +40,7 @@ def _status_line(state: RunState) -> str:
     if state.stop is not None:
         return f"finished: {state.stop}"
     if state.status == "waiting":
-        return f"waiting for {len(state.pending_approvals)} answer(s)"
+        return f"waiting for {counted(len(state.pending_approvals), 'answer')}"
     return "running (or stopped without finishing: `planexec resume` goes on with it)"
 
 

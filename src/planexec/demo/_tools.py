@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from planexec._errors import ToolError
+from planexec._plural import counted
 from planexec.demo._files import CHANGELOG, CURRENT_LOG, FIXES, INCIDENT_DAY, WORKFLOW, ScenarioFiles
 from planexec.demo._pace import Pace
 from planexec.tools import Tool, ToolContext, Toolset, tool
@@ -89,7 +90,7 @@ def demo_tools(files: ScenarioFiles, pace: Pace) -> Toolset:
                 last = lines[-1].split(f" {run_id} ", 1)[1]
                 raise ToolError(
                     f"the log of run {run_id} is incomplete: {CURRENT_LOG} ends mid-run after {last!r} "
-                    f"({len(lines)} lines) and the rest was rotated to the archived segment {rotated[-1]}"
+                    f"({counted(len(lines), 'line')}) and the rest was rotated to the archived segment {rotated[-1]}"
                 )
         return {"run_id": run_id, "source": CURRENT_LOG, "lines": lines, "error": _parse_error(lines)}
 

@@ -115,7 +115,9 @@ def load_tool_ref(ref: str, root: Path, where: str, problems: list[Problem]) -> 
     items = value if isinstance(value, list | tuple) else [value]
     bad = [i for i, item in enumerate(items) if not isinstance(item, Tool | Toolset)]
     if bad:
-        what = f"item(s) {', '.join(map(str, bad))} of {ref!r} are" if items is value else f"{ref!r} is"
+        numbers = ", ".join(map(str, bad))
+        many = f"items {numbers} of {ref!r} are" if len(bad) > 1 else f"item {numbers} of {ref!r} is"
+        what = many if items is value else f"{ref!r} is"
         problems.append(Problem(code="tools", where=where, message=f"{what} not a Tool or a Toolset (use @tool)"))
         return []
     return list(Toolset(*items))

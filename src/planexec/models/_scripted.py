@@ -23,6 +23,7 @@ from typing import Any, TypeAlias
 from planexec._clip import clip
 from planexec._errors import Problem, UnexpectedModelCall
 from planexec._json import loads as strict_loads
+from planexec._plural import counted
 from planexec.models._base import ModelRequest, ModelResponse, StreamDelta, ToolCall, Usage, estimate_tokens
 from planexec.models._prices import Price
 from planexec.models._resilience import ModelRetryPolicy, call_with_retries
@@ -197,8 +198,9 @@ class ScriptedModel(_Simulated):
         """Raise ``UnexpectedModelCall`` unless every scripted reply was used."""
         if self.remaining:
             raise UnexpectedModelCall(
-                f"scripted model {self._name!r} was called {len(self.calls)} time(s); "
-                f"{self.remaining} scripted repl(ies) were never used"
+                f"scripted model {self._name!r} was called {counted(len(self.calls), 'time')}; "
+                f"{counted(self.remaining, 'scripted reply', 'scripted replies')} "
+                f"{'was' if self.remaining == 1 else 'were'} never used"
             )
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from planexec._clip import clip
 from planexec._errors import Problem
 from planexec._json import MAX_CHARS, MAX_DEPTH, json_chars
+from planexec._plural import counted
 
 __all__ = ["BindingError", "CompiledArgs", "Ref", "compile_args", "render_text"]
 
@@ -263,7 +264,7 @@ def lookup(ref: Ref, outputs: Mapping[str, Any]) -> Any:
             except ValueError:
                 raise LookupError(f"{_cut(walked)} is a list; {_cut(repr(seg))} is not an index") from None
             if not -len(current) <= index < len(current):
-                raise LookupError(f"{_cut(walked)} has {len(current)} item(s); index {index} is out of range")
+                raise LookupError(f"{_cut(walked)} has {counted(len(current), 'item')}; index {index} is out of range")
             current = current[index]
         else:
             raise LookupError(f"{_cut(walked)} is {type(current).__name__}, which has no {_cut(repr(seg))}")

@@ -18,6 +18,7 @@ from typing import Literal
 from planexec._clip import clip
 from planexec._errors import PlanInvalid, Problem
 from planexec._json import MAX_CHARS, MAX_DEPTH, json_problem
+from planexec._plural import counted
 from planexec._regex import pattern_problem
 from planexec.plan._bindings import CompiledArgs, compile_args
 from planexec.plan._graph import DependencyGraph, describe_cycle
@@ -120,7 +121,13 @@ def capped(problems: Iterable[Problem]) -> list[Problem]:
     for code, n in seen.items():
         if n > MAX_PROBLEMS_PER_CODE:
             left = n - MAX_PROBLEMS_PER_CODE
-            out.append(Problem(code=code, where="plan", message=f"{left:,} more {code!r} problem(s) are not listed"))
+            out.append(
+                Problem(
+                    code=code,
+                    where="plan",
+                    message=f"{counted(left, f'more {code!r} problem')} {'is' if left == 1 else 'are'} not listed",
+                )
+            )
     return out
 
 
@@ -160,7 +167,7 @@ class Rules:
         return Problem(
             code="budget_steps",
             where="plan",
-            message=f"the plan has {count} steps to run; the step budget allows {self.ctx.max_steps}",
+            message=f"the plan has {counted(count, 'step')} to run; the step budget allows {self.ctx.max_steps}",
         )
 
     # -- routing ---------------------------------------------------------------------------------

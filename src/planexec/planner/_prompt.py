@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from planexec._plural import counted
 from planexec.plan._bindings import BindingError, render_text
 from planexec.tools._tool import Tool
 from planexec.tools._toolset import Toolset
@@ -129,7 +130,7 @@ def _cut(value: Any, limit: int) -> str:
         text = render_text(value)
     except BindingError as e:
         return f"(cannot be shown as text: {e})"
-    return text if len(text) <= limit else text[:limit] + f"… ({len(text) - limit} more characters)"
+    return text if len(text) <= limit else text[:limit] + f"… ({counted(len(text) - limit, 'more character')})"
 
 
 def describe_record(state: RunState, limit: int) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from planexec._errors import Problem, UsageError
+from planexec._plural import counted
 from planexec._tasks import abandon
 from planexec.executor._acceptance import Acceptance
 from planexec.executor._base import Executor
@@ -685,7 +686,7 @@ class Engine:
             raise Stop(
                 StopReason(
                     kind="max_replans",
-                    detail=f"the plan was patched {self.state.replans} time(s), the most allowed; "
+                    detail=f"the plan was patched {counted(self.state.replans, 'time')}, the most allowed; "
                     f"still failing: {', '.join(self.unaddressed)}",
                 )
             )

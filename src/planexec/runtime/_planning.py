@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from planexec._errors import Problem, UsageError
+from planexec._plural import counted
 from planexec.models._base import Message, ModelCrashed, ModelRequest, OutputSpec, cancelled_for_real
 from planexec.models._registry import resolve_model
 from planexec.plan import IncrementalChecker
@@ -539,7 +540,7 @@ class Planning:
         refusals = sum(1 for r in engine.state.reviews if not r.passed)
         why = "; ".join(done.refused)
         if refusals >= review.max_rounds:
-            detail = f"the final answer was refused {refusals} time(s), the most allowed: {why}"
+            detail = f"the final answer was refused {counted(refusals, 'time')}, the most allowed: {why}"
             raise Stop(StopReason(kind="escalated", code="answer_rejected", detail=detail))
         kind: PlanKind = "turn" if engine.config.planner.policy == "step" else "review"
         self.start(kind, f"the final answer was refused: {why}")
@@ -557,7 +558,9 @@ class Planning:
             )
             raise Stop(StopReason(kind="budget_exhausted", budget="steps", detail=step_budget[0].message))
         repairs = engine.config.planner.max_repairs
-        detail = f"the planner's output was still invalid after {repairs} repair(s): " + "; ".join(map(str, problems))
+        detail = f"the planner's output was still invalid after {counted(repairs, 'repair')}: " + "; ".join(
+            map(str, problems)
+        )
         raise error_stop("planner_output", detail)
 
     def _edited(self, done: PlanDone) -> tuple[list[Step], Author, str]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from planexec._errors import UsageError
+from planexec._plural import counted
 from planexec.executor._acceptance import Acceptance
 from planexec.executor._base import Executor
 from planexec.executor._model import ModelExecutor
@@ -265,7 +266,7 @@ async def replay_log(
     matched = divergence is None and (forking or replayer.cursor == len(events))
     detail = str(divergence) if divergence is not None else None
     if divergence is None and not matched:
-        detail = f"the replay ended after {replayer.cursor} of {len(events)} events"
+        detail = f"the replay ended after {replayer.cursor} of {counted(len(events), 'event')}"
     result = None
     if engine.state.finished or engine.state.suspended is not None:
         result = RunResult.from_state(engine.state, engine.events)

@@ -163,7 +163,9 @@ class Redactor:
         if unknown:
             listing = ", ".join(sorted(known))
             raise UsageError(
-                "unknown redaction rule name(s) in disable",
+                "unknown redaction rule name in disable"
+                if len(unknown) == 1
+                else "unknown redaction rule names in disable",
                 [Problem(code="unknown_rule", where=f"rule {n!r}", message=f"known rules: {listing}") for n in unknown],
             )
         self.rules: tuple[RedactionRule, ...] = tuple(r for r in chosen if r.name not in off)
