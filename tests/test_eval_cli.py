@@ -3,6 +3,7 @@ the example suite, and bad input."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 from pathlib import Path
@@ -11,6 +12,9 @@ from typing import Any
 import pytest
 from click.testing import Result
 
+from planexec import Agent
+from planexec.models import resolve_model
+from planexec.react import ReactAgent
 from tests.cli_support import invoke
 from tests.test_eval import TOOLS_SOURCE, step, write_module, write_script
 
@@ -201,3 +205,23 @@ def test_eval_has_help() -> None:
     assert "--baseline" in result.output
     assert "[planexec|react]" in result.output
     assert "eval" in invoke(["--help"]).output
+
+
+async def test_on_compare_both_agents_overlap_the_lookups_and_react_takes_a_turn_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What examples/eval/README.md says of the compare task."""
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    planners = importlib.import_module("bookshop_planners")
+    tools = importlib.import_module("bookshop_tools").TOOLS
+    goal = "Who has spent more, customer c-1 (Ada) or customer c-2 (Bob)?"
+    planned = await Agent(planners.compare(), tools=tools, store=None).run(goal)
+    kinds = [(e.kind, getattr(e, "step_id", None)) for e in planned.events]
+    first_done = kinds.index(("step_succeeded", "ada"))
+    assert {("step_started", "ada"), ("step_started", "bob")} <= set(kinds[:first_done])
+    assert planned.model_calls == 2
+    react = await ReactAgent(resolve_model(f"scripted:{EXAMPLE / 'replies' / 'compare.react.json'}"), tools=tools).run(
+        goal
+    )
+    assert [c.tool for c in react.calls if c.step_id == react.calls[0].step_id] == ["orders_of", "orders_of"]
+    assert react.model_calls == 3

@@ -19,3 +19,24 @@ def test_the_readme_has_snippets() -> None:
 def test_snippet_runs(code: str, capsys: pytest.CaptureFixture[str]) -> None:
     exec(compile(code, str(README), "exec"), {"__name__": "readme_snippet"})
     assert capsys.readouterr().out.strip()
+
+
+MAKEFILE = README.parent / "Makefile"
+
+
+def test_the_make_targets_the_readme_names_run_what_it_says() -> None:
+    """ "`make X` (`python -m M`, ...)": each module named is one target X runs."""
+    recipes: dict[str, str] = {}
+    target = ""
+    for line in MAKEFILE.read_text(encoding="utf-8").splitlines():
+        if m := re.match(r"^([\w-]+):", line):
+            target = m.group(1)
+            recipes[target] = ""
+        elif line.startswith("\t") and target:
+            recipes[target] += line + "\n"
+    claims = re.findall(r"`make ([\w-]+)` \(([^)]*)\)", README.read_text(encoding="utf-8"))
+    assert claims
+    for name, said in claims:
+        assert name in recipes, name
+        for module in re.findall(r"python -m ([\w.]+)", said):
+            assert f"-m {module}" in recipes[name], (name, module)
