@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 
@@ -246,6 +247,16 @@ def test_the_global_options_may_follow_the_command(tmp_path: Path, tools: str, s
     shown = invoke(["show", json.loads(private.stdout)["run_id"], "--store", store])
     assert "ada@example.com" not in shown.stdout
     assert "[REDACTED:email]" in shown.stdout
+
+
+def test_every_command_that_keeps_runs_takes_the_global_options() -> None:
+    ctx = click.Context(main)
+    for name in main.list_commands(ctx):
+        command = main.get_command(ctx, name)
+        assert command is not None
+        flags = {flag for param in command.params for flag in getattr(param, "opts", [])}
+        if name != "schema":  # the plan's schema involves no run
+            assert {"--store", "--redact-pii"} <= flags, name
 
 
 # -- replay ---------------------------------------------------------------------------------------

@@ -291,6 +291,7 @@ def reject(
 @click.option("--by", default=None, metavar="NAME", help="Who answers (default: the user name).")
 @_resume_option()
 @live_options
+@global_options()
 @click.pass_context
 def answer(
     ctx: click.Context,
@@ -329,6 +330,7 @@ def answer(
 @click.option("--by", default=None, metavar="NAME", help="Who tells (default: the user name).")
 @_resume_option()
 @live_options
+@global_options()
 @click.pass_context
 def tell(
     ctx: click.Context,
