@@ -339,12 +339,17 @@ class Engine:
         except Exception as e:  # a defect must still end the run with a reason, never hang it
             stop = error_stop("internal", f"internal error: {type(e).__name__}: {e}")
         assert stop is not None
-        await self._shutdown(f"run stopped: {stop.reason.kind}")
-        if self.journal is not None and stop.reason.code != "log_failed":
-            try:
-                await self.journal.flush()  # a run whose log is incomplete cannot report success
-            except JournalFailed as e:
-                stop = error_stop("log_failed", str(e))
+        try:
+            await self._shutdown(f"run stopped: {stop.reason.kind}")
+            if self.journal is not None and stop.reason.code != "log_failed":
+                try:
+                    await self.journal.flush()  # a run whose log is incomplete cannot report success
+                except JournalFailed as e:
+                    stop = error_stop("log_failed", str(e))
+        except asyncio.CancelledError:  # cancelled while ending: it ended as decided, and its log says so
+            self._finish(stop)
+            await self._close_journal()
+            raise
         self._finish(stop)
         await self._close_journal()
         return self.state
@@ -397,12 +402,17 @@ class Engine:
             self.emit(RunFinished(at=self.now(), stop=stop.reason, answer=stop.answer))
 
     async def _close_journal(self) -> None:
-        await self.humans.close()
-        for task in self._helpers:
-            task.cancel()
-        if self._helpers:
-            await self._settle(self._helpers)
-            self._helpers.clear()
+        try:
+            await self.humans.close()
+            for task in self._helpers:
+                task.cancel()
+            if self._helpers:
+                await self._settle(self._helpers)
+                self._helpers.clear()
+        finally:  # cancelled on the way, the log is closed all the same
+            await self._close_log()
+
+    async def _close_log(self) -> None:
         if self.journal is None:
             return
         try:
@@ -419,15 +429,20 @@ class Engine:
 
     async def _suspend(self) -> RunState:
         questions = tuple(a.approval_id for a in self.state.pending_approvals)
-        await self._shutdown("", log=False)
-        if self.journal is not None:
-            try:
+        suspended = RunSuspended(at=self.now(), reason="waiting for a human's answer", approvals=questions)
+        try:
+            await self._shutdown("", log=False)
+            if self.journal is not None:
                 await self.journal.flush()  # the questions must be saved before the process may go
-            except JournalFailed as e:
-                self._finish(error_stop("log_failed", str(e)))
-                await self._close_journal()
-                return self.state
-        self.emit(RunSuspended(at=self.now(), reason="waiting for a human's answer", approvals=questions))
+        except JournalFailed as e:
+            self._finish(error_stop("log_failed", str(e)))
+            await self._close_journal()
+            return self.state
+        except asyncio.CancelledError:  # cancelled while suspending: the questions are saved all the same
+            self.emit(replace(suspended, at=self.now()))
+            await self._close_journal()
+            raise
+        self.emit(replace(suspended, at=self.now()))
         await self._close_journal()
         return self.state
 
