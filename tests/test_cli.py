@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import get_args, get_type_hints
 
 import pytest
 from rich.console import Console
@@ -37,6 +38,7 @@ from planexec.runtime import (
     Event,
     ModelCalled,
     PlannerOutputRejected,
+    PlanningStarted,
     PlanProposed,
     RunFinished,
     RunStarted,
@@ -145,6 +147,9 @@ def test_demo_prints_a_line_per_event_and_writes_the_fix(tmp_path: Path) -> None
         "step fetch_archived_logs done",
         "find_root_cause called inspect_branch",
         "step write_fix done",
+        "final answer reviewed (checks): refused: names_the_patch: the answer must name the patch",
+        "plan v3 by planner (review), 6 steps",
+        "final answer reviewed (checks): passed",
         "run finished: goal_met",
     ):
         assert line in out, line
@@ -162,13 +167,14 @@ def test_demo_json(tmp_path: Path) -> None:
     assert [(p["version"], p["author"], p["trigger"]) for p in data["plans"]] == [
         (1, "planner", "initial"),
         (2, "planner", "failure"),
+        (3, "planner", "review"),
     ]
     assert data["fixes"] == ["fixes/enterprise_kyc-verify_company.patch"]
     assert data["workdir"] == str(tmp_path.resolve())
     steps = {s["id"]: s for s in data["steps"]}
     assert steps["collect_logs"]["status"] == "failed"
     assert steps["find_root_cause"]["tool_calls"][0]["tool"] == "inspect_branch"
-    assert data["usage"]["model_calls"] == 5
+    assert data["usage"]["model_calls"] == 7
     assert "step collect_logs failed" in result.stderr  # progress goes to stderr when stdout is JSON
 
 
@@ -522,4 +528,16 @@ async def test_the_board_says_what_the_planner_is_doing(tmp_path: Path) -> None:
     assert "planner: proposing a plan…" in seen
     assert "planner: patching the plan…" in seen
     assert "planner: writing the answer…" in seen
+    assert "planner: answering again after a refused answer…" in seen
     assert seen[-1] is None
+
+
+def test_the_board_names_every_planning_trigger() -> None:
+    triggers = get_args(get_type_hints(PlanningStarted)["trigger"])
+    assert "review" in triggers
+    for trigger in triggers:
+        state = RunState()
+        state.apply(PlanningStarted(at=0.0, trigger=trigger))
+        activity = planner_activity(state)
+        assert activity is not None
+        assert activity != f"planner: {trigger}…", f"{trigger!r} has no words on the board"

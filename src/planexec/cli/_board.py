@@ -208,12 +208,14 @@ class Board:
         return text
 
 
-_ACTIVITY = {
+_ACTIVITY: dict[str, str] = {
     "initial": "proposing a plan",
     "failure": "patching the plan",
     "after_step": "revising the plan",
     "turn": "choosing the next step",
     "finish": "writing the answer",
+    "information": "replanning with new information",
+    "review": "answering again after a refused answer",
 }
 
 
@@ -221,7 +223,8 @@ def planner_activity(state: RunState) -> str | None:
     """What the planner is busy with (None: it is not planning)."""
     if state.finished or state.planning is None:
         return None
-    return f"planner: {_ACTIVITY[state.planning.trigger]}…"
+    trigger = state.planning.trigger
+    return f"planner: {_ACTIVITY.get(trigger, trigger)}…"
 
 
 def _detail(rec: StepRecord, state: RunState, asking: bool) -> str:
