@@ -590,3 +590,172 @@ def test_questions_and_answers_as_real_processes(cli: Cli) -> None:
     answered = planexec("answer", data["run_id"], question["approval_id"], "2 and 3", "--json")
     assert answered.returncode == 0, answered.stderr
     assert json.loads(answered.stdout)["answer"] == "5"
+
+
+# -- the rules from the command line: escalation, review, confidence ----------------------------------
+
+CHECKS_SOURCE = '''
+def says_five(answer: str) -> str | None:
+    """The answer must give the sum as a number."""
+    return None if "5" in answer else "the answer does not give the sum"
+
+
+NOT_A_CHECK = 42
+'''
+
+CHECKED_SUM = {
+    "steps": [
+        {
+            "id": "sum",
+            "description": "Add",
+            "tool": "add",
+            "args": {"a": 2, "b": 3},
+            "checks": [{"kind": "matches", "pattern": "^6$"}],
+        }
+    ]
+}
+
+
+@pytest.fixture
+def checks(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> str:
+    return write_tools_module(cli.tmp, monkeypatch, CHECKS_SOURCE, "answer_checks")
+
+
+def test_review_checks_from_the_command_line_send_a_bad_answer_back(cli: Cli, checks: str) -> None:
+    result = cli.run(
+        [ADD_PLAN, {"answer": "done"}, {"steps": []}, {"answer": "the sum is 5"}],
+        "--review-check",
+        f"{checks}:says_five",
+        "--json",
+        goal="add",
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["answer"] == "the sum is 5"
+    shown = json.loads(cli("show", data["run_id"], "--json").stdout)
+    assert [(r["reviewer"], r["passed"]) for r in shown["answer_reviews"]] == [("checks", False), ("checks", True)]
+    assert shown["answer_reviews"][0]["problems"] == ["says_five: the answer does not give the sum"]
+
+
+def test_rule_flags_are_checked_and_every_problem_is_listed(cli: Cli, checks: str) -> None:
+    result = cli.run(
+        [ADD_PLAN],
+        "--review-check",
+        f"{checks}:NOT_A_CHECK",
+        "--review-check",
+        "nope",
+        "--confidence-floor",
+        "1.5",
+        "--on-fail",
+        "shrug",
+        "--fail-retries",
+        "0",
+        "--review-rounds",
+        "x",
+        "--turn-format",
+        "yaml",
+        "--review-rubric",
+        "be right",
+    )
+    assert result.exit_code == 2
+    for text in (
+        "NOT_A_CHECK",
+        "not a function of the answer",
+        "use the form package.module:attribute",
+        "--confidence-floor: '1.5' must be from 0 to 1",
+        "--on-fail: 'shrug' is not one of patch, retry, review",
+        "--fail-retries: '0' must be a whole number",
+        "--review-rounds: 'x' must be a whole number",
+        "--turn-format: 'yaml' is not one of nested, flat",
+    ):
+        assert text in result.output, text
+
+
+def test_a_rubric_needs_a_judge(cli: Cli) -> None:
+    result = cli.run([ADD_PLAN], "--review-rubric", "be right")
+    assert result.exit_code == 2
+    assert "a rubric and a judge go together" in result.output
+
+
+def test_a_checklist_is_answered_from_another_process_and_a_refusal_goes_back(cli: Cli) -> None:
+    env = {**os.environ, "PLANEXEC_ALLOW_MODEL_REQUESTS": "0", "PYTHONPATH": str(cli.tmp)}
+    env.pop("PLANEXEC_STORE", None)
+    planner = cli.script([ADD_PLAN, {"answer": "done"}, {"steps": []}, {"answer": "the sum is 5"}])
+
+    def planexec(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*_command(), "--store", cli.store, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=cli.tmp,
+            stdin=subprocess.DEVNULL,
+            timeout=120,
+            check=False,
+        )
+
+    items = ("--review-item", "gives the sum", "--review-item", "says how it was found")
+    first = planexec("run", "add", "--planner", planner, "--tools", f"{cli.tools}:TOOLS", *items, "--json")
+    assert first.returncode == 3, first.stderr
+    data = json.loads(first.stdout)
+    (review,) = data["pending_approvals"]
+    assert review["subject"] == "answer"
+    assert review["asked_output"] == "done"
+    assert review["checklist"] == ["gives the sum", "says how it was found"]
+
+    refused = planexec(
+        "reject", data["run_id"], review["approval_id"], "--reason", "too short", "--fail", "1=no number", "--json"
+    )
+    assert refused.returncode == 3, refused.stderr  # the second answer waits for its own review
+    second = json.loads(refused.stdout)
+    (again,) = second["pending_approvals"]
+    assert again["asked_output"] == "the sum is 5"
+    assert again["approval_id"] != review["approval_id"]
+    # the planner was told why
+    log = cli.log(data["run_id"])
+    assert any(e.kind == "model_called" and e.purpose == "planner.patch" for e in log), (
+        "the refusal went back to the planner"
+    )
+
+    approved = planexec("approve", data["run_id"], again["approval_id"], "--json")
+    assert approved.returncode == 0, approved.stderr
+    assert json.loads(approved.stdout)["answer"] == "the sum is 5"
+    shown = json.loads(planexec("show", data["run_id"], "--json").stdout)
+    reviews = [(r["reviewer"], r["passed"], r["problems"]) for r in shown["answer_reviews"]]
+    assert [r[:2] for r in reviews] == [("human", False), ("human", True)]
+    refusal, item = reviews[0][2]
+    assert refusal.startswith("refused by ")
+    assert refusal.endswith(": too short")
+    assert item == "gives the sum: no number"
+
+
+def test_a_failed_check_is_reviewed_by_a_human_from_the_command_line(cli: Cli) -> None:
+    data = _json_run(cli.run([CHECKED_SUM, {"answer": "5"}], "--on-fail", "review", "--json", goal="add"))
+    (review,) = data["pending_approvals"]
+    assert review["subject"] == "review"
+    assert review["step_id"] == "sum"
+    assert review["asked_output"] == 5
+    assert [c["passed"] for c in review["verdict"]["checks"]] == [False]
+    assert "^6$" in review["verdict"]["checks"][0]["name"] + review["verdict"]["checks"][0]["detail"]
+    accepted = cli("approve", data["run_id"], review["approval_id"], "--json")
+    assert accepted.exit_code == 0, accepted.output
+    out = json.loads(accepted.stdout)
+    assert out["answer"] == "5"
+    assert out["steps"][0]["status"] == "succeeded"
+
+
+def test_a_low_confidence_plan_is_escalated_and_resumed_with_guidance(cli: Cli) -> None:
+    unsure = {"reason": "not sure", "confidence": 0.2, **ADD_PLAN}
+    data = _json_run(cli.run([unsure, ADD_PLAN, {"answer": "5"}], "--confidence-floor", "0.6", "--json", goal="add"))
+    (question,) = data["pending_approvals"]
+    assert (question["subject"], question["code"]) == ("escalation", "low_confidence")
+    meta = cli.log(data["run_id"])[0]
+    assert isinstance(meta, RunStarted)
+    assert meta.config["cli"]["rules"] == {"confidence_floor": "0.6"}
+    done = cli("approve", data["run_id"], question["approval_id"], "--choice", "guidance", "--text", "add 2 and 3")
+    assert done.exit_code == 0, done.output
+
+    stopped = cli.run([unsure], "--confidence-floor", "0.6", "--on-low-confidence", "stop", "--json", goal="add")
+    assert stopped.exit_code == 1
+    stop = json.loads(stopped.stdout)["stop"]
+    assert (stop["kind"], stop["code"]) == ("escalated", "low_confidence")

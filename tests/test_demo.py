@@ -9,11 +9,20 @@ from typing import Any
 import pytest
 
 from planexec import RunResult, ToolContext, ToolError, UnexpectedModelCall
-from planexec.demo import FAILING_RUN, GOAL, Demo, Pace, build_demo, demo_tools, write_scenario_files
+from planexec.demo import (
+    FAILING_RUN,
+    GOAL,
+    Demo,
+    Pace,
+    build_demo,
+    demo_tools,
+    names_a_written_patch,
+    write_scenario_files,
+)
 from planexec.demo._planner import planner_reply
 from planexec.demo._record import parse_record
 from planexec.models import Message, ModelRequest
-from planexec.runtime import ModelCalled, PlanProposed, StepFailed, StepStarted, StepSucceeded
+from planexec.runtime import AnswerReviewed, ModelCalled, PlanProposed, StepFailed, StepStarted, StepSucceeded
 
 FIRST_STEPS = ("read_workflow", "collect_logs", "list_recent_changes")
 
@@ -43,15 +52,14 @@ async def test_collect_logs_fails_and_the_planner_patches_in_the_archive(demo_ru
     assert failed.error.kind == "tool_error"
     assert "logs/archive/onboarding-20241120-0914.log" in failed.error.message
 
-    assert [p.version for p in result.plans] == [1, 2]
-    v1, v2 = result.plans
+    assert [p.version for p in result.plans] == [1, 2, 3]
+    v1, v2, _ = result.plans
     assert "fetch_archived_logs" not in v1.ids
     assert "fetch_archived_logs" in v2.ids
     assert v2.author == "planner"
     assert "collect_logs failed" in v2.reason
     triggers = [e.trigger for e in result.events if isinstance(e, PlanProposed)]
-    assert triggers == ["initial", "failure"]
-    assert result.replans == 1
+    assert triggers == ["initial", "failure", "review"]
 
     fetch = v2.step("fetch_archived_logs")
     assert fetch.args == {"segment": "logs/archive/onboarding-20241120-0914.log", "run_id": FAILING_RUN}
@@ -60,10 +68,40 @@ async def test_collect_logs_fails_and_the_planner_patches_in_the_archive(demo_ru
 
     # The patch was derived from the failure the planner was shown.
     patches = [c for c in demo.planner.calls if c.purpose == "planner.patch"]
-    assert len(patches) == 1
+    assert len(patches) == 2  # after the failure, and after the answer's review
     shown = patches[0].messages[1].content
     assert "[failed] collect_logs" in shown
     assert failed.error.message in shown
+
+
+async def test_the_final_answer_is_reviewed_and_sent_back_once(demo_run: tuple[Demo, RunResult]) -> None:
+    demo, result = demo_run
+    reviews = [e for e in result.events if isinstance(e, AnswerReviewed)]
+    assert [(r.reviewer, r.passed) for r in reviews] == [("checks", False), ("checks", True)]
+    refused, passed = reviews
+    assert refused.problems == (
+        "names_the_patch: the answer must name the patch a reviewer should read "
+        "(fixes/enterprise_kyc-verify_company.patch)",
+    )
+    assert "fixes/" not in refused.answer
+    assert passed.answer == result.answer
+    assert "fixes/enterprise_kyc-verify_company.patch" in (result.answer or "")
+    # The refusal reached the planner, which answered again with no new work.
+    finishes = [c for c in demo.planner.calls if c.purpose == "planner.finish"]
+    assert len(finishes) == 2
+    assert "refused by the checks review" in finishes[1].messages[1].content
+    v2, v3 = result.plans[1:]
+    assert set(v3.ids) == set(v2.ids)  # the finished work is kept, nothing new is done
+    assert "answer must be rewritten" in v3.reason
+
+
+def test_the_answer_check_needs_a_written_patch_named(tmp_path: Path) -> None:
+    files = write_scenario_files(tmp_path)
+    check = names_a_written_patch(files)
+    assert check("the patch is in fixes/x.patch") == "no patch was written under fixes/"
+    (tmp_path / "fixes" / "x.patch").write_text("--- a\n")
+    assert check("the patch is in fixes/x.patch") is None
+    assert check("a patch is ready") == "the answer must name the patch a reviewer should read (fixes/x.patch)"
 
 
 async def test_independent_first_steps_run_concurrently(demo_run: tuple[Demo, RunResult]) -> None:
@@ -121,9 +159,9 @@ async def test_the_fix_is_written_into_the_workdir_and_nothing_else_changes(demo
 async def test_usage_and_costs_are_recorded(demo_run: tuple[Demo, RunResult]) -> None:
     _, result = demo_run
     roles = [e.role for e in result.events if isinstance(e, ModelCalled)]
-    assert roles.count("planner") == 3
+    assert roles.count("planner") == 5  # propose, patch, a refused answer, the review's patch, the answer
     assert roles.count("executor") == 2
-    assert result.model_calls == 5
+    assert result.model_calls == 7
     assert result.cost > 0
     assert result.usage.input_tokens > 0
     assert result.usage.output_tokens > 0
@@ -142,7 +180,7 @@ async def test_simulated_latency_does_not_change_what_happens(tmp_path: Path) ->
     demo = build_demo(tmp_path, pace=0.01, seed=3)
     result = await demo.agent.run(GOAL)
     assert result.ok
-    assert [p.version for p in result.plans] == [1, 2]
+    assert [p.version for p in result.plans] == [1, 2, 3]
 
 
 # -- the scripted planner reads its prompt ------------------------------------------------------

@@ -469,9 +469,9 @@ def test_the_suite_reference_in_the_example_readme_names_only_known_fields() -> 
     readme = Path(__file__).resolve().parent.parent / "examples" / "eval" / "README.md"
     (block,) = re.findall(r"```yaml\n(.*?)```", readme.read_text(encoding="utf-8"), flags=re.DOTALL)
     data = yaml.safe_load(block)
-    with pytest.raises(SuiteInvalid) as caught:  # its module and model names are placeholders
+    with pytest.raises(SuiteInvalid) as caught:  # its module, model and check names are placeholders
         suite_from_mapping(data, root=readme.parent)
-    assert {p.code for p in caught.value.problems} <= {"tools", "model"}
+    assert {p.code for p in caught.value.problems} <= {"tools", "model", "review"}  # placeholders: module:fn
 
 
 def test_the_public_names_of_eval_and_react() -> None:

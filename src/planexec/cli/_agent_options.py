@@ -12,12 +12,24 @@ import click
 from planexec.cli._options import BUDGET_FLAGS
 from planexec.runtime import DEFAULT_CAPS
 
-__all__ = ["POLICIES", "REPLANS", "AgentFlags", "agent_options", "live_options"]
+__all__ = [
+    "LOW_CONFIDENCE",
+    "ON_FAIL",
+    "POLICIES",
+    "REPLANS",
+    "TURN_FORMATS",
+    "AgentFlags",
+    "agent_options",
+    "live_options",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 POLICIES = ("upfront", "step")
 REPLANS = ("on_failure", "after_each_step", "never")
+TURN_FORMATS = ("nested", "flat")
+LOW_CONFIDENCE = ("ask", "stop")
+ON_FAIL = ("patch", "retry", "review")
 
 _BUDGET_HELP = {
     "model_calls": ("N", "Cap on model calls (planner, executors and judge together)."),
@@ -40,6 +52,16 @@ _KEYS = (
     "planner_settings",
     "executor_settings",
     "step_timeout",
+    "turn_format",
+    "confidence_floor",
+    "on_low_confidence",
+    "on_fail",
+    "fail_retries",
+    "review_checks",
+    "review_rubric",
+    "review_items",
+    "review_rounds",
+    "judge_spec",
 )
 
 SETTING_HELP = (
@@ -66,6 +88,18 @@ class AgentFlags:
     """Raw ``KEY=VALUE`` model settings of the executor, in the order given."""
     step_timeout: str | None = None
     """The raw whole-step timeout of the executor (``none`` lifts it)."""
+    turn_format: str | None = None
+    confidence_floor: str | None = None
+    on_low_confidence: str | None = None
+    on_fail: str | None = None
+    fail_retries: str | None = None
+    review_checks: tuple[str, ...] = ()
+    """``module:attr`` references of the final answer's deterministic checks."""
+    review_rubric: str | None = None
+    review_items: tuple[str, ...] = ()
+    """The final answer's checklist for a human reviewer."""
+    review_rounds: str | None = None
+    judge: str | None = None
 
     @classmethod
     def take(cls, values: dict[str, Any]) -> AgentFlags:
@@ -83,6 +117,16 @@ class AgentFlags:
             planner_settings=tuple(own["planner_settings"] or ()),
             executor_settings=tuple(own["executor_settings"] or ()),
             step_timeout=own["step_timeout"],
+            turn_format=own["turn_format"],
+            confidence_floor=own["confidence_floor"],
+            on_low_confidence=own["on_low_confidence"],
+            on_fail=own["on_fail"],
+            fail_retries=own["fail_retries"],
+            review_checks=tuple(own["review_checks"] or ()),
+            review_rubric=own["review_rubric"],
+            review_items=tuple(own["review_items"] or ()),
+            review_rounds=own["review_rounds"],
+            judge=own["judge_spec"],
         )
 
 
@@ -98,6 +142,7 @@ def agent_options(*, for_run: bool) -> Callable[[F], F]:
                 cap = DEFAULT_CAPS.get(flag.field)
                 text += f" Default: {cap:g}; 'none' lifts the cap." if cap is not None else " Default: no cap."
             fn = click.option(flag.flag, flag.field, metavar=metavar, default=None, help=text + later)(fn)
+        fn = _rule_options(fn, for_run=for_run, later=later)
         fn = click.option(
             "--step-timeout",
             metavar="SECONDS",
@@ -127,6 +172,14 @@ def agent_options(*, for_run: bool) -> Callable[[F], F]:
             help="When the plan is patched." + later,
         )(fn)
         fn = click.option(
+            "--turn-format",
+            default=None,
+            metavar="[nested|flat]",
+            help="The turn schema sent to a step-by-step planner: nested ({thought, step, stop, answer}) or the "
+            "flat {thought, next_step, tool, arguments, stop, confidence}; answers in either form are accepted."
+            + (" Default: nested." if for_run else later),
+        )(fn)
+        fn = click.option(
             "--policy",
             default="upfront" if for_run else None,
             show_default=for_run,
@@ -148,6 +201,78 @@ def agent_options(*, for_run: bool) -> Callable[[F], F]:
         )(fn)
 
     return apply
+
+
+def _rule_options(fn: F, *, for_run: bool, later: str) -> F:
+    """The pattern's rules: escalation when the planner cannot go on, and the final answer's review."""
+
+    def default(text: str) -> str:
+        return f" Default: {text}." if for_run else later
+
+    options = [
+        click.option(
+            "--confidence-floor",
+            metavar="0..1",
+            default=None,
+            help="A planner's turn or plan whose confidence is under this is not acted on (see "
+            "--on-low-confidence); 'none' lifts it." + default("none"),
+        ),
+        click.option(
+            "--on-low-confidence",
+            metavar="[ask|stop]",
+            default=None,
+            help="Under the confidence floor: ask a human (stop when nobody can be asked) or stop the run "
+            "escalated." + default("ask"),
+        ),
+        click.option(
+            "--on-fail",
+            metavar="[patch|retry|review]",
+            default=None,
+            help="When a step's result fails its checks: the planner patches the plan, the step runs again "
+            "(then patch), or a human reviews the result (patch when nobody can be asked)." + default("patch"),
+        ),
+        click.option(
+            "--fail-retries",
+            metavar="N",
+            default=None,
+            help="How often --on-fail retry runs a step again." + default("1"),
+        ),
+        click.option(
+            "--review-check",
+            "review_checks",
+            multiple=True,
+            metavar="MODULE:ATTR",
+            help="A check the final answer must pass before the run ends goal_met (repeatable): a function of "
+            "the answer returning None or True to accept, or a reason to refuse." + later,
+        ),
+        click.option(
+            "--review-rubric",
+            metavar="TEXT",
+            default=None,
+            help="A rubric the --judge model grades the final answer against." + later,
+        ),
+        click.option(
+            "--judge", "judge_spec", metavar="MODEL", default=None, help="The model for --review-rubric." + later
+        ),
+        click.option(
+            "--review-item",
+            "review_items",
+            multiple=True,
+            metavar="TEXT",
+            help="An item of the checklist a human ticks or fails before the final answer is released "
+            "(repeatable)." + later,
+        ),
+        click.option(
+            "--review-rounds",
+            metavar="N",
+            default=None,
+            help="How often a refused final answer goes back to the planner before the run stops escalated."
+            + default("2"),
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
 
 
 def live_options(fn: F) -> F:

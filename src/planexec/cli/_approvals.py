@@ -28,7 +28,7 @@ from planexec.cli._finish import waiting_lines
 from planexec.cli._format import cut, when
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
-from planexec.cli._questions import about, answer_commands, approval_json
+from planexec.cli._questions import about, answer_commands, approval_json, under_review
 from planexec.cli._report import json_text
 from planexec.cli._resume import load_log, resume_run
 from planexec.cli._store_options import StoreChoice, store_choice, store_flag, using_store
@@ -98,6 +98,12 @@ async def _list(choice: StoreChoice, as_json: bool) -> int:
             when(rec.requested_at),
         )
     console.print(table)
+    for _run_id, rec in questions:
+        details = under_review(rec)
+        if details:
+            console.print(plain(f"{rec.approval_id} ({about(rec)}):"), markup=False, highlight=False)
+            for line in details:
+                console.print(plain(f"  {line}"), markup=False, highlight=False, soft_wrap=True)
     console.print("answer with:", markup=False)
     for run_id, rec in questions:
         for command in answer_commands(choice, run_id, rec):

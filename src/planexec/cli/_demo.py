@@ -50,9 +50,10 @@ def demo(
 
     It collects the logs (the current log turns out to be incomplete, so the plan is patched to
     fetch the archived segment), inspects the failing branch, finds the root cause and writes a
-    patch into the work directory. Models and tools are scripted and local: nothing leaves the
-    machine. The run is logged in the store (see --store), so `planexec show` and `planexec
-    replay` work on it. With --planner/--executor, real models (e.g. openai:gpt-4o,
+    patch into the work directory. Its final answer is reviewed before the run may end: the first
+    draft does not name the patch, a check sends it back, the second passes. Models and tools are
+    scripted and local: nothing leaves the machine. The run is logged in the store (see --store),
+    so `planexec show` and `planexec replay` work on it. With --planner/--executor, real models (e.g. openai:gpt-4o,
     anthropic:claude-sonnet-4-5, ollama:qwen2.5) plan and analyse over the same files and tools.
     """
     view = View.make(as_json=as_json, no_live=no_live, no_input=True, title="planexec demo")

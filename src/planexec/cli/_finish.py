@@ -10,7 +10,7 @@ import click
 
 from planexec._plural import counted
 from planexec.cli._common import EXIT_STOPPED, EXIT_WAITING, View, exit_code
-from planexec.cli._questions import about, answer_commands, approval_json
+from planexec.cli._questions import about, answer_commands, approval_json, under_review
 from planexec.cli._report import json_text, print_summary, result_json
 from planexec.cli._store_options import StoreChoice, is_memory
 from planexec.cli._text import plain, redacted_result, redactor_of
@@ -24,7 +24,9 @@ def waiting_lines(choice: StoreChoice, run_id: str, pending: Iterable[ApprovalRe
     """What a suspended run waits for, and the exact commands that answer each question."""
     pending = list(pending)
     lines = [f"run {run_id} is saved in {choice.describe()} and waits for {counted(len(pending), 'answer')}:"]
-    lines += [f"  {rec.approval_id}  {about(rec)}: {rec.reason}" for rec in pending]
+    for rec in pending:
+        lines.append(f"  {rec.approval_id}  {about(rec)}: {rec.reason}")
+        lines += [f"      {line}" for line in under_review(rec)]
     lines.append("answer with:")
     for rec in pending:
         lines += [f"  {command}" for command in answer_commands(choice, run_id, rec)]

@@ -10,7 +10,7 @@ import importlib
 import math
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -183,6 +183,32 @@ def parse_seconds(flag: str, raw: str | None, problems: Problems) -> float | Non
     return value
 
 
+def parse_fraction(flag: str, raw: str | None, problems: Problems) -> float | None:
+    """A number from 0 to 1, or None (unset, or ``none``)."""
+    if raw is None or raw.strip().lower() == UNBOUNDED:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        problems.add(flag, f"{raw!r} is not a number from 0 to 1")
+        return None
+    if not (math.isfinite(value) and 0 <= value <= 1):
+        problems.add(flag, f"{raw!r} must be from 0 to 1")
+        return None
+    return value
+
+
+def parse_count(flag: str, raw: str | None, problems: Problems, *, default: int) -> int | None:
+    """A whole number of at least 1; ``default`` when unset."""
+    if raw is None:
+        return default
+    text = raw.strip()
+    if not text.isdigit() or int(text) < 1 or len(text) > 6:
+        problems.add(flag, f"{raw!r} must be a whole number from 1 to 999999")
+        return None
+    return int(text)
+
+
 def parse_choice(flag: str, raw: str, choices: tuple[str, ...], problems: Problems) -> str | None:
     if raw in choices:
         return raw
@@ -237,32 +263,56 @@ def _not_a_tool(value: Any) -> str:
     return f"is a {type(value).__name__}, not a Tool, a Toolset or a list of tools"
 
 
+_MISSING = object()
+
+
+def _imported(flag: str, ref: str, problems: Problems) -> Any:
+    """What a ``module:attr`` reference names; ``_MISSING`` (with a problem) when it names nothing."""
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        problems.add(flag, "use the form package.module:attribute")
+        return _MISSING
+    try:
+        value: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        problems.add(flag, f"cannot import module {module_name!r}: {e}")
+        return _MISSING
+    except Exception as e:
+        problems.add(flag, f"importing {module_name!r} raised {type(e).__name__}: {e}")
+        return _MISSING
+    walked = module_name
+    for part in attr.split("."):
+        if not hasattr(value, part):
+            problems.add(flag, f"{walked!r} has no attribute {part!r}")
+            return _MISSING
+        value = getattr(value, part)
+        walked = f"{walked}.{part}"
+    return value
+
+
+def load_checks(refs: tuple[str, ...], problems: Problems) -> tuple[Callable[[str], Any], ...]:
+    """The final answer's checks named by ``module:attr`` references; each must be callable."""
+    _importable_here()
+    found: list[Callable[[str], Any]] = []
+    for ref in refs:
+        flag = f"--review-check {ref!r}"
+        value = _imported(flag, ref, problems)
+        if value is _MISSING:
+            continue
+        if not callable(value):
+            problems.add(flag, f"is a {type(value).__name__}, not a function of the answer")
+            continue
+        found.append(value)
+    return tuple(found)
+
+
 def load_tools(refs: tuple[str, ...], problems: Problems) -> list[Tool | Toolset]:
     """The tools named by ``module:attr`` references; every bad reference is a problem."""
     _importable_here()
     found: list[Tool | Toolset] = []
     for ref in refs:
-        module_name, sep, attr = ref.partition(":")
-        flag = f"--tools {ref!r}"
-        if not sep or not module_name or not attr:
-            problems.add(flag, "use the form package.module:attribute")
-            continue
-        try:
-            value: Any = importlib.import_module(module_name)
-        except ImportError as e:
-            problems.add(flag, f"cannot import module {module_name!r}: {e}")
-            continue
-        except Exception as e:
-            problems.add(flag, f"importing {module_name!r} raised {type(e).__name__}: {e}")
-            continue
-        walked = module_name
-        for part in attr.split("."):
-            if not hasattr(value, part):
-                problems.add(flag, f"{walked!r} has no attribute {part!r}")
-                break
-            value = getattr(value, part)
-            walked = f"{walked}.{part}"
-        else:
+        value = _imported(f"--tools {ref!r}", ref, problems)
+        if value is not _MISSING:
             found += _tools_in(value, ref, problems)
     if found:
         try:

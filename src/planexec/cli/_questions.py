@@ -3,13 +3,17 @@ that answer it."""
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any
 
 from planexec.cli._store_options import StoreChoice, store_flag
 from planexec.runtime import ApprovalRecord
 
-__all__ = ["about", "answer_commands", "approval_json"]
+__all__ = ["about", "answer_commands", "approval_json", "under_review"]
+
+SHOWN_CHARS = 400
+"""How much of an answer or a result under review a listing shows (JSON has all of it)."""
 
 
 def about(rec: ApprovalRecord) -> str:
@@ -27,6 +31,22 @@ def about(rec: ApprovalRecord) -> str:
     if rec.subject == "answer":
         return "the final answer"
     return f"step {rec.step_id}"
+
+
+def under_review(rec: ApprovalRecord) -> list[str]:
+    """What a reviewer must see to answer: the answer or result under review, the failed checks and
+    the checklist, numbered as ``--fail N=NOTE`` counts them."""
+    if rec.subject not in ("answer", "review"):
+        return []
+    output = rec.asked_output
+    text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False, default=str)
+    if len(text) > SHOWN_CHARS:
+        text = text[:SHOWN_CHARS] + f"… ({len(text):,} characters; --json shows all)"
+    lines = [("answer: " if rec.subject == "answer" else "result: ") + text]
+    if rec.verdict is not None:
+        lines += [f"failed check {c.name}: {c.detail}" for c in rec.verdict.failures]
+    lines += [f"checklist {n}: {item}" for n, item in enumerate(rec.checklist, 1)]
+    return lines
 
 
 def answer_commands(choice: StoreChoice, run_id: str, rec: ApprovalRecord) -> list[str]:
@@ -70,6 +90,12 @@ def approval_json(rec: ApprovalRecord, *, run_id: str, choice: StoreChoice | Non
         "edited": rec.edited_plan is not None,
         "code": rec.code,
         "asked_output": rec.asked_output,
+        "verdict": None
+        if rec.verdict is None
+        else {
+            "passed": rec.verdict.passed,
+            "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in rec.verdict.checks],
+        },
         "checklist": list(rec.checklist),
         "text": rec.text,
         "checklist_results": [{"item": r.item, "passed": r.passed, "note": r.note} for r in rec.checklist_results],

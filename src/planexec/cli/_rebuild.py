@@ -3,9 +3,10 @@ from the log (``resume``, ``replay --fork-at``, ``approve``) with no flags.
 
 ``planexec run`` records an :class:`AgentSpec` in the run's metadata (``metadata["cli"]``): the
 model strings, tool references, policy, replan policy, budget flags, the planner's and the
-executor's model settings and the executor's step timeout, constraints, and the working directory
-that module references are imported from. Flags given later override it for that command only
-(model settings key by key).
+executor's model settings and the executor's step timeout, the pattern's rules (turn format,
+escalation, the final answer's review), constraints, and the working directory that module
+references are imported from. Flags given later override it for that command only (model settings
+key by key).
 """
 
 from __future__ import annotations
@@ -16,15 +17,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from planexec._errors import UsageError
-from planexec.cli._agent_options import POLICIES, REPLANS, AgentFlags
+from planexec.cli._agent_options import LOW_CONFIDENCE, ON_FAIL, POLICIES, REPLANS, TURN_FORMATS, AgentFlags
 from planexec.cli._options import (
     Problems,
     Refused,
     importable,
+    load_checks,
     load_model,
     load_tools,
     parse_budget,
     parse_choice,
+    parse_count,
+    parse_fraction,
     parse_seconds,
     parse_settings,
 )
@@ -32,16 +36,28 @@ from planexec.cli._scripted import absolute_model_string, calls_made, rest_of_sc
 from planexec.executor import ModelExecutor
 from planexec.models import Model, ModelSettings, unsupported_settings
 from planexec.models._keys import missing_keys
-from planexec.planner import Planner, PolicyName, ReplanPolicy
-from planexec.runtime import Agent, Approvals, Event, RunStarted
+from planexec.planner import Planner, PolicyName, ReplanPolicy, TurnFormat
+from planexec.runtime import Agent, AnswerReview, Approvals, Escalation, Event, RunStarted
 from planexec.store import RunStore
 from planexec.tools import Toolset
 
 __all__ = ["AgentSpec", "build_agent", "dropped_settings", "recorded_spec"]
 
-SPEC_VERSION = 2
+SPEC_VERSION = 3
 """Version of the ``cli`` metadata (1: first version; 2: planner_settings, executor_settings and
-step_timeout, absent from version 1 records, which read as unset)."""
+step_timeout; 3: the rules, under ``rules``. What an earlier version lacks reads as unset)."""
+
+_RULE_TEXTS = (
+    "turn_format",
+    "confidence_floor",
+    "on_low_confidence",
+    "on_fail",
+    "fail_retries",
+    "review_rubric",
+    "review_rounds",
+    "judge",
+)
+_RULE_LISTS = ("review_checks", "review_items")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,10 +81,14 @@ class AgentSpec:
     """Raw ``KEY=VALUE`` model settings of the executor; a later key wins."""
     step_timeout: str | None = None
     """The executor's raw whole-step timeout."""
+    rules: Mapping[str, Any] = field(default_factory=dict)
+    """The raw rule flags that were given: turn format, escalation and the answer's review (texts,
+    or lists of texts for ``review_checks`` and ``review_items``)."""
 
     @classmethod
     def for_run(cls, flags: AgentFlags, constraints: Sequence[str]) -> AgentSpec:
         return cls(
+            rules=_rules_of(flags),
             planner=absolute_model_string(flags.planner) if flags.planner is not None else None,
             executor=absolute_model_string(flags.executor) if flags.executor is not None else None,
             tools=flags.tools,
@@ -100,6 +120,7 @@ class AgentSpec:
                 "planner_settings": list(self.planner_settings),
                 "executor_settings": list(self.executor_settings),
                 "step_timeout": self.step_timeout,
+                "rules": {k: list(v) if isinstance(v, tuple) else v for k, v in self.rules.items()},
             }
         }
 
@@ -117,7 +138,17 @@ class AgentSpec:
             planner_settings=self.planner_settings + flags.planner_settings,
             executor_settings=self.executor_settings + flags.executor_settings,
             step_timeout=flags.step_timeout if flags.step_timeout is not None else self.step_timeout,
+            rules={**self.rules, **_rules_of(flags)},
         )
+
+
+def _rules_of(flags: AgentFlags) -> dict[str, Any]:
+    """The rule flags that were given (a list flag only when given at least once)."""
+    given: dict[str, Any] = {key: getattr(flags, key) for key in _RULE_TEXTS if getattr(flags, key) is not None}
+    given |= {key: tuple(getattr(flags, key)) for key in _RULE_LISTS if getattr(flags, key)}
+    if flags.judge is not None:
+        given["judge"] = absolute_model_string(flags.judge)
+    return given
 
 
 def _strings(value: Any) -> tuple[str, ...] | None:
@@ -150,6 +181,18 @@ def _from_metadata(data: Mapping[str, Any], run_id: str, problems: Problems) -> 
     if not isinstance(approve_plan, bool):
         bad.append("approve_plan")
         approve_plan = False
+    rules: dict[str, Any] = {}
+    raw_rules = data.get("rules", {})
+    if not isinstance(raw_rules, dict):
+        bad.append("rules")
+        raw_rules = {}
+    for key, value in raw_rules.items():
+        if key in _RULE_TEXTS and isinstance(value, str):
+            rules[key] = value
+        elif key in _RULE_LISTS and _strings(value) is not None:
+            rules[key] = _strings(value)
+        else:
+            bad.append(f"rules.{key}")
     spec = AgentSpec(
         planner=text("planner", None),
         executor=text("executor", None),
@@ -163,6 +206,7 @@ def _from_metadata(data: Mapping[str, Any], run_id: str, problems: Problems) -> 
         planner_settings=planner_settings if planner_settings is not None else (),
         executor_settings=executor_settings if executor_settings is not None else (),
         step_timeout=text("step_timeout", None),
+        rules=rules,
     )
     listed = (
         ("tools", tools),
@@ -243,6 +287,9 @@ def build_agent(
     planner_settings = parse_settings("--planner-setting", spec.planner_settings, problems)
     executor_settings = parse_settings("--executor-setting", spec.executor_settings, problems)
     step_timeout = parse_seconds("--step-timeout", spec.step_timeout, problems)
+    turn_format = parse_choice("--turn-format", spec.rules.get("turn_format", "nested"), TURN_FORMATS, problems)
+    escalation = _escalation(spec.rules, problems)
+    review = _review(spec.rules, problems)
     if spec.executor is None:
         for flag, given in (
             ("--executor-setting", bool(spec.executor_settings)),
@@ -281,7 +328,7 @@ def build_agent(
         if missing:
             which = "a tool that is not given" if len(missing) == 1 else "tools that are not given"
             problems.add("--tools", f"the run used {which}: {', '.join(missing)}")
-    if problems or planner is None or policy is None or replan is None:
+    if problems or planner is None or policy is None or replan is None or turn_format is None:
         raise Refused(problems)
     if planner_settings is None or executor_settings is None:  # never without a problem added
         raise Refused(problems)
@@ -292,6 +339,7 @@ def build_agent(
                 policy=cast(PolicyName, policy),
                 replan=cast(ReplanPolicy, replan),
                 settings=planner_settings,
+                turn_format=cast(TurnFormat, turn_format),
             ),
             tools=tools,
             executor=(
@@ -302,10 +350,73 @@ def build_agent(
             budget=budget,
             approvals=approvals,
             store=store,
+            escalation=escalation,
+            review=review,
         )
     except UsageError as e:
         problems.add_usage_error("", e)
         raise Refused(problems) from None
+
+
+_RULE_FLAGS = {
+    "confidence_floor": "--confidence-floor",
+    "on_low_confidence": "--on-low-confidence",
+    "on_fail": "--on-fail",
+    "retries": "--fail-retries",
+    "checks": "--review-check",
+    "rubric": "--review-rubric",
+    "judge": "--judge",
+    "checklist": "--review-item",
+    "max_rounds": "--review-rounds",
+}
+
+
+def _escalation(rules: Mapping[str, Any], problems: Problems) -> Escalation | None:
+    """The escalation rules the flags give; None (the defaults) when they give none."""
+    if not any(key in rules for key in ("confidence_floor", "on_low_confidence", "on_fail", "fail_retries")):
+        return None
+    before = len(problems)
+    floor = parse_fraction("--confidence-floor", rules.get("confidence_floor"), problems)
+    low = parse_choice("--on-low-confidence", rules.get("on_low_confidence", "ask"), LOW_CONFIDENCE, problems)
+    on_fail = parse_choice("--on-fail", rules.get("on_fail", "patch"), ON_FAIL, problems)
+    retries = parse_count("--fail-retries", rules.get("fail_retries"), problems, default=1)
+    if len(problems) > before:
+        return None
+    return Escalation(
+        confidence_floor=floor,
+        on_low_confidence=cast(Any, low),
+        on_fail=cast(Any, on_fail),
+        retries=cast(int, retries),
+    )
+
+
+def _review(rules: Mapping[str, Any], problems: Problems) -> AnswerReview | None:
+    """The final answer's review the flags give; None when they give none."""
+    keys = ("review_checks", "review_rubric", "review_items", "judge", "review_rounds")
+    if not any(key in rules for key in keys):
+        return None
+    before = len(problems)
+    checks = load_checks(tuple(rules.get("review_checks", ())), problems)
+    judge = rules.get("judge")
+    judge_model = load_model("--judge", judge, problems) if judge is not None else None
+    if judge_model is not None:
+        for missing in missing_keys([judge_model]):
+            problems.add("--judge", str(missing))
+    rounds = parse_count("--review-rounds", rules.get("review_rounds"), problems, default=2)
+    if len(problems) > before:
+        return None
+    try:
+        return AnswerReview(
+            checks=checks,
+            rubric=rules.get("review_rubric"),
+            judge=judge_model,
+            checklist=tuple(rules.get("review_items", ())),
+            max_rounds=cast(int, rounds),
+        )
+    except UsageError as e:
+        for p in e.problems:
+            problems.add(_RULE_FLAGS.get(p.where.partition("[")[0], "--review-check"), p.message)
+        return None
 
 
 def dropped_settings(agent: Agent) -> list[str]:

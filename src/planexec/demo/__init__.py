@@ -7,7 +7,7 @@ are sent. ``planexec demo`` runs it with a live task board; tests run it through
 
 from planexec.demo._files import FAILING_RUN, ScenarioFiles, write_scenario_files
 from planexec.demo._pace import Pace
-from planexec.demo._scenario import CONSTRAINTS, GOAL, Demo, build_demo
+from planexec.demo._scenario import CONSTRAINTS, GOAL, Demo, build_demo, names_a_written_patch
 from planexec.demo._tools import demo_tools
 
 __all__ = [
@@ -19,5 +19,6 @@ __all__ = [
     "ScenarioFiles",
     "build_demo",
     "demo_tools",
+    "names_a_written_patch",
     "write_scenario_files",
 ]

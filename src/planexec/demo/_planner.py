@@ -34,6 +34,7 @@ ROOT_CAUSE_SCHEMA: dict[str, Any] = {
 
 _RUN_ID = re.compile(r"\br-\d+\b")
 _SEGMENT = re.compile(r"(logs/archive/\S+?\.log)\b")
+_REFUSED = "A final answer was refused"
 
 
 def _gather(run_id: str) -> list[dict[str, Any]]:
@@ -114,6 +115,9 @@ def _propose(text: str) -> dict[str, Any]:
 
 
 def _patch(text: str) -> dict[str, Any]:
+    if "Why a new plan: the final answer was refused" in text:
+        # The work is done; only the answer fell short. No new steps: answer again.
+        return {"reason": "The work is complete; the answer must be rewritten as the review asks.", "steps": []}
     record = parse_record(text)
     failed = [e for e in record.values() if e.status == "failed"]
     logs = record.get("collect_logs")
@@ -150,13 +154,16 @@ def _answer(text: str) -> dict[str, Any]:
     written = _need(record, "write_fix").output_json()
     logs = _need(record, "fetch_archived_logs").output_json()
     error = logs.get("error") or {}
-    return {
-        "answer": f"Root cause: {cause['summary']}\n"
+    answer = (
+        f"Root cause: {cause['summary']}\n"
         f"Evidence: the current log of run {logs['run_id']} stops mid-run because it was rotated; the archived "
         f"segment {logs['source']} has the error {error.get('exception')} at {error.get('location')}.\n"
         f"Fix: in {cause['file']} line {cause['line']}, replace `{cause['find']}` with `{cause['replace']}`. "
-        f"The patch is in {written['path']} for review; nothing was changed in the source tree."
-    }
+    )
+    if _REFUSED not in text:
+        # The first draft says a patch was written but not where: the answer's review sends it back.
+        return {"answer": answer + "A patch is ready for review; nothing was changed in the source tree."}
+    return {"answer": answer + f"The patch is in {written['path']} for review; nothing was changed in the source tree."}
 
 
 def _need(record: dict[str, RecordEntry], step_id: str) -> RecordEntry:

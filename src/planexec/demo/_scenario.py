@@ -13,10 +13,10 @@ from planexec.demo._tools import demo_tools
 from planexec.executor import ModelExecutor
 from planexec.models import FunctionModel, Model
 from planexec.planner import Planner
-from planexec.runtime import Agent, Approvals, Budget
+from planexec.runtime import Agent, AnswerCheck, AnswerReview, Approvals, Budget
 from planexec.store import RunStore
 
-__all__ = ["CONSTRAINTS", "GOAL", "Demo", "build_demo"]
+__all__ = ["CONSTRAINTS", "GOAL", "Demo", "build_demo", "names_a_written_patch"]
 
 GOAL = (
     f"Audit the failing customer onboarding workflow (run {FAILING_RUN}): collect the logs, "
@@ -46,6 +46,21 @@ class Demo:
     def fix_files(self) -> list[Path]:
         """The patches written so far, by name."""
         return sorted(self.files.path(self.files.fixes).glob("*.patch"))
+
+
+def names_a_written_patch(files: ScenarioFiles) -> AnswerCheck:
+    """The answer's review: a reviewer must be able to find the fix, so the answer names a patch
+    that was written under fixes/."""
+
+    def names_the_patch(answer: str) -> str | None:
+        written = sorted(p.relative_to(files.root).as_posix() for p in files.path(files.fixes).glob("*.patch"))
+        if not written:
+            return f"no patch was written under {files.fixes}/"
+        if not any(name in answer for name in written):
+            return f"the answer must name the patch a reviewer should read ({', '.join(written)})"
+        return None
+
+    return names_the_patch
 
 
 def build_demo(
@@ -86,6 +101,7 @@ def build_demo(
         tools=demo_tools(files, timing),
         executor=ModelExecutor(model=executor_model or analyst, name="analyst", tools=("inspect_branch",)),
         budget=Budget(model_calls=20, tool_calls=30, cost=0.5, wall_time=120.0, replans=2),
+        review=AnswerReview(checks=(names_a_written_patch(files),)),
         approvals=approvals,
         store=store,
     )

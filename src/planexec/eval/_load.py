@@ -34,12 +34,13 @@ from planexec.eval._limits import (
     shape_problems,
     shown,
 )
-from planexec.eval._refs import anchor_model, importable_from, load_tool_ref, model_problems
+from planexec.eval._refs import anchor_model, importable_from, load_check_ref, load_tool_ref, model_problems
 from planexec.eval._suite import (
     AGENT_KINDS,
     MATCH_MODES,
     AgentKind,
     AnswerExpectation,
+    AnswerReviewSpec,
     JudgeCheck,
     MatchMode,
     Suite,
@@ -49,7 +50,7 @@ from planexec.eval._suite import (
 )
 from planexec.models._settings import ModelSettings
 from planexec.runtime._budget import Budget
-from planexec.runtime._settings import Limits
+from planexec.runtime._settings import Escalation, Limits
 from planexec.tools._tool import Tool
 from planexec.tools._toolset import Toolset
 
@@ -76,12 +77,15 @@ _TASK_KEYS = (
     "executor_settings",
     "judge_settings",
     "step_timeout",
+    "turn_format",
+    "escalation",
+    "review",
     "expect_tools",
     "expect_answer",
     "repeat",
     "faults",
 )
-_MERGED = ("budget", "limits", "planner_settings", "executor_settings", "judge_settings")
+_MERGED = ("budget", "limits", "planner_settings", "executor_settings", "judge_settings", "escalation")
 """Mapping fields a task merges key by key into the defaults (the others replace them)."""
 _ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 _RANGES: dict[type[Any], dict[str, tuple[float, float]]] = {
@@ -264,6 +268,9 @@ class _Reader:
                 message = "must be a positive number of seconds"
             if message is not None:
                 self.add(where("step_timeout"), message)
+        turn_format = self.choice(data.get("turn_format", "nested"), ("nested", "flat"), where("turn_format"))
+        escalation = self.escalation(data.get("escalation", {}), where("escalation"))
+        review = self.review(data.get("review"), where("review"), models["judge"])
         expect_tools = self.expect_tools(data.get("expect_tools"), where("expect_tools"), tools)
         expect_answer = self.expect_answer(data.get("expect_answer"), where("expect_answer"), models["judge"])
         faults = data.get("faults")
@@ -290,6 +297,9 @@ class _Reader:
             executor_settings=cast(ModelSettings, settings["executor"]),
             judge_settings=cast(ModelSettings, settings["judge"]),
             step_timeout=step_timeout,
+            turn_format=cast(Any, turn_format),
+            escalation=cast(Escalation, escalation),
+            review=review,
             expect_tools=expect_tools,
             expect_answer=expect_answer,
             repeat=cast(int, repeat),
@@ -341,6 +351,62 @@ class _Reader:
         except UsageError as e:
             self.problems += [Problem(code="tools", where=where, message=p.message) for p in e.problems]
             return tuple(refs), Toolset()
+
+    def escalation(self, value: Any, where: str) -> Escalation | None:
+        """The escalation rules: confidence_floor (0 to 1), on_low_confidence, on_fail, retries."""
+        if not isinstance(value, Mapping):
+            self.add(where, "must be a mapping of confidence_floor, on_low_confidence, on_fail, retries")
+            return None
+        self.unknown_keys(value, ("confidence_floor", "on_low_confidence", "on_fail", "retries"), where)
+        before = len(self.problems)
+        floor = value.get("confidence_floor")
+        message = number_problem(floor, whole=False, minimum=0, maximum=1, nullable=True)
+        if message is not None:
+            self.add(f"{where}.confidence_floor", message)
+        low = self.choice(value.get("on_low_confidence", "ask"), ("ask", "stop"), f"{where}.on_low_confidence")
+        on_fail = self.choice(value.get("on_fail", "patch"), ("patch", "retry", "review"), f"{where}.on_fail")
+        retries = self.integer(value.get("retries", 1), f"{where}.retries", minimum=1, maximum=MAX_REPEAT)
+        if len(self.problems) > before:
+            return None
+        if on_fail == "review":
+            self.add(f"{where}.on_fail", "review needs a human, and nobody is at hand during an evaluation")
+            return None
+        return Escalation(
+            confidence_floor=floor,
+            on_low_confidence=cast(Any, low),
+            on_fail=cast(Any, on_fail),
+            retries=cast(int, retries),
+        )
+
+    def review(self, value: Any, where: str, judge_model: Any) -> AnswerReviewSpec | None:
+        """The final answer's review: checks (module:attr references), rubric, max_rounds."""
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            self.add(where, "must be a mapping of checks, rubric and max_rounds")
+            return None
+        if "checklist" in value:
+            self.add(f"{where}.checklist", "needs a human reviewer, and nobody is at hand during an evaluation")
+        self.unknown_keys(value, ("checks", "rubric", "max_rounds", "checklist"), where)
+        before = len(self.problems)
+        refs = value.get("checks", [])
+        if isinstance(refs, str):
+            refs = [refs]
+        refs = self.strings(refs, f"{where}.checks") or []
+        checks = [check for ref in refs for check in load_check_ref(ref, f"{where}.checks", self.problems)]
+        rubric = value.get("rubric")
+        if rubric is not None and (not isinstance(rubric, str) or not rubric.strip()):
+            self.add(f"{where}.rubric", "must be text: what a good answer is, in words")
+        if rubric is not None and judge_model is None:
+            self.add(f"{where}.rubric", "needs a judge model: the task's 'judge' (e.g. scripted:judge.json)")
+        if not refs and rubric is None:
+            self.add(where, "needs checks or a rubric")
+        rounds = self.integer(value.get("max_rounds", 2), f"{where}.max_rounds", minimum=1, maximum=MAX_TURNS)
+        if len(self.problems) > before:
+            return None
+        return AnswerReviewSpec(
+            checks=tuple(checks), check_refs=tuple(refs), rubric=rubric, max_rounds=cast(int, rounds)
+        )
 
     def expect_tools(self, value: Any, where: str, tools: Toolset) -> ToolExpectation | None:
         if value is None:

@@ -6,7 +6,8 @@ planner–executor run and a ReAct run, so that the two compare.
   inside a step), and those that succeeded. A retried call counts once, by its final outcome; a call
   refused before it ran (unknown tool, arguments that do not fit) counts as failed.
 * ``replans``: plan patches after failures. ``stalls``: ``stall_detected`` events.
-* ``escalations``: approvals requested, plus one when the run stopped ``rejected`` or ``waiting``.
+* ``escalations``: approvals requested, plus one when the run stopped ``rejected``, ``waiting`` or
+  ``escalated``.
 * ``latency``: the run's wall time, from its first event to its last (the run's own clock).
 * ``spoiled`` (beside ``tools_called``): whether each call's last attempt failed by a fault the
   run's fault profile injected — a tool step's, or a ReAct call's (calls inside model steps are
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RunMetrics", "Trace", "trace_of"]
 
-_ESCALATED_STOPS = ("rejected", "waiting")
+_ESCALATED_STOPS = ("rejected", "waiting", "escalated")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,7 +19,7 @@ from planexec.models._scripted import FunctionModel, ScriptedModel
 from planexec.tools._tool import Tool
 from planexec.tools._toolset import Toolset
 
-__all__ = ["anchor_model", "fresh_model", "importable_from", "load_tool_ref", "model_problems"]
+__all__ = ["anchor_model", "fresh_model", "importable_from", "load_check_ref", "load_tool_ref", "model_problems"]
 
 
 def importable_from(root: Path) -> None:
@@ -121,6 +121,29 @@ def load_tool_ref(ref: str, root: Path, where: str, problems: list[Problem]) -> 
         problems.append(Problem(code="tools", where=where, message=f"{what} not a Tool or a Toolset (use @tool)"))
         return []
     return list(Toolset(*items))
+
+
+def load_check_ref(ref: str, where: str, problems: list[Problem]) -> list[Callable[[str], Any]]:
+    """The answer check ``module:attr`` names (a function of the answer); problems are appended."""
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        problems.append(Problem(code="review", where=where, message=f"{ref!r}: use the form module:attribute"))
+        return []
+    try:
+        value: Any = importlib.import_module(module_name)
+    except Exception as e:
+        problems.append(Problem(code="review", where=where, message=f"cannot import {module_name!r}: {e}"))
+        return []
+    for part in attr.split("."):
+        if not hasattr(value, part):
+            problems.append(Problem(code="review", where=where, message=f"{ref!r}: no attribute {part!r}"))
+            return []
+        value = getattr(value, part)
+    if not callable(value):
+        message = f"{ref!r} is a {type(value).__name__}, not a function of the answer"
+        problems.append(Problem(code="review", where=where, message=message))
+        return []
+    return [value]
 
 
 def _shadowed(module: Any, name: str, root: Path) -> str | None:

@@ -24,7 +24,7 @@ from planexec.planner._planner import Planner
 from planexec.react._agent import ReactAgent, ReactResult
 from planexec.runtime._agent import Agent
 from planexec.runtime._result import RunResult
-from planexec.runtime._settings import RunContext
+from planexec.runtime._settings import AnswerReview, RunContext
 from planexec.store._base import RunStore
 from planexec.store._redact import Redactor
 from planexec.tools._tool import Tool
@@ -197,6 +197,7 @@ async def _execute(
             policy=task.policy,
             replan=task.replan,
             settings=task.planner_settings,
+            turn_format=task.turn_format,
         ),
         tools=tools,
         executor=executor,
@@ -204,11 +205,32 @@ async def _execute(
         limits=task.limits,
         context=context,
         store=settings.store,
+        escalation=task.escalation,
+        review=_review(task, wrap),
     )
     run_id = f"eval-{task.id}-{index}-{uuid.uuid4().hex[:8]}" if settings.store is not None else None
     metadata = {"eval": {"suite": suite.name, "task": task.id, "index": index}}
     run = agent.start(task.goal, constraints=task.constraints, run_id=run_id, metadata=metadata)
     return await run.result()
+
+
+def _review(task: Task, wrap: Callable[[Model, str], Model]) -> AnswerReview | None:
+    """The task's review of its final answer, with a fresh judge model for this run."""
+    spec = task.review
+    if spec is None:
+        return None
+    judge = None
+    if spec.rubric is not None:
+        if task.judge is None:
+            raise ValueError(f"task {task.id!r} reviews its answer with a rubric but names no judge")
+        judge = _model(task.judge, "judge", wrap)
+    return AnswerReview(
+        checks=spec.checks,
+        rubric=spec.rubric,
+        judge=judge,
+        max_rounds=spec.max_rounds,
+        judge_settings=task.judge_settings,
+    )
 
 
 async def _check(

@@ -23,7 +23,7 @@ from planexec.eval._limits import (
 from planexec.models._base import Model
 from planexec.models._settings import ModelSettings
 from planexec.runtime._budget import Budget
-from planexec.runtime._settings import Limits
+from planexec.runtime._settings import AnswerCheck, Escalation, Limits
 from planexec.tools._toolset import Toolset
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "MATCH_MODES",
     "AgentKind",
     "AnswerExpectation",
+    "AnswerReviewSpec",
     "FaultSpec",
     "JudgeCheck",
     "MatchMode",
@@ -74,6 +75,19 @@ class JudgeCheck:
 
     rubric: str
     model: ModelSpec | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnswerReviewSpec:
+    """The final answer's review during a task's runs (see :class:`planexec.AnswerReview`):
+    ``checks`` (their ``module:attr`` references in ``check_refs``), a ``rubric`` graded by the
+    task's judge model, and how often a refused answer goes back. There is no checklist: nobody is
+    at hand to tick it during an evaluation."""
+
+    checks: tuple[AnswerCheck, ...] = field(default=(), compare=False, repr=False)
+    check_refs: tuple[str, ...] = ()
+    rubric: str | None = None
+    max_rounds: int = 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,6 +139,9 @@ class Task:
     judge_settings: ModelSettings = field(default_factory=ModelSettings)
     step_timeout: float | None = None
     """Seconds a whole model-driven step may take (see ``ModelExecutor.step_timeout``)."""
+    turn_format: Literal["nested", "flat"] = "nested"
+    escalation: Escalation = field(default_factory=Escalation)
+    review: AnswerReviewSpec | None = None
     expect_tools: ToolExpectation | None = None
     expect_answer: AnswerExpectation | None = None
     repeat: int = 1

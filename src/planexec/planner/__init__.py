@@ -1,5 +1,12 @@
 """The planner: goal and record in, validated plans, patches, turns and answers out."""
 
-from planexec.planner._planner import Planner, PlannerGaveUp, PlanningContext, PolicyName, ReplanPolicy
+from planexec.planner._planner import (
+    Planner,
+    PlannerGaveUp,
+    PlanningContext,
+    PolicyName,
+    ReplanPolicy,
+    TurnFormat,
+)
 
-__all__ = ["Planner", "PlannerGaveUp", "PlanningContext", "PolicyName", "ReplanPolicy"]
+__all__ = ["Planner", "PlannerGaveUp", "PlanningContext", "PolicyName", "ReplanPolicy", "TurnFormat"]
