@@ -759,3 +759,56 @@ def test_a_low_confidence_plan_is_escalated_and_resumed_with_guidance(cli: Cli) 
     assert stopped.exit_code == 1
     stop = json.loads(stopped.stdout)["stop"]
     assert (stop["kind"], stop["code"]) == ("escalated", "low_confidence")
+
+
+def test_every_kind_of_escalation_answered_by_other_processes(cli: Cli) -> None:
+    """One run asks three times — a plan under the confidence floor, an unknown tool, a result that
+    failed its checks — and stops its process each time; each answer comes from a new process."""
+    env = {**os.environ, "PLANEXEC_ALLOW_MODEL_REQUESTS": "0", "PYTHONPATH": str(cli.tmp)}
+    env.pop("PLANEXEC_STORE", None)
+    unsure = {"reason": "not sure", "confidence": 0.2, **ADD_PLAN}
+    planner = cli.script([unsure, UNKNOWN, CHECKED_SUM, {"answer": "the sum is 5"}])
+
+    def planexec(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*_command(), "--store", cli.store, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=cli.tmp,
+            stdin=subprocess.DEVNULL,
+            timeout=120,
+            check=False,
+        )
+
+    def pending(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+        assert proc.returncode == 3, proc.stderr
+        (question,) = json.loads(proc.stdout)["pending_approvals"]
+        return dict(question)
+
+    rules = ("--confidence-floor", "0.5", "--on-fail", "review")
+    first = planexec("run", "add", "--planner", planner, "--tools", f"{cli.tools}:TOOLS", *rules, "--json")
+    low = pending(first)
+    run_id = low["run_id"]
+    assert (low["subject"], low["code"]) == ("escalation", "low_confidence")
+
+    unknown = pending(
+        planexec("approve", run_id, low["approval_id"], "--choice", "guidance", "--text", "go on", "--json")
+    )
+    assert (unknown["subject"], unknown["code"]) == ("escalation", "unknown_tool")
+
+    review = pending(planexec("approve", run_id, unknown["approval_id"], "--choice", "replan", "--json"))
+    assert (review["subject"], review["step_id"]) == ("review", "sum")
+
+    done = planexec("approve", run_id, review["approval_id"], "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["answer"] == "the sum is 5"
+    decided = [e for e in cli.log(run_id) if isinstance(e, ApprovalDecided)]
+    assert [d.choice for d in decided] == ["guidance", "replan", None]
+    assert decided[0].text == "go on"
+
+    replayed = planexec("replay", run_id, "--json")
+    assert replayed.returncode == 0, replayed.stderr
+    report = json.loads(replayed.stdout)
+    assert report["matched"] is True, report
+    assert report["compared"] == report["events"] == len(cli.log(run_id))
