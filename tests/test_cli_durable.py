@@ -106,6 +106,21 @@ class Cli:
             "run", goal, "--planner", self.script(replies), "--tools", f"{self.tools}:TOOLS", "--no-live", *extra
         )
 
+    def process(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """planexec as a process of its own, on this store, with no terminal and no model service."""
+        env = {**os.environ, "PLANEXEC_ALLOW_MODEL_REQUESTS": "0", "PYTHONPATH": str(self.tmp)}
+        env.pop("PLANEXEC_STORE", None)
+        return subprocess.run(
+            [*_command(), "--store", self.store, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=self.tmp,
+            stdin=subprocess.DEVNULL,
+            timeout=120,
+            check=False,
+        )
+
     def calls(self) -> list[str]:
         log = self.tmp / "calls.txt"
         return log.read_text().splitlines() if log.exists() else []
@@ -455,30 +470,16 @@ def _command() -> list[str]:
 
 
 def test_suspend_and_approve_as_real_processes(cli: Cli) -> None:
-    env = {**os.environ, "PLANEXEC_ALLOW_MODEL_REQUESTS": "0", "PYTHONPATH": str(cli.tmp)}
-    env.pop("PLANEXEC_STORE", None)
     planner = cli.script([SUM_THEN_PUBLISH, {"answer": "published 5"}])
 
-    def planexec(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*_command(), "--store", cli.store, *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=cli.tmp,
-            stdin=subprocess.DEVNULL,
-            timeout=120,
-            check=False,
-        )
-
-    first = planexec("run", "publish the sum", "--planner", planner, "--tools", f"{cli.tools}:TOOLS", "--json")
+    first = cli.process("run", "publish the sum", "--planner", planner, "--tools", f"{cli.tools}:TOOLS", "--json")
     assert first.returncode == 3, first.stderr
     data = json.loads(first.stdout)
     assert data["stop"]["kind"] == "waiting"
     (question,) = data["pending_approvals"]
     assert question["commands"][0] == f"planexec --store {cli.store} approve {data['run_id']} {question['approval_id']}"
 
-    approved = planexec("approve", data["run_id"], question["approval_id"], "--json")
+    approved = cli.process("approve", data["run_id"], question["approval_id"], "--json")
     assert approved.returncode == 0, approved.stderr
     assert json.loads(approved.stdout)["answer"] == "published 5"
     assert cli.calls() == ["publish 5"]
@@ -565,29 +566,15 @@ def test_tell_records_news_for_a_suspended_run_and_the_planner_replans_with_it(c
 
 
 def test_questions_and_answers_as_real_processes(cli: Cli) -> None:
-    env = {**os.environ, "PLANEXEC_ALLOW_MODEL_REQUESTS": "0", "PYTHONPATH": str(cli.tmp)}
-    env.pop("PLANEXEC_STORE", None)
     planner = cli.script([ASK, ADD_PLAN, {"answer": "5"}])
 
-    def planexec(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*_command(), "--store", cli.store, *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=cli.tmp,
-            stdin=subprocess.DEVNULL,
-            timeout=120,
-            check=False,
-        )
-
-    first = planexec("run", "add the numbers", "--planner", planner, "--tools", f"{cli.tools}:TOOLS", "--json")
+    first = cli.process("run", "add the numbers", "--planner", planner, "--tools", f"{cli.tools}:TOOLS", "--json")
     assert first.returncode == 3, first.stderr
     data = json.loads(first.stdout)
     (question,) = data["pending_approvals"]
-    told = planexec("tell", data["run_id"], "the numbers are small", "--no-resume")
+    told = cli.process("tell", data["run_id"], "the numbers are small", "--no-resume")
     assert told.returncode == 0, told.stderr
-    answered = planexec("answer", data["run_id"], question["approval_id"], "2 and 3", "--json")
+    answered = cli.process("answer", data["run_id"], question["approval_id"], "2 and 3", "--json")
     assert answered.returncode == 0, answered.stderr
     assert json.loads(answered.stdout)["answer"] == "5"
 
@@ -678,24 +665,10 @@ def test_a_rubric_needs_a_judge(cli: Cli) -> None:
 
 
 def test_a_checklist_is_answered_from_another_process_and_a_refusal_goes_back(cli: Cli) -> None:
-    env = {**os.environ, "PLANEXEC_ALLOW_MODEL_REQUESTS": "0", "PYTHONPATH": str(cli.tmp)}
-    env.pop("PLANEXEC_STORE", None)
     planner = cli.script([ADD_PLAN, {"answer": "done"}, {"steps": []}, {"answer": "the sum is 5"}])
 
-    def planexec(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*_command(), "--store", cli.store, *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=cli.tmp,
-            stdin=subprocess.DEVNULL,
-            timeout=120,
-            check=False,
-        )
-
     items = ("--review-item", "gives the sum", "--review-item", "says how it was found")
-    first = planexec("run", "add", "--planner", planner, "--tools", f"{cli.tools}:TOOLS", *items, "--json")
+    first = cli.process("run", "add", "--planner", planner, "--tools", f"{cli.tools}:TOOLS", *items, "--json")
     assert first.returncode == 3, first.stderr
     data = json.loads(first.stdout)
     (review,) = data["pending_approvals"]
@@ -703,7 +676,7 @@ def test_a_checklist_is_answered_from_another_process_and_a_refusal_goes_back(cl
     assert review["asked_output"] == "done"
     assert review["checklist"] == ["gives the sum", "says how it was found"]
 
-    refused = planexec(
+    refused = cli.process(
         "reject", data["run_id"], review["approval_id"], "--reason", "too short", "--fail", "1=no number", "--json"
     )
     assert refused.returncode == 3, refused.stderr  # the second answer waits for its own review
@@ -717,10 +690,10 @@ def test_a_checklist_is_answered_from_another_process_and_a_refusal_goes_back(cl
         "the refusal went back to the planner"
     )
 
-    approved = planexec("approve", data["run_id"], again["approval_id"], "--json")
+    approved = cli.process("approve", data["run_id"], again["approval_id"], "--json")
     assert approved.returncode == 0, approved.stderr
     assert json.loads(approved.stdout)["answer"] == "the sum is 5"
-    shown = json.loads(planexec("show", data["run_id"], "--json").stdout)
+    shown = json.loads(cli.process("show", data["run_id"], "--json").stdout)
     reviews = [(r["reviewer"], r["passed"], r["problems"]) for r in shown["answer_reviews"]]
     assert [r[:2] for r in reviews] == [("human", False), ("human", True)]
     refusal, item = reviews[0][2]
@@ -764,22 +737,8 @@ def test_a_low_confidence_plan_is_escalated_and_resumed_with_guidance(cli: Cli) 
 def test_every_kind_of_escalation_answered_by_other_processes(cli: Cli) -> None:
     """One run asks three times — a plan under the confidence floor, an unknown tool, a result that
     failed its checks — and stops its process each time; each answer comes from a new process."""
-    env = {**os.environ, "PLANEXEC_ALLOW_MODEL_REQUESTS": "0", "PYTHONPATH": str(cli.tmp)}
-    env.pop("PLANEXEC_STORE", None)
     unsure = {"reason": "not sure", "confidence": 0.2, **ADD_PLAN}
     planner = cli.script([unsure, UNKNOWN, CHECKED_SUM, {"answer": "the sum is 5"}])
-
-    def planexec(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*_command(), "--store", cli.store, *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=cli.tmp,
-            stdin=subprocess.DEVNULL,
-            timeout=120,
-            check=False,
-        )
 
     def pending(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
         assert proc.returncode == 3, proc.stderr
@@ -787,27 +746,27 @@ def test_every_kind_of_escalation_answered_by_other_processes(cli: Cli) -> None:
         return dict(question)
 
     rules = ("--confidence-floor", "0.5", "--on-fail", "review")
-    first = planexec("run", "add", "--planner", planner, "--tools", f"{cli.tools}:TOOLS", *rules, "--json")
+    first = cli.process("run", "add", "--planner", planner, "--tools", f"{cli.tools}:TOOLS", *rules, "--json")
     low = pending(first)
     run_id = low["run_id"]
     assert (low["subject"], low["code"]) == ("escalation", "low_confidence")
 
     unknown = pending(
-        planexec("approve", run_id, low["approval_id"], "--choice", "guidance", "--text", "go on", "--json")
+        cli.process("approve", run_id, low["approval_id"], "--choice", "guidance", "--text", "go on", "--json")
     )
     assert (unknown["subject"], unknown["code"]) == ("escalation", "unknown_tool")
 
-    review = pending(planexec("approve", run_id, unknown["approval_id"], "--choice", "replan", "--json"))
+    review = pending(cli.process("approve", run_id, unknown["approval_id"], "--choice", "replan", "--json"))
     assert (review["subject"], review["step_id"]) == ("review", "sum")
 
-    done = planexec("approve", run_id, review["approval_id"], "--json")
+    done = cli.process("approve", run_id, review["approval_id"], "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["answer"] == "the sum is 5"
     decided = [e for e in cli.log(run_id) if isinstance(e, ApprovalDecided)]
     assert [d.choice for d in decided] == ["guidance", "replan", None]
     assert decided[0].text == "go on"
 
-    replayed = planexec("replay", run_id, "--json")
+    replayed = cli.process("replay", run_id, "--json")
     assert replayed.returncode == 0, replayed.stderr
     report = json.loads(replayed.stdout)
     assert report["matched"] is True, report

@@ -393,7 +393,7 @@ class _Reader:
         if isinstance(refs, str):
             refs = [refs]
         refs = self.strings(refs, f"{where}.checks") or []
-        checks = [check for ref in refs for check in load_check_ref(ref, f"{where}.checks", self.problems)]
+        checks = [check for ref in refs for check in load_check_ref(ref, self.root, f"{where}.checks", self.problems)]
         rubric = value.get("rubric")
         if rubric is not None and (not isinstance(rubric, str) or not rubric.strip()):
             self.add(f"{where}.rubric", "must be text: what a good answer is, in words")

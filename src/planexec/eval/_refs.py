@@ -92,26 +92,38 @@ def _script_problems(spec: str, where: str) -> list[Problem]:
     return problems
 
 
-def load_tool_ref(ref: str, root: Path, where: str, problems: list[Problem]) -> list[Tool]:
-    """The tools ``module:attr`` names (a Tool, a Toolset or a list of them); problems are appended."""
+_NOTHING = object()
+
+
+def _resolve_ref(ref: str, where: str, code: str, problems: list[Problem], root: Path | None = None) -> Any:
+    """What ``module:attr`` names; ``_NOTHING`` (with a problem appended) when it names nothing.
+    With ``root``, a module of that name must be the one in ``root`` when a file for it is there."""
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
-        problems.append(Problem(code="tools", where=where, message=f"{ref!r}: use the form module:attribute"))
-        return []
+        problems.append(Problem(code=code, where=where, message=f"{ref!r}: use the form module:attribute"))
+        return _NOTHING
     try:
         value: Any = importlib.import_module(module_name)
     except Exception as e:
-        problems.append(Problem(code="tools", where=where, message=f"cannot import {module_name!r}: {e}"))
-        return []
-    shadowed = _shadowed(value, module_name, root)
+        problems.append(Problem(code=code, where=where, message=f"cannot import {module_name!r}: {e}"))
+        return _NOTHING
+    shadowed = _shadowed(value, module_name, root) if root is not None else None
     if shadowed:
-        problems.append(Problem(code="tools", where=where, message=shadowed))
-        return []
+        problems.append(Problem(code=code, where=where, message=shadowed))
+        return _NOTHING
     for part in attr.split("."):
         if not hasattr(value, part):
-            problems.append(Problem(code="tools", where=where, message=f"{ref!r}: no attribute {part!r}"))
-            return []
+            problems.append(Problem(code=code, where=where, message=f"{ref!r}: no attribute {part!r}"))
+            return _NOTHING
         value = getattr(value, part)
+    return value
+
+
+def load_tool_ref(ref: str, root: Path, where: str, problems: list[Problem]) -> list[Tool]:
+    """The tools ``module:attr`` names (a Tool, a Toolset or a list of them); problems are appended."""
+    value = _resolve_ref(ref, where, "tools", problems, root)
+    if value is _NOTHING:
+        return []
     items = value if isinstance(value, list | tuple) else [value]
     bad = [i for i, item in enumerate(items) if not isinstance(item, Tool | Toolset)]
     if bad:
@@ -123,22 +135,11 @@ def load_tool_ref(ref: str, root: Path, where: str, problems: list[Problem]) -> 
     return list(Toolset(*items))
 
 
-def load_check_ref(ref: str, where: str, problems: list[Problem]) -> list[Callable[[str], Any]]:
+def load_check_ref(ref: str, root: Path, where: str, problems: list[Problem]) -> list[Callable[[str], Any]]:
     """The answer check ``module:attr`` names (a function of the answer); problems are appended."""
-    module_name, sep, attr = ref.partition(":")
-    if not sep or not module_name or not attr:
-        problems.append(Problem(code="review", where=where, message=f"{ref!r}: use the form module:attribute"))
+    value = _resolve_ref(ref, where, "review", problems, root)
+    if value is _NOTHING:
         return []
-    try:
-        value: Any = importlib.import_module(module_name)
-    except Exception as e:
-        problems.append(Problem(code="review", where=where, message=f"cannot import {module_name!r}: {e}"))
-        return []
-    for part in attr.split("."):
-        if not hasattr(value, part):
-            problems.append(Problem(code="review", where=where, message=f"{ref!r}: no attribute {part!r}"))
-            return []
-        value = getattr(value, part)
     if not callable(value):
         message = f"{ref!r} is a {type(value).__name__}, not a function of the answer"
         problems.append(Problem(code="review", where=where, message=message))
