@@ -6,11 +6,16 @@ problem at once."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
 
+from planexec import Agent, AnswerReview, Budget, ScriptedModel, tool
+from planexec.runtime import AnswerCheck, AnswerReviewed, RunFinished
+from planexec.store import MemoryStore
 from tests.cli_support import ARITHMETIC_TOOLS, invoke, write_script, write_tools_module
+from tests.support import SAFETY, events_of
 
 ADD_PLAN = {"steps": [{"id": "sum", "description": "Add", "tool": "add", "args": {"a": 2, "b": 3}}]}
 
@@ -35,3 +40,87 @@ def test_a_checklist_item_number_that_is_not_ascii_digits_is_a_usage_error(
     assert refused.exit_code == 2, refused.output
     for flag in ("'²=a superscript two'", "'٣=an Arabic-Indic three'", "'0=none'"):
         assert f"--fail: {flag}: give N=NOTE with N from 1 to 2" in refused.output
+
+
+# -- checks of the final answer ---------------------------------------------------------------------
+
+
+@tool
+async def multiply(a: int, b: int) -> int:
+    """Multiply two numbers."""
+    return a * b
+
+
+MULTIPLY_PLAN = {"steps": [{"id": "m", "description": "multiply", "tool": "multiply", "args": {"a": 2, "b": 3}}]}
+
+
+def reviewed(check: AnswerCheck, *, budget: Budget | None = None, rounds: int = 1) -> Agent:
+    """An agent whose plan multiplies, then answers "6", judged by ``check``."""
+    return Agent(
+        ScriptedModel([MULTIPLY_PLAN, {"answer": "6"}]),
+        tools=[multiply],
+        review=AnswerReview(checks=[check], max_rounds=rounds),
+        store=MemoryStore(),
+        budget=budget or SAFETY,
+    )
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
+async def test_a_check_that_raises_an_unprintable_error_refuses_the_answer_and_is_not_a_planner_failure() -> None:
+    def broken(answer: str) -> bool:
+        raise Unprintable
+
+    result = await reviewed(broken).run("multiply")
+    assert (result.stop.kind, result.stop.code) == ("escalated", "answer_rejected"), result.stop
+    (review,) = events_of(result, AnswerReviewed)
+    assert review.problems == ("broken: the check raised Unprintable: (its message cannot be shown)",)
+    assert isinstance(result.events[-1], RunFinished)
+
+
+async def test_a_checks_objection_is_cut_to_a_bounded_length_wherever_it_goes() -> None:
+    result = await reviewed(lambda answer: "no " * 1_000_000).run("multiply")
+    assert (result.stop.kind, result.stop.code) == ("escalated", "answer_rejected")
+    (review,) = events_of(result, AnswerReviewed)
+    (problem,) = review.problems
+    assert problem.startswith("<lambda>: no no ")
+    assert len(problem) <= 2_000
+    assert len(result.stop.detail) < 3_000
+
+
+async def test_an_async_check_is_awaited_and_odd_answers_of_a_check_say_what_they_were() -> None:
+    async def says_seven(answer: str) -> str | None:
+        return None if "7" in answer else "not seven"
+
+    class Odd:
+        def __str__(self) -> str:
+            raise RuntimeError("no str")
+
+    def odd(answer: str) -> object:
+        return Odd()
+
+    result = await reviewed(says_seven).run("multiply")  # no "coroutine never awaited" warning
+    (review,) = events_of(result, AnswerReviewed)
+    assert review.problems == ("says_seven: not seven",)
+
+    result = await reviewed(odd).run("multiply")  # type: ignore[arg-type]
+    (review,) = events_of(result, AnswerReviewed)
+    assert review.problems == ("odd: refused (it returned a Odd, not True, None, False or text)",)
+
+
+async def test_a_check_that_never_returns_leaves_the_run_to_its_wall_time_budget() -> None:
+    release = threading.Event()
+
+    def stuck(answer: str) -> bool:
+        release.wait(5)  # bounded, so that a check run on the event loop fails this test rather than hanging it
+        return True
+
+    try:
+        result = await reviewed(stuck, budget=Budget(wall_time=0.2)).run("multiply")
+    finally:
+        release.set()
+    assert (result.stop.kind, result.stop.budget) == ("budget_exhausted", "wall_time"), result.stop
+    assert isinstance(result.events[-1], RunFinished)

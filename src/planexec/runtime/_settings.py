@@ -170,9 +170,11 @@ class Approvals:
 NO_APPROVALS = Approvals()
 
 
-AnswerCheck = Callable[[str], bool | str | None]
+AnswerCheck = Callable[[str], bool | str | Awaitable[bool | str | None] | None]
 """A deterministic check of a final answer: True or None accepts it; False or a string (why)
-refuses it."""
+refuses it. It runs in a worker thread (an ``async def`` check is awaited), so a check that never
+returns is ended by the run's wall-time budget or its cancellation; anything else it returns, or
+raises, refuses the answer and says so."""
 
 
 @dataclass(frozen=True, kw_only=True)
