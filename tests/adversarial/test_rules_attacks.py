@@ -8,11 +8,24 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from planexec import Agent, AnswerReview, Budget, ScriptedModel, tool
-from planexec.runtime import AnswerCheck, AnswerReviewed, RunFinished
+from planexec import (
+    Agent,
+    AnswerReview,
+    Budget,
+    Escalation,
+    FunctionModel,
+    ModelExecutor,
+    ModelRequest,
+    ModelResponse,
+    ScriptedModel,
+    ToolCall,
+    tool,
+)
+from planexec.runtime import AnswerCheck, AnswerReviewed, RunFinished, StepAttemptFailed
 from planexec.store import MemoryStore
 from tests.cli_support import ARITHMETIC_TOOLS, invoke, write_script, write_tools_module
 from tests.support import SAFETY, events_of
@@ -123,4 +136,38 @@ async def test_a_check_that_never_returns_leaves_the_run_to_its_wall_time_budget
     finally:
         release.set()
     assert (result.stop.kind, result.stop.budget) == ("budget_exhausted", "wall_time"), result.stop
+    assert isinstance(result.events[-1], RunFinished)
+
+
+# -- a failed check on a step that changed the world ------------------------------------------------
+
+
+async def test_retry_on_a_failed_check_never_repeats_a_tool_call_a_model_step_made_that_changes_the_world() -> None:
+    sent: list[str] = []
+
+    @tool(side_effect=True)
+    async def send(text: str) -> str:
+        """Send a message."""
+        sent.append(text)
+        return "sent"
+
+    def executor(request: ModelRequest) -> Any:
+        if not any(m.role == "tool" for m in request.messages):
+            return ModelResponse(text="", tool_calls=(ToolCall(id="c", name="send", arguments={"text": "hi"}),))
+        return "sent it"  # the check wants "OK"
+
+    checks = [{"kind": "contains", "text": "OK"}]
+    step = {"id": "w", "description": "send hi", "allowed_tools": ["send"], "checks": checks}
+    agent = Agent(
+        ScriptedModel([{"steps": [step]}, {"steps": []}, {"answer": "could not send"}]),
+        tools=[send],
+        executor=ModelExecutor(model=FunctionModel(executor, name="executor")),
+        escalation=Escalation(on_fail="retry", retries=3),
+        store=MemoryStore(),
+        budget=SAFETY,
+    )
+    result = await agent.run("send hi")
+    assert sent == ["hi"]
+    assert result.steps["w"].status == "failed"
+    assert not events_of(result, StepAttemptFailed)
     assert isinstance(result.events[-1], RunFinished)
