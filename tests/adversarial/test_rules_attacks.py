@@ -25,6 +25,7 @@ from planexec import (
     ToolCall,
     tool,
 )
+from planexec.eval import SuiteInvalid, load_suite
 from planexec.runtime import AnswerCheck, AnswerReviewed, RunFinished, StepAttemptFailed
 from planexec.store import MemoryStore
 from tests.cli_support import ARITHMETIC_TOOLS, invoke, write_script, write_tools_module
@@ -171,3 +172,26 @@ async def test_retry_on_a_failed_check_never_repeats_a_tool_call_a_model_step_ma
     assert result.steps["w"].status == "failed"
     assert not events_of(result, StepAttemptFailed)
     assert isinstance(result.events[-1], RunFinished)
+
+
+# -- suites -----------------------------------------------------------------------------------------
+
+
+def test_a_suites_escalation_lists_a_review_on_fail_with_its_other_problems(tmp_path: Path) -> None:
+    (tmp_path / "planner.json").write_text("[]")
+    (tmp_path / "suite.yaml").write_text(
+        """
+tasks:
+  - id: t
+    goal: add
+    planner: scripted:planner.json
+    escalation: {confidence_floor: .nan, on_fail: review, retries: 0}
+"""
+    )
+    with pytest.raises(SuiteInvalid) as caught:
+        load_suite(tmp_path / "suite.yaml")
+    assert sorted(p.where for p in caught.value.problems) == [
+        "tasks[0] (t).escalation.confidence_floor",
+        "tasks[0] (t).escalation.on_fail",
+        "tasks[0] (t).escalation.retries",
+    ]
