@@ -15,7 +15,9 @@ import pytest
 from planexec import (
     Agent,
     AnswerReview,
+    Approvals,
     Budget,
+    ChecklistResult,
     Escalation,
     FunctionModel,
     ModelExecutor,
@@ -23,10 +25,11 @@ from planexec import (
     ModelResponse,
     ScriptedModel,
     ToolCall,
+    UsageError,
     tool,
 )
 from planexec.eval import SuiteInvalid, load_suite
-from planexec.runtime import AnswerCheck, AnswerReviewed, RunFinished, StepAttemptFailed
+from planexec.runtime import AnswerCheck, AnswerReviewed, RunFinished, RunState, StepAttemptFailed
 from planexec.store import MemoryStore
 from tests.cli_support import ARITHMETIC_TOOLS, invoke, write_script, write_tools_module
 from tests.support import SAFETY, events_of
@@ -195,3 +198,45 @@ tasks:
         "tasks[0] (t).escalation.on_fail",
         "tasks[0] (t).escalation.retries",
     ]
+
+
+# -- answers from people ----------------------------------------------------------------------------
+
+
+async def test_a_checklist_answer_with_wrong_or_huge_values_is_refused_with_every_problem_listed() -> None:
+    store = MemoryStore()
+
+    def agent(*replies: Any) -> Agent:
+        return Agent(
+            ScriptedModel(list(replies)),
+            tools=[multiply],
+            review=AnswerReview(checklist=["right", "short"]),
+            approvals=Approvals(deferred=True),
+            store=store,
+            budget=SAFETY,
+        )
+
+    first = await agent(MULTIPLY_PLAN, {"answer": "6"}).run("multiply", run_id="c")
+    assert first.stop.kind == "waiting"
+    run = await agent({"steps": []}, {"answer": "six"}).resume("c")
+    (review,) = run.state.pending_approvals
+    huge = "n" * 2_000_000
+    odd: list[Any] = [
+        ChecklistResult(item="right", passed="no", note=huge),  # type: ignore[arg-type]
+        ChecklistResult(item="short", passed=False, note=123),  # type: ignore[arg-type]
+    ]
+    with pytest.raises(UsageError) as caught:
+        run.decide(review.approval_id, approved=False, reason=huge, checklist=odd)
+    problems = " | ".join(p.message for p in caught.value.problems)
+    assert "'right': passed must be True or False" in problems
+    assert "'right': the note is too long" in problems
+    assert "'short': the note must be text" in problems
+    assert "reason is too long" in problems
+    assert len(str(caught.value)) < 10_000
+
+    failed = [ChecklistResult(item="right", passed=False)]
+    run.decide(review.approval_id, approved=False, reason="wrong", checklist=failed)
+    result = await run.result()
+    assert result.stop.kind == "waiting"  # the second answer waits for its own review
+    (refused,) = RunState.fold(result.events).reviews
+    assert refused.problems == ("refused by human: wrong", "right: failed")
