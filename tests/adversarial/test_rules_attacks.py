@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from planexec import (
+    Acceptance,
     Agent,
     AnswerReview,
     Approvals,
@@ -240,3 +241,35 @@ async def test_a_checklist_answer_with_wrong_or_huge_values_is_refused_with_ever
     assert result.stop.kind == "waiting"  # the second answer waits for its own review
     (refused,) = RunState.fold(result.events).reviews
     assert refused.problems == ("refused by human: wrong", "right: failed")
+
+
+# -- an executor's confidence -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reply", "shown"),
+    [
+        ('{"result": "42", "confidence": "0.1"}', '"0.1"'),
+        ('{"result": "42", "confidence": NaN}', "NaN"),
+        ('{"result": "42", "confidence": -1}', "-1"),
+        ('{"result": "42", "confidence": true}', "true"),
+        ('{"result": "42", "confidence": [0.9]}', "a list"),
+    ],
+)
+async def test_a_result_whose_confidence_cannot_be_read_fails_its_step_instead_of_passing_unjudged(
+    reply: str, shown: str
+) -> None:
+    plan = {"steps": [{"id": "e", "description": "compute"}]}
+    agent = Agent(
+        ScriptedModel([plan, {"steps": []}, {"answer": "no result"}]),
+        executor=ModelExecutor(model=ScriptedModel([reply], name="executor")),
+        acceptance=Acceptance(min_confidence=0.5),
+        store=MemoryStore(),
+        budget=SAFETY,
+    )
+    result = await agent.run("compute")
+    record = result.steps["e"]
+    assert record.status == "failed"
+    assert record.error is not None
+    assert record.error.message == f"the executor's confidence must be a number from 0 to 1, not {shown}"
+    assert isinstance(result.events[-1], RunFinished)
