@@ -24,6 +24,7 @@ from planexec import (
     ModelExecutor,
     ModelRequest,
     ModelResponse,
+    RetryPolicy,
     ScriptedModel,
     ToolCall,
     UsageError,
@@ -273,3 +274,46 @@ async def test_a_result_whose_confidence_cannot_be_read_fails_its_step_instead_o
     assert record.error is not None
     assert record.error.message == f"the executor's confidence must be a number from 0 to 1, not {shown}"
     assert isinstance(result.events[-1], RunFinished)
+
+
+async def test_retries_on_a_failed_check_count_against_the_tool_call_budget() -> None:
+    calls: list[int] = []
+
+    @tool
+    async def count() -> int:
+        """Count the calls."""
+        calls.append(1)
+        return len(calls)
+
+    checks = [{"kind": "matches", "pattern": "^never$"}]
+    plan = {"steps": [{"id": "c", "description": "count", "tool": "count", "args": {}, "checks": checks}]}
+    agent = Agent(
+        ScriptedModel([plan, {"steps": []}, {"answer": "gave up"}]),
+        tools=[count],
+        escalation=Escalation(on_fail="retry", retries=1_000),
+        store=MemoryStore(),
+        budget=Budget(tool_calls=5, wall_time=30),
+    )
+    result = await agent.run("count")
+    assert (result.stop.kind, result.stop.budget) == ("budget_exhausted", "tool_calls"), result.stop
+    assert len(calls) == 5
+    assert RunState.fold(result.events).tool_calls == 5
+    assert isinstance(result.events[-1], RunFinished)
+    report = await agent.replay(result.run_id)
+    assert report.divergence is None
+    assert report.matched
+
+
+async def test_a_run_stopped_by_the_tool_call_budget_while_a_tool_retries_replays_exactly() -> None:
+    @tool(retry=RetryPolicy(max_attempts=100, initial_delay=0, max_delay=0))
+    async def flaky() -> int:
+        """Time out, always."""
+        raise TimeoutError("again")
+
+    plan = {"steps": [{"id": "f", "description": "flaky", "tool": "flaky", "args": {}}]}
+    agent = Agent(ScriptedModel([plan]), tools=[flaky], store=MemoryStore(), budget=Budget(tool_calls=3, wall_time=30))
+    result = await agent.run("try")
+    assert (result.stop.kind, result.stop.budget) == ("budget_exhausted", "tool_calls"), result.stop
+    report = await agent.replay(result.run_id)
+    assert report.divergence is None
+    assert report.matched
