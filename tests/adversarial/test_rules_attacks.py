@@ -24,6 +24,7 @@ from planexec import (
     ModelExecutor,
     ModelRequest,
     ModelResponse,
+    Planner,
     RetryPolicy,
     ScriptedModel,
     ToolCall,
@@ -317,3 +318,36 @@ async def test_a_run_stopped_by_the_tool_call_budget_while_a_tool_retries_replay
     report = await agent.replay(result.run_id)
     assert report.divergence is None
     assert report.matched
+
+
+# -- settings -----------------------------------------------------------------------------------
+
+
+def test_a_planner_with_wrong_settings_lists_every_problem() -> None:
+    with pytest.raises(UsageError) as caught:
+        Planner(
+            model=ScriptedModel([]),
+            policy="greedy",  # type: ignore[arg-type]
+            replan=None,  # type: ignore[arg-type]
+            turn_format="yaml",  # type: ignore[arg-type]
+            max_repairs=-1,
+            record_chars=True,
+        )
+    assert [p.where for p in caught.value.problems] == [
+        "policy",
+        "replan",
+        "turn_format",
+        "max_repairs",
+        "record_chars",
+    ]
+
+
+def test_an_answer_review_refuses_a_text_for_a_list_and_a_checklist_item_given_twice() -> None:
+    with pytest.raises(UsageError) as caught:
+        AnswerReview(checks=len, checklist="abc")  # type: ignore[arg-type]
+    assert [(p.where, p.message) for p in caught.value.problems] == [
+        ("checklist", "must be a list of items (text)"),
+        ("checks", "must be a list of functions"),
+    ]
+    with pytest.raises(UsageError, match=r"checklist\[2\]: 'right' is listed twice"):
+        AnswerReview(checklist=["right", "short", "right"])

@@ -205,10 +205,23 @@ class AnswerReview:
             problems.append(Problem(code="review", where="rubric", message="a rubric and a judge go together"))
         if self.rubric is not None and not self.rubric.strip():
             problems.append(Problem(code="review", where="rubric", message="is empty"))
-        for i, item in enumerate(self.checklist):
+        checklist: Sequence[object] = self.checklist
+        if isinstance(checklist, str) or not isinstance(checklist, Sequence):
+            problems.append(Problem(code="review", where="checklist", message="must be a list of items (text)"))
+            checklist = ()
+        seen: set[str] = set()
+        for i, item in enumerate(checklist):
             if not isinstance(item, str) or not item.strip():
                 problems.append(Problem(code="review", where=f"checklist[{i}]", message="must be non-empty text"))
-        for i, check in enumerate(self.checks):
+            elif item in seen:
+                problems.append(Problem(code="review", where=f"checklist[{i}]", message=f"{item!r} is listed twice"))
+            else:
+                seen.add(item)
+        checks: Sequence[object] = self.checks
+        if isinstance(checks, str) or not isinstance(checks, Sequence):
+            problems.append(Problem(code="review", where="checks", message="must be a list of functions"))
+            checks = ()
+        for i, check in enumerate(checks):
             if not callable(check):
                 problems.append(Problem(code="review", where=f"checks[{i}]", message="is not callable"))
         rounds = self.max_rounds
