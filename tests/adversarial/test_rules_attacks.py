@@ -62,6 +62,29 @@ def test_a_checklist_item_number_that_is_not_ascii_digits_is_a_usage_error(
         assert f"--fail: {flag}: give N=NOTE with N from 1 to 2" in refused.output
 
 
+def test_every_wrong_rule_flag_of_a_run_is_listed_at_once_and_unicode_digits_are_no_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tools = write_tools_module(tmp_path, monkeypatch, ARITHMETIC_TOOLS + "\nTOOLS = [add]\n", "attack_tools")
+    planner = write_script(tmp_path, [ADD_PLAN, {"answer": "5"}])
+    flags = (
+        *("--review-rounds", "²", "--fail-retries", "³"),
+        *("--review-rubric", "", "--judge", "nope:judge"),
+        *("--review-item", "gives the sum", "--review-item", "gives the sum"),
+    )
+    store = f"sqlite:///{tmp_path}/runs.db"
+    result = invoke(["--store", store, "run", "add", "--planner", planner, "--tools", f"{tools}:TOOLS", *flags])
+    assert result.exit_code == 2, result.output
+    for problem in (
+        "--review-rounds: '²' must be a whole number from 1 to 999999",
+        "--fail-retries: '³' must be a whole number from 1 to 999999",
+        "--judge: unknown model provider 'nope'",
+        "--review-rubric: is empty",
+        "--review-item: 'gives the sum' is listed twice",
+    ):
+        assert problem in result.output, problem
+
+
 # -- checks of the final answer ---------------------------------------------------------------------
 
 
