@@ -32,7 +32,14 @@ from planexec import (
     tool,
 )
 from planexec.eval import SuiteInvalid, load_suite
-from planexec.runtime import AnswerCheck, AnswerReviewed, RunFinished, RunState, StepAttemptFailed
+from planexec.runtime import (
+    AnswerCheck,
+    AnswerReviewed,
+    PlannerOutputRejected,
+    RunFinished,
+    RunState,
+    StepAttemptFailed,
+)
 from planexec.store import MemoryStore
 from tests.cli_support import ARITHMETIC_TOOLS, invoke, write_script, write_tools_module
 from tests.support import SAFETY, events_of
@@ -374,3 +381,22 @@ def test_an_answer_review_refuses_a_text_for_a_list_and_a_checklist_item_given_t
     ]
     with pytest.raises(UsageError, match=r"checklist\[2\]: 'right' is listed twice"):
         AnswerReview(checklist=["right", "short", "right"])
+
+
+# -- hostile planner output -------------------------------------------------------------------------
+
+
+async def test_a_schema_ref_with_a_unicode_digit_is_a_plan_problem_the_planner_repairs() -> None:
+    @tool
+    async def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    schema = {"type": "array", "prefixItems": [{"type": "string"}], "items": {"$ref": "#/prefixItems/²"}}
+    good = {"steps": [{"id": "e", "description": "echo", "tool": "echo", "args": {"text": "hi"}}]}
+    bad = {"steps": [{**good["steps"][0], "output_schema": schema}]}
+    agent = Agent(ScriptedModel([bad, good, {"answer": "hi"}]), tools=[echo], store=MemoryStore(), budget=SAFETY)
+    result = await agent.run("echo")
+    assert result.stop.kind == "goal_met", result.stop
+    (rejected,) = events_of(result, PlannerOutputRejected)
+    assert "points at nothing" in str(rejected.problems)
