@@ -5,8 +5,10 @@ problem at once."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +37,15 @@ from planexec.eval import SuiteInvalid, load_suite
 from planexec.runtime import (
     AnswerCheck,
     AnswerReviewed,
+    InformationAdded,
     PlannerOutputRejected,
     RunFinished,
     RunState,
     StepAttemptFailed,
+    StepStarted,
+    dump_event,
 )
-from planexec.store import MemoryStore
+from planexec.store import MemoryStore, SQLiteStore
 from tests.cli_support import ARITHMETIC_TOOLS, invoke, write_script, write_tools_module
 from tests.support import SAFETY, events_of
 
@@ -400,3 +405,76 @@ async def test_a_schema_ref_with_a_unicode_digit_is_a_plan_problem_the_planner_r
     assert result.stop.kind == "goal_met", result.stop
     (rejected,) = events_of(result, PlannerOutputRejected)
     assert "points at nothing" in str(rejected.problems)
+
+
+# -- news from another process ----------------------------------------------------------------------
+
+
+async def test_news_another_process_writes_into_a_running_runs_log_does_not_end_it_log_failed(tmp_path: Path) -> None:
+    release = asyncio.Event()
+
+    @tool
+    async def slow(x: int) -> int:
+        """Wait, then echo."""
+        await release.wait()
+        return x
+
+    plan = {"steps": [{"id": "s", "description": "wait", "tool": "slow", "args": {"x": 1}}]}
+
+    def planner(request: ModelRequest) -> Any:
+        if request.purpose == "planner.patch":
+            return {"reason": "nothing more to do", "steps": []}
+        return plan if request.purpose == "planner.propose" else {"answer": "done, in French"}
+
+    path = tmp_path / "runs.db"
+    agent = Agent(FunctionModel(planner), tools=[slow], store=SQLiteStore(path), budget=SAFETY)
+    run = agent.start("wait", run_id="r")
+    async for event in run.events():
+        if isinstance(event, StepStarted):
+            break
+    other = SQLiteStore(path)  # what `planexec tell` does from another process
+    try:
+        last = await other.last_seq("r")
+        news = InformationAdded(at=time.time(), text="answer in French", by="cli", constraint=False)
+        await other.append("r", [news], expected_seq=last)
+    finally:
+        await other.close()
+    release.set()
+    result = await run.result()
+    assert result.stop.kind == "goal_met", result.stop
+    assert [e.text for e in events_of(result, InformationAdded)] == ["answer in French"]
+
+    stored = [s.event for s in await SQLiteStore(path).read("r")]
+    assert [dump_event(e) for e in stored] == [dump_event(e) for e in result.events]
+
+
+async def test_news_told_while_the_final_answer_is_written_is_planned_with_before_the_run_ends() -> None:
+    writing = asyncio.Event()
+    told = asyncio.Event()
+    asked: list[str] = []
+
+    async def planner(request: ModelRequest) -> Any:
+        asked.append(request.purpose)
+        if request.purpose == "planner.propose":
+            return MULTIPLY_PLAN
+        if request.purpose == "planner.patch":
+            assert "New constraint from user: answer in French" in str(request.messages[-1].content)
+            return {"reason": "nothing to redo", "steps": []}
+        if len(asked) == 2:  # the first final answer: the news arrives while it is written
+            writing.set()
+            await told.wait()
+            return {"answer": "six"}
+        return {"answer": "six, en français"}
+
+    agent = Agent(FunctionModel(planner), tools=[multiply], store=MemoryStore(), budget=SAFETY)
+    run = agent.start("multiply", run_id="n")
+    await writing.wait()
+    run.tell("answer in French", constraint=True)
+    told.set()
+    result = await run.result()
+    assert result.stop.kind == "goal_met", result.stop
+    assert result.answer == "six, en français"
+    assert asked == ["planner.propose", "planner.finish", "planner.patch", "planner.finish"]
+    report = await agent.replay("n")
+    assert report.divergence is None
+    assert report.matched

@@ -479,9 +479,13 @@ class Planning:
             raise Stop(StopReason(kind="rejected", detail=f"a human rejected the plan: {done.rejected}"))
         result = done.result
         if isinstance(result, str):
+            if self._news_before_answer():
+                return
             raise Stop(StopReason(kind="goal_met", detail="the planner gave the final answer"), answer=result)
         if isinstance(result, Turn):
             if result.stop:
+                if self._news_before_answer():
+                    return
                 raise Stop(StopReason(kind="goal_met", detail=result.thought or "the planner stopped"), result.answer)
             assert result.step is not None
             trigger: PlanTrigger = (
@@ -520,6 +524,18 @@ class Planning:
             self.news()
         elif self.after_step_wanted and engine.running_steps:
             self.start("after_step", "steps finished while planning")
+
+    def _news_before_answer(self) -> bool:
+        """New information arrived while the planner wrote its final answer, which did not see it:
+        the planner plans again with it instead of ending the run (True when it does)."""
+        state = self._engine.state
+        if state.heard >= len(state.information):
+            return False
+        self.news_wanted = False
+        kind: PlanKind = "turn" if self._engine.config.planner.policy == "step" else "information"
+        news = state.information[-1].text[:200]
+        self.start(kind, f"new information arrived while the final answer was written: {news}")
+        return True
 
     def news(self) -> None:
         """New information is in the log: plan with it at the next safe point. With the upfront
