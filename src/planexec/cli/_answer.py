@@ -4,6 +4,7 @@ it to the run's log after its last event."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -136,6 +137,11 @@ def _either(choices: tuple[str, ...]) -> str:
     return ", ".join(choices[:-1]) + f" or {choices[-1]}" if len(choices) > 1 else "".join(choices)
 
 
+_NUMBER = re.compile(r"\s*[0-9]{1,9}\s*")
+"""An item's number in ``--fail N=NOTE``: ASCII digits only (``str.isdigit`` also takes ``²``,
+which ``int`` refuses)."""
+
+
 def parse_failed_items(
     raw: tuple[str, ...], rec: ApprovalRecord | None, problems: Problems
 ) -> tuple[ChecklistResult, ...]:
@@ -149,7 +155,7 @@ def parse_failed_items(
     failed: dict[str, str] = {}
     for flag in raw:
         number, _, note = flag.partition("=")
-        if not number.strip().isdigit() or not 1 <= int(number) <= len(items):
+        if not _NUMBER.fullmatch(number) or not 1 <= int(number) <= len(items):
             problems.add("--fail", f"{flag!r}: give N=NOTE with N from 1 to {len(items)}")
             continue
         item = items[int(number) - 1]

@@ -203,7 +203,7 @@ def parse_count(flag: str, raw: str | None, problems: Problems, *, default: int)
     if raw is None:
         return default
     text = raw.strip()
-    if not text.isdigit() or int(text) < 1 or len(text) > 6:
+    if not (text.isascii() and text.isdigit()) or len(text) > 6 or int(text) < 1:
         problems.add(flag, f"{raw!r} must be a whole number from 1 to 999999")
         return None
     return int(text)

@@ -403,20 +403,21 @@ def _review(rules: Mapping[str, Any], problems: Problems) -> AnswerReview | None
         for missing in missing_keys([judge_model]):
             problems.add("--judge", str(missing))
     rounds = parse_count("--review-rounds", rules.get("review_rounds"), problems, default=2)
-    if len(problems) > before:
-        return None
-    try:
-        return AnswerReview(
+    failed = len(problems) > before
+    try:  # checked even when a flag failed, so that every problem is listed at once
+        review = AnswerReview(
             checks=checks,
             rubric=rules.get("review_rubric"),
-            judge=judge_model,
+            judge=judge_model if judge_model is not None else judge,
             checklist=tuple(rules.get("review_items", ())),
-            max_rounds=cast(int, rounds),
+            max_rounds=2 if rounds is None else rounds,
         )
     except UsageError as e:
         for p in e.problems:
-            problems.add(_RULE_FLAGS.get(p.where.partition("[")[0], "--review-check"), p.message)
+            if not (failed and p.where == "review"):  # "set checks ..." only repeats a check that did not load
+                problems.add(_RULE_FLAGS.get(p.where.partition("[")[0], "--review-check"), p.message)
         return None
+    return None if failed else review
 
 
 def dropped_settings(agent: Agent) -> list[str]:

@@ -366,10 +366,9 @@ class _Reader:
         low = self.choice(value.get("on_low_confidence", "ask"), ("ask", "stop"), f"{where}.on_low_confidence")
         on_fail = self.choice(value.get("on_fail", "patch"), ("patch", "retry", "review"), f"{where}.on_fail")
         retries = self.integer(value.get("retries", 1), f"{where}.retries", minimum=1, maximum=MAX_REPEAT)
-        if len(self.problems) > before:
-            return None
         if on_fail == "review":
             self.add(f"{where}.on_fail", "review needs a human, and nobody is at hand during an evaluation")
+        if len(self.problems) > before:
             return None
         return Escalation(
             confidence_floor=floor,

@@ -183,14 +183,35 @@ def _with_confidence(text: str, ctx: StepContext) -> Any:
     try:
         data = strict_loads(stripped)
     except JSONRefused:
-        return text
+        data = _lenient(stripped)  # ``NaN`` and ``Infinity`` are not JSON, but are still no confidence
+        if data is None:
+            return text
     if not isinstance(data, dict) or set(data) != {"result", "confidence"}:
         return text
     confidence = data["confidence"]
     if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 <= confidence <= 1:
-        return text
+        # a result whose confidence cannot be read must not pass as one that reported none
+        shown = (
+            json.dumps(confidence)[:40]
+            if isinstance(confidence, int | float | str | None)
+            else "a " + type(confidence).__name__
+        )
+        raise StepFailure(
+            StepError(kind="executor", message=f"the executor's confidence must be a number from 0 to 1, not {shown}")
+        )
     ctx.report_confidence(float(confidence))
     return data["result"]
+
+
+def _lenient(text: str) -> Any:
+    """``text`` read as Python's ``json`` module reads it (NaN and Infinity included), bounded in
+    size, or None when it is not even that."""
+    if len(text) > 100_000:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
 
 
 def _describe(step: Step, args: dict[str, Any]) -> str:

@@ -373,7 +373,7 @@ def _resolve(root: Any, ref: str) -> Any:
         token = unquote(raw).replace("~1", "/").replace("~0", "~")
         if isinstance(node, dict) and token in node:
             node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+        elif isinstance(node, list) and token.isascii() and token.isdigit() and int(token) < len(node):
             node = node[int(token)]
         else:
             raise _Refused("invalid_schema", f"$ref {_cut(repr(ref), 120)} points at nothing in the schema")

@@ -150,11 +150,27 @@ class Planner:
     _streams_known: bool | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        problems = []
+
+        def add(where: str, message: str) -> None:
+            problems.append(Problem(code="planner", where=where, message=message))
+
+        for name, choices in (
+            ("policy", ("upfront", "step")),
+            ("replan", ("on_failure", "after_each_step", "never")),
+            ("turn_format", ("nested", "flat")),
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, str) or value not in choices:
+                add(name, f"{value!r} is not one of {', '.join(choices)}")
+        for name, least in (("max_repairs", 0), ("record_chars", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                add(name, f"must be a whole number of at least {least}")
         if not isinstance(self.settings, ModelSettings):
-            raise UsageError(
-                "invalid planner",
-                [Problem(code="planner", where="settings", message="must be a ModelSettings(...)")],
-            )
+            add("settings", "must be a ModelSettings(...)")
+        if problems:
+            raise UsageError("invalid planner", problems)
 
     def resolved_model(self) -> Model:
         if self._resolved is None:

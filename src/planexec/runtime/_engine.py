@@ -615,6 +615,9 @@ class Engine:
         idempotent = step.tool is not None and step.tool in tools and tools.get(step.tool).idempotent
         if self.side_effecting(step) and not idempotent:
             return 0
+        for name in step.allowed_tools:  # a model step may have called a tool that changes the world
+            if name in tools and tools.get(name).side_effect and not tools.get(name).idempotent:
+                return 0
         return self.config.escalation.retries
 
     def reviews_on_fail(self, step: Step) -> bool:

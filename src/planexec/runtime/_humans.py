@@ -19,7 +19,7 @@ from planexec.executor._base import StepFailure
 from planexec.executor._outcome import CheckResult, StepError, Verdict
 from planexec.models._base import cancelled_for_real
 from planexec.plan._step import Step
-from planexec.runtime._events import ApprovalDecided, ApprovalRequested, Event
+from planexec.runtime._events import ApprovalDecided, ApprovalRequested, ChecklistResult, Event
 from planexec.runtime._settings import ApprovalDecision, ApprovalRequest
 from planexec.runtime._state import ApprovalRecord
 from planexec.tools._tool import Tool
@@ -389,6 +389,15 @@ def check_decision(record: ApprovalRecord, decision: ApprovalDecision) -> list[P
             seen: set[str] = set()
             for result in decision.checklist:
                 item = getattr(result, "item", None)
+                if not isinstance(result, ChecklistResult):
+                    add("checklist", f"{type(result).__name__} is not a ChecklistResult(item=..., passed=...)")
+                    continue
+                if type(result.passed) is not bool:
+                    add("checklist", f"{item!r}: passed must be True or False")
+                if not isinstance(result.note, str):
+                    add("checklist", f"{item!r}: the note must be text")
+                elif (note := json_problem(result.note, where="note")) is not None:
+                    add("checklist", f"{item!r}: the note is too long ({note.message})")
                 if item not in items:
                     add("checklist", f"{item!r} is not an item of the checklist")
                 elif item in seen:
@@ -407,8 +416,11 @@ def check_decision(record: ApprovalRecord, decision: ApprovalDecision) -> list[P
         if text_problem is not None:
             add("text", text_problem.message)
     for name in ("reason", "by"):
-        if not isinstance(getattr(decision, name), str):
+        value = getattr(decision, name)
+        if not isinstance(value, str):
             add(name, f"{name} must be text")
+        elif (too_long := json_problem(value, where=name)) is not None:
+            add(name, f"{name} is too long ({too_long.message})")
     return problems
 
 

@@ -5,7 +5,8 @@ gathered since its last write in a single call (group commit). Before anything t
 lost or repeated — calling a side-effecting tool, waiting for a human, ending the run — the engine
 awaits ``flush()``: everything added so far is then in the store.
 
-Another process may append to the same run only to answer an approval (``approval_decided``).
+Another process may append to the same run only to answer an approval (``approval_decided``) or
+to tell it something new (``information_added``, ``planexec tell``).
 When such an event arrives first, the append conflicts; the journal reads the new events and hands
 them to the engine (``on_foreign(events, unwritten)``, with the number of the engine's own events
 not yet written, which belong after them), then writes its own after them. Any other foreign
@@ -23,7 +24,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from planexec.runtime._events import ApprovalDecided, Event
+from planexec.runtime._events import ApprovalDecided, Event, InformationAdded
 from planexec.store._base import AppendConflict, RunStore
 
 __all__ = ["Journal", "JournalFailed"]
@@ -165,7 +166,7 @@ class Journal:
         foreign = foreign[stored:]
         if not foreign:
             return stored
-        strangers = [e.kind for e in foreign if not isinstance(e, ApprovalDecided)]
+        strangers = [e.kind for e in foreign if not isinstance(e, ApprovalDecided | InformationAdded)]
         if strangers:
             raise JournalFailed(f"another process is writing run {self.run_id} ({', '.join(strangers)})")
         self.persisted += len(foreign)

@@ -4,11 +4,14 @@ new plan version (cancelling in-flight steps it makes obsolete), or stop with th
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
+import inspect
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from planexec._clip import clip
 from planexec._errors import Problem, UsageError
 from planexec._plural import counted
 from planexec.models._base import Message, ModelCrashed, ModelRequest, OutputSpec, cancelled_for_real
@@ -33,9 +36,10 @@ from planexec.runtime._events import (
 )
 from planexec.runtime._journal import JournalFailed
 from planexec.runtime._replay import RecordedError
-from planexec.runtime._settings import ApprovalDecision, ApprovalRequest
+from planexec.runtime._settings import AnswerCheck, ApprovalDecision, ApprovalRequest
 from planexec.runtime._state import ApprovalRecord
 from planexec.runtime._stop import ErrorCode, StopReason
+from planexec.tools._threads import run_in_thread
 from planexec.tools._tool import ToolCrashed
 
 if TYPE_CHECKING:
@@ -362,7 +366,8 @@ class Planning:
                 if not event.passed:
                     return event.problems
             else:
-                problems = tuple(p for p in (_run_check(check, answer) for check in review.checks) if p is not None)
+                found = [await _run_check(check, answer) for check in review.checks]
+                problems = tuple(p for p in found if p is not None)
                 engine.emit(
                     AnswerReviewed(
                         at=engine.now(), answer=answer, passed=not problems, reviewer="checks", problems=problems
@@ -428,7 +433,7 @@ class Planning:
             return (f"the judge's reply was unreadable: {response.text[:200]!r}",)
         if parsed["passed"]:
             return ()
-        return (f"rubric: {parsed.get('reason') or 'failed'}",)
+        return (clip(f"rubric: {parsed.get('reason') or 'failed'}", REASON_CHARS),)
 
     async def _approve(
         self, done: PlanDone, request: ApprovalRequest, version: int, existing: ApprovalRecord | None
@@ -474,9 +479,13 @@ class Planning:
             raise Stop(StopReason(kind="rejected", detail=f"a human rejected the plan: {done.rejected}"))
         result = done.result
         if isinstance(result, str):
+            if self._news_before_answer():
+                return
             raise Stop(StopReason(kind="goal_met", detail="the planner gave the final answer"), answer=result)
         if isinstance(result, Turn):
             if result.stop:
+                if self._news_before_answer():
+                    return
                 raise Stop(StopReason(kind="goal_met", detail=result.thought or "the planner stopped"), result.answer)
             assert result.step is not None
             trigger: PlanTrigger = (
@@ -515,6 +524,18 @@ class Planning:
             self.news()
         elif self.after_step_wanted and engine.running_steps:
             self.start("after_step", "steps finished while planning")
+
+    def _news_before_answer(self) -> bool:
+        """New information arrived while the planner wrote its final answer, which did not see it:
+        the planner plans again with it instead of ending the run (True when it does)."""
+        state = self._engine.state
+        if state.heard >= len(state.information):
+            return False
+        self.news_wanted = False
+        kind: PlanKind = "turn" if self._engine.config.planner.policy == "step" else "information"
+        news = state.information[-1].text[:200]
+        self.start(kind, f"new information arrived while the final answer was written: {news}")
+        return True
 
     def news(self) -> None:
         """New information is in the log: plan with it at the next safe point. With the upfront
@@ -640,16 +661,47 @@ _VERDICT_SCHEMA = {
 }
 
 
-def _run_check(check: Callable[[str], bool | str | None], answer: str) -> str | None:
-    """A deterministic answer check's objection, or None when it accepts the answer."""
-    name = getattr(check, "__name__", type(check).__name__)
+REASON_CHARS = 2_000
+"""The most of a reviewer's reason (a check's objection, the judge's) that is kept: it is logged,
+shown and sent to the planner with every round."""
+
+
+async def _run_check(check: AnswerCheck, answer: str) -> str | None:
+    """A deterministic answer check's objection, or None when it accepts the answer.
+
+    The check runs in a worker thread, so one that never returns leaves the run to its wall-time
+    budget and to cancellation rather than stopping the event loop; an awaitable it returns (an
+    ``async def`` check) is awaited. Whatever goes wrong in it is an objection that says why."""
+    name = _name_of(check)
     try:
-        result = check(answer)
+        result = await run_in_thread(functools.partial(contextvars.copy_context().run, check, answer))
+        if inspect.isawaitable(result):
+            result = await result
     except Exception as e:
-        return f"{name}: the check raised {type(e).__name__}: {e}"
+        return clip(f"{name}: the check raised {_described(e)}", REASON_CHARS)
     if result is None or result is True:
         return None
-    return f"{name}: {result if isinstance(result, str) else 'refused'}"
+    if result is False:
+        return f"{name}: refused"
+    if isinstance(result, str):
+        return clip(f"{name}: {result}", REASON_CHARS)
+    return f"{name}: refused (it returned a {type(result).__name__}, not True, None, False or text)"
+
+
+def _name_of(check: object) -> str:
+    try:
+        name = getattr(check, "__name__", None)
+    except Exception:
+        name = None
+    return clip(name, 200) if isinstance(name, str) else type(check).__name__
+
+
+def _described(error: BaseException) -> str:
+    try:
+        text = str(error)
+    except Exception:
+        text = "(its message cannot be shown)"
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _guidance(code: str, detail: str, decision: ApprovalDecision) -> str | None:

@@ -273,7 +273,7 @@ class Replayer:
     def _budget_after(self, index: int) -> BudgetHit:
         for e in self.log[index:]:
             if isinstance(e, BudgetExhaustedEvent):
-                return BudgetHit(e.budget, e.limit, e.used)
+                return BudgetHit(e.budget, e.limit, e.used, needed=e.needed)
         return BudgetHit("wall_time", 0.0, 0.0)  # a log cut short; the comparison reports it
 
     async def decision(self, engine: Engine, approval_id: str) -> None:

@@ -170,9 +170,11 @@ class Approvals:
 NO_APPROVALS = Approvals()
 
 
-AnswerCheck = Callable[[str], bool | str | None]
+AnswerCheck = Callable[[str], bool | str | Awaitable[bool | str | None] | None]
 """A deterministic check of a final answer: True or None accepts it; False or a string (why)
-refuses it."""
+refuses it. It runs in a worker thread (an ``async def`` check is awaited), so a check that never
+returns is ended by the run's wall-time budget or its cancellation; anything else it returns, or
+raises, refuses the answer and says so."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,10 +205,23 @@ class AnswerReview:
             problems.append(Problem(code="review", where="rubric", message="a rubric and a judge go together"))
         if self.rubric is not None and not self.rubric.strip():
             problems.append(Problem(code="review", where="rubric", message="is empty"))
-        for i, item in enumerate(self.checklist):
+        checklist: Sequence[object] = self.checklist
+        if isinstance(checklist, str) or not isinstance(checklist, Sequence):
+            problems.append(Problem(code="review", where="checklist", message="must be a list of items (text)"))
+            checklist = ()
+        seen: set[str] = set()
+        for i, item in enumerate(checklist):
             if not isinstance(item, str) or not item.strip():
                 problems.append(Problem(code="review", where=f"checklist[{i}]", message="must be non-empty text"))
-        for i, check in enumerate(self.checks):
+            elif item in seen:
+                problems.append(Problem(code="review", where=f"checklist[{i}]", message=f"{item!r} is listed twice"))
+            else:
+                seen.add(item)
+        checks: Sequence[object] = self.checks
+        if isinstance(checks, str) or not isinstance(checks, Sequence):
+            problems.append(Problem(code="review", where="checks", message="must be a list of functions"))
+            checks = ()
+        for i, check in enumerate(checks):
             if not callable(check):
                 problems.append(Problem(code="review", where=f"checks[{i}]", message="is not callable"))
         rounds = self.max_rounds

@@ -111,6 +111,8 @@ async def run_step(engine: Engine, step: Step, executor: Executor, token: int, h
             if done.verdict is None or done.verdict.passed or retries <= 0:
                 break
             retries -= 1
+            if step.tool is not None:  # the step's tool is called again: that call is checked like any other
+                engine.budget.check_tool_call(engine.state, engine._clock())
             error = _refused(done.verdict)
             engine.emit(
                 StepAttemptFailed(at=engine.now(), step_id=step.id, attempt=ctx.attempts, error=error, retry_in=0.0)
