@@ -33,8 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from planexec import Verdict
-from planexec.runtime import Event, RunStarted, StepStarted, StepSucceeded
+from planexec.executor import Verdict
+from planexec.log import Event, RunStarted, StepStarted, StepSucceeded
 from planexec.store import MemoryStore, Redactor, RunStore, SQLiteStore
 from planexec.store._codec import encode_events
 

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from planexec.cli import main
-from planexec.runtime import Event
+from planexec.log import Event
 from planexec.store import open_store
 
 ARITHMETIC_TOOLS = '''

@@ -33,7 +33,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from planexec import Agent, FunctionModel, ModelRequest, Run, ToolContext, ToolError, tool
+from planexec.testing import FunctionModel
+
+from planexec import Agent, Run, ToolContext, ToolError, tool
+from planexec.models import ModelRequest
 from planexec.store import SQLiteStore
 from planexec.tools import Tool
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from planexec import PlanInvalid, Problem, Step, Toolset, UsageError, tool
+from planexec import Problem, Step, Toolset, UsageError, tool
+from planexec.errors import PlanInvalid
 from planexec.plan import CheckContext, FitsSchema, Matches, Predicate, check_steps, validate_steps
 
 

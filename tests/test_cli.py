@@ -15,7 +15,7 @@ from typing import get_args, get_type_hints
 import pytest
 from rich.console import Console
 
-from planexec import Agent, ScriptedModel, __version__, plan_json_schema
+from planexec import Agent, __version__
 from planexec.cli._board import (
     Board,
     LineDisplay,
@@ -29,9 +29,7 @@ from planexec.cli._common import display_for, start_and_follow
 from planexec.cli._report import print_summary, result_json
 from planexec.demo import build_demo
 from planexec.executor import StepError, Verdict
-from planexec.models import ModelResponse
-from planexec.plan import PLAN_SCHEMA_VERSION, Plan, Step
-from planexec.runtime import (
+from planexec.log import (
     ApprovalDecided,
     ApprovalRequested,
     BudgetExhaustedEvent,
@@ -52,6 +50,9 @@ from planexec.runtime import (
     StopReason,
     ToolCalled,
 )
+from planexec.models import ModelResponse
+from planexec.plan import PLAN_SCHEMA_VERSION, Plan, Step, plan_json_schema
+from planexec.testing import ScriptedModel
 from tests.cli_support import ARITHMETIC_TOOLS, invoke, write_script, write_tools_module
 from tests.support import Blocker
 
@@ -260,7 +261,7 @@ def test_run_json(tmp_path: Path, tools_module: str) -> None:
 def test_run_with_an_object_model(tmp_path: Path, tools_module: str) -> None:
     models = tmp_path / f"{tools_module}_models.py"
     models.write_text(
-        "from planexec import ScriptedModel\n"
+        "from planexec.testing import ScriptedModel\n"
         f"PLANNER = ScriptedModel([{json.dumps(PLAN)}, {json.dumps(ANSWER)}], name='from-object')\n"
     )
     planner = f"object:{tools_module}_models:PLANNER"

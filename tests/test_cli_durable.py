@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 from click.testing import Result
+from planexec.testing import ScriptedModel
 
-from planexec import Agent, Approvals, ScriptedModel
-from planexec.runtime import ApprovalDecided, Event, RunStarted, StepStarted
+from planexec import Agent, Approvals
+from planexec.log import ApprovalDecided, Event, RunStarted, StepStarted
 from planexec.store import open_store
 from tests.cli_support import invoke, write_runs, write_script, write_tools_module
 

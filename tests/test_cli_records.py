@@ -14,8 +14,8 @@ from click.testing import CliRunner, Result
 
 from planexec.cli import main
 from planexec.cli._plan_diff import diff_plans
+from planexec.log import Event, RunFinished, RunStarted, StopReason, load_event
 from planexec.plan import Plan, Step
-from planexec.runtime import Event, RunFinished, RunStarted, StopReason, load_event
 from tests.cli_support import ARITHMETIC_TOOLS, invoke, write_runs, write_script, write_tools_module
 
 TOOLS_SOURCE = ARITHMETIC_TOOLS + "\n\nTOOLS = [add, double, broken]\n"

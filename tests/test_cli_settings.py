@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from planexec.runtime import RunStarted
+from planexec.log import RunStarted
 from tests.cli_support import write_tools_module
 from tests.test_cli_durable import Cli, waiting_run
 
@@ -18,7 +18,8 @@ MODELS_SOURCE = '''
 import json
 from pathlib import Path
 
-from planexec import FunctionModel, tool
+from planexec import tool
+from planexec.testing import FunctionModel
 
 LOG = Path(__file__).with_name("calls.txt")
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from planexec.runtime import (
+from planexec.log import (
     ApprovalDecided,
     ApprovalRequested,
     Event,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from planexec import RunResult, ToolContext, ToolError, UnexpectedModelCall
+from planexec import RunResult, ToolContext, ToolError
 from planexec.demo import (
     FAILING_RUN,
     GOAL,
@@ -21,8 +21,9 @@ from planexec.demo import (
 )
 from planexec.demo._planner import planner_reply
 from planexec.demo._record import parse_record
+from planexec.errors import UnexpectedModelCall
+from planexec.log import AnswerReviewed, ModelCalled, PlanProposed, StepFailed, StepStarted, StepSucceeded
 from planexec.models import Message, ModelRequest
-from planexec.runtime import AnswerReviewed, ModelCalled, PlanProposed, StepFailed, StepStarted, StepSucceeded
 
 FIRST_STEPS = ("read_workflow", "collect_logs", "list_recent_changes")
 

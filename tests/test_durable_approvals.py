@@ -6,10 +6,11 @@ import asyncio
 from typing import Any
 
 import pytest
+from planexec.testing import ScriptedModel
 
-from planexec import Agent, Approvals, ModelRequest, Plan, RunContext, RunState, ScriptedModel, Step, UsageError, tool
-from planexec.models import FunctionModel
-from planexec.runtime import ApprovalDecided, ApprovalRequested, RunFinished, RunSuspended, dump_event
+from planexec import Agent, Approvals, Plan, RunContext, Step, UsageError, tool
+from planexec.log import ApprovalDecided, ApprovalRequested, RunFinished, RunState, RunSuspended, dump_event
+from planexec.models import FunctionModel, ModelRequest
 from planexec.store import MemoryStore
 
 from .support import tool_step

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from planexec.testing import FunctionModel
 
-from planexec import Agent, FunctionModel, ModelRequest, ToolContext, tool
-from planexec.runtime import (
+from planexec import Agent, ToolContext, tool
+from planexec.log import (
     ApprovalRequested,
     Event,
     RunFinished,
@@ -22,6 +23,7 @@ from planexec.runtime import (
     StepSucceeded,
     dump_event,
 )
+from planexec.models import ModelRequest
 from planexec.store import MemoryStore
 from planexec.tools import Tool
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from planexec import FunctionModel, Model, ModelRequest, ScriptedModel, ToolError, tool
+from planexec import Model, ToolError, tool
 from planexec.eval import (
     AnswerExpectation,
     EvalSettings,
@@ -23,6 +23,8 @@ from planexec.eval import (
     run_suite,
     suite_from_mapping,
 )
+from planexec.models import ModelRequest
+from planexec.testing import FunctionModel, ScriptedModel
 
 # -- helpers shared with the other evaluation tests ---------------------------------------------
 
@@ -265,7 +267,7 @@ async def test_the_judge_through_an_object_reference_and_evaluator_disagreement(
     """The deterministic check wants "3"; the judge wants a 6: on the answer "6" they disagree."""
     judge_module = write_module(
         tmp_path,
-        "from planexec import FunctionModel\n\n"
+        "from planexec.testing import FunctionModel\n\n"
         "def judge():\n"
         "    return FunctionModel(lambda r: {'passed': '6' in r.last_user_text.split('Answer: ')[1], 'reason': 'r'})\n",
         "judges",
@@ -334,7 +336,7 @@ async def test_every_run_gets_fresh_scripted_models(tmp_path: Path) -> None:
     write_script(tmp_path, "planner.json", [{"steps": [step("s", "add", {"a": 2, "b": 2})]}, {"answer": "4"}])
     shared = write_module(
         tmp_path,
-        "from planexec import ScriptedModel\n\n"
+        "from planexec.testing import ScriptedModel\n\n"
         "PLANNER = ScriptedModel([{'steps': [{'id': 's', 'description': 'add', 'tool': 'add', "
         "'args': {'a': 2, 'b': 2}}]}, {'answer': '4'}])\n",
         "shared",
@@ -514,6 +516,20 @@ def test_the_public_names_of_eval_and_react() -> None:
             "run_suite",
             "suite_from_mapping",
             "trace_of",
+            # what the command line builds on
+            "AGENT_KINDS",
+            "MAX_CONCURRENCY",
+            "MAX_SEED",
+            "MAX_TOLERANCE",
+            "AgentKind",
+            "FaultSpec",
+            "failure_lines",
+            "fault_problems",
+            "json_text",
+            "read_faults_option",
+            "read_report",
+            "report_tables",
+            "seeded_profile",
         ]
     )
     for module in (planexec.eval, planexec.react):

@@ -32,7 +32,7 @@ TOOLS = [add, double]
 '''
 
 PLANNER = """
-from planexec import FunctionModel
+from planexec.testing import FunctionModel
 
 PLAN = {"steps": [
     {"id": "s", "description": "add", "tool": "add", "args": {"a": 1, "b": 2}},

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from planexec import Plan, RunResult, RunState, Step, StepError, StopReason, Usage, Verdict
+from planexec import Plan, RunResult, Step, StopReason
 from planexec.eval import (
     REPORT_VERSION,
     EvalReport,
@@ -21,22 +21,24 @@ from planexec.eval import (
     suite_from_mapping,
     trace_of,
 )
-from planexec.models import ModelResponse
-from planexec.react import ReactResult
-from planexec.runtime import (
+from planexec.executor import StepError, Verdict
+from planexec.log import (
     ApprovalRequested,
     Event,
     ModelCalled,
     PlanProposed,
     RunFinished,
     RunStarted,
+    RunState,
     StallDetected,
     StepFailed,
     StepStarted,
     StepSucceeded,
     ToolCalled,
 )
-from planexec.runtime._events import PlanningStarted
+from planexec.log._events import PlanningStarted
+from planexec.models import ModelResponse, Usage
+from planexec.react import ReactResult
 from tests.test_eval import ADD_THEN_DOUBLE, ARITHMETIC
 
 OK = Verdict(passed=True)

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from planexec.testing import ScriptedModel
 
-from planexec import ModelSettings, ScriptedModel
+from planexec import ModelSettings
 from planexec.eval import EvalSettings, SuiteInvalid, load_suite, run_suite, suite_from_mapping
 from tests.test_eval import ARITHMETIC, step
 

@@ -9,35 +9,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from planexec.testing import ScriptedModel, tool_calls
 
 from planexec import (
     Agent,
     ApprovalRequest,
     Approvals,
     Budget,
-    ModelRequest,
-    ModelResponse,
     Plan,
     Problem,
     RetryPolicy,
     Run,
     RunContext,
-    RunState,
-    ScriptedModel,
     Step,
-    StepError,
     StopReason,
-    ToolCall,
     ToolError,
     TransientToolError,
-    Usage,
-    Verdict,
     tool,
-    tool_calls,
 )
-from planexec.executor import CheckResult
-from planexec.plan import NonEmpty
-from planexec.runtime import (
+from planexec.executor import CheckResult, StepError, Verdict
+from planexec.log import (
     EVENT_SCHEMA_VERSION,
     AnswerReviewed,
     ApprovalDecided,
@@ -53,6 +44,7 @@ from planexec.runtime import (
     RunFinished,
     RunResumed,
     RunStarted,
+    RunState,
     RunSuspended,
     StallDetected,
     StepAttemptFailed,
@@ -67,6 +59,8 @@ from planexec.runtime import (
     dump_event,
     load_event,
 )
+from planexec.models import ModelRequest, ModelResponse, ToolCall, Usage
+from planexec.plan import NonEmpty
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

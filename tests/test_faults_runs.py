@@ -7,17 +7,19 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from planexec.testing import FunctionModel, ScriptedModel
 
-from planexec import Agent, FunctionModel, Limits, ModelRequest, RetryPolicy, RunResult, ScriptedModel, tool
+from planexec import Agent, Limits, RetryPolicy, RunResult, tool
 from planexec.faults import FaultProfile, unknown_tool_name
+from planexec.log import PlannerOutputRejected, StepStarted
 from planexec.models import (
     Model,
+    ModelRequest,
     ModelResponse,
     ModelRetryPolicy,
     StreamingScriptedModel,
     call_with_retries,
 )
-from planexec.runtime import PlannerOutputRejected, StepStarted
 from tests.support import SAFETY, events_of, tool_step
 
 NO_WAIT = RetryPolicy(max_attempts=2, initial_delay=0, jitter=0)

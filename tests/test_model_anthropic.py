@@ -15,7 +15,8 @@ from typing import Any
 import anthropic
 import pytest
 
-from planexec import ModelNotFound, ToolCall, Usage, UsageError, resolve_model
+from planexec import UsageError
+from planexec.errors import ModelNotFound
 from planexec.models import (
     AnthropicModel,
     Message,
@@ -29,10 +30,13 @@ from planexec.models import (
     Price,
     StreamDelta,
     StreamingModel,
+    ToolCall,
     ToolSpec,
+    Usage,
     allow_model_requests,
     cost_of,
     price_for,
+    resolve_model,
 )
 from tests.http_fake import Event, FakeServer, Hang, Json, Reply, Sse, serve
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from planexec import Agent, Planner, tool
+from planexec.log import ModelCalled, PlannerOutputRejected, StepStarted
 from planexec.models import AnthropicModel, ModelRetryPolicy, allow_model_requests
-from planexec.runtime import ModelCalled, PlannerOutputRejected, StepStarted
 from tests.http_fake import Event, FakeServer, Json, Sse, serve
 from tests.support import SAFETY, add, events_of
 from tests.test_model_anthropic import KEY, MODEL, answer_as_asked, cleared, message, text, tool_use

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from planexec.testing import ScriptedModel
 
-from planexec import Acceptance, Agent, Planner, Problem, ScriptedModel, UsageError
+from planexec import Acceptance, Agent, Planner, Problem, UsageError
 from planexec.faults import FaultProfile
 from planexec.models import (
     AnthropicModel,

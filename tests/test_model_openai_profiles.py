@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 from pydantic import BaseModel, Field
 
-from planexec import ModelNotFound, resolve_model
-from planexec.models import ModelProfile, OpenAIModel, known_providers, profile_for, strict_json_schema
+from planexec.errors import ModelNotFound
+from planexec.models import ModelProfile, OpenAIModel, known_providers, profile_for, resolve_model, strict_json_schema
 from planexec.models._profiles import COMPATIBLE, OPENAI
 from planexec.plan._plan import FinalAnswer, PlanDraft, Turn
 

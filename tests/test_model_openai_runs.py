@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from planexec import Agent, ModelExecutor, ModelSettings, Planner, tool
+from planexec.log import PlannerOutputRejected, RunStarted, StepStreamed
 from planexec.models import ModelRetryPolicy, OpenAIModel, allow_model_requests
-from planexec.runtime import PlannerOutputRejected, RunStarted, StepStreamed
 from tests.http_fake import Event, FakeServer, Sse, serve
 from tests.support import SAFETY, events_of
 from tests.test_model_openai import DONE, body, chunk, completion, function_call, usage_chunk

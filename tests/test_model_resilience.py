@@ -6,12 +6,15 @@ import asyncio
 import random
 
 import pytest
+from planexec.testing import ScriptedModel
 
-from planexec import ModelRequest, ModelResponse, ScriptedModel, UsageError
+from planexec import UsageError
 from planexec.models import (
     FallbackModel,
     Message,
     ModelCallError,
+    ModelRequest,
+    ModelResponse,
     ModelRetryPolicy,
     Price,
     StreamDelta,

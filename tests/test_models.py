@@ -10,29 +10,23 @@ from pathlib import Path
 
 import pytest
 
-from planexec import (
-    FunctionModel,
+from planexec import Model, UsageError
+from planexec.errors import ModelNotFound, UnexpectedModelCall
+from planexec.models import (
     Message,
-    Model,
-    ModelNotFound,
+    ModelCallError,
     ModelRequest,
     ModelResponse,
-    ScriptedModel,
-    ToolCall,
-    UnexpectedModelCall,
-    Usage,
-    UsageError,
-    resolve_model,
-    tool_calls,
-)
-from planexec.models import (
-    ModelCallError,
     ModelRetryPolicy,
     OutputSpec,
+    ToolCall,
+    Usage,
     allow_model_requests,
     check_model_requests_allowed,
     known_providers,
+    resolve_model,
 )
+from planexec.testing import FunctionModel, ScriptedModel, tool_calls
 
 
 def ask(text: str = "hello there", *, structured: bool = False, purpose: str = "test") -> ModelRequest:
@@ -326,7 +320,7 @@ def models_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[s
     (tmp_path / f"{name}.py").write_text(
         textwrap.dedent(
             """
-            from planexec import ScriptedModel
+            from planexec.testing import ScriptedModel
 
             MODEL = ScriptedModel(["from object"], name="object-model")
             NOT_A_MODEL = 42

@@ -63,7 +63,7 @@ def fresh_venv(where: Path, requirement: str) -> Path:
 
 EXTRA_CHECKS = {
     "without openai": "from planexec.models import resolve_model\n"
-    "try:\n    resolve_model('openai:gpt-4o-mini')\nexcept planexec.ModelNotFound as e:\n"
+    "try:\n    resolve_model('openai:gpt-4o-mini')\nexcept planexec.errors.ModelNotFound as e:\n"
     "    assert '[openai]' in str(e), e\nelse:\n    raise AssertionError('the openai extra is not installed')",
     "openai": "from planexec.models import OpenAIModel\nassert OpenAIModel('gpt-4o-mini').missing_keys()",
     "anthropic": "from planexec.models import AnthropicModel\nassert AnthropicModel('claude-x').missing_keys()",
@@ -72,7 +72,8 @@ EXTRA_CHECKS = {
 
 OFFLINE_RUN = """
 import asyncio, planexec
-from planexec import Agent, ScriptedModel, tool
+from planexec import Agent, tool
+from planexec.testing import ScriptedModel
 
 @tool
 def add(a: int, b: int) -> int:
@@ -111,4 +112,8 @@ def test_the_package_installs_into_a_fresh_environment(dist: Dist, tmp_path: Pat
     run([str(bin_dir / "python"), "-c", OFFLINE_RUN], env=env, cwd=tmp_path)
     checks = extras.split(",") + ([] if "openai" in extras else ["without openai"])
     for check in checks:
-        run([str(bin_dir / "python"), "-c", "import planexec\n" + EXTRA_CHECKS[check]], env=env, cwd=tmp_path)
+        run(
+            [str(bin_dir / "python"), "-c", "import planexec, planexec.errors\n" + EXTRA_CHECKS[check]],
+            env=env,
+            cwd=tmp_path,
+        )

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from planexec.testing import ScriptedModel
 
 from planexec import (
     Acceptance,
@@ -19,27 +20,25 @@ from planexec import (
     ApprovalDecision,
     ApprovalRequest,
     Approvals,
-    ChecklistResult,
     Escalation,
     ModelExecutor,
-    ModelRequest,
     Planner,
     RunContext,
-    RunState,
-    ScriptedModel,
     UsageError,
     tool,
 )
-from planexec.models import FunctionModel
-from planexec.runtime import (
+from planexec.log import (
     AnswerReviewed,
     ApprovalRequested,
+    ChecklistResult,
     InformationAdded,
     PlannerOutputRejected,
     PlanProposed,
+    RunState,
     StepAttemptFailed,
     StepSucceeded,
 )
+from planexec.models import FunctionModel, ModelRequest
 from planexec.store import MemoryStore
 
 from .support import SAFETY, add, events_of, tool_step, turn

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 from pydantic import ValidationError
 
-from planexec import Plan, Step, plan_json_schema
+from planexec import Plan, Step
 from planexec.plan import (
     PLAN_SCHEMA_VERSION,
     Contains,
@@ -20,6 +20,7 @@ from planexec.plan import (
     PlanDraft,
     Predicate,
     Turn,
+    plan_json_schema,
 )
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from planexec.testing import FunctionModel, ScriptedModel, tool_calls
 
 from planexec import (
     Agent,
@@ -15,18 +16,16 @@ from planexec import (
     ApprovalRequest,
     Approvals,
     Budget,
-    FunctionModel,
-    ModelRequest,
     Planner,
     RetryPolicy,
-    ScriptedModel,
     ToolError,
     TransientToolError,
     tool,
-    tool_calls,
 )
 from planexec.demo import build_demo
-from planexec.runtime import Event, Fault, RunContext, RunStarted, StepAttemptFailed, StepStarted, replay_log
+from planexec.log import Event, RunStarted, StepAttemptFailed, StepStarted
+from planexec.models import ModelRequest
+from planexec.runtime import Fault, RunContext, replay_log
 from planexec.store import MemoryStore
 from planexec.tools import Tool
 

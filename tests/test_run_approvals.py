@@ -5,19 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from planexec.testing import ScriptedModel
 
-from planexec import (
-    Agent,
-    ApprovalDecision,
-    ApprovalRequest,
-    Approvals,
-    Limits,
-    Rejected,
-    ScriptedModel,
-    ToolError,
-    tool,
-)
-from planexec.runtime import ApprovalDecided, ApprovalRequested, StepFailed, StepStarted
+from planexec import Agent, ApprovalDecision, ApprovalRequest, Approvals, Limits, ToolError, tool
+from planexec.errors import Rejected
+from planexec.log import ApprovalDecided, ApprovalRequested, StepFailed, StepStarted
 from tests.support import SAFETY, events_of, failing_tool, tool_step
 
 

@@ -6,31 +6,21 @@ import asyncio
 from typing import Any
 
 import pytest
+from planexec.testing import FunctionModel, ScriptedModel
 
-from planexec import (
-    Agent,
-    Event,
-    FunctionModel,
-    Limits,
-    ModelRequest,
-    RunContext,
-    RunState,
-    ScriptedModel,
-    ToolError,
-    Usage,
-    UsageError,
-    tool,
-)
-from planexec.runtime import (
+from planexec import Agent, Event, Limits, RunContext, ToolError, UsageError, tool
+from planexec.log import (
     ModelCalled,
     PlanProposed,
     RunFinished,
     RunStarted,
+    RunState,
     StepStarted,
     StepSucceeded,
     dump_event,
     load_event,
 )
+from planexec.models import ModelRequest, Usage
 from tests.support import add, events_of, tool_step
 
 

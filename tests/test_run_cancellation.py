@@ -6,9 +6,11 @@ import asyncio
 from typing import Any
 
 import pytest
+from planexec.testing import ScriptedModel
 
-from planexec import Agent, RunCancelled, RunResult, RunState, ScriptedModel, tool
-from planexec.runtime import PlanProposed, RunFinished, StepCancelled, StepStarted
+from planexec import Agent, RunResult, tool
+from planexec.errors import RunCancelled
+from planexec.log import PlanProposed, RunFinished, RunState, StepCancelled, StepStarted
 from tests.support import SAFETY, Blocker, events_of, failing_tool, tool_step
 
 

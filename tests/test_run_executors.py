@@ -5,16 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from planexec import (
-    Agent,
-    ModelExecutor,
-    Planner,
-    ScriptedModel,
-    ToolError,
-    tool,
-    tool_calls,
-)
-from planexec.runtime import ModelCalled, StepStarted, ToolCalled
+from planexec.testing import ScriptedModel, tool_calls
+
+from planexec import Agent, ModelExecutor, Planner, ToolError, tool
+from planexec.log import ModelCalled, StepStarted, ToolCalled
 from tests.support import SAFETY, events_of
 
 GIVE_UP = {"reason": "stop trying", "steps": []}

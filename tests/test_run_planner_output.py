@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from planexec import Agent, ModelResponse, Planner, ScriptedModel
-from planexec.runtime import PlannerOutputRejected, PlanProposed, StepStarted
+from planexec.testing import ScriptedModel
+
+from planexec import Agent, Planner
+from planexec.log import PlannerOutputRejected, PlanProposed, StepStarted
+from planexec.models import ModelResponse
 from tests.support import add, events_of, failing_tool, tool_step
 
 GOOD_PLAN = {"steps": [tool_step("s1", "add", {"a": 1, "b": 2})]}

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from planexec.testing import ScriptedModel
 
-from planexec import Agent, AnswerReview, Planner, ScriptedModel, UnrecoverableError, tool
-from planexec.runtime import PlanProposed, RunStarted, StepStarted
+from planexec import Agent, AnswerReview, Planner, tool
+from planexec.errors import UnrecoverableError
+from planexec.log import PlanProposed, RunStarted, StepStarted
 from tests.support import add, events_of, failing_tool, failing_tool_of_n, tool_step, turn
 
 

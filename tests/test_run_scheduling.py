@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from planexec import Agent, Limits, ScriptedModel, ToolContext, ToolExecutor, tool
-from planexec.runtime import StepStarted, StepSucceeded
+from planexec.testing import ScriptedModel
+
+from planexec import Agent, Limits, ToolContext, ToolExecutor, tool
+from planexec.log import StepStarted, StepSucceeded
 from tests.support import SAFETY, tool_step
 
 

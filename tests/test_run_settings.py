@@ -6,20 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from planexec.testing import ScriptedModel
 
-from planexec import (
-    Acceptance,
-    Agent,
-    AnswerReview,
-    ModelExecutor,
-    ModelSettings,
-    Planner,
-    ScriptedModel,
-    UsageError,
-    tool,
-)
+from planexec import Acceptance, Agent, AnswerReview, ModelExecutor, ModelSettings, Planner, UsageError, tool
+from planexec.log import RunStarted
 from planexec.react import ReactAgent
-from planexec.runtime import RunStarted
 from planexec.store import MemoryStore
 from tests.support import SAFETY, add, events_of, tool_step
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
-from planexec import Agent, Limits, ModelExecutor, Planner, ScriptedModel, tool, tool_calls
-from planexec.runtime import StepFailed
+from planexec.testing import ScriptedModel, tool_calls
+
+from planexec import Agent, Limits, ModelExecutor, Planner, tool
+from planexec.log import StepFailed
 from planexec.store import MemoryStore
 from tests.support import SAFETY, add, events_of, tool_step
 

@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from planexec import LogUnreadable, StopReason, StoreError, UsageError, Verdict
-from planexec.runtime import (
+from planexec import StopReason, UsageError
+from planexec.errors import LogUnreadable, StoreError
+from planexec.executor import Verdict
+from planexec.log import (
     BudgetExhaustedEvent,
     Event,
     ModelCalled,
@@ -549,8 +551,8 @@ async def test_readers_during_writes_see_whole_batches_and_no_gap(backend: Backe
 
 _WORKER = r"""
 import asyncio, sys
-from planexec import Verdict
-from planexec.runtime import StepStarted, StepSucceeded
+from planexec.executor import Verdict
+from planexec.log import StepStarted, StepSucceeded
 from planexec.store import AppendConflict, open_store
 
 url, run_id, name, batches = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])

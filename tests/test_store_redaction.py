@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from planexec import UsageError, Verdict
-from planexec.runtime import Event, RunStarted, StepStarted, StepSucceeded, ToolCalled
+from planexec import UsageError
+from planexec.executor import Verdict
+from planexec.log import Event, RunStarted, StepStarted, StepSucceeded, ToolCalled
 from planexec.store import (
     PII_RULES,
     SECRET_RULES,

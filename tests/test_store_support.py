@@ -17,10 +17,9 @@ from urllib.parse import quote
 
 import pytest
 
-from planexec import ModelResponse, Plan, Problem, Step, StepError, StopReason, ToolCall, Usage, Verdict
-from planexec.executor import CheckResult
-from planexec.plan import NonEmpty
-from planexec.runtime import (
+from planexec import Plan, Problem, Step, StopReason
+from planexec.executor import CheckResult, StepError, Verdict
+from planexec.log import (
     AnswerReviewed,
     ApprovalDecided,
     ApprovalRequested,
@@ -47,6 +46,8 @@ from planexec.runtime import (
     StepSucceeded,
     ToolCalled,
 )
+from planexec.models import ModelResponse, ToolCall, Usage
+from planexec.plan import NonEmpty
 from planexec.store import MemoryStore, PostgresStore, Redactor, RunStore, SQLiteStore
 
 BACKENDS = ("memory", "sqlite", "postgres")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from planexec import StoreError, UsageError
+from planexec import UsageError
+from planexec.errors import StoreError
 from planexec.store import (
     MemoryStore,
     PostgresStore,

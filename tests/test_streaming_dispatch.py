@@ -7,9 +7,10 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from planexec import Agent, ModelRequest, ModelResponse, Planner, tool
-from planexec.models import StreamDelta, StreamingScriptedModel, Usage
-from planexec.runtime import PlanProposed, RunState, StepStarted, StepStreamed, replay_log
+from planexec import Agent, Planner, tool
+from planexec.log import PlanProposed, RunState, StepStarted, StepStreamed
+from planexec.models import ModelRequest, ModelResponse, StreamDelta, StreamingScriptedModel, Usage
+from planexec.runtime import replay_log
 from planexec.store import MemoryStore
 from planexec.tools import Tool
 

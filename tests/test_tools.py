@@ -11,18 +11,8 @@ from typing import Any, Optional
 import pytest
 from pydantic import BaseModel
 
-from planexec import (
-    RetryPolicy,
-    Tool,
-    ToolContext,
-    ToolDefinitionError,
-    ToolError,
-    Toolset,
-    TransientToolError,
-    UnknownToolError,
-    UsageError,
-    tool,
-)
+from planexec import RetryPolicy, Tool, ToolContext, ToolError, Toolset, TransientToolError, UsageError, tool
+from planexec.errors import ToolDefinitionError, UnknownToolError
 
 CTX = ToolContext(run_id="run-1", step_id="step-1", attempt=1, idempotency_key="run-1:step-1")
 

@@ -8,8 +8,10 @@ import tokenize
 from pathlib import Path
 
 import pytest
+from planexec.testing import ScriptedModel
 
-from planexec import Problem, ScriptedModel, UnexpectedModelCall, UsageError
+from planexec import Problem, UsageError
+from planexec.errors import UnexpectedModelCall
 from tests.cli_support import invoke
 
 SOURCE = Path(__file__).resolve().parent.parent / "src" / "planexec"
@@ -33,7 +35,7 @@ def test_the_command_line_counts_in_words() -> None:
 
 
 def test_no_message_counts_with_a_bracketed_plural() -> None:
-    """'step(s)' is never right: say '1 step' or '2 steps' (planexec._plural.counted)."""
+    """'step(s)' is never right: say '1 step' or '2 steps' (planexec._util.plural.counted)."""
     found = []
     for path in SOURCE.rglob("*.py"):
         tokens = tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline)

@@ -30,8 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from planexec import Agent, FunctionModel, ModelRequest, ToolContext, tool
-from planexec.runtime import StepSucceeded
+from planexec.testing import FunctionModel
+
+from planexec import Agent, ToolContext, tool
+from planexec.log import StepSucceeded
+from planexec.models import ModelRequest
 from planexec.store import SQLiteStore
 
 STEPS = 20

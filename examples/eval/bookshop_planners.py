@@ -12,7 +12,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from planexec import FunctionModel, ModelRequest, UnexpectedModelCall
+from planexec.testing import FunctionModel
+from planexec.models import ModelRequest
+from planexec.errors import UnexpectedModelCall
 
 _STATUS = re.compile(r"^- \[(\w+)\] (\S+) ", re.MULTILINE)
 """A step's line in the execution record: its status and id."""

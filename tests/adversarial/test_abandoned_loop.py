@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from planexec.testing import ScriptedModel
 
-from planexec import Agent, ScriptedModel, tool
-from planexec.runtime import RunFinished, StepStarted
+from planexec import Agent, tool
+from planexec.log import RunFinished, StepStarted
 from planexec.store import SQLiteStore
 from tests.support import tool_step
 

@@ -18,24 +18,12 @@ from typing import Any
 
 import pytest
 
-from planexec import (
-    Agent,
-    ApprovalDecision,
-    ApprovalRequest,
-    Approvals,
-    Budget,
-    FunctionModel,
-    LogUnreadable,
-    ModelRequest,
-    ModelResponse,
-    ScriptedModel,
-    ToolCall,
-    Usage,
-    tool,
-    tool_calls,
-)
-from planexec.runtime import ModelCalled, RunFinished, RunState, StepFailed, ToolCalled, dump_event
+from planexec import Agent, ApprovalDecision, ApprovalRequest, Approvals, Budget, tool
+from planexec.errors import LogUnreadable
+from planexec.log import ModelCalled, RunFinished, RunState, StepFailed, ToolCalled, dump_event
+from planexec.models import ModelRequest, ModelResponse, ToolCall, Usage
 from planexec.store import MemoryStore, SQLiteStore
+from planexec.testing import FunctionModel, ScriptedModel, tool_calls
 from tests.cli_support import invoke, write_script, write_tools_module
 from tests.support import events_of, tool_step
 
@@ -172,7 +160,8 @@ def test_a_tool_that_ignores_its_cancellation_is_left_behind_quietly(tmp_path: P
         textwrap.dedent(
             """
             import asyncio
-            from planexec import Agent, Budget, Limits, ScriptedModel, tool
+            from planexec import Agent, Budget, Limits, tool
+            from planexec.testing import ScriptedModel
 
             @tool(timeout=0.1)
             async def deaf() -> str:

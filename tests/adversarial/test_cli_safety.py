@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from planexec.runtime import DEFAULT_CAPS, RunStarted
+from planexec.log import RunStarted
+from planexec.runtime import DEFAULT_CAPS
 from planexec.store import open_store
 from tests.cli_support import invoke, write_script, write_tools_module
 

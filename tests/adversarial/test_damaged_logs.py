@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from planexec.testing import ScriptedModel
 
-from planexec import Agent, ScriptedModel, tool
+from planexec import Agent, tool
 from planexec.store import SQLiteStore
 from tests.cli_support import invoke
 from tests.support import tool_step

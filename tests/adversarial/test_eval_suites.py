@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from planexec import ModelResponse, ScriptedModel, UsageError
+from planexec import UsageError
 from planexec.eval import (
     EvalReport,
     EvalSettings,
@@ -26,6 +26,8 @@ from planexec.eval import (
     run_suite,
     suite_from_mapping,
 )
+from planexec.models import ModelResponse
+from planexec.testing import ScriptedModel
 from tests.cli_support import invoke
 from tests.test_eval import ADD_THEN_DOUBLE, ARITHMETIC, TOOLS_SOURCE, step, write_module, write_script
 
@@ -551,7 +553,7 @@ def test_the_report_written_by_the_command_line_holds_no_nan(tmp_path: Path) -> 
     judge = write_module(
         tmp_path,
         "import math\n"
-        "from planexec import ModelResponse, ScriptedModel\n\n"
+        "from planexec.models import ModelResponse\nfrom planexec.testing import ScriptedModel\n\n"
         "def judge():\n"
         "    verdict = {'passed': True, 'reason': 'fine'}\n"
         "    return ScriptedModel([ModelResponse(text='{}', parsed=verdict, cost=math.nan)])\n",

@@ -18,21 +18,11 @@ from typing import Any, get_args
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from planexec.testing import ScriptedModel
 
-from planexec import (
-    Agent,
-    Budget,
-    Limits,
-    ModelResponse,
-    Planner,
-    RetryPolicy,
-    ScriptedModel,
-    ToolError,
-    TransientToolError,
-    tool,
-)
-from planexec.models import ModelCallError, StreamingScriptedModel
-from planexec.runtime import ErrorCode, RunFinished, RunState, StopKind, dump_event
+from planexec import Agent, Budget, Limits, Planner, RetryPolicy, ToolError, TransientToolError, tool
+from planexec.log import ErrorCode, RunFinished, RunState, StopKind, dump_event
+from planexec.models import ModelCallError, ModelResponse, StreamingScriptedModel
 from planexec.store import MemoryStore, Redactor
 
 EXAMPLES = int(os.environ.get("PLANEXEC_FUZZ_EXAMPLES", "10000"))

@@ -7,22 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from planexec.testing import FunctionModel, ScriptedModel, tool_calls
 
-from planexec import (
-    Agent,
-    ApprovalDecision,
-    ApprovalRequest,
-    Approvals,
-    Budget,
-    FunctionModel,
-    ModelRequest,
-    Planner,
-    ScriptedModel,
-    tool,
-    tool_calls,
-)
-from planexec.models import StreamingScriptedModel
-from planexec.runtime import StepStarted, StepStreamed, ToolCalled
+from planexec import Agent, ApprovalDecision, ApprovalRequest, Approvals, Budget, Planner, tool
+from planexec.log import StepStarted, StepStreamed, ToolCalled
+from planexec.models import ModelRequest, StreamingScriptedModel
 from planexec.store import MemoryStore
 from tests.support import events_of, tool_step
 

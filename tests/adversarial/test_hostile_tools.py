@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from planexec import Agent, Budget, Limits, ScriptedModel, Tool, ToolContext, tool
-from planexec.runtime import RunState, StepFailed, dump_event
+from planexec import Agent, Budget, Limits, Tool, ToolContext, tool
+from planexec.log import RunState, StepFailed, dump_event
 from planexec.store import SQLiteStore
+from planexec.testing import ScriptedModel
 from tests.support import events_of, tool_step
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -219,7 +220,8 @@ def run_script(body: str, tmp_path: Path) -> str:
     head = f"""
 import asyncio
 import threading
-from planexec import Agent, Budget, Limits, ScriptedModel, tool
+from planexec import Agent, Budget, Limits, tool
+from planexec.testing import ScriptedModel
 from planexec.store import SQLiteStore
 STORE = SQLiteStore({str(tmp_path / "runs.db")!r})
 """

@@ -9,24 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from planexec.testing import FunctionModel, ScriptedModel
 
-from planexec import (
-    Agent,
-    Approvals,
-    Budget,
-    FunctionModel,
-    Limits,
-    ModelRequest,
-    ModelResponse,
-    Planner,
-    ScriptedModel,
-    ToolCall,
-    UnrecoverableError,
-    Usage,
-    UsageError,
-    tool,
-)
-from planexec.runtime import ModelCalled, PlannerOutputRejected, RunState, StepFailed, dump_event
+from planexec import Agent, Approvals, Budget, Limits, Planner, UsageError, tool
+from planexec.errors import UnrecoverableError
+from planexec.log import ModelCalled, PlannerOutputRejected, RunState, StepFailed, dump_event
+from planexec.models import ModelRequest, ModelResponse, ToolCall, Usage
 from planexec.store import MemoryStore, SQLiteStore
 from tests.support import events_of, tool_step
 

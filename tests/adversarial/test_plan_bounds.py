@@ -21,10 +21,13 @@ from types import FrameType
 from typing import Any, cast
 
 import pytest
+from planexec.testing import ScriptedModel
 
-from planexec import Agent, ModelResponse, ScriptedModel, Step, Tool, Toolset, tool
-from planexec._json import MAX_CHARS, MAX_DEPTH, JSONRefused, json_problem, loads
+from planexec import Agent, Step, Tool, Toolset, tool
+from planexec._util.strict_json import MAX_CHARS, MAX_DEPTH, JSONRefused, json_problem, loads
 from planexec.executor import Acceptance
+from planexec.log import PlannerOutputRejected
+from planexec.models import ModelResponse
 from planexec.plan import (
     BindingError,
     CheckContext,
@@ -41,7 +44,6 @@ from planexec.plan._plan import PlanDraft
 from planexec.plan._schemas import MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES, schema_errors
 from planexec.planner._planner import _parse as parse_reply
 from planexec.planner._stream import StreamedSteps
-from planexec.runtime import PlannerOutputRejected
 from planexec.store import MemoryStore
 from tests.support import add, events_of, tool_step
 

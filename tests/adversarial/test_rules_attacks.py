@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from planexec.testing import FunctionModel, ScriptedModel
 
 from planexec import (
     Acceptance,
@@ -20,23 +21,17 @@ from planexec import (
     AnswerReview,
     Approvals,
     Budget,
-    ChecklistResult,
     Escalation,
-    FunctionModel,
     ModelExecutor,
-    ModelRequest,
-    ModelResponse,
     Planner,
     RetryPolicy,
-    ScriptedModel,
-    ToolCall,
     UsageError,
     tool,
 )
 from planexec.eval import SuiteInvalid, load_suite
-from planexec.runtime import (
-    AnswerCheck,
+from planexec.log import (
     AnswerReviewed,
+    ChecklistResult,
     InformationAdded,
     PlannerOutputRejected,
     RunFinished,
@@ -45,6 +40,8 @@ from planexec.runtime import (
     StepStarted,
     dump_event,
 )
+from planexec.models import ModelRequest, ModelResponse, ToolCall
+from planexec.runtime import AnswerCheck
 from planexec.store import MemoryStore, SQLiteStore
 from tests.cli_support import ARITHMETIC_TOOLS, invoke, write_script, write_tools_module
 from tests.support import SAFETY, events_of

@@ -25,8 +25,10 @@ from urllib.parse import unquote
 
 import pytest
 
-from planexec import LogUnreadable, StoreError, UsageError, Verdict
-from planexec.runtime import Event, ModelCalled, RunStarted, StepSucceeded
+from planexec import UsageError
+from planexec.errors import LogUnreadable, StoreError
+from planexec.executor import Verdict
+from planexec.log import Event, ModelCalled, RunStarted, StepSucceeded
 from planexec.store import MemoryStore, PostgresStore, Redactor, RunStore, SQLiteStore, open_store
 from planexec.store._codec import decode_event, encode_events
 from tests.test_store_support import Backend, full_run, postgres_schema, postgres_url, rewrite_events, step_batch
@@ -591,8 +593,8 @@ async def test_an_event_that_is_not_utf8_or_not_an_event(tmp_path: Path) -> None
 
 _READ_ONLY = r"""
 import asyncio, json, sys
-from planexec import StoreError
-from planexec.runtime import StepStarted
+from planexec.errors import StoreError
+from planexec.log import StepStarted
 from planexec.store import SQLiteStore
 
 async def attempt(path, name):

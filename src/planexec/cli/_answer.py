@@ -13,14 +13,14 @@ from typing import Any, Literal
 
 import pydantic
 
-from planexec._errors import UsageError
-from planexec._json import MAX_CHARS, MAX_DEPTH, JSONRefused
-from planexec._json import loads as strict_loads
-from planexec._plural import counted
+from planexec._util.plural import counted
+from planexec._util.strict_json import MAX_CHARS, MAX_DEPTH, JSONRefused
+from planexec._util.strict_json import loads as strict_loads
 from planexec.cli._options import Problems, Refused
 from planexec.cli._questions import about
+from planexec.errors import UsageError
+from planexec.log import ApprovalDecided, ApprovalRecord, ChecklistResult, Event, RunStarted, RunState
 from planexec.plan import CheckContext, Plan, check_steps
-from planexec.runtime import ApprovalDecided, ApprovalRecord, ChecklistResult, Event, RunStarted, RunState
 from planexec.store import AppendConflict, RunStore
 from planexec.tools import Tool, ToolContext, Toolset
 

@@ -33,7 +33,7 @@ from planexec.cli._report import json_text
 from planexec.cli._resume import load_log, resume_run
 from planexec.cli._store_options import StoreChoice, store_choice, store_flag, using_store
 from planexec.cli._text import plain, shown
-from planexec.runtime import ApprovalRecord, ChecklistResult, InformationAdded, RunStarted, RunState
+from planexec.log import ApprovalRecord, ChecklistResult, InformationAdded, RunStarted, RunState
 from planexec.store import AppendConflict, RunStore
 
 __all__ = ["answer", "approvals", "approve", "reject", "tell"]

@@ -17,12 +17,13 @@ from rich.markup import escape
 from rich.prompt import Confirm, Prompt
 from rich.table import Table
 
-from planexec._json import MAX_CHARS, JSONRefused
-from planexec._json import loads as strict_loads
+from planexec._util.strict_json import MAX_CHARS, JSONRefused
+from planexec._util.strict_json import loads as strict_loads
 from planexec.cli._board import Display
 from planexec.cli._text import plain, shown
+from planexec.log import ChecklistResult
 from planexec.plan import Step, render_text
-from planexec.runtime import ApprovalDecision, ApprovalRequest, Approvals, ChecklistResult
+from planexec.runtime import ApprovalDecision, ApprovalRequest, Approvals
 from planexec.store import Redactor
 
 __all__ = ["TerminalApprover", "approvals_for", "is_interactive"]

@@ -18,11 +18,10 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from planexec._plural import counted
+from planexec._util.plural import counted
 from planexec.cli._text import plain, redacted_events, shown
 from planexec.cli._watch import new_events
-from planexec.plan import render_text
-from planexec.runtime import (
+from planexec.log import (
     AnswerReviewed,
     ApprovalDecided,
     ApprovalRequested,
@@ -33,7 +32,6 @@ from planexec.runtime import (
     PlannerOutputRejected,
     PlanningStarted,
     PlanProposed,
-    Run,
     RunFinished,
     RunResult,
     RunResumed,
@@ -51,6 +49,8 @@ from planexec.runtime import (
     StepSucceeded,
     ToolCalled,
 )
+from planexec.plan import render_text
+from planexec.runtime import Run
 from planexec.store import Redactor, RunStore
 
 __all__ = [

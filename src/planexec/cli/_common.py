@@ -12,12 +12,13 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
-from planexec._errors import StoreError, UsageError
-from planexec._plural import counted
+from planexec._util.plural import counted
 from planexec.cli._board import Board, Display, LineDisplay, LiveDisplay, follow
 from planexec.cli._options import Problems, Refused
 from planexec.cli._text import plain, redactor_of
-from planexec.runtime import Agent, Run, RunResult
+from planexec.errors import StoreError, UsageError
+from planexec.log import RunResult
+from planexec.runtime import Agent, Run
 from planexec.store import Redactor, RunStore
 
 __all__ = [

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import click
 
-from planexec._errors import UsageError
 from planexec.cli._common import View, run_command, say, start_and_follow
 from planexec.cli._finish import report_result
 from planexec.cli._globals import global_options
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
 from planexec.demo import build_demo
+from planexec.errors import UsageError
 from planexec.models import Model, resolve_model
 
 __all__ = ["demo"]

@@ -11,7 +11,7 @@ import os
 import sys
 import threading
 
-from planexec._plural import counted
+from planexec._util.plural import counted
 from planexec.cli._main import main
 
 __all__ = ["entry"]

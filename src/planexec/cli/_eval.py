@@ -21,29 +21,36 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from planexec._errors import UsageError
-from planexec._plural import counted
+from planexec._util.plural import counted
 from planexec.cli._common import EXIT_OK, EXIT_STOPPED, make_console, problem_exit, say
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
+from planexec.errors import UsageError
 from planexec.eval import (
+    AGENT_KINDS,
+    MAX_CONCURRENCY,
+    MAX_SEED,
+    MAX_TOLERANCE,
+    AgentKind,
     EvalReport,
     EvalSettings,
+    FaultSpec,
     RunReport,
     Suite,
     SuiteInvalid,
     Tolerances,
     compare_reports,
     dump_report,
+    failure_lines,
+    fault_problems,
+    json_text,
     load_suite,
+    read_faults_option,
+    read_report,
+    report_tables,
     run_suite,
 )
-from planexec.eval._faults import fault_problems, read_faults_option
-from planexec.eval._limits import MAX_CONCURRENCY, MAX_SEED, MAX_TOLERANCE
-from planexec.eval._report import json_text, read_report
-from planexec.eval._suite import AGENT_KINDS, AgentKind, FaultSpec
-from planexec.eval._table import failure_lines, report_tables
 from planexec.store import Redactor, RunStore
 
 __all__ = ["eval_command"]

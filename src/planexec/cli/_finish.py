@@ -8,13 +8,13 @@ from typing import Any
 
 import click
 
-from planexec._plural import counted
+from planexec._util.plural import counted
 from planexec.cli._common import EXIT_STOPPED, EXIT_WAITING, View, exit_code
 from planexec.cli._questions import about, answer_commands, approval_json, under_review
 from planexec.cli._report import json_text, print_summary, result_json
 from planexec.cli._store_options import StoreChoice, is_memory
 from planexec.cli._text import plain, redacted_result, redactor_of
-from planexec.runtime import ApprovalRecord, RunResult, RunState
+from planexec.log import ApprovalRecord, RunResult, RunState
 from planexec.store import RunStore
 
 __all__ = ["report_result", "waiting_lines"]

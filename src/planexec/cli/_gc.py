@@ -7,7 +7,7 @@ import time
 
 import click
 
-from planexec._plural import counted
+from planexec._util.plural import counted
 from planexec.cli._common import run_command
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused

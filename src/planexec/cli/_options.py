@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from planexec._errors import UsageError
-from planexec._json import loads as strict_loads
+from planexec._util.strict_json import loads as strict_loads
+from planexec.errors import UsageError
 from planexec.models import Model, ModelSettings, resolve_model
 from planexec.runtime import Budget
 from planexec.tools import Tool, Toolset

@@ -8,7 +8,7 @@ import shlex
 from typing import Any
 
 from planexec.cli._store_options import StoreChoice, store_flag
-from planexec.runtime import ApprovalRecord
+from planexec.log import ApprovalRecord
 
 __all__ = ["about", "answer_commands", "approval_json", "under_review"]
 

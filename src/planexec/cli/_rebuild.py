@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
-from planexec._errors import UsageError
 from planexec.cli._agent_options import LOW_CONFIDENCE, ON_FAIL, POLICIES, REPLANS, TURN_FORMATS, AgentFlags
 from planexec.cli._options import (
     Problems,
@@ -33,11 +32,12 @@ from planexec.cli._options import (
     parse_settings,
 )
 from planexec.cli._scripted import absolute_model_string, calls_made, rest_of_script
+from planexec.errors import UsageError
 from planexec.executor import ModelExecutor
-from planexec.models import Model, ModelSettings, unsupported_settings
-from planexec.models._keys import missing_keys
+from planexec.log import Event, RunStarted
+from planexec.models import Model, ModelSettings, missing_keys, unsupported_settings
 from planexec.planner import Planner, PolicyName, ReplanPolicy, TurnFormat
-from planexec.runtime import Agent, AnswerReview, Approvals, Escalation, Event, RunStarted
+from planexec.runtime import Agent, AnswerReview, Approvals, Escalation
 from planexec.store import RunStore
 from planexec.tools import Toolset
 

@@ -10,8 +10,7 @@ from typing import Any, cast, get_args
 
 import click
 
-from planexec._errors import UsageError
-from planexec._plural import counted
+from planexec._util.plural import counted
 from planexec.cli._agent_options import AgentFlags, agent_options
 from planexec.cli._approve import approvals_for
 from planexec.cli._board import describe_event
@@ -24,10 +23,12 @@ from planexec.cli._report import json_text
 from planexec.cli._resume import load_log
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
 from planexec.cli._text import plain, redacted_events, redactor_of
-from planexec.eval._faults import fault_problems, profile_for, read_faults_option
+from planexec.errors import UsageError
+from planexec.eval import fault_problems, read_faults_option, seeded_profile
 from planexec.executor import ErrorKind
 from planexec.faults import FaultProfile
-from planexec.runtime import Event, Fault, ReplayReport, RunStarted, RunState, StepStarted, replay_log
+from planexec.log import Event, RunStarted, RunState, StepStarted
+from planexec.runtime import Fault, ReplayReport, replay_log
 from planexec.store import Redactor
 
 __all__ = ["replay"]
@@ -153,7 +154,7 @@ def _fault_profile(value: str, seed: int | None, problems: Problems) -> FaultPro
     if found:
         return None
     own = 0 if isinstance(spec, str) else int(spec.get("seed", 0))
-    return profile_for(spec, own if seed is None else seed)
+    return seeded_profile(spec, own if seed is None else seed)
 
 
 async def _replay(

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from planexec.cli._text import shown
-from planexec.runtime import Event, ModelCalled, PlanProposed, RunResult, StepRecord
+from planexec.log import Event, ModelCalled, PlanProposed, RunResult, StepRecord
 
 __all__ = ["RoleUsage", "json_text", "print_summary", "result_json", "step_json", "usage_by_role"]
 

@@ -7,8 +7,7 @@ from typing import Any
 
 import click
 
-from planexec._errors import LogUnreadable, UsageError
-from planexec._plural import counted
+from planexec._util.plural import counted
 from planexec.cli import _approve
 from planexec.cli._agent_options import AgentFlags, agent_options, live_options
 from planexec.cli._common import EXIT_WAITING, View, follow_to_end, run_command, say
@@ -18,7 +17,8 @@ from planexec.cli._options import Problems, Refused
 from planexec.cli._rebuild import build_agent, recorded_spec
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
 from planexec.cli._text import plain, redactor_of
-from planexec.runtime import Event, RunResult, RunStarted, RunState
+from planexec.errors import LogUnreadable, UsageError
+from planexec.log import Event, RunResult, RunStarted, RunState
 from planexec.store import RunStore, StoredEvent
 
 __all__ = ["load_log", "read_log", "resume", "resume_run"]

@@ -11,7 +11,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from planexec._plural import counted
+from planexec._util.plural import counted
 from planexec.cli._common import EXIT_USAGE, make_console, run_command
 from planexec.cli._format import cut, money, seconds, when
 from planexec.cli._globals import global_options
@@ -21,7 +21,7 @@ from planexec.cli._resume import read_log
 from planexec.cli._show import fold_readable, print_run, run_json
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
 from planexec.cli._text import plain, shown
-from planexec.runtime import dump_event
+from planexec.log import dump_event
 from planexec.store import RunStatus, RunSummary
 
 __all__ = ["export", "runs", "show"]

@@ -9,8 +9,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from planexec.log import Event, ModelCalled
 from planexec.models import Model, ModelResponse, Reply, ScriptedModel, tool_calls
-from planexec.runtime import Event, ModelCalled
 
 __all__ = ["absolute_model_string", "calls_made", "rest_of_script", "script_path"]
 

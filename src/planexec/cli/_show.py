@@ -13,15 +13,15 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from planexec._plural import counted
+from planexec._util.plural import counted
 from planexec.cli._board import runs_on
 from planexec.cli._format import cut, money, seconds, when
 from planexec.cli._plan_diff import diff_plans
 from planexec.cli._questions import about, approval_json
 from planexec.cli._report import step_json, usage_by_role
 from planexec.cli._text import shown
+from planexec.log import ApprovalRecord, Event, PlanProposed, RunState, StepRecord
 from planexec.plan import render_text
-from planexec.runtime import ApprovalRecord, Event, PlanProposed, RunState, StepRecord
 
 __all__ = ["print_run", "run_json"]
 

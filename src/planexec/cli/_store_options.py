@@ -9,10 +9,10 @@ import shlex
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from planexec._errors import UsageError
 from planexec.cli._globals import STORE_HELP, StoreChoice, remember_store, store_choice
 from planexec.cli._options import Problems, Refused
 from planexec.cli._text import plain
+from planexec.errors import UsageError
 from planexec.store import MemoryStore, RunStore, open_store, safe_url
 
 __all__ = ["STORE_HELP", "StoreChoice", "is_memory", "remember_store", "store_choice", "store_flag", "using_store"]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from planexec.runtime import Event, RunResult, RunState, dump_event, load_event
+from planexec.log import Event, RunResult, RunState, dump_event, load_event
 from planexec.store import Redactor, RunStore
 
 __all__ = ["plain", "redacted_events", "redacted_result", "redactor_of", "shown"]

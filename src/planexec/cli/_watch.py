@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from planexec.runtime import Event, Run
+from planexec.log import Event
+from planexec.runtime import Run
 from planexec.store import RunStore
 
 __all__ = ["new_events"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from planexec._errors import UnexpectedModelCall
 from planexec.demo._record import step_inputs, tool_results
+from planexec.errors import UnexpectedModelCall
 from planexec.models import ModelRequest, ModelResponse, tool_calls
 
 __all__ = ["analyst_reply"]

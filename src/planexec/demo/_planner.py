@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from planexec._errors import UnexpectedModelCall
 from planexec.demo._record import RecordEntry, first_user_text, parse_record
+from planexec.errors import UnexpectedModelCall
 from planexec.models import ModelRequest
 
 __all__ = ["ROOT_CAUSE_SCHEMA", "planner_reply"]

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from planexec._errors import UnexpectedModelCall
+from planexec.errors import UnexpectedModelCall
 from planexec.models import ModelRequest
 
 __all__ = ["RecordEntry", "first_user_text", "parse_record", "step_inputs", "tool_results"]

@@ -14,10 +14,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from planexec._errors import ToolError
-from planexec._plural import counted
+from planexec._util.plural import counted
 from planexec.demo._files import CHANGELOG, CURRENT_LOG, FIXES, INCIDENT_DAY, WORKFLOW, ScenarioFiles
 from planexec.demo._pace import Pace
+from planexec.errors import ToolError
 from planexec.tools import Tool, ToolContext, Toolset, tool
 
 __all__ = ["demo_tools"]

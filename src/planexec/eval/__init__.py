@@ -9,6 +9,8 @@ run's tools and answer, measure it, and compare the report with a baseline.
 """
 
 from planexec.eval._compare import Comparison, Regression, compare_reports
+from planexec.eval._faults import fault_problems, read_faults_option, seeded_profile
+from planexec.eval._limits import MAX_CONCURRENCY, MAX_SEED, MAX_TOLERANCE
 from planexec.eval._load import SUITE_FORMAT_VERSION, SuiteInvalid, load_suite, suite_from_mapping
 from planexec.eval._matchers import CheckOutcome, check_answer, judge_answer, match_tools
 from planexec.eval._metrics import RunMetrics, Trace, trace_of
@@ -20,12 +22,17 @@ from planexec.eval._report import (
     Summary,
     TaskReport,
     dump_report,
+    json_text,
     load_report,
+    read_report,
     report_text,
 )
 from planexec.eval._runner import EvalSettings, ProgressSink, run_suite
 from planexec.eval._suite import (
+    AGENT_KINDS,
+    AgentKind,
     AnswerExpectation,
+    FaultSpec,
     JudgeCheck,
     MatchMode,
     Suite,
@@ -33,16 +40,23 @@ from planexec.eval._suite import (
     Tolerances,
     ToolExpectation,
 )
+from planexec.eval._table import failure_lines, report_tables
 
 __all__ = [
+    "AGENT_KINDS",
+    "MAX_CONCURRENCY",
+    "MAX_SEED",
+    "MAX_TOLERANCE",
     "REPORT_FORMAT",
     "REPORT_VERSION",
     "SUITE_FORMAT_VERSION",
+    "AgentKind",
     "AnswerExpectation",
     "CheckOutcome",
     "Comparison",
     "EvalReport",
     "EvalSettings",
+    "FaultSpec",
     "JudgeCheck",
     "MatchMode",
     "ProgressSink",
@@ -60,12 +74,19 @@ __all__ = [
     "check_answer",
     "compare_reports",
     "dump_report",
+    "failure_lines",
+    "fault_problems",
+    "json_text",
     "judge_answer",
     "load_report",
     "load_suite",
     "match_tools",
+    "read_faults_option",
+    "read_report",
+    "report_tables",
     "report_text",
     "run_suite",
+    "seeded_profile",
     "suite_from_mapping",
     "trace_of",
 ]

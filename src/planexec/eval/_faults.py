@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from planexec._errors import Problem, UsageError
+from planexec.errors import Problem, UsageError
 from planexec.eval._files import read_yaml
 from planexec.eval._limits import MAX_FAULT_STORM, MAX_SEED, MAX_SUITE_BYTES, number_problem, shape_problems
 from planexec.eval._suite import FaultSpec
@@ -18,7 +18,7 @@ from planexec.eval._suite import FaultSpec
 if TYPE_CHECKING:
     from planexec.faults import FaultProfile
 
-__all__ = ["describe_faults", "fault_problems", "profile_for", "read_faults_option", "run_seed"]
+__all__ = ["describe_faults", "fault_problems", "read_faults_option", "run_seed", "seeded_profile"]
 
 
 def run_seed(seed: int, task_id: str, index: int) -> int:
@@ -27,7 +27,7 @@ def run_seed(seed: int, task_id: str, index: int) -> int:
     return int.from_bytes(digest[:4], "big")
 
 
-def profile_for(spec: FaultSpec, seed: int) -> FaultProfile:
+def seeded_profile(spec: FaultSpec, seed: int) -> FaultProfile:
     """The profile ``spec`` names, seeded with ``seed`` (a mapping's own seed is replaced)."""
     from planexec.faults import FaultProfile
 

@@ -28,7 +28,7 @@ from yaml.reader import Reader
 from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
-from planexec._errors import Problem, UsageError
+from planexec.errors import Problem, UsageError
 from planexec.eval._limits import MAX_ALIASES, MAX_DEPTH, MAX_VALUES, shown
 
 __all__ = ["read_json", "read_text", "read_yaml"]

@@ -22,7 +22,7 @@ import reprlib
 from collections.abc import Mapping
 from typing import Any
 
-from planexec._errors import Problem
+from planexec.errors import Problem
 
 __all__ = [
     "MAX_ALIASES",

@@ -16,7 +16,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, cast
 
-from planexec._errors import Problem, UsageError
+from planexec.errors import Problem, UsageError
 from planexec.eval._faults import fault_problems
 from planexec.eval._files import read_yaml
 from planexec.eval._limits import (
@@ -48,11 +48,9 @@ from planexec.eval._suite import (
     Tolerances,
     ToolExpectation,
 )
-from planexec.models._settings import ModelSettings
-from planexec.runtime._budget import Budget
-from planexec.runtime._settings import Escalation, Limits
-from planexec.tools._tool import Tool
-from planexec.tools._toolset import Toolset
+from planexec.models import ModelSettings
+from planexec.runtime import Budget, Escalation, Limits
+from planexec.tools import Tool, Toolset
 
 __all__ = ["SUITE_FORMAT_VERSION", "SuiteInvalid", "load_suite", "suite_from_mapping"]
 

@@ -9,11 +9,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from planexec._clip import clip
-from planexec._regex import PatternError, search
+from planexec._util.clip import clip
+from planexec._util.regex import PatternError, search
 from planexec.eval._suite import AnswerExpectation, ToolExpectation
-from planexec.models._base import Message, Model, ModelRequest, OutputSpec, Usage
-from planexec.models._settings import ModelSettings
+from planexec.models import Message, Model, ModelRequest, ModelSettings, OutputSpec, Usage
 
 __all__ = ["JUDGE_SCHEMA", "CheckOutcome", "JudgeOutcome", "check_answer", "judge_answer", "match_tools"]
 

@@ -21,20 +21,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from planexec.react._agent import ReactResult
-from planexec.runtime._events import (
+from planexec.log import (
     ApprovalRequested,
     RunFinished,
+    RunResult,
     StallDetected,
     StepCancelled,
     StepFailed,
     StepRequeued,
     StepStarted,
     StepSucceeded,
+    StopReason,
     ToolCalled,
 )
-from planexec.runtime._result import RunResult
-from planexec.runtime._stop import StopReason
+from planexec.react import ReactResult
 
 if TYPE_CHECKING:
     from planexec.faults import FaultProfile

@@ -10,14 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from planexec._errors import Problem, UsageError
+from planexec.errors import Problem, UsageError
 from planexec.eval._files import read_json
 from planexec.eval._limits import MAX_SCRIPT_BYTES
-from planexec.models._base import Model
-from planexec.models._registry import resolve_model
-from planexec.models._scripted import FunctionModel, ScriptedModel
-from planexec.tools._tool import Tool
-from planexec.tools._toolset import Toolset
+from planexec.models import FunctionModel, Model, ScriptedModel, resolve_model
+from planexec.tools import Tool, Toolset
 
 __all__ = ["anchor_model", "fresh_model", "importable_from", "load_check_ref", "load_tool_ref", "model_problems"]
 

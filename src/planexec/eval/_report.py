@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
-from planexec._errors import Problem, UsageError
+from planexec.errors import Problem, UsageError
 from planexec.eval._files import read_json
 from planexec.eval._limits import MAX_REPORT_BYTES, MAX_REPORT_VALUES, shape_problems, shown
 from planexec.eval._matchers import CheckOutcome

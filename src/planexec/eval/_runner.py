@@ -10,24 +10,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from planexec._errors import Problem, UsageError
-from planexec.eval._faults import describe_faults, profile_for, run_seed
+from planexec.errors import Problem, UsageError
+from planexec.eval._faults import describe_faults, run_seed, seeded_profile
 from planexec.eval._limits import MAX_CONCURRENCY, MAX_SEED, number_problem, shape_problems
 from planexec.eval._matchers import CheckOutcome, check_answer, judge_answer, match_tools
 from planexec.eval._metrics import RunMetrics, Trace, trace_of
 from planexec.eval._refs import fresh_model
 from planexec.eval._report import EvalReport, RunReport, TaskReport, summarize
 from planexec.eval._suite import AgentKind, FaultSpec, ModelSpec, Suite, Task
-from planexec.executor._model import ModelExecutor
-from planexec.models._base import Model
-from planexec.planner._planner import Planner
-from planexec.react._agent import ReactAgent, ReactResult
-from planexec.runtime._agent import Agent
-from planexec.runtime._result import RunResult
-from planexec.runtime._settings import AnswerReview, RunContext
-from planexec.store._base import RunStore
-from planexec.store._redact import Redactor
-from planexec.tools._tool import Tool
+from planexec.executor import ModelExecutor
+from planexec.log import RunResult
+from planexec.models import Model
+from planexec.planner import Planner
+from planexec.react import ReactAgent, ReactResult
+from planexec.runtime import Agent, AnswerReview, RunContext
+from planexec.store import Redactor, RunStore
+from planexec.tools import Tool
 
 if TYPE_CHECKING:
     from planexec.faults import FaultProfile
@@ -118,7 +116,7 @@ async def _run_one(suite: Suite, task: Task, index: int, settings: EvalSettings,
     faults = settings.faults if settings.faults is not None else task.faults
     this_seed = run_seed(seed, task.id, index)
     try:
-        profile = profile_for(faults, this_seed) if faults is not None else None
+        profile = seeded_profile(faults, this_seed) if faults is not None else None
         result = await _execute(suite, task, index, settings, profile, this_seed)
     except Exception as e:  # building the run failed (a model factory, a fault profile …): the run fails
         return _broken(task, index, _redactor(settings).redact_text(f"{type(e).__name__}: {e}"))

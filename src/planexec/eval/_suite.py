@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-from planexec._errors import Problem, UsageError
+from planexec.errors import Problem, UsageError
 from planexec.eval._limits import (
     MAX_CONCURRENCY,
     MAX_REPEAT,
@@ -20,11 +20,9 @@ from planexec.eval._limits import (
     number_problem,
     shown,
 )
-from planexec.models._base import Model
-from planexec.models._settings import ModelSettings
-from planexec.runtime._budget import Budget
-from planexec.runtime._settings import AnswerCheck, Escalation, Limits
-from planexec.tools._toolset import Toolset
+from planexec.models import Model, ModelSettings
+from planexec.runtime import AnswerCheck, Budget, Escalation, Limits
+from planexec.tools import Toolset
 
 __all__ = [
     "AGENT_KINDS",

@@ -3,10 +3,11 @@
 from planexec.executor._acceptance import Acceptance, PredicateFn
 from planexec.executor._base import Executor, StepContext, StepFailure
 from planexec.executor._model import ModelExecutor
-from planexec.executor._outcome import CheckResult, ErrorKind, StepError, Verdict
+from planexec.executor._outcome import PASSED, CheckResult, ErrorKind, StepError, Verdict
 from planexec.executor._tools import ToolExecutor
 
 __all__ = [
+    "PASSED",
     "Acceptance",
     "CheckResult",
     "ErrorKind",

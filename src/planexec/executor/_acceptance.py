@@ -13,17 +13,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from planexec._clip import clip
-from planexec._errors import Problem, UsageError
-from planexec._regex import PatternError, search
+from planexec._util.clip import clip
+from planexec._util.regex import PatternError, search
+from planexec.errors import Problem, UsageError
 from planexec.executor._base import StepContext
 from planexec.executor._outcome import PASSED, CheckResult, Verdict
-from planexec.models._base import Message, Model, ModelRequest, OutputSpec
-from planexec.models._registry import resolve_model
-from planexec.models._settings import ModelSettings
-from planexec.plan._bindings import BindingError, render_text
-from planexec.plan._schemas import judge
-from planexec.plan._step import Contains, FitsSchema, Matches, NonEmpty, Predicate, Step
+from planexec.models import Message, Model, ModelRequest, ModelSettings, OutputSpec, resolve_model
+from planexec.plan import BindingError, Contains, FitsSchema, Matches, NonEmpty, Predicate, Step, judge, render_text
 
 __all__ = ["Acceptance", "PredicateFn"]
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from planexec.executor._outcome import StepError
-from planexec.models._base import Model, ModelRequest, ModelResponse, ToolCall
-from planexec.plan._step import Step
-from planexec.tools._tool import Tool
-from planexec.tools._toolset import Toolset
+from planexec.models import Model, ModelRequest, ModelResponse, ToolCall
+from planexec.plan import Step
+from planexec.tools import Tool, Toolset
 
 __all__ = ["Executor", "StepContext", "StepFailure"]
 

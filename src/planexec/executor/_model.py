@@ -9,17 +9,24 @@ from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from planexec._errors import Problem, UnknownToolError, UsageError
-from planexec._json import JSONRefused
-from planexec._json import loads as strict_loads
-from planexec._tasks import cancel_within
+from planexec._util.strict_json import JSONRefused
+from planexec._util.strict_json import loads as strict_loads
+from planexec._util.tasks import cancel_within
+from planexec.errors import Problem, UnknownToolError, UsageError
 from planexec.executor._base import StepContext, StepFailure
 from planexec.executor._outcome import StepError
-from planexec.models._base import Message, Model, ModelRequest, ModelResponse, OutputSpec, ToolCall, ToolSpec
-from planexec.models._registry import resolve_model
-from planexec.models._settings import ModelSettings
-from planexec.plan._schemas import judge
-from planexec.plan._step import Step
+from planexec.models import (
+    Message,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    ModelSettings,
+    OutputSpec,
+    ToolCall,
+    ToolSpec,
+    resolve_model,
+)
+from planexec.plan import Step, judge
 
 __all__ = ["ModelExecutor"]
 

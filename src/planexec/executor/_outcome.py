@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from planexec._errors import Problem
+from planexec.errors import Problem
 
 __all__ = ["CheckResult", "ErrorKind", "StepError", "Verdict"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from planexec._errors import UnknownToolError
+from planexec.errors import UnknownToolError
 from planexec.executor._base import StepContext, StepFailure
 from planexec.executor._outcome import StepError
-from planexec.plan._step import Step
+from planexec.plan import Step
 
 __all__ = ["ToolExecutor"]
 

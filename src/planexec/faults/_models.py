@@ -19,21 +19,23 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from planexec._errors import Problem
+from planexec.errors import Problem
 from planexec.faults._draw import draw
-from planexec.models._base import (
+from planexec.models import (
     Model,
     ModelCallError,
     ModelRequest,
     ModelResponse,
+    ModelSettings,
     StreamDelta,
     StreamingModel,
+    before_each_attempt,
     count_tokens,
+    missing_keys,
+    resolve_model,
+    retries,
+    unsupported_settings,
 )
-from planexec.models._keys import missing_keys
-from planexec.models._registry import resolve_model
-from planexec.models._resilience import before_each_attempt, retries
-from planexec.models._settings import ModelSettings, unsupported_settings
 
 if TYPE_CHECKING:
     from planexec.faults._profile import FaultProfile, ModelFault

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-from planexec._errors import Problem, UsageError
+from planexec.errors import Problem, UsageError
 from planexec.faults._draw import hits
 from planexec.faults._models import wrap_model
 from planexec.faults._tools import wrap_tools
-from planexec.models._base import Model
-from planexec.tools._tool import Tool
+from planexec.models import Model
+from planexec.tools import Tool
 
 __all__ = ["PROFILES", "FaultProfile", "ModelFault", "ToolFault"]
 

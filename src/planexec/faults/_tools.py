@@ -6,8 +6,8 @@ import dataclasses
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from planexec._errors import Problem, TransientToolError, UsageError
-from planexec.tools._tool import Invoke, Tool, ToolContext
+from planexec.errors import Problem, TransientToolError, UsageError
+from planexec.tools import Invoke, Tool, ToolContext
 
 if TYPE_CHECKING:
     from planexec.faults._profile import FaultProfile

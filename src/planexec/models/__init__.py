@@ -40,14 +40,20 @@ from planexec.models._settings import REASONING_EFFORTS, ReasoningEffort, unsupp
 if TYPE_CHECKING:
     from planexec.models._openai import OpenAIModel
 
+from planexec.models._base import FinishReason, ModelCrashed, cancelled_for_real
+from planexec.models._keys import missing_keys
+from planexec.models._resilience import before_each_attempt, retries
+
 __all__ = [
     "REASONING_EFFORTS",
     "AnthropicModel",
     "FallbackModel",
+    "FinishReason",
     "FunctionModel",
     "Message",
     "Model",
     "ModelCallError",
+    "ModelCrashed",
     "ModelProfile",
     "ModelRequest",
     "ModelResponse",
@@ -68,18 +74,22 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "allow_model_requests",
+    "before_each_attempt",
     "call_with_retries",
+    "cancelled_for_real",
     "check_model_requests_allowed",
     "configure_provider",
     "cost_of",
     "count_tokens",
     "estimate_tokens",
     "known_providers",
+    "missing_keys",
     "price_for",
     "profile_for",
     "provider_limits",
     "register_provider",
     "resolve_model",
+    "retries",
     "set_price",
     "stream_request",
     "strict_json_schema",
@@ -93,7 +103,7 @@ def __getattr__(name: str) -> Any:
         try:
             from planexec.models._openai import OpenAIModel
         except ModuleNotFoundError as e:
-            from planexec._extras import install_hint
+            from planexec._util.extras import install_hint
 
             raise ImportError(f"OpenAIModel needs the OpenAI SDK: {install_hint('openai')} ({e})") from e
         return OpenAIModel

@@ -42,10 +42,10 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from planexec._clip import clip
-from planexec._errors import ModelNotFound, Problem, UsageError
-from planexec._extras import install_hint
-from planexec._json import loads as strict_loads
+from planexec._util.clip import clip
+from planexec._util.extras import install_hint
+from planexec._util.strict_json import loads as strict_loads
+from planexec.errors import ModelNotFound, Problem, UsageError
 from planexec.models._base import (
     FinishReason,
     Message,

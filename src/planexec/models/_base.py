@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from planexec._errors import PlanexecError, UsageError
+from planexec.errors import PlanexecError, UsageError
 from planexec.models._settings import ModelSettings
 
 __all__ = [

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from planexec._errors import UsageError
+from planexec.errors import UsageError
 
 __all__ = ["allow_model_requests", "check_model_requests_allowed"]
 

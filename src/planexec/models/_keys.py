@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from planexec._errors import Problem, UsageError
+from planexec.errors import Problem, UsageError
 
 __all__ = ["missing_key", "missing_keys", "missing_keys_error"]
 

@@ -56,9 +56,9 @@ from openai.types.chat import (
 from openai.types.chat.completion_create_params import ResponseFormat
 from openai.types.completion_usage import CompletionUsage
 
-from planexec._clip import clip
-from planexec._errors import ModelNotFound, Problem, UsageError
-from planexec._json import loads as strict_loads
+from planexec._util.clip import clip
+from planexec._util.strict_json import loads as strict_loads
+from planexec.errors import ModelNotFound, Problem, UsageError
 from planexec.models._base import (
     FinishReason,
     Message,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planexec._errors import Problem, UsageError
+from planexec.errors import Problem, UsageError
 from planexec.models._base import Usage
 
 __all__ = ["Price", "cost_of", "price_for", "set_price"]

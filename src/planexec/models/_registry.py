@@ -22,10 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from planexec._errors import ModelNotFound, Problem
-from planexec._extras import install_hint
-from planexec._json import MAX_DEPTH
-from planexec._json import loads as strict_loads
+from planexec._util.extras import install_hint
+from planexec._util.strict_json import MAX_DEPTH
+from planexec._util.strict_json import loads as strict_loads
+from planexec.errors import ModelNotFound, Problem
 from planexec.models._base import Model, ModelResponse
 from planexec.models._scripted import Reply, ScriptedModel, tool_calls
 

@@ -20,10 +20,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeAlias
 
-from planexec._clip import clip
-from planexec._errors import Problem, UnexpectedModelCall
-from planexec._json import loads as strict_loads
-from planexec._plural import counted
+from planexec._util.clip import clip
+from planexec._util.plural import counted
+from planexec._util.strict_json import loads as strict_loads
+from planexec.errors import Problem, UnexpectedModelCall
 from planexec.models._base import ModelRequest, ModelResponse, StreamDelta, ToolCall, Usage, estimate_tokens
 from planexec.models._prices import Price
 from planexec.models._resilience import ModelRetryPolicy, call_with_retries

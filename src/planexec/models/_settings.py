@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
-from planexec._errors import Problem, UsageError
-from planexec._json import json_problem
+from planexec._util.strict_json import json_problem
+from planexec.errors import Problem, UsageError
 
 __all__ = ["REASONING_EFFORTS", "ModelSettings", "ReasoningEffort", "unsupported_settings"]
 

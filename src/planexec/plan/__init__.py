@@ -16,10 +16,12 @@ use only local ``$ref``s.
 """
 
 from planexec.plan._bindings import BindingError, CompiledArgs, Ref, compile_args, render_text
-from planexec.plan._checks import CheckContext, check_steps, validate_steps
+from planexec.plan._checks import CheckContext, capped, check_steps, validate_steps
 from planexec.plan._incremental import IncrementalChecker
 from planexec.plan._plan import (
+    FLAT_KEYS,
     PLAN_SCHEMA_VERSION,
+    Author,
     FinalAnswer,
     FlatTurn,
     Plan,
@@ -27,10 +29,13 @@ from planexec.plan._plan import (
     Turn,
     plan_json_schema,
 )
+from planexec.plan._schemas import judge
 from planexec.plan._step import Check, Contains, FitsSchema, Matches, NonEmpty, OnFail, Predicate, Step
 
 __all__ = [
+    "FLAT_KEYS",
     "PLAN_SCHEMA_VERSION",
+    "Author",
     "BindingError",
     "Check",
     "CheckContext",
@@ -49,8 +54,10 @@ __all__ = [
     "Ref",
     "Step",
     "Turn",
+    "capped",
     "check_steps",
     "compile_args",
+    "judge",
     "plan_json_schema",
     "render_text",
     "validate_steps",

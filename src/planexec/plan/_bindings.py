@@ -12,7 +12,7 @@ One syntax, anywhere inside a string argument (also nested in lists and objects)
 
 A bound step must be among the step's dependencies (directly or through other steps).
 
-Arguments nested deeper than :data:`planexec._json.MAX_DEPTH` levels are refused (a ``too_deep``
+Arguments nested deeper than :data:`planexec._util.strict_json.MAX_DEPTH` levels are refused (a ``too_deep``
 problem), and a value too deep to render as text is a ``BindingError``: nothing here recurses
 without a bound.
 """
@@ -26,10 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from planexec._clip import clip
-from planexec._errors import Problem
-from planexec._json import MAX_CHARS, MAX_DEPTH, json_chars
-from planexec._plural import counted
+from planexec._util.clip import clip
+from planexec._util.plural import counted
+from planexec._util.strict_json import MAX_CHARS, MAX_DEPTH, json_chars
+from planexec.errors import Problem
 
 __all__ = ["BindingError", "CompiledArgs", "Ref", "compile_args", "render_text"]
 

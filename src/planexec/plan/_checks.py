@@ -5,7 +5,7 @@ A hostile plan cannot make this slow or large: the checks take time near-linear 
 (a chain of 10,000 steps, each binding the first, checks in under a second), and at most
 :data:`MAX_PROBLEMS_PER_CODE` problems of each code are listed, followed by one that counts the rest.
 Arguments must be JSON data at most ``MAX_DEPTH`` levels deep and ``MAX_CHARS`` characters long
-(see :mod:`planexec._json`); regexes and schemas must pass :mod:`planexec._regex` and
+(see :mod:`planexec._util.strict_json`); regexes and schemas must pass :mod:`planexec._util.regex` and
 :mod:`planexec.plan._schemas`.
 """
 
@@ -15,16 +15,16 @@ from collections.abc import Callable, Collection, Container, Iterable, Mapping, 
 from dataclasses import dataclass, field
 from typing import Literal
 
-from planexec._clip import clip
-from planexec._errors import PlanInvalid, Problem
-from planexec._json import MAX_CHARS, MAX_DEPTH, json_problem
-from planexec._plural import counted
-from planexec._regex import pattern_problem
+from planexec._util.clip import clip
+from planexec._util.plural import counted
+from planexec._util.regex import pattern_problem
+from planexec._util.strict_json import MAX_CHARS, MAX_DEPTH, json_problem
+from planexec.errors import PlanInvalid, Problem
 from planexec.plan._bindings import CompiledArgs, compile_args
 from planexec.plan._graph import DependencyGraph, describe_cycle
 from planexec.plan._schemas import schema_problems
 from planexec.plan._step import FitsSchema, Matches, Predicate, Step
-from planexec.tools._toolset import Toolset
+from planexec.tools import Toolset
 
 __all__ = ["MAX_PROBLEMS_PER_CODE", "CheckContext", "ExecutorKind", "check_steps", "validate_steps"]
 

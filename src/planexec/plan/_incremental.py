@@ -23,7 +23,7 @@ Use it where steps arrive one by one, such as a planner's answer while it stream
 
 from __future__ import annotations
 
-from planexec._errors import Problem
+from planexec.errors import Problem
 from planexec.plan._checks import CheckContext, KnownIds, Rules, capped
 from planexec.plan._step import Step
 

@@ -11,7 +11,7 @@ A planner's schema is hostile input, so before it judges anything it must be:
   counts as one level);
 * without ``$dynamicRef``, ``$recursiveRef``, ``unevaluatedProperties``, ``unevaluatedItems`` or an
   embedded ``$id`` (their cost or their meaning cannot be bounded by this expansion);
-* written with RE2 regexes in ``pattern`` and ``patternProperties`` (see :mod:`planexec._regex`).
+* written with RE2 regexes in ``pattern`` and ``patternProperties`` (see :mod:`planexec._util.regex`).
 
 Outputs are then validated against the expanded schema (no ``$ref`` left to resolve) by a draft
 2020-12 validator whose ``pattern``, ``patternProperties`` and ``additionalProperties`` use RE2 and
@@ -34,12 +34,12 @@ import jsonschema
 from jsonschema.exceptions import ValidationError, best_match
 from pydantic_core import to_json
 
-from planexec._clip import clip
-from planexec._errors import Problem
-from planexec._json import json_problem
-from planexec._jsonschema import SafeValidator, TooCostly, bounded
-from planexec._regex import PatternError, compile_pattern
-from planexec.tools._threads import run_in_thread
+from planexec._util.clip import clip
+from planexec._util.json_schema import SafeValidator, TooCostly, bounded
+from planexec._util.regex import PatternError, compile_pattern
+from planexec._util.strict_json import json_problem
+from planexec.errors import Problem
+from planexec.tools import run_in_thread
 
 __all__ = [
     "MAX_SCHEMA_CHARS",

@@ -2,11 +2,25 @@
 
 from planexec.planner._planner import (
     Planner,
+    PlannerEscalated,
     PlannerGaveUp,
     PlanningContext,
     PolicyName,
     ReplanPolicy,
     TurnFormat,
+    with_finished,
 )
+from planexec.planner._prompt import describe_heard, describe_record
 
-__all__ = ["Planner", "PlannerGaveUp", "PlanningContext", "PolicyName", "ReplanPolicy", "TurnFormat"]
+__all__ = [
+    "Planner",
+    "PlannerEscalated",
+    "PlannerGaveUp",
+    "PlanningContext",
+    "PolicyName",
+    "ReplanPolicy",
+    "TurnFormat",
+    "describe_heard",
+    "describe_record",
+    "with_finished",
+]

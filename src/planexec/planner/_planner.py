@@ -17,20 +17,25 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from planexec._errors import Problem, UsageError
-from planexec._json import MAX_DEPTH, JSONRefused, loads
-from planexec.models._base import Message, Model, ModelRequest, ModelResponse, OutputSpec, StreamingModel
-from planexec.models._registry import resolve_model
-from planexec.models._settings import ModelSettings
-from planexec.plan._checks import CheckContext, capped, check_steps
-from planexec.plan._plan import FLAT_KEYS, FinalAnswer, FlatTurn, PlanDraft, Turn
-from planexec.plan._step import Step
+from planexec._util.strict_json import MAX_DEPTH, JSONRefused, loads
+from planexec.errors import Problem, UsageError
+from planexec.models import (
+    Message,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    ModelSettings,
+    OutputSpec,
+    StreamingModel,
+    resolve_model,
+)
+from planexec.plan import FLAT_KEYS, CheckContext, FinalAnswer, FlatTurn, PlanDraft, Step, Turn, capped, check_steps
 from planexec.planner import _prompt
 from planexec.planner._stream import StreamedSteps
-from planexec.tools._toolset import Toolset
+from planexec.tools import Toolset
 
 if TYPE_CHECKING:
-    from planexec.runtime._state import RunState
+    from planexec.log import RunState
 
 __all__ = [
     "Planner",

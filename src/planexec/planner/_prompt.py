@@ -10,13 +10,12 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from planexec._plural import counted
-from planexec.plan._bindings import BindingError, render_text
-from planexec.tools._tool import Tool
-from planexec.tools._toolset import Toolset
+from planexec._util.plural import counted
+from planexec.plan import BindingError, render_text
+from planexec.tools import Tool, Toolset
 
 if TYPE_CHECKING:
-    from planexec.runtime._state import RunState
+    from planexec.log import RunState
 
 _STEP_RULES = """A step with no tool is done by a model: list in its allowed_tools the tools that model may \
 call (it may call none when the list is empty); a step that names a tool has no allowed_tools.

@@ -19,7 +19,7 @@ import contextlib
 import re
 from typing import Any
 
-from planexec._json import MAX_DEPTH, JSONRefused, loads
+from planexec._util.strict_json import MAX_DEPTH, JSONRefused, loads
 
 __all__ = ["STEP_DEPTH", "StreamedSteps"]
 

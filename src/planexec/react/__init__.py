@@ -4,4 +4,8 @@ react`` measures planexec against."""
 
 from planexec.react._agent import DEFAULT_REACT_INSTRUCTIONS, ReactAgent, ReactResult
 
-__all__ = ["DEFAULT_REACT_INSTRUCTIONS", "ReactAgent", "ReactResult"]
+__all__ = [
+    "DEFAULT_REACT_INSTRUCTIONS",
+    "ReactAgent",
+    "ReactResult",
+]

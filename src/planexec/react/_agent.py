@@ -14,37 +14,36 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from planexec._errors import Problem, UsageError
-from planexec._sync import run_sync
-from planexec.models._base import (
-    Message,
-    Model,
-    ModelRequest,
-    ModelResponse,
-    ToolCall,
-    ToolSpec,
-    Usage,
-    estimate_tokens,
-)
-from planexec.models._keys import missing_keys
-from planexec.models._registry import resolve_model
-from planexec.models._settings import ModelSettings
-from planexec.react._calls import CallSite, call_tool, observation
-from planexec.runtime._budget import Budget, BudgetHit
-from planexec.runtime._events import (
+from planexec._util.sync import run_sync
+from planexec.errors import Problem, UsageError
+from planexec.log import (
     BudgetExhaustedEvent,
     Event,
     ModelCalled,
     RunFinished,
     RunStarted,
+    RunState,
     StallDetected,
+    StopReason,
     ToolCalled,
+    canonical_call,
 )
-from planexec.runtime._settings import RunContext
-from planexec.runtime._state import RunState, canonical_call
-from planexec.runtime._stop import StopReason
-from planexec.tools._tool import Tool, ToolCrashed
-from planexec.tools._toolset import Toolset
+from planexec.models import (
+    Message,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    ModelSettings,
+    ToolCall,
+    ToolSpec,
+    Usage,
+    estimate_tokens,
+    missing_keys,
+    resolve_model,
+)
+from planexec.react._calls import CallSite, call_tool, observation
+from planexec.runtime import Budget, BudgetHit, RunContext
+from planexec.tools import Tool, ToolCrashed, Toolset
 
 __all__ = ["DEFAULT_REACT_INSTRUCTIONS", "ReactAgent", "ReactResult"]
 

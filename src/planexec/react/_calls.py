@@ -11,14 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from planexec._errors import UnknownToolError
-from planexec.executor._outcome import ErrorKind, StepError
-from planexec.models._base import ToolCall
-from planexec.runtime._budget import Budget
-from planexec.runtime._events import ToolCalled
-from planexec.runtime._state import RunState
-from planexec.tools._tool import Tool, ToolContext, ToolCrashed, call_with_timeout
-from planexec.tools._toolset import Toolset
+from planexec.errors import UnknownToolError
+from planexec.executor import ErrorKind, StepError
+from planexec.log import RunState, ToolCalled
+from planexec.models import ToolCall
+from planexec.runtime import Budget
+from planexec.tools import Tool, ToolContext, ToolCrashed, Toolset, call_with_timeout
 
 __all__ = ["CallSite", "call_tool", "observation"]
 

@@ -9,30 +9,30 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from planexec._clip import clip
-from planexec._errors import Problem, UsageError
-from planexec._sync import run_sync
-from planexec.executor._acceptance import Acceptance
-from planexec.executor._base import Executor
-from planexec.executor._model import ModelExecutor
-from planexec.executor._tools import ToolExecutor
-from planexec.models._base import Model
-from planexec.models._keys import missing_keys
-from planexec.models._registry import resolve_model
-from planexec.models._settings import ModelSettings, unsupported_settings
-from planexec.plan._plan import Plan
-from planexec.planner._planner import Planner
+from planexec._util.clip import clip
+from planexec._util.sync import run_sync
+from planexec.errors import Problem, UsageError
+from planexec.executor import Acceptance, Executor, ModelExecutor, ToolExecutor
+from planexec.log import (
+    ChecklistResult,
+    EffectChoice,
+    Event,
+    RunFinished,
+    RunResult,
+    RunStarted,
+    RunState,
+    RunSuspended,
+)
+from planexec.models import Model, ModelSettings, missing_keys, resolve_model, unsupported_settings
+from planexec.plan import Plan
+from planexec.planner import Planner
 from planexec.runtime._budget import Budget
 from planexec.runtime._engine import Engine, EngineConfig
-from planexec.runtime._events import ChecklistResult, EffectChoice, Event, RunFinished, RunStarted, RunSuspended
 from planexec.runtime._replay import Fault
 from planexec.runtime._replaying import ReplayReport, replay_log
-from planexec.runtime._result import RunResult
 from planexec.runtime._settings import AnswerReview, ApprovalDecision, Approvals, Escalation, Limits, RunContext
-from planexec.runtime._state import RunState
-from planexec.store._base import RunStore
-from planexec.tools._tool import Tool
-from planexec.tools._toolset import Toolset
+from planexec.store import RunStore
+from planexec.tools import Tool, Toolset
 
 if TYPE_CHECKING:
     from planexec.faults import FaultProfile

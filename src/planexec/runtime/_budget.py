@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from planexec._errors import Problem, UsageError
-from planexec.runtime._stop import BudgetName
+from planexec.errors import Problem, UsageError
+from planexec.log import BudgetName
 
 if TYPE_CHECKING:
-    from planexec.runtime._state import RunState
+    from planexec.log import RunState
 
 __all__ = ["DEFAULT_CAPS", "Budget", "BudgetHit"]
 

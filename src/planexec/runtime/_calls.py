@@ -13,26 +13,26 @@ from typing import TYPE_CHECKING, Any, get_args
 
 from pydantic_core import to_json
 
-from planexec._errors import UsageError
-from planexec._json import MAX_DEPTH, json_problem
-from planexec.executor._base import StepFailure
-from planexec.executor._outcome import StepError
-from planexec.models._base import (
+from planexec._util.strict_json import MAX_DEPTH, json_problem
+from planexec.errors import UsageError
+from planexec.executor import StepError, StepFailure
+from planexec.log import ModelCalled
+from planexec.models import (
     FinishReason,
     Model,
     ModelCallError,
     ModelCrashed,
     ModelRequest,
     ModelResponse,
+    Price,
     StreamingModel,
     ToolCall,
     Usage,
     cancelled_for_real,
     estimate_tokens,
+    price_for,
 )
-from planexec.models._prices import Price, price_for
-from planexec.plan._step import Step
-from planexec.runtime._events import ModelCalled
+from planexec.plan import Step
 from planexec.runtime._replay import RecordedError
 
 if TYPE_CHECKING:

@@ -13,36 +13,32 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from planexec._errors import Problem, UsageError
-from planexec._plural import counted
-from planexec._tasks import abandon
-from planexec.executor._acceptance import Acceptance
-from planexec.executor._base import Executor
-from planexec.executor._outcome import StepError
-from planexec.models._base import (
-    Model,
-    ModelRequest,
-    ModelResponse,
-)
-from planexec.plan._checks import CheckContext
-from planexec.plan._step import Step
-from planexec.planner._planner import Planner
-from planexec.runtime._budget import Budget, BudgetHit, used_of
-from planexec.runtime._calls import ModelCalls
-from planexec.runtime._events import (
+from planexec._util.plural import counted
+from planexec._util.tasks import abandon
+from planexec.errors import Problem, UsageError
+from planexec.executor import Acceptance, Executor, StepError
+from planexec.log import (
     BudgetExhaustedEvent,
     Event,
     InformationAdded,
     RunFinished,
     RunResumed,
     RunStarted,
+    RunState,
     RunSuspended,
     StallDetected,
     StallRule,
     StepCancelled,
     StepFailed,
     StepSucceeded,
+    StopReason,
+    canonical_call,
 )
+from planexec.models import Model, ModelRequest, ModelResponse
+from planexec.plan import CheckContext, Step
+from planexec.planner import Planner
+from planexec.runtime._budget import Budget, BudgetHit, used_of
+from planexec.runtime._calls import ModelCalls
 from planexec.runtime._humans import Humans
 from planexec.runtime._journal import Journal, JournalFailed
 from planexec.runtime._planning import PlanDone, PlanKind, Planning, Stop, crash_stop, error_stop
@@ -58,11 +54,9 @@ from planexec.runtime._settings import (
     RunContext,
 )
 from planexec.runtime._stalls import RepeatWatch
-from planexec.runtime._state import RunState, canonical_call
 from planexec.runtime._step_run import StepDone, run_step
-from planexec.runtime._stop import StopReason
-from planexec.store._base import RunStore
-from planexec.tools._toolset import Toolset
+from planexec.store import RunStore
+from planexec.tools import Toolset
 
 if TYPE_CHECKING:
     import random

@@ -13,16 +13,14 @@ import asyncio
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from planexec._errors import Problem, UsageError
-from planexec._json import json_problem
-from planexec.executor._base import StepFailure
-from planexec.executor._outcome import CheckResult, StepError, Verdict
-from planexec.models._base import cancelled_for_real
-from planexec.plan._step import Step
-from planexec.runtime._events import ApprovalDecided, ApprovalRequested, ChecklistResult, Event
+from planexec._util.strict_json import json_problem
+from planexec.errors import Problem, UsageError
+from planexec.executor import CheckResult, StepError, StepFailure, Verdict
+from planexec.log import ApprovalDecided, ApprovalRecord, ApprovalRequested, ChecklistResult, Event
+from planexec.models import cancelled_for_real
+from planexec.plan import Step
 from planexec.runtime._settings import ApprovalDecision, ApprovalRequest
-from planexec.runtime._state import ApprovalRecord
-from planexec.tools._tool import Tool
+from planexec.tools import Tool
 
 if TYPE_CHECKING:
     from planexec.runtime._engine import Engine

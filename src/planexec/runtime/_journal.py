@@ -24,8 +24,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from planexec.runtime._events import ApprovalDecided, Event, InformationAdded
-from planexec.store._base import AppendConflict, RunStore
+from planexec.log import ApprovalDecided, Event, InformationAdded
+from planexec.store import AppendConflict, RunStore
 
 __all__ = ["Journal", "JournalFailed"]
 

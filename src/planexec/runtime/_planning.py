@@ -11,36 +11,48 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from planexec._clip import clip
-from planexec._errors import Problem, UsageError
-from planexec._plural import counted
-from planexec.models._base import Message, ModelCrashed, ModelRequest, OutputSpec, cancelled_for_real
-from planexec.models._registry import resolve_model
-from planexec.plan import IncrementalChecker
-from planexec.plan._bindings import CompiledArgs, compile_args
-from planexec.plan._checks import CheckContext, check_steps
-from planexec.plan._plan import Author, Plan, PlanDraft, Turn
-from planexec.plan._step import Step
-from planexec.planner._planner import PlannerEscalated, PlannerGaveUp, PlanningContext, with_finished
-from planexec.planner._prompt import describe_heard, describe_record
-from planexec.runtime._budget import BudgetHit
-from planexec.runtime._events import (
+from planexec._util.clip import clip
+from planexec._util.plural import counted
+from planexec.errors import Problem, UsageError
+from planexec.log import (
     AnswerReviewed,
+    ApprovalRecord,
     BudgetExhaustedEvent,
+    ErrorCode,
     PlannerOutputRejected,
     PlanningStarted,
     PlanProposed,
     PlanTrigger,
     StepCancelled,
     StepStreamed,
+    StopReason,
 )
+from planexec.models import Message, ModelCrashed, ModelRequest, OutputSpec, cancelled_for_real, resolve_model
+from planexec.plan import (
+    Author,
+    CheckContext,
+    CompiledArgs,
+    IncrementalChecker,
+    Plan,
+    PlanDraft,
+    Step,
+    Turn,
+    check_steps,
+    compile_args,
+)
+from planexec.planner import (
+    PlannerEscalated,
+    PlannerGaveUp,
+    PlanningContext,
+    describe_heard,
+    describe_record,
+    with_finished,
+)
+from planexec.runtime._budget import BudgetHit
 from planexec.runtime._journal import JournalFailed
 from planexec.runtime._replay import RecordedError
 from planexec.runtime._settings import AnswerCheck, ApprovalDecision, ApprovalRequest
-from planexec.runtime._state import ApprovalRecord
-from planexec.runtime._stop import ErrorCode, StopReason
-from planexec.tools._threads import run_in_thread
-from planexec.tools._tool import ToolCrashed
+from planexec.tools import ToolCrashed, run_in_thread
 
 if TYPE_CHECKING:
     from planexec.runtime._engine import Engine

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from planexec.runtime._events import ApprovalRequested, StepHeld, StepRequeued
+from planexec.log import ApprovalRequested, StepHeld, StepRequeued
 
 if TYPE_CHECKING:
     from planexec.runtime._engine import Engine

@@ -18,10 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from planexec.executor._outcome import ErrorKind, StepError, Verdict
-from planexec.models._base import ModelCrashed, ModelResponse
-from planexec.runtime._budget import BudgetHit
-from planexec.runtime._events import (
+from planexec.executor import ErrorKind, StepError, Verdict
+from planexec.log import (
     ApprovalDecided,
     ApprovalRequested,
     BudgetExhaustedEvent,
@@ -39,11 +37,12 @@ from planexec.runtime._events import (
     StepSucceeded,
     ToolCalled,
 )
+from planexec.models import ModelCrashed, ModelResponse
+from planexec.runtime._budget import BudgetHit
 
 if TYPE_CHECKING:
-    from planexec.faults import FaultProfile
-    from planexec.faults._models import FaultyModel
-    from planexec.plan._step import Step
+    from planexec.faults import FaultProfile, FaultyModel
+    from planexec.plan import Step
     from planexec.runtime._engine import Engine
 
 __all__ = ["Divergence", "Fault", "RecordedError", "Replayer", "StepOutcome"]

@@ -10,28 +10,22 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from planexec._errors import UsageError
-from planexec._plural import counted
-from planexec.executor._acceptance import Acceptance
-from planexec.executor._base import Executor
-from planexec.executor._model import ModelExecutor
-from planexec.executor._tools import ToolExecutor
-from planexec.models._base import ModelRequest, ModelResponse, StreamDelta
-from planexec.models._settings import ModelSettings
-from planexec.planner._planner import Planner
+from planexec._util.plural import counted
+from planexec.errors import UsageError
+from planexec.executor import Acceptance, Executor, ModelExecutor, ToolExecutor
+from planexec.log import ApprovalDecided, Event, RunStarted
+from planexec.models import ModelRequest, ModelResponse, ModelSettings, StreamDelta
+from planexec.planner import Planner
 from planexec.runtime._budget import Budget
 from planexec.runtime._engine import Engine, EngineConfig
-from planexec.runtime._events import ApprovalDecided, Event, RunStarted
 from planexec.runtime._replay import Fault, Replayer
 
 if TYPE_CHECKING:
-    from planexec.faults import FaultProfile
-    from planexec.faults._models import FaultyModel
-from planexec.runtime._result import RunResult
+    from planexec.faults import FaultProfile, FaultyModel
+from planexec.log import RunResult
 from planexec.runtime._settings import AnswerReview, Approvals, Escalation, Limits, RunContext
-from planexec.store._base import RunStore
-from planexec.tools._tool import Tool, ToolContext
-from planexec.tools._toolset import Toolset
+from planexec.store import RunStore
+from planexec.tools import Tool, ToolContext, Toolset
 
 __all__ = ["ReplayReport", "recorded_config", "replay_log"]
 
@@ -177,7 +171,7 @@ def _recorded_executor(name: str, record: Any) -> ModelExecutor:
 
 def with_faults(config: EngineConfig, faults: FaultProfile) -> tuple[EngineConfig, dict[str, FaultyModel]]:
     """``config`` with its tools and models wrapped by a fault profile (and the model wrappers)."""
-    from planexec.faults._models import FaultyModel
+    from planexec.faults import FaultyModel
 
     wrappers: dict[str, FaultyModel] = {}
     planner_model = faults.wrap_model(config.planner.resolved_model(), role="planner")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Collection, Sequence
 
-from planexec.plan._step import Step
+from planexec.plan import Step
 
 __all__ = ["ReadyQueue"]
 

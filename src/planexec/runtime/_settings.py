@@ -10,15 +10,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from planexec._errors import Problem, UsageError
-from planexec.executor._outcome import Verdict
-from planexec.models._settings import ModelSettings
-from planexec.plan._plan import Plan
-from planexec.plan._step import OnFail, Step
-from planexec.runtime._events import ChecklistResult, EffectChoice
+from planexec.errors import Problem, UsageError
+from planexec.executor import Verdict
+from planexec.log import ChecklistResult, EffectChoice
+from planexec.models import ModelSettings
+from planexec.plan import OnFail, Plan, Step
 
 if TYPE_CHECKING:
-    from planexec.models._base import Model
+    from planexec.models import Model
 
 __all__ = [
     "AnswerCheck",

@@ -20,8 +20,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from planexec.runtime._events import StallRule
-from planexec.runtime._state import RunState, StepRecord
+from planexec.log import RunState, StallRule, StepRecord
 
 __all__ = ["RepeatWatch"]
 

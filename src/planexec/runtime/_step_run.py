@@ -6,18 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from planexec._errors import UsageError
-from planexec._json import json_problem
-from planexec.executor._base import Executor, StepFailure
-from planexec.executor._outcome import PASSED, StepError, Verdict
-from planexec.models._base import ModelCrashed, cancelled_for_real
-from planexec.plan._bindings import BindingError
-from planexec.plan._step import Step
+from planexec._util.strict_json import json_problem
+from planexec.errors import UsageError
+from planexec.executor import PASSED, Executor, StepError, StepFailure, Verdict
+from planexec.log import StepAttemptFailed, StepStarted
+from planexec.models import ModelCrashed, cancelled_for_real
+from planexec.plan import BindingError, Step
 from planexec.runtime._budget import BudgetHit
-from planexec.runtime._events import StepAttemptFailed, StepStarted
 from planexec.runtime._journal import JournalFailed
 from planexec.runtime._stepctx import StepCtx
-from planexec.tools._tool import ToolCrashed
+from planexec.tools import ToolCrashed
 
 if TYPE_CHECKING:
     from planexec.runtime._engine import Engine

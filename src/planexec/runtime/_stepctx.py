@@ -5,15 +5,13 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Literal
 
-from planexec._json import json_problem
-from planexec.executor._base import StepFailure
-from planexec.executor._outcome import StepError
-from planexec.models._base import Model, ModelRequest, ModelResponse, ToolCall
-from planexec.plan._step import Step
+from planexec._util.strict_json import json_problem
+from planexec.executor import StepError, StepFailure
+from planexec.log import StepAttemptFailed, ToolCalled
+from planexec.models import Model, ModelRequest, ModelResponse, ToolCall
+from planexec.plan import Step
 from planexec.runtime._budget import BudgetHit
-from planexec.runtime._events import StepAttemptFailed, ToolCalled
-from planexec.tools._tool import OutputNotJSON, Tool, ToolContext, ToolCrashed, call_with_timeout
-from planexec.tools._toolset import Toolset
+from planexec.tools import OutputNotJSON, Tool, ToolContext, ToolCrashed, Toolset, call_with_timeout
 
 if TYPE_CHECKING:
     from planexec.runtime._engine import Engine

@@ -32,10 +32,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-from planexec._errors import PlanexecError
+from planexec.errors import PlanexecError
 
 if TYPE_CHECKING:  # the runtime imports this module: importing it back here would be a cycle
-    from planexec.runtime._events import Event
+    from planexec.log import Event
 
 __all__ = ["AppendConflict", "RunStatus", "RunStore", "RunSummary", "StoredEvent"]
 

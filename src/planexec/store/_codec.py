@@ -24,8 +24,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from planexec._errors import LogUnreadable, Problem, StoreError
-from planexec.runtime._events import READABLE_VERSIONS, Event, dump_event, load_event
+from planexec.errors import LogUnreadable, Problem, StoreError
+from planexec.log import READABLE_VERSIONS, Event, dump_event, load_event
 from planexec.store._base import StoredEvent
 from planexec.store._redact import Redactor
 

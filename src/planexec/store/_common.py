@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Self, get_args
 
-from planexec._errors import Problem, UsageError
+from planexec.errors import Problem, UsageError
 from planexec.store._base import RunStatus
 from planexec.store._redact import Redactor
 from planexec.store._summary import SUMMARY_COLUMNS

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote
 
-from planexec._errors import StoreError
+from planexec.errors import StoreError
 from planexec.store._redact import Redactor
 
 __all__ = ["HIDDEN", "Damaged", "Secrets", "describe", "hide_url_password", "safe_url", "store_failure"]

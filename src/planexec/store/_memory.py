@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from planexec.runtime._events import Event
+from planexec.log import Event
 from planexec.store._base import AppendConflict, RunStatus, RunSummary, StoredEvent
 from planexec.store._codec import decode_log, encode_events
 from planexec.store._common import StoreBase, check_list_args, check_run_id

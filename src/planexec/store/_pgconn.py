@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from planexec._errors import UsageError
+from planexec.errors import UsageError
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection

@@ -49,9 +49,9 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from planexec._errors import UsageError
-from planexec._extras import install_hint
-from planexec.runtime._events import Event
+from planexec._util.extras import install_hint
+from planexec.errors import UsageError
+from planexec.log import Event
 from planexec.store._base import AppendConflict, RunStatus, RunSummary, StoredEvent
 from planexec.store._codec import decode_log, encode_events
 from planexec.store._common import StoreBase, check_list_args, check_run_id, check_schema_version, list_runs_sql

@@ -89,7 +89,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from planexec._errors import Problem, UsageError
+from planexec.errors import Problem, UsageError
 from planexec.store._redact_rules import (
     PII_RULES,
     SECRET_RULES,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from planexec._errors import UsageError
+from planexec.errors import UsageError
 
 __all__ = ["PII_RULES", "SECRET_RULES", "SENSITIVE_FIELDS", "RedactionRule", "longest_word", "luhn_valid"]
 

@@ -42,8 +42,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from planexec._errors import UsageError
-from planexec.runtime._events import Event
+from planexec.errors import UsageError
+from planexec.log import Event
 from planexec.store._base import AppendConflict, RunStatus, RunSummary, StoredEvent
 from planexec.store._codec import EncodedEvent, decode_log, encode_events
 from planexec.store._common import StoreBase, check_list_args, check_run_id, check_schema_version, list_runs_sql

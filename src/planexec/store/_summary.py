@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, get_args
 
-from planexec.runtime._events import (
+from planexec.log import (
     ApprovalDecided,
     ApprovalRequested,
     Event,

@@ -7,7 +7,7 @@ import os
 import re
 from pathlib import Path
 
-from planexec._errors import Problem, UsageError
+from planexec.errors import Problem, UsageError
 from planexec.store._base import RunStore
 from planexec.store._failures import Secrets
 from planexec.store._memory import MemoryStore

@@ -25,8 +25,8 @@ from typing import Any, TypeVar, get_type_hints, overload
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 from pydantic_core import to_jsonable_python
 
-from planexec._errors import Problem, ToolDefinitionError
-from planexec._json import json_problem
+from planexec._util.strict_json import json_problem
+from planexec.errors import Problem, ToolDefinitionError
 from planexec.tools._threads import run_in_thread
 from planexec.tools._tool import OutputNotJSON, RetryPolicy, Tool, ToolContext
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import jsonschema
 
-from planexec._errors import Problem, ToolDefinitionError, TransientToolError
-from planexec._jsonschema import validator_for
-from planexec._tasks import abandon
+from planexec._util.json_schema import validator_for
+from planexec._util.tasks import abandon
+from planexec.errors import Problem, ToolDefinitionError, TransientToolError
 
 __all__ = ["ArgsValidator", "OutputNotJSON", "RetryPolicy", "Tool", "ToolContext", "ToolCrashed", "call_with_timeout"]
 

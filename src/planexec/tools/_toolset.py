@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from planexec._errors import Problem, ToolDefinitionError, UnknownToolError
+from planexec.errors import Problem, ToolDefinitionError, UnknownToolError
 from planexec.tools._tool import Tool
 
 __all__ = ["Toolset"]

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from planexec._errors import Problem, UsageError
+from planexec.errors import Problem, UsageError
 
 __all__ = ["run_sync"]
 

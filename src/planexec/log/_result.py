@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from planexec._errors import (
+from planexec.errors import (
     BudgetExhausted,
     Escalated,
     MaxReplans,
@@ -17,11 +17,11 @@ from planexec._errors import (
     UnrecoverableError,
     WaitingForHuman,
 )
-from planexec.models._base import Usage
-from planexec.plan._plan import Plan
-from planexec.runtime._events import Event
-from planexec.runtime._state import RunState, StepRecord
-from planexec.runtime._stop import StopReason
+from planexec.log._events import Event
+from planexec.log._state import RunState, StepRecord
+from planexec.log._stop import StopReason
+from planexec.models import Usage
+from planexec.plan import Plan
 
 __all__ = ["RunResult"]
 

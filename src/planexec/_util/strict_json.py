@@ -25,8 +25,8 @@ import re
 import sys
 from typing import Any
 
-from planexec._clip import clip
-from planexec._errors import Problem
+from planexec._util.clip import clip
+from planexec.errors import Problem
 
 __all__ = ["MAX_CHARS", "MAX_DEPTH", "JSONRefused", "json_chars", "json_problem", "loads"]
 

@@ -7,11 +7,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from planexec.executor._outcome import StepError, Verdict
-from planexec.models._base import Usage
-from planexec.plan._plan import Plan
-from planexec.plan._step import Step
-from planexec.runtime._events import (
+from planexec.executor import StepError, Verdict
+from planexec.log._events import (
     AnswerReviewed,
     ApprovalDecided,
     ApprovalRequested,
@@ -40,7 +37,9 @@ from planexec.runtime._events import (
     StepSucceeded,
     ToolCalled,
 )
-from planexec.runtime._stop import StopReason
+from planexec.log._stop import StopReason
+from planexec.models import Usage
+from planexec.plan import Plan, Step
 
 __all__ = ["ApprovalRecord", "RunState", "StepRecord", "StepStatus", "canonical_call"]
 

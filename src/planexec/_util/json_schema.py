@@ -6,7 +6,7 @@ Two draft 2020-12 validator classes that differ from jsonschema's own in a few k
   take hours); items are compared as JSON Schema compares them (``1`` equals ``1.0``, ``true``
   does not equal ``1``, object keys are unordered).
 * :class:`SafeValidator` also runs ``pattern``, ``patternProperties`` and ``additionalProperties``
-  with RE2 (:mod:`planexec._regex`), so a regex costs time linear in the text it reads whatever
+  with RE2 (:mod:`planexec._util.regex`), so a regex costs time linear in the text it reads whatever
   the pattern. For schemas whose patterns RE2 accepts.
 * :class:`LinearValidator` keeps Python's ``re`` for patterns (lookaround, backreferences), for
   schemas a developer wrote with such patterns.
@@ -30,9 +30,9 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import ValidationError
 
-from planexec._clip import clip
-from planexec._plural import counted
-from planexec._regex import PatternError, compile_pattern, search
+from planexec._util.clip import clip
+from planexec._util.plural import counted
+from planexec._util.regex import PatternError, compile_pattern, search
 
 __all__ = ["MAX_WORK", "LinearValidator", "SafeValidator", "TooCostly", "bounded", "validator_for"]
 

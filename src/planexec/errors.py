@@ -33,10 +33,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from planexec._plural import counted
-
 if TYPE_CHECKING:
-    from planexec.runtime._result import RunResult
+    from planexec.log import RunResult
 
 __all__ = [
     "BudgetExhausted",
@@ -61,6 +59,10 @@ __all__ = [
     "UsageError",
     "WaitingForHuman",
 ]
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count:,} {noun if count == 1 else noun + 's'}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -90,7 +92,7 @@ class UsageError(PlanexecError):
     def _render(self) -> str:
         if not self.problems:
             return self.summary
-        lines = [f"{self.summary} ({counted(len(self.problems), 'problem')}):"]
+        lines = [f"{self.summary} ({_counted(len(self.problems), 'problem')}):"]
         lines += [f"  - {p}" for p in self.problems]
         return "\n".join(lines)
 
@@ -194,6 +196,6 @@ class LogUnreadable(StoreError):
         listing = "; ".join(str(p) for p in self.problems[:5])
         more = f" (and {len(self.problems) - 5} more)" if len(self.problems) > 5 else ""
         super().__init__(
-            f"run {run_id}: {counted(len(self.problems), 'event')} of its log cannot be read: {listing}{more}; "
-            f"{counted(len(self.events), 'event')} could be read"
+            f"run {run_id}: {_counted(len(self.problems), 'event')} of its log cannot be read: {listing}{more}; "
+            f"{_counted(len(self.events), 'event')} could be read"
         )

@@ -33,12 +33,11 @@ from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import ConfigDict, Field, TypeAdapter
 
-from planexec._errors import Problem
-from planexec.executor._outcome import StepError, Verdict
-from planexec.models._base import ModelResponse, Usage
-from planexec.plan._plan import Plan
-from planexec.plan._step import Step
-from planexec.runtime._stop import BudgetName, EscalationCode, StopReason
+from planexec.errors import Problem
+from planexec.executor import StepError, Verdict
+from planexec.log._stop import BudgetName, EscalationCode, StopReason
+from planexec.models import ModelResponse, Usage
+from planexec.plan import Plan, Step
 
 __all__ = [
     "EVENT_SCHEMA_VERSION",
