@@ -14,6 +14,8 @@ test: $(READY)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
+# the layers and package faces of pyproject.toml's [tool.importlinter]
+	$(BIN)/lint-imports --no-cache
 # pytest runs with a throwaway PostgreSQL server when one can be started (see scripts/test)
 	BIN=$(BIN) bash scripts/test -q
 
