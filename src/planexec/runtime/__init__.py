@@ -3,8 +3,8 @@ stops with a reason — with budgets, limits, humans in the loop, and replays of
 
 from planexec.runtime._agent import Agent, Run
 from planexec.runtime._budget import DEFAULT_CAPS, Budget, BudgetHit
-from planexec.runtime._replay import Fault
-from planexec.runtime._replaying import ReplayReport, replay_log
+from planexec.runtime._recorded_world import Fault
+from planexec.runtime._replays import ReplayReport, replay_log
 from planexec.runtime._settings import (
     AnswerCheck,
     AnswerReview,

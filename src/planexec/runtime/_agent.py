@@ -28,8 +28,8 @@ from planexec.plan import Plan
 from planexec.planner import Planner
 from planexec.runtime._budget import Budget
 from planexec.runtime._engine import Engine, EngineConfig
-from planexec.runtime._replay import Fault
-from planexec.runtime._replaying import ReplayReport, replay_log
+from planexec.runtime._recorded_world import Fault
+from planexec.runtime._replays import ReplayReport, replay_log
 from planexec.runtime._settings import AnswerReview, ApprovalDecision, Approvals, Escalation, Limits, RunContext
 from planexec.store import RunStore
 from planexec.tools import Tool, Toolset

@@ -38,12 +38,12 @@ from planexec.models import Model, ModelRequest, ModelResponse
 from planexec.plan import CheckContext, Step
 from planexec.planner import Planner
 from planexec.runtime._budget import Budget, BudgetHit, used_of
-from planexec.runtime._calls import ModelCalls
 from planexec.runtime._humans import Humans
 from planexec.runtime._journal import Journal, JournalFailed
-from planexec.runtime._planning import PlanDone, PlanKind, Planning, Stop, crash_stop, error_stop
+from planexec.runtime._model_calls import ModelCalls
+from planexec.runtime._planning import PlanDone, Planning, Stop, crash_stop, error_stop
+from planexec.runtime._policies import PlanKind, PlanningPolicy, policy_of
 from planexec.runtime._recovery import restore
-from planexec.runtime._replay import Replayer
 from planexec.runtime._scheduler import ReadyQueue
 from planexec.runtime._settings import (
     AnswerReview,
@@ -54,7 +54,8 @@ from planexec.runtime._settings import (
     RunContext,
 )
 from planexec.runtime._stalls import RepeatWatch
-from planexec.runtime._step_run import StepDone, run_step
+from planexec.runtime._step_runner import StepDone, run_step
+from planexec.runtime._world import LiveWorld, Outlet, World
 from planexec.store import RunStore
 from planexec.tools import Toolset
 
@@ -121,7 +122,7 @@ class Engine:
         run_id: str,
         store: RunStore | None = None,
         history: list[Event] | None = None,
-        replay: Replayer | None = None,
+        world: World | None = None,
         recorded: Mapping[str, Any] | None = None,
     ) -> None:
         self.config = config
@@ -132,11 +133,14 @@ class Engine:
         self.events: list[Event] = list(history or [])
         self.history_length = len(self.events)
         self.resuming = bool(history)
-        self.replay = replay
+        self.policy: PlanningPolicy = policy_of(config.planner)
+        """When the planner is consulted, and what it is asked for."""
+        self.world: World = world if world is not None else LiveWorld(config.context)
+        """Everything outside the loop: the time, ids, models' answers, steps' outcomes, humans."""
+        self.world.resume_at(len(self.events))
         self.budget = config.budget
-        """The caps checked before each call (in a replay, a recorded wall-time stop is served instead)."""
-        if replay is not None:
-            replay.cursor = max(replay.cursor, len(self.events))
+        """The caps checked before each call (a world that serves its own wall-time stop lifts that cap)."""
+        if not self.world.keeps_wall_time:
             self.budget = replace(config.budget, wall_time=None)
         self._listeners: list[Callable[[Event], None]] = []
         self._clock = config.context.clock
@@ -200,11 +204,7 @@ class Engine:
             self._listeners.remove(listener)
 
     def emit(self, event: Event) -> None:
-        if self.replay is not None:
-            if self.replay.forking and not self.replay.live:
-                # A fork is a run of its own: what it serves from the log happens now, on its clock.
-                event = replace(event, at=self._clock())
-            self.replay.check(event)
+        event = self.world.witness(event)
         self.events.append(event)
         self.state.apply(event)
         if self.journal is not None:
@@ -245,26 +245,34 @@ class Engine:
         """New information is in the log: have the loop take it to the planner."""
         self.queue.put_nowait(_News())
 
+    def now(self) -> float:
+        """The time events are stamped with (the world's)."""
+        return self.world.now()
+
+    def clock(self) -> float:
+        """The run's own clock, for the budgets (a recorded world may stamp events with recorded times)."""
+        return self._clock()
+
+    def new_id(self) -> str:
+        return self.world.new_id()
+
     @property
-    def _rng(self) -> random.Random:
+    def rng(self) -> random.Random:
         """The run's randomness (retry jitter), made when first needed: seeding is not free."""
         if self._rng_made is None:
             self._rng_made = self.config.context.rng()
         return self._rng_made
 
-    def now(self) -> float:
-        if self.replay is not None and not self.replay.live and not self.replay.forking:
-            return self.replay.now()  # an exact replay keeps the recorded times
-        return self._clock()
-
-    def new_id(self) -> str:
-        if self.replay is not None and not self.replay.live:
-            return self.replay.new_id()
-        return self.config.context.new_id()
-
-    @property
-    def replaying(self) -> bool:
-        return self.replay is not None and not self.replay.live
+    def outlet(self) -> Outlet:
+        """What the world may do to this run."""
+        return Outlet(
+            run_id=self.run_id,
+            emit=self.emit,
+            heard=self.heard,
+            answered=self.humans.answered_elsewhere,
+            end=self.end_as_recorded,
+            idempotency_key=self.idempotency_key,
+        )
 
     def end_as_recorded(self, events: list[Event]) -> None:
         """Replay: the rest of this segment came from outside the engine; copy it and stop."""
@@ -296,8 +304,8 @@ class Engine:
         else:
             self.emit(self._started())
         wall = None if cfg.budget.wall_time is None else max(0.0, cfg.budget.wall_time - self.state.active_time)
-        if self.replay is not None:
-            wall = None  # a recorded wall-time stop is served from the log
+        if not self.world.keeps_wall_time:
+            wall = None  # the world serves its own wall-time stop
         stop: Stop | None = None
         try:
             async with asyncio.timeout(wall) as deadline:
@@ -463,11 +471,7 @@ class Engine:
             abandon(task)
 
     async def _loop(self) -> None:
-        if self.replay is not None:
-            watcher = asyncio.create_task(self.replay.external_stops(self), name="replay:external")
-            self._helpers.add(watcher)
-            news = asyncio.create_task(self.replay.external_news(self), name="replay:news")
-            self._helpers.add(news)
+        self._helpers.update(self.world.start(self.outlet()))
         if self.journal is not None:
             await self.journal.flush()  # a store that cannot be written stops the run before it spends anything
         if self.resuming:
@@ -513,10 +517,8 @@ class Engine:
         waiting = [s.id for s in plan.steps if self.state.steps[s.id].status == "pending"] if plan else []
         if waiting:
             raise error_stop("unrunnable", f"steps can never start: {', '.join(waiting)}")
-        if self.config.planner.policy == "step":
-            self.planning.start("turn", "a step finished")
-        else:
-            self.planning.start("finish", "every step finished")
+        kind = self.policy.when_idle()
+        self.planning.start(kind, "a step finished" if kind == "turn" else "every step finished")
 
     def _when_blocked(self) -> None:
         """Everything under way waits for a human."""
@@ -660,8 +662,7 @@ class Engine:
             repeated = self.repeats.succeeded(self.state.steps[done.step_id])
             if repeated is not None:
                 self.stall(*repeated)
-            planner = self.config.planner
-            if planner.replan == "after_each_step" and planner.policy == "upfront":
+            if self.policy.after_step():
                 self.planning.after_step_wanted = True
                 if self.planning.idle:
                     self.planning.start("after_step", f"step {done.step_id} finished")
@@ -687,7 +688,7 @@ class Engine:
             key = canonical_call(rec.step.tool, rec.args)
             if self.state.failed_calls.get(key, 0) >= 2:
                 self.stall("repeated_failure", f"{rec.step.tool} failed again with the same arguments: {error.message}")
-        if self.config.planner.replan == "never":
+        if not self.policy.replans_failures():
             raise error_stop("step_failed", f"step {step_id} failed ({error}) and replanning is off")
         self.unaddressed.append(step_id)
         if self.planning.idle:

@@ -148,9 +148,8 @@ class Humans:
         if existing is not None:
             approval_id = existing.approval_id
         else:
-            if engine.replay is not None and not engine.replay.live:
-                step_id = request.step.id if request.step else None
-                await engine.replay.turn(lambda e: isinstance(e, ApprovalRequested) and e.step_id == step_id)
+            step_id = request.step.id if request.step else None
+            await engine.world.turn(lambda e: isinstance(e, ApprovalRequested) and e.step_id == step_id)
             approval_id = engine.new_id()
             engine.emit(
                 ApprovalRequested(
@@ -171,8 +170,9 @@ class Humans:
         future: asyncio.Future[ApprovalDecision] = asyncio.get_running_loop().create_future()
         self._futures[approval_id] = future
         approver = engine.config.approvals.approver
-        if engine.replay is not None and not engine.replay.live:
-            task = asyncio.create_task(engine.replay.decision(engine, approval_id), name=f"approval:{approval_id}")
+        known = engine.world.decision(approval_id)
+        if known is not None:
+            task = asyncio.create_task(known, name=f"approval:{approval_id}")
             self._callbacks.add(task)
             task.add_done_callback(self._callbacks.discard)
         elif approver is not None:

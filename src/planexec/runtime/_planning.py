@@ -9,7 +9,7 @@ import functools
 import inspect
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from planexec._util.clip import clip
 from planexec._util.plural import counted
@@ -50,16 +50,15 @@ from planexec.planner import (
 )
 from planexec.runtime._budget import BudgetHit
 from planexec.runtime._journal import JournalFailed
-from planexec.runtime._replay import RecordedError
+from planexec.runtime._policies import PlanKind
 from planexec.runtime._settings import AnswerCheck, ApprovalDecision, ApprovalRequest
+from planexec.runtime._world import RecordedError
 from planexec.tools import ToolCrashed, run_in_thread
 
 if TYPE_CHECKING:
     from planexec.runtime._engine import Engine
 
-__all__ = ["PlanDone", "PlanKind", "Planning", "Stop", "crash_stop", "error_stop"]
-
-PlanKind = Literal["initial", "failure", "after_step", "turn", "finish", "information", "review"]
+__all__ = ["PlanDone", "Planning", "Stop", "crash_stop", "error_stop"]
 
 
 class Stop(Exception):
@@ -324,17 +323,9 @@ class Planning:
 
     async def _plan(self, kind: PlanKind, why: str, failed: frozenset[str], ctx: PlanningContext) -> None:
         engine = self._engine
-        planner = engine.config.planner
         done = PlanDone(kind=kind, failed_at_start=failed)
         try:
-            if planner.policy == "step" and kind != "finish":
-                done.result = await planner.turn(ctx)
-            elif kind == "initial":
-                done.result = await planner.propose(ctx)
-            elif kind in ("failure", "after_step", "information", "review"):
-                done.result = await planner.patch(ctx, why)
-            else:
-                done.result = await planner.finish(ctx)
+            done.result = await engine.policy.ask(engine.config.planner, kind, ctx, why)
             approvals = engine.config.approvals
             steps = _proposed_steps(done.result)
             if approvals.plan and steps is not None:
@@ -371,12 +362,10 @@ class Planning:
         review = engine.config.review
         assert review is not None
         if review.checks:
-            if engine.replaying:  # the checks are code: their verdict is served from the log
-                assert engine.replay is not None
-                event = await engine.replay.served(engine, lambda e: isinstance(e, AnswerReviewed))
-                assert isinstance(event, AnswerReviewed)
-                if not event.passed:
-                    return event.problems
+            known = await engine.world.answer_checks()  # the checks are code: a record knows their verdict
+            if known is not None:
+                if not known.passed:
+                    return known.problems
             else:
                 found = [await _run_check(check, answer) for check in review.checks]
                 problems = tuple(p for p in found if p is not None)
@@ -544,7 +533,7 @@ class Planning:
         if state.heard >= len(state.information):
             return False
         self.news_wanted = False
-        kind: PlanKind = "turn" if self._engine.config.planner.policy == "step" else "information"
+        kind = self._engine.policy.round_after("news_before_answer")
         news = state.information[-1].text[:200]
         self.start(kind, f"new information arrived while the final answer was written: {news}")
         return True
@@ -561,8 +550,9 @@ class Planning:
         if not self.idle:
             self.news_wanted = True
             return
-        if engine.config.planner.policy == "upfront" and state.plan is not None:
-            self.start("information", "new information: " + state.information[-1].text[:200])
+        kind = engine.policy.news_round(state)
+        if kind is not None:
+            self.start(kind, "new information: " + state.information[-1].text[:200])
 
     def _refused(self, done: PlanDone) -> None:
         """The final answer failed its review: back to the planner with the reasons, or stop."""
@@ -575,7 +565,7 @@ class Planning:
         if refusals >= review.max_rounds:
             detail = f"the final answer was refused {counted(refusals, 'time')}, the most allowed: {why}"
             raise Stop(StopReason(kind="escalated", code="answer_rejected", detail=detail))
-        kind: PlanKind = "turn" if engine.config.planner.policy == "step" else "review"
+        kind = engine.policy.round_after("answer_refused")
         self.start(kind, f"the final answer was refused: {why}")
 
     def _gave_up(self, gave_up: PlannerGaveUp) -> None:

@@ -1,4 +1,4 @@
-"""Replay: run the engine again over a recorded log, with no model and no tool called.
+"""The recorded world: run the engine again over a recorded log, with no model and no tool called.
 
 Everything that came from outside the engine — model responses, tool outcomes and verdicts,
 humans' answers, the clock, new ids, a wall-time stop or a cancellation — is served from the log,
@@ -8,18 +8,19 @@ by event, with the log. A faithful replay reproduces the log exactly.
 
 From a chosen event on (``fork_at``), or from a step whose outcome is replaced by an injected
 fault, the replay stops serving the log and the run goes on live, with the models and tools of
-the agent that forks it.
+the agent that forks it: from then on, this world asks the live one.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from planexec.executor import ErrorKind, StepError, Verdict
+from planexec.executor import ErrorKind, StepError
 from planexec.log import (
+    AnswerReviewed,
     ApprovalDecided,
     ApprovalRequested,
     BudgetExhaustedEvent,
@@ -39,13 +40,14 @@ from planexec.log import (
 )
 from planexec.models import ModelCrashed, ModelResponse
 from planexec.runtime._budget import BudgetHit
+from planexec.runtime._world import Outlet, RecordedError, StepOutcome
 
 if TYPE_CHECKING:
     from planexec.faults import FaultProfile, FaultyModel
     from planexec.plan import Step
-    from planexec.runtime._engine import Engine
+    from planexec.runtime._settings import RunContext
 
-__all__ = ["Divergence", "Fault", "RecordedError", "Replayer", "StepOutcome"]
+__all__ = ["Divergence", "Fault", "RecordedWorld"]
 
 WATCHDOG_SECONDS = 5.0
 """A replay serves everything at once; a log position that does not move for this long means the
@@ -73,19 +75,13 @@ class Fault:
     message: str = "fault injected by replay"
 
 
-@dataclass(slots=True)
-class StepOutcome:
-    output: Any = None
-    verdict: Verdict | None = None
-    error: StepError | None = None
-    attempts: int = 1
-    budget: BudgetHit | None = None
-    confidence: float | None = None
-
-
 @dataclass
-class Replayer:
+class RecordedWorld:
+    """A run's world as its log recorded it (see the module's docstring)."""
+
     log: list[Event]
+    context: RunContext
+    """The clock and ids of the live world a fork goes on in."""
     fork_at: int | None = None
     """Serve the log up to this many events, then go on live (None: replay the whole log)."""
     fault: Fault | None = None
@@ -97,6 +93,7 @@ class Replayer:
     divergence: Divergence | None = None
     abort: Callable[[], None] | None = None
     """Called once, on the first divergence: the driver stops the engine."""
+    _outlet: Outlet | None = None
     _moved: asyncio.Condition = field(default_factory=asyncio.Condition)
     _ids: list[str] = field(default_factory=list)
     _served_faults: set[str] = field(default_factory=set)
@@ -115,15 +112,49 @@ class Replayer:
         """A fork or a fault: a new run that follows the log only up to a point."""
         return self.fork_at is not None or self.fault is not None or self.faults is not None
 
-    # -- what the engine asks of the outside -------------------------------------------------
+    # -- the world's questions ----------------------------------------------------------------
+
+    @property
+    def serving(self) -> bool:
+        return not self.live
+
+    @property
+    def keeps_wall_time(self) -> bool:
+        return False  # a recorded wall-time stop is served where the log has it
 
     def now(self) -> float:
-        """The recorded time of the log's next event (an exact replay serves the recorded clock)."""
+        """Until the fork point, an exact replay keeps the recorded times; a fork's own are now."""
+        if self.live or self.forking:
+            return self.context.clock()
         return self.log[self.cursor].at if self.cursor < len(self.log) else self.log[-1].at
 
     def new_id(self) -> str:
+        if self.live:
+            return self.context.new_id()
         used = sum(1 for e in self.log[: self.cursor] if isinstance(e, ApprovalRequested))
         return self._ids[used] if used < len(self._ids) else f"replay-{used}"
+
+    def resume_at(self, events: int) -> None:
+        self.cursor = max(self.cursor, events)
+
+    def witness(self, event: Event) -> Event:
+        if self.forking and not self.live:
+            # A fork is a run of its own: what it serves from the log happens now, on its clock.
+            event = replace(event, at=self.context.clock())
+        self.check(event)
+        return event
+
+    def start(self, outlet: Outlet) -> list[asyncio.Task[None]]:
+        self._outlet = outlet
+        return [
+            asyncio.create_task(self._external_stops(outlet), name="replay:external"),
+            asyncio.create_task(self._external_news(outlet), name="replay:news"),
+        ]
+
+    @property
+    def outlet(self) -> Outlet:
+        assert self._outlet is not None, "the recorded world serves a run once the run started it"
+        return self._outlet
 
     def check(self, event: Event) -> None:
         """Compare an event the engine emits with the log; advance. After a divergence, nothing
@@ -168,17 +199,17 @@ class Replayer:
                     assert self.divergence is not None
                     raise self.divergence from None
 
-    def goes_live_for_step(self, engine: Engine, step: Step) -> bool:
+    def _goes_live_for_step(self, step: Step) -> bool:
         """With a fault profile: go on live here when the profile spoils this step's first call."""
         if self.faults is None or self.live or step.tool is None:
             return False
-        key = engine.idempotency_key(step).removeprefix(f"{engine.run_id}:")
+        key = self.outlet.idempotency_key(step).removeprefix(f"{self.outlet.run_id}:")
         if self.faults.tool_fault(step.tool, key, 1) is None:
             return False
         self._go_live()
         return True
 
-    def goes_live_for_model(self, role: str, purpose: str) -> bool:
+    def _goes_live_for_model(self, role: str, purpose: str) -> bool:
         """With a fault profile: go on live here when the profile spoils this model answer."""
         if self.faults is None or self.live:
             return False
@@ -201,17 +232,17 @@ class Replayer:
     async def turn(self, wanted: Callable[[Event], bool]) -> None:
         """Wait until the log's next event is one ``wanted``: events a task emits after awaiting
         something come out in the recorded order, whatever order the tasks wake up in."""
-        await self._until(wanted)
+        if not self.live:
+            await self._until(wanted)
 
-    async def model_call(
-        self,
-        engine: Engine,
-        role: str,
-        purpose: str,
-        step_id: str | None,
-        *,
-        on_step: Callable[[Step], None] | None = None,
-    ) -> ModelResponse:
+    async def model_answer(
+        self, role: str, purpose: str, step_id: str | None, on_step: Callable[[Step], None] | None
+    ) -> ModelResponse | None:
+        """The recorded answer (raising :class:`RecordedError` for a recorded failure), or None
+        once the run goes on live."""
+        if self.live or self._goes_live_for_model(role, purpose):
+            return None
+
         def mine(e: Event) -> bool:
             if on_step is not None and isinstance(e, StepStreamed):
                 return True  # a step the answer streamed before it was complete
@@ -228,7 +259,7 @@ class Replayer:
                 continue
             break
         assert isinstance(event, ModelCalled)
-        engine.emit(event)
+        self.outlet.emit(event)
         if event.response is None:
             error = event.error or "the model failed"
             if error.startswith(_CRASHED):  # the run stopped on it: it stops the replay the same way
@@ -236,8 +267,11 @@ class Replayer:
             raise RecordedError(error)
         return event.response
 
-    async def step_outcome(self, engine: Engine, step: Step) -> StepOutcome:
-        """Re-emit what happened inside the step, then hand back how it ended."""
+    async def step_outcome(self, step: Step) -> StepOutcome | None:
+        """Re-emit what happened inside the step, then hand back how it ended (None once the run
+        goes on live)."""
+        if self.live or self._goes_live_for_step(step):
+            return None
         if self.fault is not None and self.fault.step_id == step.id and step.id not in self._served_faults:
             self._served_faults.add(step.id)
             self.fork_at = self.cursor  # from here on, the run is live
@@ -267,7 +301,7 @@ class Replayer:
                 if event.error.kind == "budget":
                     outcome.budget = self._budget_after(self.cursor)
                 return outcome
-            engine.emit(event)  # attempts, tool and model calls inside the step, as they were
+            self.outlet.emit(event)  # attempts, tool and model calls inside the step, as they were
 
     def _budget_after(self, index: int) -> BudgetHit:
         for e in self.log[index:]:
@@ -275,33 +309,40 @@ class Replayer:
                 return BudgetHit(e.budget, e.limit, e.used, needed=e.needed)
         return BudgetHit("wall_time", 0.0, 0.0)  # a log cut short; the comparison reports it
 
-    async def decision(self, engine: Engine, approval_id: str) -> None:
-        """Serve a human's recorded answer when the log reaches it."""
+    def decision(self, approval_id: str) -> Coroutine[Any, Any, None] | None:
+        """Serve a human's recorded answer when the log reaches it (None once live: ask)."""
+        if self.live:
+            return None
+        return self._decision(approval_id)
+
+    async def _decision(self, approval_id: str) -> None:
         event = await self._until(lambda e: isinstance(e, ApprovalDecided) and e.approval_id == approval_id)
         assert isinstance(event, ApprovalDecided)
-        engine.emit(event)
-        engine.humans.answered_elsewhere([event])
+        self.outlet.emit(event)
+        self.outlet.answered([event])
 
-    async def served(self, engine: Engine, wanted: Callable[[Event], bool]) -> Event:
-        """Serve the log's next event that ``wanted`` (something the engine cannot decide again,
-        such as the verdict of a developer's code): emit it as it was."""
-        event = await self._until(wanted)
-        engine.emit(event)
+    async def answer_checks(self) -> AnswerReviewed | None:
+        """The checks are the developer's code: their recorded verdict is served as it was."""
+        if self.live:
+            return None
+        event = await self._until(lambda e: isinstance(e, AnswerReviewed))
+        assert isinstance(event, AnswerReviewed)
+        self.outlet.emit(event)
         return event
 
-    async def external_news(self, engine: Engine) -> None:
+    async def _external_news(self, outlet: Outlet) -> None:
         """Information another process added to the run: emit it where the log has it. (No
         watchdog: this waits for as long as the replay runs, and ends when it goes live.)"""
         async with self._moved:
             while not self.live and self.divergence is None:
                 event = self.log[self.cursor]
                 if isinstance(event, InformationAdded):
-                    engine.emit(event)
-                    engine.heard()
+                    outlet.emit(event)
+                    outlet.heard()
                     continue
                 await self._moved.wait()
 
-    async def external_stops(self, engine: Engine) -> None:
+    async def _external_stops(self, outlet: Outlet) -> None:
         """A wall-time stop or a cancellation came from outside the engine: copy it from the log."""
 
         def external(e: Event) -> bool:
@@ -315,7 +356,7 @@ class Replayer:
             await self._until(lambda e: external(e) or isinstance(e, RunResumed))
         except Divergence:
             return  # the engine reports it
-        engine.end_as_recorded(self.log[self.cursor :])
+        outlet.end(self.log[self.cursor :])
 
 
 _CRASHED = f"{ModelCrashed.__name__}: "
@@ -327,10 +368,6 @@ def event_attempts(log: list[Event], step_id: str) -> int:
         if isinstance(e, StepSucceeded | StepFailed) and e.step_id == step_id:
             return e.attempts
     return 1
-
-
-class RecordedError(Exception):
-    """A model call that failed when the run was recorded; ``str`` is the recorded text."""
 
 
 def _same(expected: Event, got: Event, *, forked: bool) -> bool:

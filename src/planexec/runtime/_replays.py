@@ -18,7 +18,7 @@ from planexec.models import ModelRequest, ModelResponse, ModelSettings, StreamDe
 from planexec.planner import Planner
 from planexec.runtime._budget import Budget
 from planexec.runtime._engine import Engine, EngineConfig
-from planexec.runtime._replay import Fault, Replayer
+from planexec.runtime._recorded_world import Fault, RecordedWorld
 
 if TYPE_CHECKING:
     from planexec.faults import FaultProfile, FaultyModel
@@ -221,7 +221,7 @@ async def replay_log(
         config = recorded_config(first)
     elif config is None:
         raise UsageError("a fork goes on live: it needs an agent's models and tools")
-    replayer = Replayer(log=events, fork_at=fork_at, fault=fault)
+    replayer = RecordedWorld(log=events, context=config.context, fork_at=fork_at, fault=fault)
     if faults is not None:
         config, wrappers = with_faults(config, faults)
         replayer.faults, replayer.wrappers = faults, wrappers
@@ -237,7 +237,7 @@ async def replay_log(
             run_id=new_id,
             store=store if forking else None,
             history=history,
-            replay=replayer,
+            world=replayer,
             recorded=recorded,
         )
         task = asyncio.create_task(engine.run(), name=f"replay:{new_id}")

@@ -1,6 +1,6 @@
 """Model calls on a run's behalf: budgets checked before each, the answer (or the failure)
 logged after, calls in flight counted against the caps, streamed answers passed on as they come,
-and, in a replay, the recorded answers served instead."""
+and, where the world already knows an answer (a recorded run), that answer instead."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from planexec.models import (
     price_for,
 )
 from planexec.plan import Step
-from planexec.runtime._replay import RecordedError
+from planexec.runtime._world import RecordedError
 
 if TYPE_CHECKING:
     from planexec.runtime._engine import Engine
@@ -123,14 +123,14 @@ class ModelCalls:
             in_flight_cost=self._model_cost_in_flight,
             in_flight_output=self._model_output_in_flight,
         )
-        replay = engine.replay
-        if replay is not None and not replay.live and not replay.goes_live_for_model(role, request.purpose):
-            try:
-                return await replay.model_call(engine, role, request.purpose, step_id, on_step=on_step)
-            except RecordedError as e:
-                if role != "executor":
-                    raise
-                raise StepFailure(StepError(kind="executor", message=f"the model failed: {e}")) from None
+        try:
+            known = await engine.world.model_answer(role, request.purpose, step_id, on_step)
+        except RecordedError as e:
+            if role != "executor":
+                raise
+            raise StepFailure(StepError(kind="executor", message=f"the model failed: {e}")) from None
+        if known is not None:
+            return known
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         self._model_calls_in_flight += 1

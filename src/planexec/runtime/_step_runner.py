@@ -14,7 +14,8 @@ from planexec.models import ModelCrashed, cancelled_for_real
 from planexec.plan import BindingError, Step
 from planexec.runtime._budget import BudgetHit
 from planexec.runtime._journal import JournalFailed
-from planexec.runtime._stepctx import StepCtx
+from planexec.runtime._step_context import StepCtx
+from planexec.runtime._world import StepOutcome
 from planexec.tools import ToolCrashed
 
 if TYPE_CHECKING:
@@ -74,8 +75,7 @@ async def run_step(engine: Engine, step: Step, executor: Executor, token: int, h
             reserved = False
             engine.unreserve(step)
         key = engine.idempotency_key(step) if step.tool is not None else None
-        if engine.replay is not None and not engine.replay.live:
-            await engine.replay.turn(lambda e: isinstance(e, StepStarted) and e.step_id == step.id)
+        await engine.world.turn(lambda e: isinstance(e, StepStarted) and e.step_id == step.id)
         engine.emit(
             StepStarted(
                 at=engine.now(),
@@ -88,12 +88,9 @@ async def run_step(engine: Engine, step: Step, executor: Executor, token: int, h
         )
         if engine.journal is not None and engine.side_effecting(step):
             await engine.journal.flush()  # the intent is saved before the effect can happen
-        replay = engine.replay
         retries = engine.retries_on_fail(step)
-        while True:
-            if replay is not None and not replay.live and not replay.goes_live_for_step(engine, step):
-                await _replayed_step(engine, step, done)
-                break  # every recorded attempt was served at once
+        known = await engine.world.step_outcome(step)
+        while known is None:
             done.output = await executor.run(step, args, ctx)
             if executor.kind == "model":  # a tool step's output was checked where the tool was called
                 limit = engine.config.limits.max_output_chars
@@ -110,13 +107,15 @@ async def run_step(engine: Engine, step: Step, executor: Executor, token: int, h
                 break
             retries -= 1
             if step.tool is not None:  # the step's tool is called again: that call is checked like any other
-                engine.budget.check_tool_call(engine.state, engine._clock())
+                engine.budget.check_tool_call(engine.state, engine.clock())
             error = _refused(done.verdict)
             engine.emit(
                 StepAttemptFailed(at=engine.now(), step_id=step.id, attempt=ctx.attempts, error=error, retry_in=0.0)
             )
             ctx.attempts += 1
             ctx.confidence = None
+        if known is not None:
+            _known(known, done)
         if done.verdict is not None and not done.verdict.passed and engine.reviews_on_fail(step):
             done.verdict = await engine.humans.review(step, done.output, done.verdict)
         if done.verdict is not None and not done.verdict.passed:
@@ -138,7 +137,7 @@ async def run_step(engine: Engine, step: Step, executor: Executor, token: int, h
     finally:
         if reserved:
             engine.unreserve(step)
-    if not engine.replaying:
+    if not engine.world.serving:
         done.attempts = ctx.attempts
     engine.queue.put_nowait(done)
 
@@ -148,9 +147,8 @@ def _refused(verdict: Verdict) -> StepError:
     return StepError(kind="acceptance", message=f"acceptance checks failed: {reasons}")
 
 
-async def _replayed_step(engine: Engine, step: Step, done: StepDone) -> None:
-    assert engine.replay is not None
-    outcome = await engine.replay.step_outcome(engine, step)
+def _known(outcome: StepOutcome, done: StepDone) -> None:
+    """The step ended as the world knows it did (every recorded attempt at once)."""
     done.output, done.verdict, done.attempts = outcome.output, outcome.verdict, outcome.attempts
     done.confidence = outcome.confidence
     if outcome.budget is not None:

@@ -57,7 +57,7 @@ class StepCtx:
         engine = self._engine
         engine.emit(
             ToolCalled(
-                at=engine._clock(),
+                at=engine.clock(),
                 step_id=self.step.id,
                 call_id=call.id,
                 tool=call.name,
@@ -86,7 +86,7 @@ class StepCtx:
                 if inner:  # the step's own first call was checked and counted when it was dispatched
                     engine.budget.check_tool_call(
                         engine.state,
-                        engine._clock(),
+                        engine.clock(),
                         in_flight=engine._unstarted_tool_calls + engine._inner_tool_calls_in_flight,
                     )
                     engine._inner_tool_calls_in_flight += 1
@@ -99,12 +99,12 @@ class StepCtx:
                     error = _tool_error(tool, e)
                     if not (tool.retry.retries(e) and attempt < tool.retry.max_attempts):
                         raise StepFailure(error) from None
-                    delay = tool.retry.delay(attempt, engine._rng)
+                    delay = tool.retry.delay(attempt, engine.rng)
                     if not inner:
-                        engine.budget.check_tool_call(engine.state, engine._clock())
+                        engine.budget.check_tool_call(engine.state, engine.clock())
                         engine.emit(
                             StepAttemptFailed(
-                                at=engine._clock(), step_id=self.step.id, attempt=attempt, error=error, retry_in=delay
+                                at=engine.clock(), step_id=self.step.id, attempt=attempt, error=error, retry_in=delay
                             )
                         )
                         self.attempts = attempt + 1
@@ -133,7 +133,7 @@ class StepCtx:
             error = StepError(kind="rejected", message=message)
             engine.emit(
                 ToolCalled(
-                    at=engine._clock(),
+                    at=engine.clock(),
                     step_id=self.step.id,
                     call_id=call_id,
                     tool=tool.name,
@@ -186,7 +186,7 @@ class StepCtx:
         engine = self._engine
         engine.emit(
             ToolCalled(
-                at=engine._clock(),
+                at=engine.clock(),
                 step_id=self.step.id,
                 call_id=call_id,
                 tool=tool.name,
