@@ -4,6 +4,7 @@ from planexec.executor._acceptance import Acceptance, PredicateFn
 from planexec.executor._base import Executor, StepContext, StepFailure
 from planexec.executor._model import ModelExecutor
 from planexec.executor._outcome import PASSED, CheckResult, ErrorKind, StepError, Verdict
+from planexec.executor._tool_calls import ToolCallOutcome, ToolCallSite, call_tool, checked_call, tool_error
 from planexec.executor._tools import ToolExecutor
 
 __all__ = [
@@ -17,6 +18,11 @@ __all__ = [
     "StepContext",
     "StepError",
     "StepFailure",
+    "ToolCallOutcome",
+    "ToolCallSite",
     "ToolExecutor",
     "Verdict",
+    "call_tool",
+    "checked_call",
+    "tool_error",
 ]

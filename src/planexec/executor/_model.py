@@ -15,6 +15,7 @@ from planexec._util.tasks import cancel_within
 from planexec.errors import Problem, UnknownToolError, UsageError
 from planexec.executor._base import StepContext, StepFailure
 from planexec.executor._outcome import StepError
+from planexec.executor._tool_calls import checked_call
 from planexec.models import (
     Message,
     Model,
@@ -147,18 +148,16 @@ class ModelExecutor:
         return self.tools is None or tool_name in self.tools
 
     async def _call(self, call: ToolCall, ctx: StepContext, allowed: tuple[str, ...]) -> str:
-        try:
-            if call.name not in allowed:
-                raise UnknownToolError(call.name, allowed)
-            tool = ctx.tools.get(call.name)
-        except UnknownToolError as e:
-            ctx.refuse_tool_call(call, StepError(kind="unknown_tool", message=str(e)))
-            return f"error: {e}"
-        validated, problems = tool.check_args(call.arguments)
-        if validated is None:
-            error = StepError(kind="invalid_arguments", message="; ".join(map(str, problems)), problems=tuple(problems))
+        if call.name not in allowed:
+            error = StepError(kind="unknown_tool", message=str(UnknownToolError(call.name, allowed)))
             ctx.refuse_tool_call(call, error)
-            return f"error: invalid arguments: {error.message}"
+            return f"error: {error.message}"
+        checked = checked_call(ctx.tools, call.name, call.arguments)
+        if isinstance(checked, StepError):
+            ctx.refuse_tool_call(call, checked)
+            prefix = "invalid arguments: " if checked.kind == "invalid_arguments" else ""
+            return f"error: {prefix}{checked.message}"
+        tool, validated = checked
         try:
             result = await ctx.call_tool(tool, validated, call_id=call.id)
         except StepFailure as f:

@@ -1,13 +1,13 @@
-"""The tool executor: a step that names a tool is one validated, retried, timed call."""
+"""The tool executor: a step that names a tool is one call, made the one way tools are called."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from planexec.errors import UnknownToolError
 from planexec.executor._base import StepContext, StepFailure
 from planexec.executor._outcome import StepError
+from planexec.executor._tool_calls import checked_call
 from planexec.plan import Step
 
 __all__ = ["ToolExecutor"]
@@ -28,17 +28,8 @@ class ToolExecutor:
     async def run(self, step: Step, args: dict[str, Any], ctx: StepContext) -> Any:
         if step.tool is None:
             raise StepFailure(StepError(kind="unknown_tool", message="the step names no tool"))
-        try:
-            tool = ctx.tools.get(step.tool)
-        except UnknownToolError as e:
-            raise StepFailure(StepError(kind="unknown_tool", message=str(e), problems=e.problems)) from None
-        validated, problems = tool.check_args(args)
-        if validated is None:
-            raise StepFailure(
-                StepError(
-                    kind="invalid_arguments",
-                    message="; ".join(str(p) for p in problems),
-                    problems=tuple(problems),
-                )
-            )
+        checked = checked_call(ctx.tools, step.tool, args)
+        if isinstance(checked, StepError):
+            raise StepFailure(checked)
+        tool, validated = checked
         return await ctx.call_tool(tool, validated)

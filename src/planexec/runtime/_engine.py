@@ -57,7 +57,7 @@ from planexec.runtime._stalls import RepeatWatch
 from planexec.runtime._step_runner import StepDone, run_step
 from planexec.runtime._world import LiveWorld, Outlet, World
 from planexec.store import RunStore
-from planexec.tools import Toolset
+from planexec.tools import Tool, Toolset
 
 if TYPE_CHECKING:
     import random
@@ -625,6 +625,22 @@ class Engine:
         return f"{self.run_id}:{step.id}:v{self.state.steps[step.id].plan_version}"
 
     # -- one step --------------------------------------------------------------------------
+
+    def check_inner_tool_call(self) -> None:
+        """A model step's tool call is about to be attempted: check it against the tool-call budget,
+        with every call committed to or under way, and count it as under way."""
+        in_flight = self._unstarted_tool_calls + self._inner_tool_calls_in_flight
+        self.budget.check_tool_call(self.state, self.clock(), in_flight=in_flight)
+        self._inner_tool_calls_in_flight += 1
+
+    def inner_tool_calls_ended(self, count: int) -> None:
+        self._inner_tool_calls_in_flight -= count
+
+    def inner_limit(self, tool: Tool) -> asyncio.Semaphore | None:
+        """The limit a tool's calls from model steps share (``Tool.max_concurrency``), if any."""
+        if tool.max_concurrency is None:
+            return None
+        return self._inner_limits.setdefault(tool.name, asyncio.Semaphore(tool.max_concurrency))
 
     def unreserve(self, step: Step) -> None:
         self._unstarted -= 1

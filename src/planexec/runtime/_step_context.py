@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from planexec._util.strict_json import json_problem
-from planexec.executor import StepError, StepFailure
+from planexec.executor import StepError, StepFailure, ToolCallOutcome, ToolCallSite, call_tool
 from planexec.log import StepAttemptFailed, ToolCalled
 from planexec.models import Model, ModelRequest, ModelResponse, ToolCall
 from planexec.plan import Step
-from planexec.runtime._budget import BudgetHit
-from planexec.tools import OutputNotJSON, Tool, ToolContext, ToolCrashed, Toolset, call_with_timeout
+from planexec.tools import Tool, Toolset
 
 if TYPE_CHECKING:
     from planexec.runtime._engine import Engine
@@ -68,57 +66,53 @@ class StepCtx:
         )
 
     async def call_tool(self, tool: Tool, args: dict[str, Any], *, call_id: str | None = None) -> Any:
-        """Call ``tool`` with timeout, retries and output check; every attempt counted and checked
-        against the tool-call budget before it is made."""
+        """Call ``tool`` the one way tools are called (see :func:`planexec.executor.call_tool`),
+        every attempt checked against the tool-call budget before it is made and counted."""
         engine = self._engine
         inner = call_id is not None
         if inner:
             self._gate_inner(tool, args, call_id or "")
-        key = engine.idempotency_key(self.step) + (f":{call_id}" if inner else "")
         loop = asyncio.get_running_loop()
         t0 = loop.time()
-        attempt = 0
         counted = 0
         """Attempts added to the engine's count of inner calls in flight (refused ones are not)."""
-        try:
-            while True:
-                attempt += 1
-                if inner:  # the step's own first call was checked and counted when it was dispatched
-                    engine.budget.check_tool_call(
-                        engine.state,
-                        engine.clock(),
-                        in_flight=engine._unstarted_tool_calls + engine._inner_tool_calls_in_flight,
+
+        def before_attempt(_attempt: int) -> None:
+            nonlocal counted
+            if inner:  # the step's own first call was checked and counted when it was dispatched
+                engine.check_inner_tool_call()
+                counted += 1
+
+        def before_retry(attempt: int, error: StepError, delay: float) -> None:
+            if not inner:
+                engine.budget.check_tool_call(engine.state, engine.clock())
+                engine.emit(
+                    StepAttemptFailed(
+                        at=engine.clock(), step_id=self.step.id, attempt=attempt, error=error, retry_in=delay
                     )
-                    engine._inner_tool_calls_in_flight += 1
-                    counted += 1
-                try:
-                    output = await self._attempt(tool, args, attempt, key, inner)
-                except (asyncio.CancelledError, StepFailure, BudgetHit, ToolCrashed):
-                    raise
-                except Exception as e:
-                    error = _tool_error(tool, e)
-                    if not (tool.retry.retries(e) and attempt < tool.retry.max_attempts):
-                        raise StepFailure(error) from None
-                    delay = tool.retry.delay(attempt, engine.rng)
-                    if not inner:
-                        engine.budget.check_tool_call(engine.state, engine.clock())
-                        engine.emit(
-                            StepAttemptFailed(
-                                at=engine.clock(), step_id=self.step.id, attempt=attempt, error=error, retry_in=delay
-                            )
-                        )
-                        self.attempts = attempt + 1
-                    await asyncio.sleep(delay)
-                    continue
-                if inner:
-                    self._log_inner(call_id or "", tool, args, attempt, loop.time() - t0, output=output)
-                return output
-        except StepFailure as f:
-            if inner:
-                self._log_inner(call_id or "", tool, args, attempt, loop.time() - t0, error=f.error)
-            raise
+                )
+                self.attempts = attempt + 1
+
+        site = ToolCallSite(
+            run_id=engine.run_id,
+            step_id=self.step.id,
+            idempotency_key=engine.idempotency_key(self.step) + (f":{call_id}" if inner else ""),
+            rng=lambda: engine.rng,
+            max_output_chars=engine.config.limits.max_output_chars,
+            cancel_grace=engine.config.limits.cancel_grace,
+            limit=engine.inner_limit(tool) if inner else None,
+            before_attempt=before_attempt,
+            before_retry=before_retry,
+        )
+        try:
+            outcome = await call_tool(tool, args, site)
         finally:
-            engine._inner_tool_calls_in_flight -= counted
+            engine.inner_tool_calls_ended(counted)
+        if inner:
+            self._log_inner(call_id or "", tool, args, outcome.attempts, loop.time() - t0, outcome)
+        if outcome.error is not None:
+            raise StepFailure(outcome.error)
+        return outcome.output
 
     def _gate_inner(self, tool: Tool, args: dict[str, Any], call_id: str) -> None:
         """A model-driven step may not call a tool that a human would be asked about as a step of its
@@ -144,44 +138,8 @@ class StepCtx:
             )
             raise StepFailure(error)
 
-    async def _attempt(self, tool: Tool, args: dict[str, Any], attempt: int, key: str, inner: bool) -> Any:
-        tctx = ToolContext(run_id=self._engine.run_id, step_id=self.step.id, attempt=attempt, idempotency_key=key)
-        limit: asyncio.Semaphore | None = None
-        if inner and tool.max_concurrency is not None:
-            limit = self._engine._inner_limits.setdefault(tool.name, asyncio.Semaphore(tool.max_concurrency))
-        grace = self._engine.config.limits.cancel_grace
-        if limit is None:
-            raw = await call_with_timeout(tool, args, tctx, grace=grace)
-        else:
-            async with limit:
-                raw = await call_with_timeout(tool, args, tctx, grace=grace)
-        try:
-            output = tool.check_output(raw)
-        except OutputNotJSON as e:
-            message = f"the output of {tool.name} is not JSON data: {e}"
-            raise StepFailure(StepError(kind="invalid_output", message=message)) from None
-        except ValueError as e:
-            message = f"the output of {tool.name} does not fit its schema: {e}"
-            raise StepFailure(StepError(kind="invalid_output", message=message)) from None
-        except Exception as e:  # an output that cannot even be converted (an object JSON has no form for)
-            message = f"the output of {tool.name} is not JSON data: {type(e).__name__}: {e}"
-            raise StepFailure(StepError(kind="invalid_output", message=message)) from None
-        problem = json_problem(output, max_chars=self._engine.config.limits.max_output_chars, where="output")
-        if problem is not None:
-            message = f"the output of {tool.name} cannot be kept: {problem.where}: {problem.message}"
-            raise StepFailure(StepError(kind="invalid_output", message=message, problems=(problem,)))
-        return output
-
     def _log_inner(
-        self,
-        call_id: str,
-        tool: Tool,
-        args: dict[str, Any],
-        attempts: int,
-        duration: float,
-        *,
-        output: Any = None,
-        error: StepError | None = None,
+        self, call_id: str, tool: Tool, args: dict[str, Any], attempts: int, duration: float, outcome: ToolCallOutcome
     ) -> None:
         engine = self._engine
         engine.emit(
@@ -191,19 +149,9 @@ class StepCtx:
                 call_id=call_id,
                 tool=tool.name,
                 args=args,
-                output=output,
-                error=error,
+                output=outcome.output,
+                error=outcome.error,
                 attempts=attempts,
                 duration=duration,
             )
         )
-
-
-def _tool_error(tool: Tool, e: Exception) -> StepError:
-    if isinstance(e, TimeoutError):
-        after = f" after {tool.timeout:g}s" if tool.timeout is not None else ""
-        detail = f": {e}" if str(e) and tool.timeout is None else ""
-        return StepError(kind="timeout", message=f"{tool.name} timed out{after}{detail}")
-    kind: Literal["transient", "tool_error"] = "transient" if tool.retry.retries(e) else "tool_error"
-    text = str(e) or type(e).__name__
-    return StepError(kind=kind, message=f"{tool.name}: {text}")
