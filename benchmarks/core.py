@@ -21,12 +21,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from planexec.testing import ScriptedModel
-
 from planexec import Agent, Budget, Limits, tool
 from planexec.log import RunState
 from planexec.models import StreamingScriptedModel
 from planexec.store import RunStore, SQLiteStore
+from planexec.testing import ScriptedModel
 from planexec.tools import Tool
 
 

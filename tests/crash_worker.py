@@ -33,11 +33,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from planexec.testing import FunctionModel
-
 from planexec import Agent, Run, ToolContext, ToolError, tool
 from planexec.models import ModelRequest
 from planexec.store import SQLiteStore
+from planexec.testing import FunctionModel
 from planexec.tools import Tool
 
 GOAL = "settle every region's orders and report"

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 from click.testing import Result
-from planexec.testing import ScriptedModel
 
 from planexec import Agent, Approvals
 from planexec.log import ApprovalDecided, Event, RunStarted, StepStarted
 from planexec.store import open_store
+from planexec.testing import ScriptedModel
 from tests.cli_support import invoke, write_runs, write_script, write_tools_module
 
 TOOLS_SOURCE = '''

@@ -6,12 +6,12 @@ import asyncio
 from typing import Any
 
 import pytest
-from planexec.testing import ScriptedModel
 
 from planexec import Agent, Approvals, Plan, RunContext, Step, UsageError, tool
 from planexec.log import ApprovalDecided, ApprovalRequested, RunFinished, RunState, RunSuspended, dump_event
 from planexec.models import FunctionModel, ModelRequest
 from planexec.store import MemoryStore
+from planexec.testing import ScriptedModel
 
 from .support import tool_step
 

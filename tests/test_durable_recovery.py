@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from planexec.testing import FunctionModel
 
 from planexec import Agent, ToolContext, tool
 from planexec.log import (
@@ -25,6 +24,7 @@ from planexec.log import (
 )
 from planexec.models import ModelRequest
 from planexec.store import MemoryStore
+from planexec.testing import FunctionModel
 from planexec.tools import Tool
 
 from .support import SAFETY, tool_step

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from planexec.testing import ScriptedModel
 
 from planexec import ModelSettings
 from planexec.eval import EvalSettings, SuiteInvalid, load_suite, run_suite, suite_from_mapping
+from planexec.testing import ScriptedModel
 from tests.test_eval import ARITHMETIC, step
 
 

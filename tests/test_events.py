@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from planexec.testing import ScriptedModel, tool_calls
 
 from planexec import (
     Agent,
@@ -61,6 +60,7 @@ from planexec.log import (
 )
 from planexec.models import ModelRequest, ModelResponse, ToolCall, Usage
 from planexec.plan import NonEmpty
+from planexec.testing import ScriptedModel, tool_calls
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

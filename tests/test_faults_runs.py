@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from planexec.testing import FunctionModel, ScriptedModel
 
 from planexec import Agent, Limits, RetryPolicy, RunResult, tool
 from planexec.faults import FaultProfile, unknown_tool_name
@@ -20,6 +19,7 @@ from planexec.models import (
     StreamingScriptedModel,
     call_with_retries,
 )
+from planexec.testing import FunctionModel, ScriptedModel
 from tests.support import SAFETY, events_of, tool_step
 
 NO_WAIT = RetryPolicy(max_attempts=2, initial_delay=0, jitter=0)

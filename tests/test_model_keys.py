@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from planexec.testing import ScriptedModel
 
 from planexec import Acceptance, Agent, Planner, Problem, UsageError
 from planexec.faults import FaultProfile
@@ -21,6 +20,7 @@ from planexec.models import (
 from planexec.models._base import Message
 from planexec.react import ReactAgent
 from planexec.store import MemoryStore
+from planexec.testing import ScriptedModel
 from tests.cli_support import invoke
 
 KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_COMPATIBLE_API_KEY", "VLLM_API_KEY")

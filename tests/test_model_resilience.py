@@ -6,7 +6,6 @@ import asyncio
 import random
 
 import pytest
-from planexec.testing import ScriptedModel
 
 from planexec import UsageError
 from planexec.models import (
@@ -28,6 +27,7 @@ from planexec.models import (
     resolve_model,
     set_price,
 )
+from planexec.testing import ScriptedModel
 
 REQUEST = ModelRequest(messages=(Message(role="user", content="hi"),))
 

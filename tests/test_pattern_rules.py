@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from planexec.testing import ScriptedModel
 
 from planexec import (
     Acceptance,
@@ -40,6 +39,7 @@ from planexec.log import (
 )
 from planexec.models import FunctionModel, ModelRequest
 from planexec.store import MemoryStore
+from planexec.testing import ScriptedModel
 
 from .support import SAFETY, add, events_of, tool_step, turn
 

@@ -11,7 +11,6 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
-from planexec.testing import ScriptedModel
 
 from planexec import Agent, Budget, Limits, RunResult, Step, ToolError, Toolset, tool
 from planexec._util.strict_json import json_problem, loads
@@ -19,6 +18,7 @@ from planexec.log import PlanProposed, RunState, StepStarted, StepSucceeded
 from planexec.models import ModelRequest
 from planexec.plan import CheckContext, IncrementalChecker, Matches, check_steps, compile_args, render_text
 from planexec.planner._stream import StreamedSteps
+from planexec.testing import ScriptedModel
 from tests.support import tool_step
 
 SETTINGS = settings(

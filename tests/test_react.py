@@ -4,12 +4,12 @@ checks, stall rule and stop reasons."""
 from __future__ import annotations
 
 import pytest
-from planexec.testing import ScriptedModel, tool_calls
 
 from planexec import Budget, RetryPolicy, RunContext, ToolError, TransientToolError, UsageError, tool
 from planexec.log import BudgetExhaustedEvent, ModelCalled, RunFinished, RunStarted, StallDetected, ToolCalled
 from planexec.models import Usage
 from planexec.react import ReactAgent
+from planexec.testing import ScriptedModel, tool_calls
 from tests.test_eval import add, broken, double
 
 

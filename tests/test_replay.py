@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from planexec.testing import FunctionModel, ScriptedModel, tool_calls
 
 from planexec import (
     Agent,
@@ -27,6 +26,7 @@ from planexec.log import Event, RunStarted, StepAttemptFailed, StepStarted
 from planexec.models import ModelRequest
 from planexec.runtime import Fault, RunContext, replay_log
 from planexec.store import MemoryStore
+from planexec.testing import FunctionModel, ScriptedModel, tool_calls
 from planexec.tools import Tool
 
 from .support import tool_step

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from planexec.testing import ScriptedModel
 
 from planexec import Acceptance, Agent, AnswerReview, Step, tool
 from planexec.log import ModelCalled, StepFailed
+from planexec.testing import ScriptedModel
 from tests.support import events_of, tool_step
 
 ANY_ANSWER = AnswerReview(checks=[lambda _answer: True])

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from planexec.testing import ScriptedModel
 
 from planexec import Agent, ApprovalDecision, ApprovalRequest, Approvals, Limits, ToolError, tool
 from planexec.errors import Rejected
 from planexec.log import ApprovalDecided, ApprovalRequested, StepFailed, StepStarted
+from planexec.testing import ScriptedModel
 from tests.support import SAFETY, events_of, failing_tool, tool_step
 
 

@@ -6,7 +6,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from planexec.testing import FunctionModel, ScriptedModel
 
 from planexec import Agent, Event, Limits, RunContext, ToolError, UsageError, tool
 from planexec.log import (
@@ -21,6 +20,7 @@ from planexec.log import (
     load_event,
 )
 from planexec.models import ModelRequest, Usage
+from planexec.testing import FunctionModel, ScriptedModel
 from tests.support import add, events_of, tool_step
 
 

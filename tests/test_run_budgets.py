@@ -7,12 +7,12 @@ import asyncio
 from typing import Any
 
 import pytest
-from planexec.testing import ScriptedModel
 
 from planexec import Agent, Budget, Planner, RetryPolicy, RunResult, TransientToolError, tool
 from planexec.errors import BudgetExhausted, MaxReplans
 from planexec.log import BudgetExhaustedEvent, ModelCalled, StepCancelled, StepFailed, StepStarted
 from planexec.models import ModelRequest, Usage
+from planexec.testing import ScriptedModel
 from tests.support import Blocker, FailingTool, events_of, failing_tool, failing_tool_of_n, tool_step
 
 SAFETY_WALL_TIME = 30.0

@@ -6,11 +6,11 @@ import asyncio
 from typing import Any
 
 import pytest
-from planexec.testing import ScriptedModel
 
 from planexec import Agent, RunResult, tool
 from planexec.errors import RunCancelled
 from planexec.log import PlanProposed, RunFinished, RunState, StepCancelled, StepStarted
+from planexec.testing import ScriptedModel
 from tests.support import SAFETY, Blocker, events_of, failing_tool, tool_step
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from planexec.testing import ScriptedModel, tool_calls
-
 from planexec import Agent, ModelExecutor, Planner, ToolError, tool
 from planexec.log import ModelCalled, StepStarted, ToolCalled
+from planexec.testing import ScriptedModel, tool_calls
 from tests.support import SAFETY, events_of
 
 GIVE_UP = {"reason": "stop trying", "steps": []}

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from planexec.testing import ScriptedModel
 
 from planexec import Agent, Planner, RetryPolicy, ToolError, TransientToolError, tool
 from planexec.errors import UnrecoverableError
 from planexec.log import ModelCalled, PlanProposed, StepAttemptFailed, StepCancelled, StepFailed, StepStarted
+from planexec.testing import ScriptedModel
 from tests.support import SAFETY, Blocker, FailingTool, add, events_of, failing_tool, tool_step
 
 NO_WAIT = RetryPolicy(initial_delay=0, jitter=0)

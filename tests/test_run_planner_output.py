@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from planexec.testing import ScriptedModel
-
 from planexec import Agent, Planner
 from planexec.log import PlannerOutputRejected, PlanProposed, StepStarted
 from planexec.models import ModelResponse
+from planexec.testing import ScriptedModel
 from tests.support import add, events_of, failing_tool, tool_step
 
 GOOD_PLAN = {"steps": [tool_step("s1", "add", {"a": 1, "b": 2})]}

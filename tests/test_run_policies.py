@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from planexec.testing import ScriptedModel
 
 from planexec import Agent, AnswerReview, Planner, tool
 from planexec.errors import UnrecoverableError
 from planexec.log import PlanProposed, RunStarted, StepStarted
+from planexec.testing import ScriptedModel
 from tests.support import add, events_of, failing_tool, failing_tool_of_n, tool_step, turn
 
 

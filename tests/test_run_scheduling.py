@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from planexec.testing import ScriptedModel
-
 from planexec import Agent, Limits, ToolContext, ToolExecutor, tool
 from planexec.log import StepStarted, StepSucceeded
+from planexec.testing import ScriptedModel
 from tests.support import SAFETY, tool_step
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from planexec.testing import ScriptedModel
 
 from planexec import Acceptance, Agent, AnswerReview, ModelExecutor, ModelSettings, Planner, UsageError, tool
 from planexec.log import RunStarted
 from planexec.react import ReactAgent
 from planexec.store import MemoryStore
+from planexec.testing import ScriptedModel
 from tests.support import SAFETY, add, events_of, tool_step
 
 PLANNING = ModelSettings(temperature=0.0, max_tokens=2000, reasoning_effort="high", seed=11)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from planexec.testing import ScriptedModel
 
 from planexec import Agent, Limits, Planner, RunResult, ToolError, tool
 from planexec.errors import Stalled
 from planexec.log import StallDetected
+from planexec.testing import ScriptedModel
 from tests.support import events_of, failing_tool_of_n, tool_step, turn
 
 

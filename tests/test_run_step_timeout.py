@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
-from planexec.testing import ScriptedModel, tool_calls
-
 from planexec import Agent, Limits, ModelExecutor, Planner, tool
 from planexec.log import StepFailed
 from planexec.store import MemoryStore
+from planexec.testing import ScriptedModel, tool_calls
 from tests.support import SAFETY, add, events_of, tool_step
 
 SLOW = 60.0

@@ -8,10 +8,10 @@ import tokenize
 from pathlib import Path
 
 import pytest
-from planexec.testing import ScriptedModel
 
 from planexec import Problem, UsageError
 from planexec.errors import UnexpectedModelCall
+from planexec.testing import ScriptedModel
 from tests.cli_support import invoke
 
 SOURCE = Path(__file__).resolve().parent.parent / "src" / "planexec"

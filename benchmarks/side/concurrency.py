@@ -14,12 +14,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from planexec.testing import FunctionModel
-
 from benchmarks.side.common import lc_work, px_work
 from planexec import Agent
 from planexec.models import ModelRequest
 from planexec.store import SQLiteStore
+from planexec.testing import FunctionModel
 
 __all__ = ["STEPS", "w3"]
 

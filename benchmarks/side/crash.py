@@ -30,12 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from planexec.testing import FunctionModel
-
 from planexec import Agent, ToolContext, tool
 from planexec.log import StepSucceeded
 from planexec.models import ModelRequest
 from planexec.store import SQLiteStore
+from planexec.testing import FunctionModel
 
 STEPS = 20
 KILL_AFTER = 9

@@ -19,13 +19,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from planexec.testing import ScriptedModel
-
 from benchmarks import core
 from benchmarks.side.common import lc_noop, median, px_noop, timed
 from planexec import Agent
 from planexec.log import RunStarted, RunState, StepSucceeded
 from planexec.store import SQLiteStore
+from planexec.testing import ScriptedModel
 
 __all__ = ["w4_langgraph", "w4_planexec"]
 

@@ -17,12 +17,11 @@ import json
 import time
 from typing import Any
 
-from planexec.testing import ScriptedModel
-
 from benchmarks.side.common import FailOnce, lc_lookup, px_lookup
 from planexec import Agent, Planner
 from planexec.log import PlanProposed, StepFailed
 from planexec.models import ModelRequest
+from planexec.testing import ScriptedModel
 
 __all__ = ["task_steps", "w5_langgraph", "w5_planexec", "w5_send", "w6_replan_langgraph", "w6_replan_planexec"]
 

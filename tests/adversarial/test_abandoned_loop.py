@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from planexec.testing import ScriptedModel
 
 from planexec import Agent, tool
 from planexec.log import RunFinished, StepStarted
 from planexec.store import SQLiteStore
+from planexec.testing import ScriptedModel
 from tests.support import tool_step
 
 

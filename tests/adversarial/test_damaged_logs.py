@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from planexec.testing import ScriptedModel
 
 from planexec import Agent, tool
 from planexec.store import SQLiteStore
+from planexec.testing import ScriptedModel
 from tests.cli_support import invoke
 from tests.support import tool_step
 

@@ -18,12 +18,12 @@ from typing import Any, get_args
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from planexec.testing import ScriptedModel
 
 from planexec import Agent, Budget, Limits, Planner, RetryPolicy, ToolError, TransientToolError, tool
 from planexec.log import ErrorCode, RunFinished, RunState, StopKind, dump_event
 from planexec.models import ModelCallError, ModelResponse, StreamingScriptedModel
 from planexec.store import MemoryStore, Redactor
+from planexec.testing import ScriptedModel
 
 EXAMPLES = int(os.environ.get("PLANEXEC_FUZZ_EXAMPLES", "10000"))
 BUDGET = Budget(model_calls=8, tool_calls=30, steps=20, wall_time=20.0, replans=3)

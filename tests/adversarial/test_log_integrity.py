@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from planexec.testing import FunctionModel, ScriptedModel
 
 from planexec import Agent, Approvals, Budget, Limits, Planner, UsageError, tool
 from planexec.errors import UnrecoverableError
 from planexec.log import ModelCalled, PlannerOutputRejected, RunState, StepFailed, dump_event
 from planexec.models import ModelRequest, ModelResponse, ToolCall, Usage
 from planexec.store import MemoryStore, SQLiteStore
+from planexec.testing import FunctionModel, ScriptedModel
 from tests.support import events_of, tool_step
 
 ANSWER = {"answer": "done"}

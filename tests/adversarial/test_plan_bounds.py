@@ -21,7 +21,6 @@ from types import FrameType
 from typing import Any, cast
 
 import pytest
-from planexec.testing import ScriptedModel
 
 from planexec import Agent, Step, Tool, Toolset, tool
 from planexec._util.strict_json import MAX_CHARS, MAX_DEPTH, JSONRefused, json_problem, loads
@@ -45,6 +44,7 @@ from planexec.plan._schemas import MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES, schema_er
 from planexec.planner._planner import _parse as parse_reply
 from planexec.planner._stream import StreamedSteps
 from planexec.store import MemoryStore
+from planexec.testing import ScriptedModel
 from tests.support import add, events_of, tool_step
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from planexec.testing import FunctionModel, ScriptedModel
 
 from planexec import (
     Acceptance,
@@ -43,6 +42,7 @@ from planexec.log import (
 from planexec.models import ModelRequest, ModelResponse, ToolCall
 from planexec.runtime import AnswerCheck
 from planexec.store import MemoryStore, SQLiteStore
+from planexec.testing import FunctionModel, ScriptedModel
 from tests.cli_support import ARITHMETIC_TOOLS, invoke, write_script, write_tools_module
 from tests.support import SAFETY, events_of
 

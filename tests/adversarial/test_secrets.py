@@ -9,12 +9,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from planexec.testing import FunctionModel
-
 from planexec import Agent, Planner, RunResult, ToolError, tool
 from planexec.log import Event, StepSucceeded
 from planexec.models import ModelRequest
 from planexec.store import RunSummary, SQLiteStore
+from planexec.testing import FunctionModel
 from tests.support import SAFETY, tool_step, turn
 from tests.test_store_redaction import LOOKALIKES, PEM_BODY, SAMPLE_SECRETS, carrying_every_secret
 

@@ -7,12 +7,12 @@ import math
 from typing import Any
 
 import pytest
-from planexec.testing import FunctionModel, ScriptedModel
 
 from planexec import Agent, Budget, Planner, UsageError, tool
 from planexec.log import BudgetExhaustedEvent, RunState, StallDetected, StepStarted
 from planexec.models import ModelRequest
 from planexec.runtime import DEFAULT_CAPS
+from planexec.testing import FunctionModel, ScriptedModel
 from tests.support import events_of, tool_step, turn
 
 
