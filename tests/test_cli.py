@@ -367,7 +367,7 @@ def test_approve_plan_without_a_terminal_saves_the_question_and_suspends(tmp_pat
 def test_plan_approval_at_a_terminal(
     tmp_path: Path, tools_module: str, monkeypatch: pytest.MonkeyPatch, answer: str, code: int
 ) -> None:
-    monkeypatch.setattr("planexec.cli._approve.is_interactive", lambda console: True)
+    monkeypatch.setattr("planexec.cli._terminal_approver.is_interactive", lambda console: True)
     planner = write_script(tmp_path, [PLAN, ANSWER])
     result = invoke(
         ["run", "x", "--planner", planner, "--tools", f"{tools_module}:TOOLS", "--approve-plan", "--no-live"],
@@ -384,7 +384,7 @@ def test_plan_approval_at_a_terminal(
 def test_sensitive_steps_are_asked_about_at_a_terminal(
     tmp_path: Path, tools_module: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("planexec.cli._approve.is_interactive", lambda console: True)
+    monkeypatch.setattr("planexec.cli._terminal_approver.is_interactive", lambda console: True)
     plan = {"steps": [{"id": "pub", "description": "Publish 7", "tool": "publish", "args": {"value": 7}}]}
     planner = write_script(tmp_path, [plan, {"answer": "published"}])
     result = invoke(["run", "x", "--planner", planner, "--tools", f"{tools_module}:TOOLS", "--no-live"], input="y\n")
@@ -398,7 +398,7 @@ def test_without_a_terminal_questions_are_saved_and_the_run_suspends(
     tmp_path: Path, tools_module: str, monkeypatch: pytest.MonkeyPatch, no_input: bool
 ) -> None:
     if no_input:  # a terminal, but --no-input: the same
-        monkeypatch.setattr("planexec.cli._approve.is_interactive", lambda console: True)
+        monkeypatch.setattr("planexec.cli._terminal_approver.is_interactive", lambda console: True)
     plan = {"steps": [{"id": "pub", "description": "Publish 7", "tool": "publish", "args": {"value": 7}}]}
     planner = write_script(tmp_path, [plan, {"answer": "published"}])
     args = ["run", "x", "--planner", planner, "--tools", f"{tools_module}:TOOLS", "--no-live"]

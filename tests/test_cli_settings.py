@@ -179,7 +179,7 @@ def test_every_wrong_setting_is_listed_at_once(cli: Cli) -> None:
         "--planner-setting: top_p: must be a number from 0 to 1",
         "--planner-setting: 'verbose' is not KEY=VALUE",
         "--planner-setting: tempo: unknown setting",
-        "--executor-setting: applies to the executor: name its model with --executor",
+        "--executor-setting: applies to the executor: name the executor's model too",
         "--step-timeout: '-1' must be a positive number of seconds",
     ):
         assert expected in result.stderr

@@ -3,33 +3,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import click
 
-from planexec.cli._options import BUDGET_FLAGS
-from planexec.runtime import DEFAULT_CAPS
+from planexec.cli._options import BUDGET_FLAGS, Problems, Refused
+from planexec.errors import UsageError
+from planexec.log import Event
+from planexec.runs import RULE_LISTS, RULE_TEXTS, AgentSpec, Recorded, absolute_model_string, build_agent
+from planexec.runtime import DEFAULT_CAPS, Agent, Approvals
+from planexec.store import RunStore
 
-__all__ = [
-    "LOW_CONFIDENCE",
-    "ON_FAIL",
-    "POLICIES",
-    "REPLANS",
-    "TURN_FORMATS",
-    "AgentFlags",
-    "agent_options",
-    "live_options",
-]
+__all__ = ["AgentFlags", "agent_options", "build", "live_options"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-POLICIES = ("upfront", "step")
-REPLANS = ("on_failure", "after_each_step", "never")
-TURN_FORMATS = ("nested", "flat")
-LOW_CONFIDENCE = ("ask", "stop")
-ON_FAIL = ("patch", "retry", "review")
 
 _BUDGET_HELP = {
     "model_calls": ("N", "Cap on model calls (planner, executors and judge together)."),
@@ -128,6 +118,75 @@ class AgentFlags:
             review_rounds=own["review_rounds"],
             judge=own["judge_spec"],
         )
+
+    def spec_for_run(self, constraints: Sequence[str]) -> AgentSpec:
+        """The spec ``planexec run`` records: these flags, with their defaults."""
+        return AgentSpec(
+            rules=self._rules(),
+            planner=self.planner,
+            executor=self.executor,
+            tools=self.tools,
+            policy=self.policy or "upfront",
+            replan=self.replan or "on_failure",
+            budget=dict(self.budget),
+            approve_plan=bool(self.approve_plan),
+            constraints=tuple(constraints),
+            cwd=os.getcwd(),
+            planner_settings=self.planner_settings,
+            executor_settings=self.executor_settings,
+            step_timeout=self.step_timeout,
+        ).recorded()
+
+    def applied_to(self, spec: AgentSpec) -> AgentSpec:
+        """``spec`` with what these flags say instead (budget flags one by one, settings after the
+        recorded ones, rules key by key)."""
+        return replace(
+            spec,
+            planner=absolute_model_string(self.planner) if self.planner is not None else spec.planner,
+            executor=absolute_model_string(self.executor) if self.executor is not None else spec.executor,
+            tools=self.tools or spec.tools,
+            policy=self.policy if self.policy is not None else spec.policy,
+            replan=self.replan if self.replan is not None else spec.replan,
+            budget={**spec.budget, **self.budget},
+            approve_plan=self.approve_plan if self.approve_plan is not None else spec.approve_plan,
+            planner_settings=spec.planner_settings + self.planner_settings,
+            executor_settings=spec.executor_settings + self.executor_settings,
+            step_timeout=self.step_timeout if self.step_timeout is not None else spec.step_timeout,
+            rules={**spec.rules, **self._rules()},
+        )
+
+    def _rules(self) -> dict[str, Any]:
+        """The rule flags that were given (a list flag only when given at least once)."""
+        given: dict[str, Any] = {key: getattr(self, key) for key in RULE_TEXTS if getattr(self, key) is not None}
+        given |= {key: tuple(getattr(self, key)) for key in RULE_LISTS if getattr(self, key)}
+        if self.judge is not None:
+            given["judge"] = absolute_model_string(self.judge)
+        return given
+
+
+def build(
+    spec: AgentSpec,
+    *,
+    store: RunStore,
+    approvals: Approvals,
+    recorded: Recorded | None = None,
+    used: Sequence[Event] = (),
+    needs_tools: Sequence[str] = (),
+    problems: Problems | None = None,
+) -> Agent:
+    """The agent ``spec`` describes; raises :class:`Refused` listing every problem, each under the
+    flag that gives the value at fault (with ``problems`` found before)."""
+    problems = problems if problems is not None else Problems()
+    try:
+        agent = build_agent(
+            spec, store=store, approvals=approvals, recorded=recorded, used=used, needs_tools=needs_tools
+        )
+    except UsageError as e:
+        problems.add_problems(e.problems)
+        raise Refused(problems) from None
+    if problems:
+        raise Refused(problems)
+    return agent
 
 
 def agent_options(*, for_run: bool) -> Callable[[F], F]:

@@ -5,7 +5,6 @@ nothing else is then resumed here, as ``planexec resume`` would."""
 from __future__ import annotations
 
 import getpass
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,16 +12,7 @@ import click
 from rich.table import Table
 
 from planexec.cli._agent_options import AgentFlags, live_options
-from planexec.cli._answer import (
-    Answer,
-    check_answer,
-    load_edit,
-    parse_choice_flag,
-    parse_failed_items,
-    parse_output,
-    pick_question,
-    record_answer,
-)
+from planexec.cli._answer_flags import check_answer, load_edit, parse_choice_flag, parse_failed_items, parse_output
 from planexec.cli._common import View, make_console, run_command
 from planexec.cli._finish import waiting_lines
 from planexec.cli._format import cut, when
@@ -33,15 +23,17 @@ from planexec.cli._report import json_text
 from planexec.cli._resume import load_log, resume_run
 from planexec.cli._store_options import StoreChoice, store_choice, store_flag, using_store
 from planexec.cli._text import plain, shown
-from planexec.log import ApprovalRecord, ChecklistResult, InformationAdded, RunStarted, RunState
-from planexec.store import AppendConflict, RunStore
+from planexec.errors import UsageError
+from planexec.log import ApprovalRecord, ChecklistResult, RunStarted, RunState
+from planexec.runs import Problems as Found
+from planexec.runs import answer as record_answer
+from planexec.runs import open_questions, pick_question
+from planexec.runs import tell as tell_run
+from planexec.runtime import ApprovalDecision
 
 __all__ = ["answer", "approvals", "approve", "reject", "tell"]
 
-SCAN = 10_000
-"""At most this many runs of each unfinished status are looked at for open questions."""
-
-MakeAnswer = Callable[[RunStarted, RunState, ApprovalRecord | None, Problems], Answer]
+MakeAnswer = Callable[[RunStarted, RunState, ApprovalRecord | None, Problems], ApprovalDecision]
 
 
 def _default_by() -> str:
@@ -52,17 +44,6 @@ def _default_by() -> str:
 
 
 # -- listing ----------------------------------------------------------------------------------
-
-
-async def open_questions(store: RunStore) -> list[tuple[str, ApprovalRecord]]:
-    """Every unanswered question of every unfinished run, oldest first."""
-    found: list[tuple[str, ApprovalRecord]] = []
-    for status in ("waiting", "running"):
-        for summary in await store.list_runs(status=status, limit=SCAN):
-            if summary.pending_approvals:
-                state = RunState.fold(s.event for s in await store.read(summary.run_id))
-                found += [(summary.run_id, rec) for rec in state.pending_approvals]
-    return sorted(found, key=lambda item: item[1].requested_at)
 
 
 @click.command()
@@ -122,12 +103,18 @@ async def _decide(
         first = log[0]
         assert isinstance(first, RunStarted)  # load_log checked it
         state = RunState.fold(log)
+        found = Found()
+        rec = pick_question(state, approval_id, found)
         problems = Problems()
-        rec = pick_question(state, approval_id, problems)
+        problems.add_problems(found)
         answer = make(first, state, rec, problems)
         if problems or rec is None:
             raise Refused(problems)
-        state = await record_answer(store, run_id, rec.approval_id, answer, log)
+        try:
+            state = await record_answer(store, run_id, answer, approval_id=rec.approval_id, log=log)
+        except UsageError as e:
+            problems.add_problems(e.problems)
+            raise Refused(problems) from None
         answered = state.approvals[rec.approval_id]
         verdict = "approved" if answer.approved else "rejected"
         extra = f" ({answer.choice})" if answer.choice else " with an edited plan" if answer.edited_plan else ""
@@ -218,12 +205,12 @@ def approve(
     nothing else, it is resumed here (exit status as `planexec run`).
     """
 
-    def make(first: RunStarted, state: RunState, rec: ApprovalRecord | None, problems: Problems) -> Answer:
+    def make(first: RunStarted, state: RunState, rec: ApprovalRecord | None, problems: Problems) -> ApprovalDecision:
         chosen = parse_choice_flag(choice, problems)
         output = parse_output(output_json, problems)
         edited = load_edit(edit, first, state, problems) if edit is not None else None
         ticked = tuple(ChecklistResult(item=i, passed=True) for i in rec.checklist) if rec is not None else ()
-        answer = Answer(
+        answer = ApprovalDecision(
             approved=True,
             reason=reason,
             by=by or _default_by(),
@@ -278,11 +265,11 @@ def reject(
     stops the run as rejected).
     """
 
-    def make(first: RunStarted, state: RunState, rec: ApprovalRecord | None, problems: Problems) -> Answer:
+    def make(first: RunStarted, state: RunState, rec: ApprovalRecord | None, problems: Problems) -> ApprovalDecision:
         if not reason.strip():
             problems.add("--reason", "say why the answer is no")
         checklist = parse_failed_items(failed, rec, problems)
-        answer = Answer(approved=False, reason=reason, by=by or _default_by(), checklist=checklist)
+        answer = ApprovalDecision(approved=False, reason=reason, by=by or _default_by(), checklist=checklist)
         check_answer(rec, answer, output_given=False, edit_given=False, problems=problems)
         return answer
 
@@ -317,13 +304,13 @@ def answer(
     when the run is suspended and waits for nothing else, it is resumed here.
     """
 
-    def make(first: RunStarted, state: RunState, rec: ApprovalRecord | None, problems: Problems) -> Answer:
+    def make(first: RunStarted, state: RunState, rec: ApprovalRecord | None, problems: Problems) -> ApprovalDecision:
         if not text.strip():
             problems.add("TEXT", "the answer is empty")
         if rec is not None and rec.subject not in ("question", "escalation"):
             problems.add("ID", f"approval {rec.approval_id} is about {about(rec)}: answer it with approve or reject")
         choice = "guidance" if rec is not None and rec.subject == "escalation" else None
-        return Answer(approved=True, by=by or _default_by(), text=text, choice=choice)  # type: ignore[arg-type]
+        return ApprovalDecision(approved=True, by=by or _default_by(), text=text, choice=choice)  # type: ignore[arg-type]
 
     view = View.make(as_json=as_json, no_live=no_live, no_input=no_input)
     run_command(ctx, _decide(store_choice(ctx), run_id, approval_id, make, resume=resume, view=view))
@@ -367,23 +354,12 @@ async def _tell(
         raise Refused(Problems.of("TEXT", "is empty"))
     async with using_store(choice) as store:
         log = await load_log(store, run_id, choice)
-        for _ in range(5):
-            last = await store.last_seq(run_id)
-            if last > len(log):
-                log += [s.event for s in await store.read(run_id, after=len(log))]
-            state = RunState.fold(log)
-            if state.finished:
-                raise Refused(Problems.of(f"run {run_id}", f"it has finished ({state.stop}): it can no longer be told"))
-            event = InformationAdded(at=time.time(), text=text, by=by, constraint=constraint)
-            try:
-                await store.append(run_id, [event], expected_seq=last)
-            except AppendConflict:
-                continue
-            log.append(event)
-            state.apply(event)
-            break
-        else:
-            raise Refused(Problems.of(f"run {run_id}", "its log kept changing while it was written"))
+        try:
+            state = await tell_run(store, run_id, text, constraint=constraint, by=by, log=log)
+        except UsageError as e:
+            problems = Problems()
+            problems.add_problems(e.problems)
+            raise Refused(problems) from None
         what = "constraint" if constraint else "information"
         click.echo(plain(f"run {run_id}: {what} recorded"), err=view.as_json)
         if resume and state.status == "waiting":

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import re
-import time
-
 import click
 
 from planexec._util.plural import counted
@@ -12,22 +9,11 @@ from planexec.cli._common import run_command
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
+from planexec.errors import UsageError
+from planexec.runs import gc as gc_runs
+from planexec.runs import parse_age
 
-__all__ = ["gc", "parse_age"]
-
-UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
-SCAN = 1_000_000
-"""With --dry-run: at most this many runs are looked at."""
-
-
-def parse_age(text: str, problems: Problems) -> float | None:
-    """Seconds in an age such as ``30d``, ``12h``, ``90m`` or ``0s``."""
-    match = _AGE.match(text)
-    if match is None:
-        problems.add("--older-than", f"{text!r} is not an age: a number and a unit s, m, h or d (e.g. 30d)")
-        return None
-    return float(match.group(1)) * UNITS[match.group(2)]
+__all__ = ["gc"]
 
 
 @click.command()
@@ -38,7 +24,11 @@ def parse_age(text: str, problems: Problems) -> float | None:
 def gc(ctx: click.Context, older_than: str, dry_run: bool) -> None:
     """Delete the runs (and their logs) not updated for AGE: finished, waiting or abandoned alike."""
     problems = Problems()
-    age = parse_age(older_than, problems)
+    age = None
+    try:
+        age = parse_age(older_than)
+    except UsageError as e:
+        problems.add_problems(e.problems)
     run_command(ctx, _gc(store_choice(ctx), age, dry_run, problems))
 
 
@@ -46,11 +36,7 @@ async def _gc(choice: StoreChoice, age: float | None, dry_run: bool, problems: P
     async with using_store(choice, problems) as store:
         if problems or age is None:
             raise Refused(problems)
-        cutoff = time.time() - age
-        if dry_run:
-            ids = [s.run_id for s in await store.list_runs(limit=SCAN) if s.updated_at < cutoff]
-        else:
-            ids = await store.expire(older_than=cutoff)
+        ids = await gc_runs(store, older_than=age, dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
     click.echo(f"{verb} {counted(len(ids), 'run')} from {choice.describe()}")
     for run_id in ids:

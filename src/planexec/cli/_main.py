@@ -42,7 +42,7 @@ COMMANDS: dict[str, _Command] = {
     "approve": _Command("_approvals", "approve", "Approve question ID of RUN (with no ID: its only open question)."),
     "demo": _Command("_demo", "demo", "Run the offline demo: an agent audits a failing customer workflow."),
     "eval": _Command("_eval", "eval_command", "Evaluate an agent on a suite of golden tasks (a YAML file)."),
-    "export": _Command("_runs", "export", "Export RUN's log as JSON Lines: one event per line, in log order."),
+    "export": _Command("_listing", "export", "Export RUN's log as JSON Lines: one event per line, in log order."),
     "gc": _Command(
         "_gc", "gc", "Delete the runs (and their logs) not updated for AGE: finished, waiting or abandoned alike."
     ),
@@ -58,10 +58,10 @@ COMMANDS: dict[str, _Command] = {
         "_resume", "resume", "Go on with RUN from its log: after a crash, or once its questions are answered."
     ),
     "run": _Command("_run", "run", "Run GOAL with a planner model, tools and budgets."),
-    "runs": _Command("_runs", "runs", "List the runs in the store, newest first."),
+    "runs": _Command("_listing", "runs", "List the runs in the store, newest first."),
     "schema": _Command("_schema", "schema", "Print the JSON Schema of a plan (versioned)."),
     "show": _Command(
-        "_runs",
+        "_listing",
         "show",
         "Show RUN: goal and outcome, each plan version (who made it, why, and what it changed from the "
         "version before), each step record, usage and cost, and the questions asked with their answers.",

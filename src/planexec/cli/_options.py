@@ -6,32 +6,12 @@ invocation is answered with the whole list at once.
 
 from __future__ import annotations
 
-import importlib
-import math
-import os
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
 
-from planexec._util.strict_json import loads as strict_loads
-from planexec.errors import UsageError
-from planexec.models import Model, ModelSettings, resolve_model
-from planexec.runtime import Budget
-from planexec.tools import Tool, Toolset
+from planexec.errors import Problem, UsageError
 
-__all__ = [
-    "BUDGET_FLAGS",
-    "Problems",
-    "Refused",
-    "importable",
-    "load_model",
-    "load_tools",
-    "parse_budget",
-    "parse_choice",
-    "parse_seconds",
-    "parse_settings",
-]
+__all__ = ["BUDGET_FLAGS", "FLAGS", "Problems", "Refused", "flag_of", "parse_choice"]
 
 
 class Problems(list[str]):
@@ -45,6 +25,12 @@ class Problems(list[str]):
 
     def add(self, flag: str, message: str) -> None:
         self.append(f"{flag}: {message}" if flag else message)
+
+    def add_problems(self, found: Iterable[Problem], flags: Mapping[str, str] | None = None) -> None:
+        """Each problem a library call found in this command line's values, under the flag (or
+        argument) that gave the value it names."""
+        for p in found:
+            self.add(flag_of(p.where, flags), p.message)
 
     def add_usage_error(self, flag: str, error: UsageError) -> None:
         if error.problems:
@@ -66,147 +52,59 @@ class Refused(Exception):
 class _BudgetFlag:
     flag: str
     field: str
-    kind: Literal["int", "float"]
 
 
 BUDGET_FLAGS: tuple[_BudgetFlag, ...] = (
-    _BudgetFlag("--max-model-calls", "model_calls", "int"),
-    _BudgetFlag("--max-input-tokens", "input_tokens", "int"),
-    _BudgetFlag("--max-output-tokens", "output_tokens", "int"),
-    _BudgetFlag("--max-cost", "cost", "float"),
-    _BudgetFlag("--max-time", "wall_time", "float"),
-    _BudgetFlag("--max-tool-calls", "tool_calls", "int"),
-    _BudgetFlag("--max-steps", "steps", "int"),
-    _BudgetFlag("--max-replans", "replans", "int"),
+    _BudgetFlag("--max-model-calls", "model_calls"),
+    _BudgetFlag("--max-input-tokens", "input_tokens"),
+    _BudgetFlag("--max-output-tokens", "output_tokens"),
+    _BudgetFlag("--max-cost", "cost"),
+    _BudgetFlag("--max-time", "wall_time"),
+    _BudgetFlag("--max-tool-calls", "tool_calls"),
+    _BudgetFlag("--max-steps", "steps"),
+    _BudgetFlag("--max-replans", "replans"),
 )
 """The budget options of ``planexec run`` and the :class:`Budget` field each one sets."""
 
 
-UNBOUNDED = "none"
-"""What a budget flag takes to lift its cap (``--max-steps none``)."""
+FLAGS: Mapping[str, str] = {
+    "planner": "--planner",
+    "executor": "--executor",
+    "tools": "--tools",
+    "policy": "--policy",
+    "replan": "--replan",
+    "planner_settings": "--planner-setting",
+    "executor_settings": "--executor-setting",
+    "step_timeout": "--step-timeout",
+    "turn_format": "--turn-format",
+    "confidence_floor": "--confidence-floor",
+    "on_low_confidence": "--on-low-confidence",
+    "on_fail": "--on-fail",
+    "fail_retries": "--fail-retries",
+    "review_checks": "--review-check",
+    "review_rubric": "--review-rubric",
+    "review_items": "--review-item",
+    "review_rounds": "--review-rounds",
+    "judge": "--judge",
+    "approval_id": "ID",
+    "run": "RUN",
+    "text": "TEXT",
+    "status": "--status",
+    "limit": "--limit",
+    "age": "--older-than",
+    **{f"budget.{flag.field}": flag.flag for flag in BUDGET_FLAGS},
+}
+"""The flag or argument that gives each value the library names in a problem's ``where``."""
 
 
-def _number(flag: _BudgetFlag, raw: str, problems: Problems) -> int | float | None:
-    """The flag's value, or None for ``none``; a wrong value is added to ``problems`` (and gives None)."""
-    if raw.strip().lower() == UNBOUNDED:
-        return None
-    try:
-        value: int | float = int(raw) if flag.kind == "int" else float(raw)
-    except ValueError:
-        what = "a whole number" if flag.kind == "int" else "a number"
-        problems.add(flag.flag, f"{raw!r} is not {what} (or {UNBOUNDED!r} for no cap)")
-        return None
-    if not math.isfinite(value):
-        problems.add(flag.flag, f"{raw!r} is not a finite number (write {UNBOUNDED!r} for no cap)")
-        return None
-    if value < 0:
-        problems.add(flag.flag, f"{raw!r} must not be negative")
-        return None
-    return value
-
-
-def parse_budget(values: Mapping[str, str | None], problems: Problems) -> Budget | None:
-    """A :class:`Budget` from the raw flag values (by field name); None when any value is wrong.
-    A flag not given keeps its default cap; ``none`` lifts it."""
-    fields: dict[str, Any] = {}
-    ok = True
-    for flag in BUDGET_FLAGS:
-        raw = values.get(flag.field)
-        if raw is None:
-            continue
-        before = len(problems)
-        value = _number(flag, raw, problems)
-        ok = ok and len(problems) == before
-        fields[flag.field] = value
-    if not ok:
-        return None
-    try:
-        return Budget(**fields)
-    except UsageError as e:
-        problems.add_usage_error("budget", e)
-        return None
-
-
-def parse_settings(flag: str, raws: Sequence[str], problems: Problems) -> ModelSettings | None:
-    """:class:`ModelSettings` from ``KEY=VALUE`` texts (a later key wins; ``extra.NAME=VALUE`` sets
-    one provider extra; ``null`` unsets a key); None when any is wrong, every problem added."""
-    data: dict[str, Any] = {}
-    ok = True
-    for raw in raws:
-        key, sep, text = raw.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            problems.add(flag, f"{raw!r} is not KEY=VALUE (e.g. temperature=0.2)")
-            ok = False
-            continue
-        value = _setting_value(text)
-        if key.startswith("extra.") and len(key) > len("extra."):
-            extra = data.get("extra")
-            data["extra"] = extra = dict(extra) if isinstance(extra, Mapping) else {}
-            if value is None:
-                extra.pop(key[len("extra.") :], None)
-            else:
-                extra[key[len("extra.") :]] = value
-        elif value is None:
-            data.pop(key, None)
-        else:
-            data[key] = value
-    try:
-        settings = ModelSettings.from_dict(data)
-    except UsageError as e:
-        for p in e.problems:
-            problems.add(flag, f"{p.where}: {p.message}")
-        return None
-    return settings if ok else None
-
-
-def _setting_value(text: str) -> Any:
-    """JSON when ``text`` is JSON (numbers, lists, null …), else the text itself."""
-    try:
-        return strict_loads(text.strip(), max_depth=20, max_chars=100_000)
-    except ValueError:
-        return text
-
-
-def parse_seconds(flag: str, raw: str | None, problems: Problems) -> float | None:
-    """A positive number of seconds, or None for no limit (unset, or ``none``)."""
-    if raw is None or raw.strip().lower() == UNBOUNDED:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        problems.add(flag, f"{raw!r} is not a number of seconds (or {UNBOUNDED!r} for no limit)")
-        return None
-    if not (math.isfinite(value) and value > 0):
-        problems.add(flag, f"{raw!r} must be a positive number of seconds (or {UNBOUNDED!r} for no limit)")
-        return None
-    return value
-
-
-def parse_fraction(flag: str, raw: str | None, problems: Problems) -> float | None:
-    """A number from 0 to 1, or None (unset, or ``none``)."""
-    if raw is None or raw.strip().lower() == UNBOUNDED:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        problems.add(flag, f"{raw!r} is not a number from 0 to 1")
-        return None
-    if not (math.isfinite(value) and 0 <= value <= 1):
-        problems.add(flag, f"{raw!r} must be from 0 to 1")
-        return None
-    return value
-
-
-def parse_count(flag: str, raw: str | None, problems: Problems, *, default: int) -> int | None:
-    """A whole number of at least 1; ``default`` when unset."""
-    if raw is None:
-        return default
-    text = raw.strip()
-    if not (text.isascii() and text.isdigit()) or len(text) > 6 or int(text) < 1:
-        problems.add(flag, f"{raw!r} must be a whole number from 1 to 999999")
-        return None
-    return int(text)
+def flag_of(where: str, flags: Mapping[str, str] | None = None) -> str:
+    """The flag for a problem's ``where`` (``tools 'pkg:X'`` becomes ``--tools 'pkg:X'``);
+    ``where`` itself when no flag gives it."""
+    table = {**FLAGS, **(flags or {})}
+    if where in table:
+        return table[where]
+    head, space, rest = where.partition(" ")
+    return f"{table[head]}{space}{rest}" if space and head in table else where
 
 
 def parse_choice(flag: str, raw: str, choices: tuple[str, ...], problems: Problems) -> str | None:
@@ -214,109 +112,3 @@ def parse_choice(flag: str, raw: str, choices: tuple[str, ...], problems: Proble
         return raw
     problems.add(flag, f"{raw!r} is not one of {', '.join(choices)}")
     return None
-
-
-def _importable_here() -> None:
-    """Let ``module:attr`` references name modules in the current directory, as ``python -m`` does."""
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
-
-
-def importable(directory: str) -> None:
-    """Let ``module:attr`` references also name modules in ``directory`` (after everything else)."""
-    if directory and directory not in sys.path:
-        sys.path.append(directory)
-
-
-def load_model(flag: str, spec: str, problems: Problems) -> Model | None:
-    """A model from a model string (``scripted:replies.json``, ``object:pkg.module:attr``, …)."""
-    _importable_here()
-    try:
-        return resolve_model(spec)
-    except UsageError as e:
-        problems.add_usage_error(flag, e)
-    except Exception as e:
-        problems.add(flag, f"cannot load model {spec!r}: {type(e).__name__}: {e}")
-    return None
-
-
-def _tools_in(value: Any, ref: str, problems: Problems) -> list[Tool | Toolset]:
-    flag = f"--tools {ref!r}"
-    if isinstance(value, Tool | Toolset):
-        return [value]
-    if isinstance(value, list | tuple | set | frozenset):
-        found: list[Tool | Toolset] = []
-        for index, item in enumerate(value):
-            if isinstance(item, Tool | Toolset):
-                found.append(item)
-            else:
-                problems.add(flag, f"item {index} {_not_a_tool(item)}")
-        return found
-    problems.add(flag, _not_a_tool(value))
-    return []
-
-
-def _not_a_tool(value: Any) -> str:
-    if callable(value) and hasattr(value, "__name__"):
-        return f"{value.__name__!r} is a plain function, not a tool: decorate it with @planexec.tool"
-    return f"is a {type(value).__name__}, not a Tool, a Toolset or a list of tools"
-
-
-_MISSING = object()
-
-
-def _imported(flag: str, ref: str, problems: Problems) -> Any:
-    """What a ``module:attr`` reference names; ``_MISSING`` (with a problem) when it names nothing."""
-    module_name, sep, attr = ref.partition(":")
-    if not sep or not module_name or not attr:
-        problems.add(flag, "use the form package.module:attribute")
-        return _MISSING
-    try:
-        value: Any = importlib.import_module(module_name)
-    except ImportError as e:
-        problems.add(flag, f"cannot import module {module_name!r}: {e}")
-        return _MISSING
-    except Exception as e:
-        problems.add(flag, f"importing {module_name!r} raised {type(e).__name__}: {e}")
-        return _MISSING
-    walked = module_name
-    for part in attr.split("."):
-        if not hasattr(value, part):
-            problems.add(flag, f"{walked!r} has no attribute {part!r}")
-            return _MISSING
-        value = getattr(value, part)
-        walked = f"{walked}.{part}"
-    return value
-
-
-def load_checks(refs: tuple[str, ...], problems: Problems) -> tuple[Callable[[str], Any], ...]:
-    """The final answer's checks named by ``module:attr`` references; each must be callable."""
-    _importable_here()
-    found: list[Callable[[str], Any]] = []
-    for ref in refs:
-        flag = f"--review-check {ref!r}"
-        value = _imported(flag, ref, problems)
-        if value is _MISSING:
-            continue
-        if not callable(value):
-            problems.add(flag, f"is a {type(value).__name__}, not a function of the answer")
-            continue
-        found.append(value)
-    return tuple(found)
-
-
-def load_tools(refs: tuple[str, ...], problems: Problems) -> list[Tool | Toolset]:
-    """The tools named by ``module:attr`` references; every bad reference is a problem."""
-    _importable_here()
-    found: list[Tool | Toolset] = []
-    for ref in refs:
-        value = _imported(f"--tools {ref!r}", ref, problems)
-        if value is not _MISSING:
-            found += _tools_in(value, ref, problems)
-    if found:
-        try:
-            Toolset(*found)
-        except UsageError as e:
-            problems.add_usage_error("--tools", e)
-    return found

@@ -9,6 +9,7 @@ from typing import Any
 
 from planexec.cli._store_options import StoreChoice, store_flag
 from planexec.log import ApprovalRecord
+from planexec.runs import question_about
 
 __all__ = ["about", "answer_commands", "approval_json", "under_review"]
 
@@ -16,21 +17,8 @@ SHOWN_CHARS = 400
 """How much of an answer or a result under review a listing shows (JSON has all of it)."""
 
 
-def about(rec: ApprovalRecord) -> str:
-    """What the question is about, in a few words."""
-    if rec.subject == "plan":
-        return f"plan v{rec.plan_version}"
-    if rec.subject == "effect":
-        return f"the effect of step {rec.step_id}"
-    if rec.subject == "question":
-        return f"a question: {rec.reason}"
-    if rec.subject == "escalation":
-        return f"an escalation ({rec.code})"
-    if rec.subject == "review":
-        return f"the result of step {rec.step_id}"
-    if rec.subject == "answer":
-        return "the final answer"
-    return f"step {rec.step_id}"
+about = question_about
+"""What the question is about, in a few words."""
 
 
 def under_review(rec: ApprovalRecord) -> list[str]:

@@ -11,23 +11,23 @@ from typing import Any, cast, get_args
 import click
 
 from planexec._util.plural import counted
-from planexec.cli._agent_options import AgentFlags, agent_options
-from planexec.cli._approve import approvals_for
+from planexec.cli._agent_options import AgentFlags, agent_options, build
 from planexec.cli._board import describe_event
 from planexec.cli._common import EXIT_OK, EXIT_STOPPED, View, run_command, say
 from planexec.cli._finish import report_result
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
-from planexec.cli._rebuild import build_agent, recorded_spec
 from planexec.cli._report import json_text
 from planexec.cli._resume import load_log
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
+from planexec.cli._terminal_approver import approvals_for
 from planexec.cli._text import plain, redacted_events, redactor_of
 from planexec.errors import UsageError
 from planexec.eval import fault_problems, read_faults_option, seeded_profile
 from planexec.executor import ErrorKind
 from planexec.faults import FaultProfile
 from planexec.log import Event, RunStarted, RunState, StepStarted
+from planexec.runs import recorded_spec
 from planexec.runtime import Fault, ReplayReport, replay_log
 from planexec.store import Redactor
 
@@ -178,11 +178,12 @@ async def _replay(
         fork = _parse_fork(fork_at, fail, log, problems)
         first = log[0]
         assert isinstance(first, RunStarted)  # load_log checked it
-        recorded, has_record = await recorded_spec(store, first, problems)
-        spec = recorded.with_flags(flags)
+        recorded = await recorded_spec(store, first)
+        spec = flags.applied_to(recorded.spec)
         if problems:
+            problems.add_problems(recorded.problems)
             raise Refused(problems)
-        agent = build_agent(
+        agent = build(
             spec,
             store=store,
             approvals=approvals_for(
@@ -192,10 +193,9 @@ async def _replay(
                 plan=spec.approve_plan,
                 redactor=redactor_of(store),
             ),
-            recorded=recorded if has_record else None,
+            recorded=recorded,
             used=log if faults is not None else log[: fork.live_from(log)],
             needs_tools=first.tools,
-            picked_up=True,
             problems=problems,
         )
         try:

@@ -7,55 +7,40 @@ from typing import Any
 
 import click
 
-from planexec._util.plural import counted
-from planexec.cli import _approve
-from planexec.cli._agent_options import AgentFlags, agent_options, live_options
+from planexec.cli import _terminal_approver
+from planexec.cli._agent_options import AgentFlags, agent_options, build, live_options
 from planexec.cli._common import EXIT_WAITING, View, follow_to_end, run_command, say
 from planexec.cli._finish import report_result, waiting_lines
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
-from planexec.cli._rebuild import build_agent, recorded_spec
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
 from planexec.cli._text import plain, redactor_of
-from planexec.errors import LogUnreadable, UsageError
+from planexec.errors import UsageError
 from planexec.log import Event, RunResult, RunStarted, RunState
-from planexec.store import RunStore, StoredEvent
+from planexec.runs import load_run, recorded_spec, still_waiting
+from planexec.store import RunStore
 
-__all__ = ["load_log", "read_log", "resume", "resume_run"]
+__all__ = ["load_log", "resume", "resume_run"]
 
 
 async def load_log(store: RunStore, run_id: str, choice: StoreChoice, problems: Problems | None = None) -> list[Event]:
     """The run's events, every one of them readable; an unknown run, a log that does not begin a run
     or a log with events that cannot be read is a problem (exit status 2)."""
     problems = problems if problems is not None else Problems()
-    log, unreadable = await read_log(store, run_id)
-    if unreadable:
-        problems += unreadable
-        problems.add("RUN", f"`planexec show {run_id}` shows the {counted(len(log), 'event')} that can be read")
-    elif not log:
-        problems.add("RUN", f"no run {run_id!r} in {choice.describe()} (`planexec runs` lists them)")
-    elif not isinstance(log[0], RunStarted):
-        problems.add("RUN", f"the log of run {run_id!r} does not begin with run_started")
+    try:
+        log = await load_run(store, run_id)
+    except UsageError as e:
+        for p in e.problems:
+            if p.code == "unknown_run":
+                problems.add("RUN", f"no run {run_id!r} in {choice.describe()} (`planexec runs` lists them)")
+            else:
+                problems.add("RUN" if p.code == "not_a_run" else "", plain(p.message))
+        if any(p.code == "unreadable" for p in e.problems):
+            problems.add("RUN", f"`planexec show {run_id}` shows the events that can be read")
+        raise Refused(problems) from None
     if problems:
         raise Refused(problems)
     return log
-
-
-async def read_log(store: RunStore, run_id: str) -> tuple[list[Event], list[str]]:
-    """Every event of the run that can be read, and a line for each one that cannot."""
-    try:
-        return [s.event for s in await store.read(run_id)], []
-    except LogUnreadable as e:
-        readable = [s.event if isinstance(s, StoredEvent) else s for s in e.events]
-        return readable, [plain(f"run {run_id}: {p}") for p in e.problems]
-
-
-def _still_waiting(state: RunState) -> bool:
-    """Suspended, and not one of the questions it stopped for has been answered since."""
-    suspended = state.suspended
-    if suspended is None or not suspended.approvals:
-        return False
-    return all((rec := state.approvals.get(a)) is not None and rec.approved is None for a in suspended.approvals)
 
 
 async def resume_run(store: RunStore, choice: StoreChoice, log: list[Event], flags: AgentFlags, view: View) -> int:
@@ -67,29 +52,20 @@ async def resume_run(store: RunStore, choice: StoreChoice, log: list[Event], fla
     if state.finished:
         click.echo(plain(f"run {run_id} has finished already: {state.stop}"), err=True)
         return report_result(view, RunResult.from_state(state, log), choice, store)
-    if _still_waiting(state) and (view.no_input or not _approve.is_interactive(view.console)):
+    if still_waiting(state) and (view.no_input or not _terminal_approver.is_interactive(view.console)):
         for line in waiting_lines(choice, run_id, state.pending_approvals):
             click.echo(plain(line), err=view.as_json)
         return EXIT_WAITING
-    problems = Problems()
-    recorded, has_record = await recorded_spec(store, first, problems)
-    spec = recorded.with_flags(flags)
-    approvals = _approve.approvals_for(
+    recorded = await recorded_spec(store, first)
+    spec = flags.applied_to(recorded.spec)
+    approvals = _terminal_approver.approvals_for(
         view.console, view.display, no_input=view.no_input, plan=spec.approve_plan, redactor=redactor_of(store)
     )
-    agent = build_agent(
-        spec,
-        store=store,
-        approvals=approvals,
-        recorded=recorded if has_record else None,
-        used=log,
-        needs_tools=first.tools,
-        picked_up=True,
-        problems=problems,
-    )
+    agent = build(spec, store=store, approvals=approvals, recorded=recorded, used=log, needs_tools=first.tools)
     try:
         run = await agent.resume(run_id)
     except UsageError as e:
+        problems = Problems()
         problems.add_usage_error("RUN", e)
         raise Refused(problems) from None
     since = run.state.events

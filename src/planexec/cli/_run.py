@@ -7,15 +7,15 @@ from typing import Any
 
 import click
 
-from planexec.cli._agent_options import AgentFlags, agent_options, live_options
-from planexec.cli._approve import approvals_for
+from planexec.cli._agent_options import AgentFlags, agent_options, build, live_options
 from planexec.cli._common import View, run_command, start_and_follow
 from planexec.cli._finish import report_result
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems
-from planexec.cli._rebuild import AgentSpec, build_agent, dropped_settings
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
+from planexec.cli._terminal_approver import approvals_for
 from planexec.cli._text import plain, redactor_of
+from planexec.runs import AgentSpec, dropped_settings
 
 __all__ = ["run"]
 
@@ -59,7 +59,7 @@ def run(
     Exit status: 0 when the goal is met, 1 when the run stopped otherwise, 2 when the command
     line is wrong, 3 when the run waits for a human's answer.
     """
-    spec = AgentSpec.for_run(AgentFlags.take(values), constraints)
+    spec = AgentFlags.take(values).spec_for_run(constraints)
     view = View.make(as_json=as_json, no_live=no_live, no_input=no_input)
     run_command(ctx, _run(goal, spec, view, store_choice(ctx)))
 
@@ -72,7 +72,7 @@ async def _run(goal: str, spec: AgentSpec, view: View, choice: StoreChoice) -> i
         approvals = approvals_for(
             view.console, view.display, no_input=view.no_input, plan=spec.approve_plan, redactor=redactor_of(store)
         )
-        agent = build_agent(spec, store=store, approvals=approvals, problems=problems)
+        agent = build(spec, store=store, approvals=approvals, problems=problems)
         for line in dropped_settings(agent):
             click.echo(plain(f"note: {line}"), err=True)
         result = await start_and_follow(agent, goal, spec.constraints, view.display, metadata=spec.metadata())

@@ -172,6 +172,18 @@ class ScriptedModel(_Simulated):
     def remaining(self) -> int:
         return len(self._script) - len(self.calls)
 
+    def after(self, used: int) -> ScriptedModel:
+        """A fresh model (same name, latency, usage, prices and retries) with the script after its
+        first ``used`` replies: how a run picked up in a new process goes on with its script."""
+        return ScriptedModel(
+            self._script[max(used, 0) :],
+            name=self._name,
+            latency=self._latency,
+            usage=self._usage,
+            cost_per_million=self._prices,
+            retry=self.retry,
+        )
+
     async def request(self, request: ModelRequest) -> ModelResponse:
         async def attempt() -> ModelResponse:
             return await self._answer(request, self._next(request))

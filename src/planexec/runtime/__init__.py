@@ -3,6 +3,7 @@ stops with a reason — with budgets, limits, humans in the loop, and replays of
 
 from planexec.runtime._agent import Agent, Run
 from planexec.runtime._budget import DEFAULT_CAPS, Budget, BudgetHit
+from planexec.runtime._humans import check_decision, decided_event
 from planexec.runtime._recorded_world import Fault
 from planexec.runtime._replays import ReplayReport, replay_log
 from planexec.runtime._settings import (
@@ -34,5 +35,7 @@ __all__ = [
     "ReplayReport",
     "Run",
     "RunContext",
+    "check_decision",
+    "decided_event",
     "replay_log",
 ]

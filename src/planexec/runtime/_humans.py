@@ -25,7 +25,7 @@ from planexec.tools import Tool
 if TYPE_CHECKING:
     from planexec.runtime._engine import Engine
 
-__all__ = ["Humans"]
+__all__ = ["Humans", "check_decision", "decided_event"]
 
 
 class Humans:
@@ -229,20 +229,7 @@ class Humans:
         problems = check_decision(record, decision)
         if problems:
             raise UsageError(f"invalid answer to approval {approval_id}", problems)
-        engine.emit(
-            ApprovalDecided(
-                at=engine.now(),
-                approval_id=approval_id,
-                approved=decision.approved,
-                by=decision.by,
-                reason=decision.reason,
-                choice=decision.choice,
-                output=decision.output,
-                edited_plan=decision.edited_plan,
-                text=decision.text,
-                checklist=tuple(decision.checklist),
-            )
-        )
+        engine.emit(decided_event(approval_id, decision, at=engine.now()))
         self._release(approval_id)
 
     def answered_elsewhere(self, events: list[Event]) -> None:
@@ -420,6 +407,23 @@ def check_decision(record: ApprovalRecord, decision: ApprovalDecision) -> list[P
         elif (too_long := json_problem(value, where=name)) is not None:
             add(name, f"{name} is too long ({too_long.message})")
     return problems
+
+
+def decided_event(approval_id: str, decision: ApprovalDecision, *, at: float) -> ApprovalDecided:
+    """The ``approval_decided`` event that records ``decision``: the one way an answer is written,
+    from this process or any other."""
+    return ApprovalDecided(
+        at=at,
+        approval_id=approval_id,
+        approved=decision.approved,
+        by=decision.by,
+        reason=decision.reason,
+        choice=decision.choice,
+        output=decision.output,
+        edited_plan=decision.edited_plan,
+        text=decision.text,
+        checklist=tuple(decision.checklist),
+    )
 
 
 def _refusal(reason: str) -> ApprovalDecision:

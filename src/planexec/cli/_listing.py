@@ -4,7 +4,6 @@ log as JSON Lines."""
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +16,14 @@ from planexec.cli._format import cut, money, seconds, when
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused, parse_choice
 from planexec.cli._report import json_text
-from planexec.cli._resume import read_log
 from planexec.cli._show import fold_readable, print_run, run_json
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
 from planexec.cli._text import plain, shown
-from planexec.log import dump_event
-from planexec.store import RunStatus, RunSummary
+from planexec.errors import UsageError
+from planexec.runs import STATUSES, export_lines, list_runs, read_run
+from planexec.store import RunSummary
 
 __all__ = ["export", "runs", "show"]
-
-STATUSES: tuple[RunStatus, ...] = ("running", "waiting", "finished")
 
 
 def _duration(s: RunSummary) -> float:
@@ -80,7 +77,11 @@ async def _runs(choice: StoreChoice, status: str | None, limit: int, as_json: bo
     async with using_store(choice, problems) as store:
         if problems:
             raise Refused(problems)
-        found = await store.list_runs(status=status if status in STATUSES else None, limit=limit)
+        try:
+            found = await list_runs(store, status=status, limit=limit)
+        except UsageError as e:
+            problems.add_problems(e.problems)
+            raise Refused(problems) from None
     if as_json:
         click.echo(json_text([_summary_json(s) for s in found]))
         return 0
@@ -120,8 +121,9 @@ def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 
 async def _show(choice: StoreChoice, run_id: str, as_json: bool) -> int:
     async with using_store(choice) as store:
-        log, unreadable = await read_log(store, run_id)
-    if not log and not unreadable:
+        stored = await read_run(store, run_id)
+    log, unreadable = list(stored.events), [plain(line) for line in stored.unreadable]
+    if not stored.found:
         raise Refused(Problems.of("RUN", f"no run {run_id!r} in {choice.describe()} (`planexec runs` lists them)"))
     state, skipped = fold_readable(log)
     unreadable += [plain(f"run {run_id}: {line}") for line in skipped]
@@ -170,10 +172,11 @@ def export(ctx: click.Context, run_id: str, output: Path | None) -> None:
 
 async def _export(choice: StoreChoice, run_id: str, output: Path | None) -> int:
     async with using_store(choice) as store:
-        log, unreadable = await read_log(store, run_id)
-    if not log and not unreadable:
+        stored = await read_run(store, run_id)
+    log, unreadable = list(stored.events), [plain(line) for line in stored.unreadable]
+    if not stored.found:
         raise Refused(Problems.of("RUN", f"no run {run_id!r} in {choice.describe()} (`planexec runs` lists them)"))
-    text = "".join(_line(dump_event(e)) for e in log)
+    text = "".join(export_lines(log))
     if output is None:
         click.echo(text, nl=False)
     else:
@@ -185,12 +188,3 @@ async def _export(choice: StoreChoice, run_id: str, output: Path | None) -> int:
     if unreadable:
         return _unreadable(run_id, unreadable, shown=len(log))
     return 0
-
-
-def _line(data: dict[str, Any]) -> str:
-    text = json.dumps(data, ensure_ascii=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate: written as a JSON escape, it reads back the same
-        text = json.dumps(data)
-    return text + "\n"

@@ -1,0 +1,76 @@
+"""Durable operations on stored runs, for any process: list the runs, read one (as far as it can
+be read), export its log, answer its questions or tell it something new, pick it up again with the
+agent rebuilt from the spec it recorded, and delete old runs.
+
+Every operation takes a :class:`~planexec.store.RunStore` and raises
+:class:`~planexec.UsageError` listing every problem when it is used wrongly; ``where`` in each
+problem names the argument or spec field at fault.
+"""
+
+from planexec.runs._answers import answer, check_edited_plan, pick_question, question_about, tell
+from planexec.runs._loading import BUDGET_FIELDS, UNBOUNDED
+from planexec.runs._pickup import resume, still_waiting
+from planexec.runs._problems import Problems
+from planexec.runs._scripted import absolute_model_string
+from planexec.runs._spec import (
+    LOW_CONFIDENCE,
+    ON_FAIL,
+    POLICIES,
+    REPLANS,
+    RULE_LISTS,
+    RULE_TEXTS,
+    SPEC_VERSION,
+    TURN_FORMATS,
+    AgentSpec,
+    Recorded,
+    build_agent,
+    dropped_settings,
+    recorded_spec,
+)
+from planexec.runs._stored import (
+    STATUSES,
+    StoredRun,
+    export_lines,
+    gc,
+    list_runs,
+    load_run,
+    open_questions,
+    parse_age,
+    read_run,
+)
+
+__all__ = [
+    "BUDGET_FIELDS",
+    "LOW_CONFIDENCE",
+    "ON_FAIL",
+    "POLICIES",
+    "REPLANS",
+    "RULE_LISTS",
+    "RULE_TEXTS",
+    "SPEC_VERSION",
+    "STATUSES",
+    "TURN_FORMATS",
+    "UNBOUNDED",
+    "AgentSpec",
+    "Problems",
+    "Recorded",
+    "StoredRun",
+    "absolute_model_string",
+    "answer",
+    "build_agent",
+    "check_edited_plan",
+    "dropped_settings",
+    "export_lines",
+    "gc",
+    "list_runs",
+    "load_run",
+    "open_questions",
+    "parse_age",
+    "pick_question",
+    "question_about",
+    "read_run",
+    "recorded_spec",
+    "resume",
+    "still_waiting",
+    "tell",
+]

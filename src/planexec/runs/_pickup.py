@@ -1,0 +1,54 @@
+"""Picking a stored run up in this process: the agent rebuilt from the spec the run recorded
+(changed as the caller says), then on with the run from its log."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from planexec.log import Event, RunStarted, RunState
+from planexec.runs._spec import AgentSpec, build_agent, recorded_spec
+from planexec.runs._stored import load_run
+from planexec.runtime import Approvals, Run
+from planexec.store import RunStore
+
+__all__ = ["resume", "still_waiting"]
+
+
+def still_waiting(state: RunState) -> bool:
+    """Suspended for questions, and not one of them has been answered since."""
+    suspended = state.suspended
+    if suspended is None or not suspended.approvals:
+        return False
+    return all((rec := state.approvals.get(a)) is not None and rec.approved is None for a in suspended.approvals)
+
+
+async def resume(
+    store: RunStore,
+    run_id: str,
+    *,
+    approvals: Approvals | None = None,
+    change: Callable[[AgentSpec], AgentSpec] | None = None,
+    log: list[Event] | None = None,
+) -> Run:
+    """Go on with run ``run_id`` in this process, the agent rebuilt from the spec it recorded.
+
+    ``change`` turns the recorded spec into the one to use (e.g. another model string); scripted
+    models the run recorded skip the replies the run already used. ``approvals`` default to
+    questions saved in the log. A finished run is returned as it is. Raises
+    :class:`~planexec.UsageError` listing every problem (an unknown run, a spec that cannot be
+    built, tools the run used that are missing).
+    """
+    events = log if log is not None else await load_run(store, run_id)
+    first = events[0]
+    assert isinstance(first, RunStarted)
+    recorded = await recorded_spec(store, first)
+    spec = change(recorded.spec) if change is not None else recorded.spec
+    agent = build_agent(
+        spec,
+        store=store,
+        approvals=approvals,
+        recorded=recorded,
+        used=events,
+        needs_tools=first.tools,
+    )
+    return await agent.resume(run_id)

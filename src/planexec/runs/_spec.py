@@ -1,0 +1,470 @@
+"""An agent described by texts — model strings, ``module:attr`` tool references, policies, budget
+caps, model settings and the pattern's rules — recorded with each run it starts, so that any
+process can build the agent again from the run's log (to resume it, fork it or answer it).
+
+``planexec run`` records an :class:`AgentSpec` in the run's metadata (``metadata["cli"]``); a
+server registering agents from spec files reads the same fields with :meth:`AgentSpec.from_dict`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from planexec.errors import UsageError
+from planexec.executor import ModelExecutor
+from planexec.log import Event, RunStarted
+from planexec.models import Model, ModelSettings, missing_keys, unsupported_settings
+from planexec.planner import Planner, PolicyName, ReplanPolicy, TurnFormat
+from planexec.runs._loading import (
+    importable,
+    load_checks,
+    load_model,
+    load_tools,
+    parse_budget,
+    parse_choice,
+    parse_count,
+    parse_fraction,
+    parse_seconds,
+    parse_settings,
+)
+from planexec.runs._problems import Problems
+from planexec.runs._scripted import absolute_model_string, calls_made, rest_of_script
+from planexec.runtime import Agent, AnswerReview, Approvals, Escalation
+from planexec.store import RunStore
+from planexec.tools import Toolset
+
+__all__ = [
+    "LOW_CONFIDENCE",
+    "ON_FAIL",
+    "POLICIES",
+    "REPLANS",
+    "RULE_LISTS",
+    "RULE_TEXTS",
+    "SPEC_VERSION",
+    "TURN_FORMATS",
+    "AgentSpec",
+    "Recorded",
+    "build_agent",
+    "dropped_settings",
+    "recorded_spec",
+]
+
+SPEC_VERSION = 3
+"""Version of the recorded spec (1: first version; 2: planner_settings, executor_settings and
+step_timeout; 3: the rules, under ``rules``. What an earlier version lacks reads as unset)."""
+
+POLICIES = ("upfront", "step")
+REPLANS = ("on_failure", "after_each_step", "never")
+TURN_FORMATS = ("nested", "flat")
+LOW_CONFIDENCE = ("ask", "stop")
+ON_FAIL = ("patch", "retry", "review")
+
+RULE_TEXTS = (
+    "turn_format",
+    "confidence_floor",
+    "on_low_confidence",
+    "on_fail",
+    "fail_retries",
+    "review_rubric",
+    "review_rounds",
+    "judge",
+)
+"""Rules given as one text each."""
+RULE_LISTS = ("review_checks", "review_items")
+"""Rules given as a list of texts."""
+
+METADATA_KEY = "cli"
+"""Where in a run's metadata its spec is recorded."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentSpec:
+    """How to build an agent, as texts; recorded with each run it starts.
+
+    ``planner``/``executor``/``rules["judge"]`` are model strings (``scripted:FILE`` is made
+    absolute when recorded); ``tools`` are ``module:attr`` references imported from ``cwd``;
+    ``budget`` maps :class:`~planexec.Budget` fields to numbers as text (``"none"`` lifts a cap);
+    settings are ``KEY=VALUE`` texts, a later key winning.
+    """
+
+    planner: str | None = None
+    executor: str | None = None
+    tools: tuple[str, ...] = ()
+    policy: str = "upfront"
+    replan: str = "on_failure"
+    budget: Mapping[str, str] = field(default_factory=dict)
+    """Raw budget values by :class:`Budget` field."""
+    approve_plan: bool = False
+    constraints: tuple[str, ...] = ()
+    cwd: str | None = None
+    """The directory ``module:attr`` references are imported from."""
+    planner_settings: tuple[str, ...] = ()
+    """Raw ``KEY=VALUE`` model settings of the planner; a later key wins."""
+    executor_settings: tuple[str, ...] = ()
+    """Raw ``KEY=VALUE`` model settings of the executor; a later key wins."""
+    step_timeout: str | None = None
+    """The executor's raw whole-step timeout."""
+    rules: Mapping[str, Any] = field(default_factory=dict)
+    """The rules given: turn format, escalation and the answer's review (texts, or tuples of
+    texts for ``review_checks`` and ``review_items``)."""
+
+    def recorded(self) -> AgentSpec:
+        """This spec as it is recorded: scripted model files made absolute, ``cwd`` filled in."""
+        rules = dict(self.rules)
+        if isinstance(rules.get("judge"), str):
+            rules["judge"] = absolute_model_string(rules["judge"])
+        return AgentSpec(
+            planner=absolute_model_string(self.planner) if self.planner is not None else None,
+            executor=absolute_model_string(self.executor) if self.executor is not None else None,
+            tools=self.tools,
+            policy=self.policy,
+            replan=self.replan,
+            budget=dict(self.budget),
+            approve_plan=self.approve_plan,
+            constraints=self.constraints,
+            cwd=self.cwd if self.cwd is not None else os.getcwd(),
+            planner_settings=self.planner_settings,
+            executor_settings=self.executor_settings,
+            step_timeout=self.step_timeout,
+            rules=rules,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as JSON data (with its version), as recorded and as a spec file holds it."""
+        return {
+            "version": SPEC_VERSION,
+            "planner": self.planner,
+            "executor": self.executor,
+            "tools": list(self.tools),
+            "policy": self.policy,
+            "replan": self.replan,
+            "budget": dict(self.budget),
+            "approve_plan": self.approve_plan,
+            "constraints": list(self.constraints),
+            "cwd": self.cwd,
+            "planner_settings": list(self.planner_settings),
+            "executor_settings": list(self.executor_settings),
+            "step_timeout": self.step_timeout,
+            "rules": {k: list(v) if isinstance(v, tuple) else v for k, v in self.rules.items()},
+        }
+
+    def metadata(self) -> dict[str, Any]:
+        """What ``Agent.start(metadata=...)`` records so that the run can be picked up anywhere."""
+        return {METADATA_KEY: self.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, where: str = "spec") -> AgentSpec:
+        """A spec from JSON data (:meth:`to_dict`'s, any earlier version); raises
+        :class:`~planexec.UsageError` listing every key that cannot be read."""
+        problems = Problems()
+        spec = _from_dict(data, where, problems)
+        problems.raise_if_any("the agent spec cannot be read")
+        return spec
+
+
+def _strings(value: Any) -> tuple[str, ...] | None:
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    return None
+
+
+def _from_dict(data: Mapping[str, Any], where: str, problems: Problems) -> AgentSpec:
+    """A spec from recorded data; every key that cannot be read is a problem (and reads as unset)."""
+    bad: list[str] = []
+    if not isinstance(data, Mapping):
+        problems.add(where, f"is a {type(data).__name__}, not an object of spec fields")
+        return AgentSpec()
+    version = data.get("version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= SPEC_VERSION:
+        bad.append("version")
+
+    def text(key: str, default: str | None) -> str | None:
+        value = data.get(key, default)
+        if value is None or isinstance(value, str):
+            return value
+        bad.append(key)
+        return default
+
+    tools = _strings(data.get("tools", []))
+    constraints = _strings(data.get("constraints", []))
+    planner_settings = _strings(data.get("planner_settings", []))
+    executor_settings = _strings(data.get("executor_settings", []))
+    budget = data.get("budget", {})
+    if not isinstance(budget, Mapping) or not all(isinstance(v, str) for v in budget.values()):
+        bad.append("budget")
+        budget = {}
+    approve_plan = data.get("approve_plan", False)
+    if not isinstance(approve_plan, bool):
+        bad.append("approve_plan")
+        approve_plan = False
+    rules: dict[str, Any] = {}
+    raw_rules = data.get("rules", {})
+    if not isinstance(raw_rules, Mapping):
+        bad.append("rules")
+        raw_rules = {}
+    for key, value in raw_rules.items():
+        if key in RULE_TEXTS and isinstance(value, str):
+            rules[key] = value
+        elif key in RULE_LISTS and _strings(value) is not None:
+            rules[key] = _strings(value)
+        else:
+            bad.append(f"rules.{key}")
+    known = {
+        "version",
+        "planner",
+        "executor",
+        "tools",
+        "policy",
+        "replan",
+        "budget",
+        "approve_plan",
+        "constraints",
+        "cwd",
+        "planner_settings",
+        "executor_settings",
+        "step_timeout",
+        "rules",
+    }
+    bad += [str(key) for key in data if key not in known]
+    spec = AgentSpec(
+        planner=text("planner", None),
+        executor=text("executor", None),
+        tools=tools if tools is not None else (),
+        policy=text("policy", "upfront") or "upfront",
+        replan=text("replan", "on_failure") or "on_failure",
+        budget=dict(budget),
+        approve_plan=approve_plan,
+        constraints=constraints if constraints is not None else (),
+        cwd=text("cwd", None),
+        planner_settings=planner_settings if planner_settings is not None else (),
+        executor_settings=executor_settings if executor_settings is not None else (),
+        step_timeout=text("step_timeout", None),
+        rules=rules,
+    )
+    listed = (
+        ("tools", tools),
+        ("constraints", constraints),
+        ("planner_settings", planner_settings),
+        ("executor_settings", executor_settings),
+    )
+    bad += [key for key, value in listed if value is None]
+    for key in bad:
+        problems.add(where, f"the spec has an unreadable {key!r}; give it again", code="spec")
+    return spec
+
+
+def _from_log(first: RunStarted) -> AgentSpec:
+    """What a run that recorded no spec says about itself."""
+    budget = {name: str(value) for name, value in first.budget.items() if value is not None}
+    return AgentSpec(policy=first.policy, replan=first.replan, budget=budget, constraints=first.constraints)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recorded:
+    """The spec a run recorded: ``own`` is False when the run recorded none (then ``spec`` is what
+    its first event says); ``problems`` lists the recorded fields that could not be read."""
+
+    spec: AgentSpec
+    own: bool
+    problems: tuple[Any, ...] = ()
+
+
+async def recorded_spec(store: RunStore, first: RunStarted) -> Recorded:
+    """The spec a run recorded (a fork records none: its origin's is used)."""
+    seen: set[str] = set()
+    current = first
+    while True:
+        recorded = current.config.get(METADATA_KEY)
+        if isinstance(recorded, dict):
+            problems = Problems()
+            spec = _from_dict(recorded, f"run {current.run_id}", problems)
+            return Recorded(spec=spec, own=True, problems=tuple(problems))
+        origin = current.config.get("forked_from")
+        if not isinstance(origin, str) or origin in seen:
+            return Recorded(spec=_from_log(first), own=False)
+        seen.add(origin)
+        log = await store.read(origin)
+        if not log or not isinstance(log[0].event, RunStarted):
+            return Recorded(spec=_from_log(first), own=False)
+        current = log[0].event
+
+
+def _model(
+    where: str, spec: str, *, role: str, recorded: str | None, used: Sequence[Event], problems: Problems
+) -> Model | None:
+    """The model ``spec`` names; a scripted model the run recorded skips the replies it used."""
+    model = load_model(where, spec, problems)
+    for missing in missing_keys([model]):
+        problems.add(where, str(missing))
+    if model is None or recorded is None or absolute_model_string(spec) != recorded:
+        return model
+    return rest_of_script(spec, model, calls_made(used, role=role, model=model.name))
+
+
+def build_agent(
+    spec: AgentSpec,
+    *,
+    store: RunStore,
+    approvals: Approvals | None = None,
+    recorded: Recorded | None = None,
+    used: Sequence[Event] = (),
+    needs_tools: Sequence[str] = (),
+) -> Agent:
+    """The agent ``spec`` describes, logging to ``store``; raises :class:`~planexec.UsageError`
+    listing every problem (those of ``recorded`` first).
+
+    ``recorded``: what the run recorded, when picking a run up; a scripted model it names skips
+    the replies the events ``used`` show it gave. ``needs_tools``: tools the run used.
+    """
+    problems = Problems(recorded.problems if recorded is not None else ())
+    if spec.cwd:
+        importable(spec.cwd)
+    policy = parse_choice("policy", spec.policy, POLICIES, problems)
+    replan = parse_choice("replan", spec.replan, REPLANS, problems)
+    budget = parse_budget(spec.budget, problems)
+    planner_settings = parse_settings("planner_settings", spec.planner_settings, problems)
+    executor_settings = parse_settings("executor_settings", spec.executor_settings, problems)
+    step_timeout = parse_seconds("step_timeout", spec.step_timeout, problems)
+    turn_format = parse_choice("turn_format", spec.rules.get("turn_format", "nested"), TURN_FORMATS, problems)
+    escalation = _escalation(spec.rules, problems)
+    review = _review(spec.rules, problems)
+    if spec.executor is None:
+        for where, given in (("executor_settings", bool(spec.executor_settings)), ("step_timeout", bool(step_timeout))):
+            if given:
+                problems.add(where, "applies to the executor: name the executor's model too")
+    planner = None
+    own = recorded.spec if recorded is not None and recorded.own else None
+    if spec.planner is None:
+        needed = "the run records no planner model" if recorded is not None else "a planning model is required"
+        problems.add("planner", f"{needed}, e.g. scripted:replies.json")
+    else:
+        planner = _model(
+            "planner", spec.planner, role="planner", recorded=own.planner if own else None, used=used, problems=problems
+        )
+    executor = None
+    if spec.executor is not None:
+        executor = _model(
+            "executor",
+            spec.executor,
+            role="executor",
+            recorded=own.executor if own else None,
+            used=used,
+            problems=problems,
+        )
+    before = len(problems)
+    tools = load_tools(spec.tools, problems)
+    if needs_tools and len(problems) == before:
+        have = Toolset(*tools).names
+        missing = [name for name in needs_tools if name not in have]
+        if missing:
+            which = "a tool that is not given" if len(missing) == 1 else "tools that are not given"
+            problems.add("tools", f"the run used {which}: {', '.join(missing)}")
+    summary = "cannot build the agent"
+    problems.raise_if_any(summary)
+    if None in (planner, policy, replan, turn_format, planner_settings, executor_settings):
+        raise UsageError(summary, list(problems))  # not reached: each is None only with a problem
+    assert planner is not None
+    assert planner_settings is not None
+    assert executor_settings is not None
+    try:
+        return Agent(
+            Planner(
+                model=planner,
+                policy=cast(PolicyName, policy),
+                replan=cast(ReplanPolicy, replan),
+                settings=planner_settings,
+                turn_format=cast(TurnFormat, turn_format),
+            ),
+            tools=tools,
+            executor=(
+                ModelExecutor(model=executor, settings=executor_settings, step_timeout=step_timeout)
+                if executor is not None
+                else None
+            ),
+            budget=budget,
+            approvals=approvals if approvals is not None else Approvals(deferred=True, plan=spec.approve_plan),
+            store=store,
+            escalation=escalation,
+            review=review,
+        )
+    except UsageError as e:
+        problems.add_usage_error("", e)
+        raise UsageError(summary, list(problems)) from None
+
+
+_REVIEW_WHERE = {
+    "checks": "review_checks",
+    "rubric": "review_rubric",
+    "judge": "judge",
+    "checklist": "review_items",
+    "max_rounds": "review_rounds",
+}
+
+
+def _escalation(rules: Mapping[str, Any], problems: Problems) -> Escalation | None:
+    """The escalation rules given; None (the defaults) when none is given."""
+    if not any(key in rules for key in ("confidence_floor", "on_low_confidence", "on_fail", "fail_retries")):
+        return None
+    before = len(problems)
+    floor = parse_fraction("confidence_floor", rules.get("confidence_floor"), problems)
+    low = parse_choice("on_low_confidence", rules.get("on_low_confidence", "ask"), LOW_CONFIDENCE, problems)
+    on_fail = parse_choice("on_fail", rules.get("on_fail", "patch"), ON_FAIL, problems)
+    retries = parse_count("fail_retries", rules.get("fail_retries"), problems, default=1)
+    if len(problems) > before:
+        return None
+    return Escalation(
+        confidence_floor=floor,
+        on_low_confidence=cast(Any, low),
+        on_fail=cast(Any, on_fail),
+        retries=cast(int, retries),
+    )
+
+
+def _review(rules: Mapping[str, Any], problems: Problems) -> AnswerReview | None:
+    """The final answer's review the rules give; None when they give none."""
+    keys = ("review_checks", "review_rubric", "review_items", "judge", "review_rounds")
+    if not any(key in rules for key in keys):
+        return None
+    before = len(problems)
+    checks = load_checks(tuple(rules.get("review_checks", ())), problems)
+    judge = rules.get("judge")
+    judge_model = load_model("judge", judge, problems) if judge is not None else None
+    if judge_model is not None:
+        for missing in missing_keys([judge_model]):
+            problems.add("judge", str(missing))
+    rounds = parse_count("review_rounds", rules.get("review_rounds"), problems, default=2)
+    failed = len(problems) > before
+    try:  # checked even when a rule failed, so that every problem is listed at once
+        review = AnswerReview(
+            checks=checks,
+            rubric=rules.get("review_rubric"),
+            judge=judge_model if judge_model is not None else judge,
+            checklist=tuple(rules.get("review_items", ())),
+            max_rounds=2 if rounds is None else rounds,
+        )
+    except UsageError as e:
+        for p in e.problems:
+            if not (failed and p.where == "review"):  # "set checks ..." only repeats a check that did not load
+                problems.add(_REVIEW_WHERE.get(p.where.partition("[")[0], "review_checks"), p.message)
+        return None
+    return None if failed else review
+
+
+def dropped_settings(agent: Agent) -> list[str]:
+    """A line for each model setting a role's model will not send (the run's log records them too)."""
+    roles: list[tuple[str, Model, ModelSettings]] = [
+        ("planner", agent.planner.resolved_model(), agent.planner.settings)
+    ]
+    roles += [
+        (f"executor {name!r}", e.resolved_model(), e.settings)
+        for name, e in agent.executors.items()
+        if isinstance(e, ModelExecutor)
+    ]
+    return [
+        f"the {role}'s {setting} is not sent: {why}"
+        for role, model, settings in roles
+        for setting, why in unsupported_settings(model, settings).items()
+    ]
