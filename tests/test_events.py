@@ -601,3 +601,28 @@ def test_v4_fixture_loads_and_folds() -> None:
         old = json.loads(line)
         assert old["v"] == 4
         assert _kept(dump_event(event)["event"], old["event"])
+
+
+# -- the version 5 fixture log: a final answer reviewed against a checklist, refused, told ----------
+# -- something new from another process, answered again and approved ------------------------------
+
+
+def test_v5_fixture_loads_and_folds() -> None:
+    events = _load_log(FIXTURES / "events_v5.jsonl")
+    state = RunState.fold(events)
+    assert state.stop is not None
+    assert state.stop.kind == "goal_met"
+    assert state.answer == "the sum is 5"
+    assert [(i.text, i.by) for i in state.information] == [("say it as a sentence", "ana")]
+    answers = [a for a in state.approvals.values() if a.subject == "answer"]
+    assert [a.checklist for a in answers] == [("states the sum",), ("states the sum",)]
+    assert [a.approved for a in answers] == [False, True]
+    assert [[(c.passed, c.note) for c in a.checklist_results] for a in answers] == [[(False, "bare number")], [(True, "")]]
+    assert len(state.reviews) == 2
+    assert state.pending_approvals == []
+    for line, event in zip(
+        (FIXTURES / "events_v5.jsonl").read_text(encoding="utf-8").splitlines(), events, strict=True
+    ):
+        old = json.loads(line)
+        assert old["v"] == 5
+        assert _kept(dump_event(event)["event"], old["event"])

@@ -198,6 +198,10 @@ def read_yaml(path: Path, *, limit: int, what: str) -> tuple[Any, list[Problem]]
     except _Beyond as e:
         raise UsageError(f"{what} is refused", [_yaml_problem(e, "limit")]) from None
     except yaml.YAMLError as e:
+        if isinstance(e, yaml.MarkedYAMLError) and "nesting depth" in (e.problem or ""):
+            # newer PyYAML scanners stop deep flow collections themselves, before they are composed
+            deep = _beyond(f"is nested more than {MAX_DEPTH} levels deep", e.problem_mark)
+            raise UsageError(f"{what} is refused", [_yaml_problem(deep, "limit")]) from None
         raise UsageError(f"{what} is not valid YAML", [_yaml_problem(e, "yaml")]) from None
     except (ValueError, TypeError, RecursionError) as e:  # a backstop: none is known to get here
         raise UsageError(f"{what} is not valid YAML", [Problem(code="yaml", where="", message=str(e))]) from None
