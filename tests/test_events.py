@@ -617,7 +617,10 @@ def test_v5_fixture_loads_and_folds() -> None:
     answers = [a for a in state.approvals.values() if a.subject == "answer"]
     assert [a.checklist for a in answers] == [("states the sum",), ("states the sum",)]
     assert [a.approved for a in answers] == [False, True]
-    assert [[(c.passed, c.note) for c in a.checklist_results] for a in answers] == [[(False, "bare number")], [(True, "")]]
+    assert [[(c.passed, c.note) for c in a.checklist_results] for a in answers] == [
+        [(False, "bare number")],
+        [(True, "")],
+    ]
     assert len(state.reviews) == 2
     assert state.pending_approvals == []
     for line, event in zip(
