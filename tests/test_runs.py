@@ -26,6 +26,7 @@ from planexec.runs import (
     load_run,
     open_questions,
     parse_age,
+    pick_question,
     read_run,
     resume,
     tell,
@@ -104,6 +105,11 @@ async def test_a_run_suspended_on_its_plan_is_answered_and_resumed_from_another_
     try:
         [(asked_in, question)] = await open_questions(other)
         assert (asked_in, question.subject) == (run_id, "plan")
+        state = RunState.fold(await load_run(other, run_id))
+        assert pick_question(state) == question == pick_question(state, question.approval_id)
+        with pytest.raises(UsageError) as unknown:
+            pick_question(state, "a-nope")
+        assert [p.where for p in unknown.value.problems] == ["approval_id"]
         state = await answer(other, run_id, ApprovalDecision(approved=True, by="ana", reason="fine"))
         assert state.approvals[question.approval_id].approved is True
         assert state.pending_approvals == []

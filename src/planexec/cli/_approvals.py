@@ -25,7 +25,6 @@ from planexec.cli._store_options import StoreChoice, store_choice, store_flag, u
 from planexec.cli._text import plain, shown
 from planexec.errors import UsageError
 from planexec.log import ApprovalRecord, ChecklistResult, RunStarted, RunState
-from planexec.runs import Problems as Found
 from planexec.runs import answer as record_answer
 from planexec.runs import open_questions, pick_question
 from planexec.runs import tell as tell_run
@@ -103,10 +102,12 @@ async def _decide(
         first = log[0]
         assert isinstance(first, RunStarted)  # load_log checked it
         state = RunState.fold(log)
-        found = Found()
-        rec = pick_question(state, approval_id, found)
         problems = Problems()
-        problems.add_problems(found)
+        rec = None
+        try:
+            rec = pick_question(state, approval_id)
+        except UsageError as e:
+            problems.add_problems(e.problems)
         answer = make(first, state, rec, problems)
         if problems or rec is None:
             raise Refused(problems)

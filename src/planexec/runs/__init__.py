@@ -8,19 +8,12 @@ problem names the argument or spec field at fault.
 """
 
 from planexec.runs._answers import answer, check_edited_plan, pick_question, question_about, tell
-from planexec.runs._loading import BUDGET_FIELDS, UNBOUNDED
 from planexec.runs._pickup import resume, still_waiting
-from planexec.runs._problems import Problems
 from planexec.runs._scripted import absolute_model_string
 from planexec.runs._spec import (
-    LOW_CONFIDENCE,
-    ON_FAIL,
-    POLICIES,
-    REPLANS,
     RULE_LISTS,
     RULE_TEXTS,
     SPEC_VERSION,
-    TURN_FORMATS,
     AgentSpec,
     Recorded,
     build_agent,
@@ -40,19 +33,11 @@ from planexec.runs._stored import (
 )
 
 __all__ = [
-    "BUDGET_FIELDS",
-    "LOW_CONFIDENCE",
-    "ON_FAIL",
-    "POLICIES",
-    "REPLANS",
     "RULE_LISTS",
     "RULE_TEXTS",
     "SPEC_VERSION",
     "STATUSES",
-    "TURN_FORMATS",
-    "UNBOUNDED",
     "AgentSpec",
-    "Problems",
     "Recorded",
     "StoredRun",
     "absolute_model_string",

@@ -43,9 +43,17 @@ def question_about(rec: ApprovalRecord) -> str:
     return f"step {rec.step_id}"
 
 
-def pick_question(state: RunState, approval_id: str | None, problems: Problems) -> ApprovalRecord | None:
+def pick_question(state: RunState, approval_id: str | None = None) -> ApprovalRecord:
     """The open question ``approval_id`` names, or the run's only open one when it names none;
-    what stands in the way is added to ``problems`` (``where="approval_id"``)."""
+    raises :class:`~planexec.UsageError` saying what stands in the way."""
+    problems = Problems()
+    rec = _pick(state, approval_id, problems)
+    problems.raise_if_any(f"cannot answer run {state.run_id!r}")
+    assert rec is not None
+    return rec
+
+
+def _pick(state: RunState, approval_id: str | None, problems: Problems) -> ApprovalRecord | None:
     pending = state.pending_approvals
     listing = "; ".join(f"{r.approval_id} ({question_about(r)})" for r in pending) or "none"
     if state.finished:
@@ -144,7 +152,7 @@ def _checks(
     state: RunState, first: RunStarted, approval_id: str | None, decision: object
 ) -> tuple[ApprovalRecord | None, Problems]:
     problems = Problems()
-    rec = pick_question(state, approval_id, problems)
+    rec = _pick(state, approval_id, problems)
     if not isinstance(decision, ApprovalDecision) or type(decision.approved) is not bool:
         problems.add(
             "decision", f"{decision!r} is not an ApprovalDecision(approved=True or False, ...)", code="decision"

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from planexec.errors import UsageError
+from planexec.errors import Problem, UsageError
 from planexec.executor import ModelExecutor
 from planexec.log import Event, RunStarted
 from planexec.models import Model, ModelSettings, missing_keys, unsupported_settings
@@ -269,7 +269,7 @@ class Recorded:
 
     spec: AgentSpec
     own: bool
-    problems: tuple[Any, ...] = ()
+    problems: tuple[Problem, ...] = ()
 
 
 async def recorded_spec(store: RunStore, first: RunStarted) -> Recorded:
