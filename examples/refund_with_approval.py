@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -77,14 +76,16 @@ def planner_model(name: str | None) -> Model | str:
     return name or FunctionModel(scripted_planner)  # a real one: e.g. "openai:gpt-4.1-mini"
 
 
-def supervisor(command: str, store_path: Path, run_id: str, question_id: str) -> None:
+async def supervisor(command: str, store_path: Path, run_id: str, question_id: str) -> None:
     """Answer the question from another process, as a supervisor at another desk would."""
-    args = [sys.executable, "-m", "planexec", command, run_id, question_id, "--store", str(store_path)]
-    args += ["--by", "supervisor", "--no-resume"]
+    args = [command, run_id, question_id, "--store", str(store_path), "--by", "supervisor", "--no-resume"]
     args += ["--reason", "the damage is not documented"] if command == "reject" else []
-    answered = subprocess.run(args, capture_output=True, text=True, check=False)
-    if answered.returncode != 0:
-        raise SystemExit(f"planexec {command} failed: {answered.stderr}")
+    answering = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "planexec", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    _, errors = await answering.communicate()
+    if answering.returncode != 0:
+        raise SystemExit(f"planexec {command} failed: {errors.decode()}")
     print(f"supervisor: planexec {command} {run_id} {question_id}")
 
 
@@ -112,7 +113,7 @@ async def main() -> None:
         (question,) = state.pending_approvals
         print(f"question {question.approval_id}: {question.reason}")
 
-        supervisor("reject" if options.reject else "approve", store_path, "refund-A-1042", question.approval_id)
+        await supervisor("reject" if options.reject else "approve", store_path, "refund-A-1042", question.approval_id)
 
         run = await agent.resume("refund-A-1042")
         result = await run.result()
