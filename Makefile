@@ -5,19 +5,27 @@ BIN := $(VENV)/bin
 READY := $(VENV)/.ready
 BENCH_READY := $(VENV)/.bench-ready
 
-.PHONY: demo test bench bench-quick bench-core bench-store bench-startup lint
+.PHONY: demo test docs bench bench-quick bench-core bench-store bench-startup lint
 
 demo: $(READY)
 	$(BIN)/planexec demo
 
 test: $(READY)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy
 # the layers and package faces of pyproject.toml's [tool.importlinter]
 	$(BIN)/lint-imports --no-cache
+	$(DOCS_BUILD)
 # pytest runs with a throwaway PostgreSQL server when one can be started (see scripts/test)
 	BIN=$(BIN) bash scripts/test -q
+
+# The documentation site (mkdocs.yml, docs/) into site/; --strict makes any warning an error.
+# NO_MKDOCS_2_WARNING silences the theme's notice about its successor, which is not a build warning.
+DOCS_BUILD = NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+docs: $(READY)
+	$(DOCS_BUILD)
 
 # Side by side with the LangGraph peers (W1-W6, about 6 minutes on 2 cores), then the W4 store detail.
 bench: $(BENCH_READY)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from planexec.testing import FunctionModel
-from planexec.models import ModelRequest
 from planexec.errors import UnexpectedModelCall
+from planexec.models import ModelRequest
+from planexec.testing import FunctionModel
 
 _STATUS = re.compile(r"^- \[(\w+)\] (\S+) ", re.MULTILINE)
 """A step's line in the execution record: its status and id."""
