@@ -27,7 +27,8 @@ from planexec.models import Model, ModelSettings, missing_keys, resolve_model, u
 from planexec.plan import Plan
 from planexec.planner import Planner
 from planexec.runtime._budget import Budget
-from planexec.runtime._engine import Engine, EngineConfig
+from planexec.runtime._core import EngineConfig
+from planexec.runtime._engine import Engine
 from planexec.runtime._recorded_world import Fault
 from planexec.runtime._replays import ReplayReport, replay_log
 from planexec.runtime._settings import AnswerReview, ApprovalDecision, Approvals, Escalation, Limits, RunContext

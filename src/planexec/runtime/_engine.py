@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from planexec._util.plural import counted
 from planexec._util.tasks import abandon
 from planexec.errors import Problem, UsageError
-from planexec.executor import Acceptance, Executor, StepError
+from planexec.executor import Executor, StepError
 from planexec.log import (
     BudgetExhaustedEvent,
     Event,
@@ -36,8 +36,8 @@ from planexec.log import (
 )
 from planexec.models import Model, ModelRequest, ModelResponse
 from planexec.plan import CheckContext, Step
-from planexec.planner import Planner
-from planexec.runtime._budget import Budget, BudgetHit, used_of
+from planexec.runtime._budget import BudgetHit, used_of
+from planexec.runtime._core import EngineConfig
 from planexec.runtime._humans import Humans
 from planexec.runtime._journal import Journal, JournalFailed
 from planexec.runtime._model_calls import ModelCalls
@@ -46,39 +46,18 @@ from planexec.runtime._policies import PlanKind, PlanningPolicy, policy_of
 from planexec.runtime._recovery import restore
 from planexec.runtime._scheduler import ReadyQueue
 from planexec.runtime._settings import (
-    AnswerReview,
     ApprovalDecision,
-    Approvals,
-    Escalation,
-    Limits,
-    RunContext,
 )
 from planexec.runtime._stalls import RepeatWatch
 from planexec.runtime._step_runner import StepDone, run_step
 from planexec.runtime._world import LiveWorld, Outlet, World
 from planexec.store import RunStore
-from planexec.tools import Tool, Toolset
+from planexec.tools import Tool
 
 if TYPE_CHECKING:
     import random
 
-__all__ = ["Engine", "EngineConfig"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class EngineConfig:
-    planner: Planner
-    tools: Toolset
-    executors: Mapping[str, Executor]
-    default_executor: str | None
-    budget: Budget
-    limits: Limits
-    acceptance: Acceptance
-    approvals: Approvals
-    context: RunContext
-    metadata: Mapping[str, Any]
-    escalation: Escalation = field(default_factory=Escalation)
-    review: AnswerReview | None = None
+__all__ = ["Engine"]
 
 
 class _Suspend(Exception):

@@ -10,8 +10,9 @@ keep running meanwhile.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from planexec._util.strict_json import json_problem
 from planexec.errors import Problem, UsageError
@@ -19,19 +20,32 @@ from planexec.executor import CheckResult, StepError, StepFailure, Verdict
 from planexec.log import ApprovalDecided, ApprovalRecord, ApprovalRequested, ChecklistResult, Event
 from planexec.models import cancelled_for_real
 from planexec.plan import Step
+from planexec.runtime._core import Core
+from planexec.runtime._journal import Journal
 from planexec.runtime._settings import ApprovalDecision, ApprovalRequest
 from planexec.tools import Tool
 
-if TYPE_CHECKING:
-    from planexec.runtime._engine import Engine
-
 __all__ = ["Humans", "check_decision", "decided_event"]
+
+
+class Loop(Core, Protocol):
+    """What the humans in the loop see of it, beyond :class:`Core`."""
+
+    journal: Journal | None
+
+    @property
+    def planning_idle(self) -> bool: ...
+
+    @property
+    def running_steps(self) -> Mapping[str, tuple[asyncio.Task[None], int]]: ...
+
+    def side_effecting(self, step: Step) -> bool: ...
 
 
 class Humans:
     """The engine's side of every question to a human."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Loop) -> None:
         self._engine = engine
         self._futures: dict[str, asyncio.Future[ApprovalDecision]] = {}
         self._gated_tools = frozenset(t.name for t in engine.config.tools if t.sensitive or t.requires_approval)

@@ -9,7 +9,7 @@ import json
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, get_args
+from typing import Any, get_args
 
 from pydantic_core import to_json
 
@@ -33,10 +33,8 @@ from planexec.models import (
     price_for,
 )
 from planexec.plan import Step
+from planexec.runtime._core import Core
 from planexec.runtime._world import RecordedError
-
-if TYPE_CHECKING:
-    from planexec.runtime._engine import Engine
 
 __all__ = ["ModelCalls"]
 
@@ -47,7 +45,7 @@ request sets no ``max_tokens``."""
 
 
 class ModelCalls:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Core) -> None:
         self._engine = engine
         self._model_calls_in_flight = 0
         self._model_tokens_in_flight = 0

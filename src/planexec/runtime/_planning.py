@@ -8,8 +8,9 @@ import contextvars
 import functools
 import inspect
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from planexec._util.clip import clip
 from planexec._util.plural import counted
@@ -23,11 +24,21 @@ from planexec.log import (
     PlanningStarted,
     PlanProposed,
     PlanTrigger,
+    StallRule,
     StepCancelled,
     StepStreamed,
     StopReason,
 )
-from planexec.models import Message, ModelCrashed, ModelRequest, OutputSpec, cancelled_for_real, resolve_model
+from planexec.models import (
+    Message,
+    Model,
+    ModelCrashed,
+    ModelRequest,
+    ModelResponse,
+    OutputSpec,
+    cancelled_for_real,
+    resolve_model,
+)
 from planexec.plan import (
     Author,
     CheckContext,
@@ -49,16 +60,59 @@ from planexec.planner import (
     with_finished,
 )
 from planexec.runtime._budget import BudgetHit
+from planexec.runtime._core import Core
+from planexec.runtime._humans import Humans
 from planexec.runtime._journal import JournalFailed
-from planexec.runtime._policies import PlanKind
+from planexec.runtime._policies import PlanKind, PlanningPolicy
+from planexec.runtime._scheduler import ReadyQueue
 from planexec.runtime._settings import AnswerCheck, ApprovalDecision, ApprovalRequest
 from planexec.runtime._world import RecordedError
 from planexec.tools import ToolCrashed, run_in_thread
 
-if TYPE_CHECKING:
-    from planexec.runtime._engine import Engine
-
 __all__ = ["PlanDone", "Planning", "Stop", "crash_stop", "error_stop"]
+
+
+class _Loop(Core, Protocol):
+    """What planning sees of the loop, beyond :class:`Core`."""
+
+    goal: str
+    constraints: tuple[str, ...]
+    policy: PlanningPolicy
+    humans: Humans
+    queue: asyncio.Queue[Any]
+    ready: ReadyQueue
+    unaddressed: list[str]
+
+    @property
+    def running_steps(self) -> Mapping[str, tuple[asyncio.Task[None], int]]: ...
+
+    def cancel_step(self, step_id: str) -> None: ...
+
+    def replan_for_failures(self) -> None: ...
+
+    def stall(self, rule: StallRule, detail: str) -> None: ...
+
+    def budget_stop(self, hit: BudgetHit) -> None: ...
+
+    async def call_model(
+        self,
+        role: str,
+        model: Model,
+        request: ModelRequest,
+        step_id: str | None,
+        *,
+        on_step: Callable[[Step], None] | None = None,
+    ) -> ModelResponse: ...
+
+    async def call_model_streaming(
+        self,
+        role: str,
+        model: Model,
+        request: ModelRequest,
+        step_id: str | None,
+        on_text: Callable[[str], None],
+        on_step: Callable[[Step], None],
+    ) -> ModelResponse: ...
 
 
 class Stop(Exception):
@@ -122,7 +176,7 @@ class PlanDone:
 class Planning:
     """Owns the one planning task a run has at a time."""
 
-    def __init__(self, engine: Engine, checks: CheckContext, executor_docs: dict[str, str]) -> None:
+    def __init__(self, engine: _Loop, checks: CheckContext, executor_docs: dict[str, str]) -> None:
         self._engine = engine
         self._checks = checks
         self._executor_docs = executor_docs
@@ -733,7 +787,7 @@ def _final_answer(result: PlanDraft | Turn | str | None) -> str | None:
     return None
 
 
-def _done(engine: Engine, step_id: str) -> bool:
+def _done(engine: _Loop, step_id: str) -> bool:
     rec = engine.state.steps.get(step_id)
     return rec is not None and rec.status == "succeeded"
 

@@ -11,17 +11,30 @@ goes on with the answer. Information told while the run was suspended is planned
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from planexec.log import ApprovalRequested, StepHeld, StepRequeued
-
-if TYPE_CHECKING:
-    from planexec.runtime._engine import Engine
+from planexec.plan import Step
+from planexec.runtime._core import Core
+from planexec.runtime._planning import Planning
 
 __all__ = ["restore"]
 
 
-def restore(engine: Engine) -> None:
+class _Loop(Core, Protocol):
+    """What recovery sees of the loop, beyond :class:`Core`."""
+
+    planning: Planning
+    unaddressed: list[str]
+
+    def side_effecting(self, step: Step) -> bool: ...
+
+    def start_step(self, step: Step, *, held: str | None = None) -> None: ...
+
+    def replan_for_failures(self) -> None: ...
+
+
+def restore(engine: _Loop) -> None:
     state = engine.state
     plan = state.plan
     if plan is not None:
@@ -86,7 +99,7 @@ def restore(engine: Engine) -> None:
         engine.planning.news()  # information told while the run was suspended
 
 
-def _held_by(engine: Engine, step_id: str) -> str:
+def _held_by(engine: _Loop, step_id: str) -> str:
     """The approval that holds ``step_id``: the newest question about its effect."""
     found = ""
     for a in engine.state.approvals.values():

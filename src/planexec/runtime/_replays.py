@@ -17,7 +17,8 @@ from planexec.log import ApprovalDecided, Event, RunStarted
 from planexec.models import ModelRequest, ModelResponse, ModelSettings, StreamDelta
 from planexec.planner import Planner
 from planexec.runtime._budget import Budget
-from planexec.runtime._engine import Engine, EngineConfig
+from planexec.runtime._core import EngineConfig
+from planexec.runtime._engine import Engine
 from planexec.runtime._recorded_world import Fault, RecordedWorld
 
 if TYPE_CHECKING:

@@ -3,18 +3,45 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+import random
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from planexec.executor import StepError, StepFailure, ToolCallOutcome, ToolCallSite, call_tool
 from planexec.log import StepAttemptFailed, ToolCalled
 from planexec.models import Model, ModelRequest, ModelResponse, ToolCall
 from planexec.plan import Step
+from planexec.runtime._core import Core
 from planexec.tools import Tool, Toolset
 
-if TYPE_CHECKING:
-    from planexec.runtime._engine import Engine
+__all__ = ["StepCtx", "StepLoop"]
 
-__all__ = ["StepCtx"]
+
+class StepLoop(Core, Protocol):
+    """What a step's context sees of the loop, beyond :class:`Core`."""
+
+    @property
+    def rng(self) -> random.Random: ...
+
+    def clock(self) -> float: ...
+
+    def idempotency_key(self, step: Step) -> str: ...
+
+    def check_inner_tool_call(self) -> None: ...
+
+    def inner_tool_calls_ended(self, count: int) -> None: ...
+
+    def inner_limit(self, tool: Tool) -> asyncio.Semaphore | None: ...
+
+    async def call_model(
+        self,
+        role: str,
+        model: Model,
+        request: ModelRequest,
+        step_id: str | None,
+        *,
+        on_step: Callable[[Step], None] | None = None,
+    ) -> ModelResponse: ...
 
 
 class StepCtx:
@@ -22,7 +49,7 @@ class StepCtx:
 
     __slots__ = ("_engine", "attempts", "confidence", "step")
 
-    def __init__(self, engine: Engine, step: Step) -> None:
+    def __init__(self, engine: StepLoop, step: Step) -> None:
         self._engine = engine
         self.step = step
         self.attempts = 1

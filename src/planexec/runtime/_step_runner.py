@@ -3,8 +3,9 @@ the executor, the acceptance verdict â€” or, in a replay, the recorded outcome â
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from planexec._util.strict_json import json_problem
 from planexec.errors import UsageError
@@ -13,15 +14,31 @@ from planexec.log import StepAttemptFailed, StepStarted
 from planexec.models import ModelCrashed, cancelled_for_real
 from planexec.plan import BindingError, Step
 from planexec.runtime._budget import BudgetHit
-from planexec.runtime._journal import JournalFailed
-from planexec.runtime._step_context import StepCtx
+from planexec.runtime._humans import Humans
+from planexec.runtime._journal import Journal, JournalFailed
+from planexec.runtime._planning import Planning
+from planexec.runtime._step_context import StepCtx, StepLoop
 from planexec.runtime._world import StepOutcome
 from planexec.tools import ToolCrashed
 
-if TYPE_CHECKING:
-    from planexec.runtime._engine import Engine
-
 __all__ = ["StepDone", "ToolCrashed", "run_step"]
+
+
+class _Loop(StepLoop, Protocol):
+    """What running a step sees of the loop, beyond a step's context."""
+
+    journal: Journal | None
+    humans: Humans
+    planning: Planning
+    queue: asyncio.Queue[Any]
+
+    def side_effecting(self, step: Step) -> bool: ...
+
+    def retries_on_fail(self, step: Step) -> int: ...
+
+    def reviews_on_fail(self, step: Step) -> bool: ...
+
+    def unreserve(self, step: Step) -> None: ...
 
 
 @dataclass(slots=True)
@@ -44,7 +61,7 @@ class _Settled(Exception):
     """Internal: a held step was settled by a human without running it."""
 
 
-async def run_step(engine: Engine, step: Step, executor: Executor, token: int, held: str | None) -> None:
+async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, held: str | None) -> None:
     """Carry out one step (or settle a held one) and report how it ended to the loop."""
     ctx = StepCtx(engine, step)
     done = StepDone(step_id=step.id, token=token, started=False)

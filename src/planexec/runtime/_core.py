@@ -1,0 +1,65 @@
+"""What a run is configured with, and what its parts — planning, steps, humans, model calls,
+recovery — see of the loop that drives them.
+
+The loop (``_engine.Engine``) satisfies :class:`Core` and each part's own protocol, which adds
+what that part alone needs; no part imports the loop, so each can be read, and changed, without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from planexec.executor import Acceptance, Executor
+from planexec.log import Event, RunState
+from planexec.planner import Planner
+from planexec.runtime._budget import Budget
+from planexec.runtime._settings import AnswerReview, Approvals, Escalation, Limits, RunContext
+from planexec.runtime._world import World
+from planexec.tools import Toolset
+
+__all__ = ["Core", "EngineConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineConfig:
+    """Everything a run is configured with, fixed for the run."""
+
+    planner: Planner
+    tools: Toolset
+    executors: Mapping[str, Executor]
+    default_executor: str | None
+    budget: Budget
+    limits: Limits
+    acceptance: Acceptance
+    approvals: Approvals
+    context: RunContext
+    metadata: Mapping[str, Any]
+    escalation: Escalation = field(default_factory=Escalation)
+    review: AnswerReview | None = None
+
+
+class Core(Protocol):
+    """What every part of a run sees of the loop: its configuration, its state folded from the log,
+    the world outside it, and the way to add an event to the log."""
+
+    config: EngineConfig
+    run_id: str
+    state: RunState
+    world: World
+    budget: Budget
+    """The caps that hold for this run (a replay lifts the wall-time cap)."""
+    can_ask_humans: bool
+
+    def emit(self, event: Event) -> None:
+        """Add ``event`` to the log (and the state), and tell whoever listens."""
+
+    def now(self) -> float:
+        """The time to stamp an event with (the recorded one in a replay)."""
+
+    def new_id(self) -> str:
+        """A fresh id (the recorded one in a replay)."""
+
+    def wake(self) -> None:
+        """Have the loop look again at what can run."""
