@@ -17,9 +17,10 @@ import dataclasses
 import json
 import re
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from planexec.errors import Problem
+from planexec.faults._decisions import Decider, ModelFault
 from planexec.faults._draw import draw
 from planexec.models import (
     Model,
@@ -37,9 +38,6 @@ from planexec.models import (
     unsupported_settings,
 )
 
-if TYPE_CHECKING:
-    from planexec.faults._profile import FaultProfile, ModelFault
-
 __all__ = ["FaultyModel", "FaultyStreamingModel", "unknown_tool_name", "wrap_model"]
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
@@ -50,7 +48,7 @@ def unknown_tool_name(tool: str) -> str:
     return f"no_such_tool_{tool}"
 
 
-def wrap_model(profile: FaultProfile, model: Model | str, *, role: str = "planner") -> Model:
+def wrap_model(profile: Decider, model: Model | str, *, role: str = "planner") -> Model:
     inner = resolve_model(model) if isinstance(model, str) else model
     if isinstance(inner, StreamingModel):
         return FaultyStreamingModel(profile, inner, role=role)
@@ -60,7 +58,7 @@ def wrap_model(profile: FaultProfile, model: Model | str, *, role: str = "planne
 class FaultyModel:
     """``inner`` with a profile's model faults. ``inner`` stays reachable, e.g. for its record of calls."""
 
-    def __init__(self, profile: FaultProfile, inner: Model, *, role: str) -> None:
+    def __init__(self, profile: Decider, inner: Model, *, role: str) -> None:
         self.profile = profile
         self.inner = inner
         self.role = role
@@ -143,7 +141,7 @@ class FaultyModel:
 class FaultyStreamingModel(FaultyModel):
     """A :class:`FaultyModel` around a model that streams; it streams too."""
 
-    def __init__(self, profile: FaultProfile, inner: StreamingModel, *, role: str) -> None:
+    def __init__(self, profile: Decider, inner: StreamingModel, *, role: str) -> None:
         super().__init__(profile, inner, role=role)
         self._streaming = inner
 

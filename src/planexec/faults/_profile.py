@@ -17,9 +17,10 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any
 
 from planexec.errors import Problem, UsageError
+from planexec.faults._decisions import ModelFault, ToolFault
 from planexec.faults._draw import hits
 from planexec.faults._models import wrap_model
 from planexec.faults._tools import wrap_tools
@@ -28,8 +29,6 @@ from planexec.tools import Tool
 
 __all__ = ["PROFILES", "FaultProfile", "ModelFault", "ToolFault"]
 
-ToolFault = Literal["error", "timeout", "malformed"]
-ModelFault = Literal["invalid_json", "unknown_tool"]
 
 _RATES = (
     "tool_error_rate",

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from planexec.errors import Problem, TransientToolError, UsageError
+from planexec.faults._decisions import Decider
 from planexec.tools import Invoke, Tool, ToolContext
-
-if TYPE_CHECKING:
-    from planexec.faults._profile import FaultProfile
 
 __all__ = ["MALFORMED", "tool_fault_key", "wrap_tools"]
 
@@ -32,7 +30,7 @@ def tool_fault_key(ctx: ToolContext) -> str:
     return key[len(prefix) :] if ctx.run_id and key.startswith(prefix) else key
 
 
-def wrap_tools(profile: FaultProfile, tools: Iterable[Tool]) -> list[Tool]:
+def wrap_tools(profile: Decider, tools: Iterable[Tool]) -> list[Tool]:
     if isinstance(tools, Tool):
         raise UsageError(
             "wrap_tools takes a list of tools",
@@ -49,7 +47,7 @@ def wrap_tools(profile: FaultProfile, tools: Iterable[Tool]) -> list[Tool]:
     return wrapped
 
 
-def _faulty_invoke(profile: FaultProfile, tool: Tool) -> Invoke:
+def _faulty_invoke(profile: Decider, tool: Tool) -> Invoke:
     inner = tool.invoke
     name = tool.name
 
