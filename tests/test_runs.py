@@ -335,3 +335,18 @@ async def test_a_resume_can_change_the_recorded_spec_and_names_what_is_missing(
     with pytest.raises(UsageError) as caught:
         await resume(store, run_id, change=lambda s: AgentSpec(planner=s.planner, cwd=s.cwd))
     assert any("the run used tools that are not given: add, publish" in p.message for p in caught.value.problems)
+
+
+@pytest.mark.parametrize("run_id", [123, None, "", "x" * 10_000, "run\n-1", "run\x00"])
+async def test_what_is_not_a_run_id_is_refused_before_the_store_is_asked(store: SQLiteStore, run_id: Any) -> None:
+    for call in (
+        lambda: read_run(store, run_id),
+        lambda: load_run(store, run_id),
+        lambda: answer(store, run_id, ApprovalDecision(approved=True)),
+        lambda: tell(store, run_id, "hello"),
+        lambda: resume(store, run_id),
+    ):
+        with pytest.raises(UsageError) as caught:
+            await call()
+        assert [p.code for p in caught.value.problems] == ["run_id"]
+        assert len(str(caught.value)) < 300  # a huge id is not echoed back whole

@@ -13,7 +13,7 @@ from planexec.errors import Problem, UsageError
 from planexec.log import ApprovalRecord, Event, InformationAdded, RunStarted, RunState
 from planexec.plan import CheckContext, Plan, check_steps
 from planexec.runs._problems import Problems
-from planexec.runs._stored import load_run
+from planexec.runs._stored import check_run_id, load_run
 from planexec.runtime import ApprovalDecision, Limits, check_decision, decided_event
 from planexec.store import AppendConflict, RunStore
 from planexec.tools import Tool, ToolContext, Toolset
@@ -244,6 +244,7 @@ async def tell(
     """Tell run ``run_id`` something new, or a new constraint: its planner replans with it at the
     next safe point, keeping the work done. Appended to the run's log (a process running the run
     reads it when it next writes); returns the run's state with it."""
+    check_run_id(run_id)
     problems = Problems()
     if not isinstance(text, str) or not text.strip():
         problems.add("text", "must be non-empty text", code="tell")

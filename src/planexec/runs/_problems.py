@@ -18,7 +18,8 @@ class Problems(list[Problem]):
         """Each problem of ``error``, under ``where`` and after the error's summary."""
         if error.problems:
             for p in error.problems:
-                self.add(where, f"{error.summary}: {p}", code=p.code)
+                said = f"{p.where}: {p.message}" if p.where else p.message
+                self.add(where, f"{error.summary}: {said}", code=p.code)
         else:
             self.add(where, error.summary)
 

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from planexec._util.clip import clip
 from planexec.errors import LogUnreadable, Problem, UsageError
 from planexec.log import ApprovalRecord, Event, RunStarted, RunState, dump_event
 from planexec.runs._problems import Problems
@@ -19,6 +20,7 @@ __all__ = [
     "MAX_LIST",
     "STATUSES",
     "StoredRun",
+    "check_run_id",
     "export_lines",
     "gc",
     "list_runs",
@@ -49,8 +51,29 @@ class StoredRun:
         return bool(self.events or self.unreadable)
 
 
+MAX_RUN_ID = 256
+"""The longest run id an operation takes."""
+
+
+def check_run_id(run_id: object) -> None:
+    """Raise :class:`~planexec.UsageError` unless ``run_id`` is a run id: text of 1 to
+    ``MAX_RUN_ID`` characters, without control characters."""
+    if isinstance(run_id, str) and 0 < len(run_id) <= MAX_RUN_ID and run_id.isprintable():
+        return
+    if not isinstance(run_id, str):
+        message = f"must be text, not {type(run_id).__name__}"
+    elif not run_id:
+        message = "must not be empty"
+    elif len(run_id) > MAX_RUN_ID:
+        message = f"is {len(run_id):,} characters long; a run id has at most {MAX_RUN_ID}"
+    else:
+        message = "must not hold control characters"
+    raise UsageError(f"not a run id: {clip(repr(run_id), 80)}", [Problem(code="run_id", where="run", message=message)])
+
+
 async def read_run(store: RunStore, run_id: str) -> StoredRun:
     """Every event of the run that can be read, and a line for each one that cannot."""
+    check_run_id(run_id)
     try:
         events = tuple(s.event for s in await store.read(run_id))
         return StoredRun(run_id=run_id, events=events)
