@@ -35,9 +35,10 @@ def _nothing(*_args: Any) -> None:
     return None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class ToolCallSite:
-    """Where a tool call is made, and what the caller does around each attempt."""
+    """Where a tool call is made, and what the caller does around each attempt (built for one call
+    and not changed after; not frozen, as it is built on every tool call's path)."""
 
     run_id: str
     step_id: str

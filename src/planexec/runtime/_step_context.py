@@ -99,8 +99,7 @@ class StepCtx:
         inner = call_id is not None
         if inner:
             self._gate_inner(tool, args, call_id or "")
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
+        t0 = asyncio.get_running_loop().time() if inner else 0.0
         counted = 0
         """Attempts added to the engine's count of inner calls in flight (refused ones are not)."""
 
@@ -136,7 +135,9 @@ class StepCtx:
         finally:
             engine.inner_tool_calls_ended(counted)
         if inner:
-            self._log_inner(call_id or "", tool, args, outcome.attempts, loop.time() - t0, outcome)
+            self._log_inner(
+                call_id or "", tool, args, outcome.attempts, asyncio.get_running_loop().time() - t0, outcome
+            )
         if outcome.error is not None:
             raise StepFailure(outcome.error)
         return outcome.output
