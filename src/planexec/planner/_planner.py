@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from planexec._util.strict_json import MAX_DEPTH, JSONRefused, loads
-from planexec.errors import Problem, UsageError
+from planexec._util.strict_json import MAX_DEPTH, _JSONRefused, loads
+from planexec.errors import PlannerEscalated, PlannerGaveUp, Problem, UsageError
 from planexec.models import (
     Message,
     Model,
@@ -61,23 +61,6 @@ T = TypeVar("T", bound=BaseModel)
 REPLY_DEPTH = MAX_DEPTH + 5
 """How deep a planner's answer may nest: a step's arguments or schemas may be ``MAX_DEPTH`` levels
 deep, inside the answer, its list of steps, a step, its checks and a check."""
-
-
-class PlannerEscalated(Exception):
-    """The planner cannot go on by itself and nobody lets it: the run stops ``escalated``."""
-
-    def __init__(self, code: str, detail: str) -> None:
-        self.code = code
-        self.detail = detail
-        super().__init__(detail)
-
-
-class PlannerGaveUp(Exception):
-    """The planner's output was still invalid after every repair allowed."""
-
-    def __init__(self, problems: list[Problem]) -> None:
-        self.problems = problems
-        super().__init__("; ".join(map(str, problems)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -454,7 +437,7 @@ def _parse(
     if data is None:
         try:
             data = loads(_unfenced(response.text), max_depth=REPLY_DEPTH)
-        except JSONRefused as e:
+        except _JSONRefused as e:
             return None, [_reply_problem(e.problem)]
     try:
         if output is Turn and isinstance(data, dict) and "step" not in data and not FLAT_KEYS.isdisjoint(data):

@@ -33,7 +33,7 @@ from planexec.models import (
     price_for,
 )
 from planexec.plan import Step
-from planexec.runtime._world import RecordedError
+from planexec.runtime._world import _RecordedError
 
 if TYPE_CHECKING:
     from planexec.runtime._engine import Engine
@@ -125,7 +125,7 @@ class ModelCalls:
         )
         try:
             known = await engine.world.model_answer(role, request.purpose, step_id, on_step)
-        except RecordedError as e:
+        except _RecordedError as e:
             if role != "executor":
                 raise
             raise StepFailure(StepError(kind="executor", message=f"the model failed: {e}")) from None

@@ -13,7 +13,7 @@ from planexec.log import StepAttemptFailed, StepStarted
 from planexec.models import ModelCrashed, cancelled_for_real
 from planexec.plan import BindingError, Step
 from planexec.runtime._budget import BudgetHit
-from planexec.runtime._journal import JournalFailed
+from planexec.runtime._journal import _JournalFailed
 from planexec.runtime._step_context import StepCtx
 from planexec.runtime._world import StepOutcome
 from planexec.tools import ToolCrashed
@@ -126,7 +126,7 @@ async def run_step(engine: Engine, step: Step, executor: Executor, token: int, h
         done.error = f.error
     except BudgetHit as hit:
         done.budget = hit
-    except (UsageError, JournalFailed, ToolCrashed, ModelCrashed) as e:
+    except (UsageError, _JournalFailed, ToolCrashed, ModelCrashed) as e:
         done.crash = e
     except Exception as e:
         done.error = StepError(kind="tool_error", message=f"{type(e).__name__}: {e}")
