@@ -23,6 +23,7 @@ from planexec.models import (
     ModelResponse,
     ModelSettings,
     OutputSpec,
+    Providers,
     ToolCall,
     ToolSpec,
     resolve_model,
@@ -60,6 +61,7 @@ class ModelExecutor:
     settings: ModelSettings = field(default_factory=ModelSettings)
     step_timeout: float | None = None
     _resolved: Model | None = field(default=None, init=False, repr=False)
+    _resolved_by: Providers | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         problems = []
@@ -81,9 +83,13 @@ class ModelExecutor:
     def kind(self) -> Literal["model"]:
         return "model"
 
-    def resolved_model(self) -> Model:
-        if self._resolved is None:
-            self._resolved = resolve_model(self.model)
+    def resolved_model(self, providers: Providers | None = None) -> Model:
+        """The model, a model string resolved through ``providers`` (``Providers.default()`` when
+        None); made once for each providers value, and kept until another is asked for."""
+        chosen = Providers.default() if providers is None else providers
+        if self._resolved is None or self._resolved_by != chosen:
+            self._resolved = resolve_model(self.model, providers=chosen)
+            self._resolved_by = chosen
         return self._resolved
 
     async def run(self, step: Step, args: dict[str, Any], ctx: StepContext) -> Any:

@@ -26,6 +26,7 @@ from planexec.models import (
     ModelResponse,
     ModelSettings,
     OutputSpec,
+    Providers,
     StreamingModel,
     resolve_model,
 )
@@ -135,6 +136,7 @@ class Planner:
     """The turn schema sent to the model (step-by-step policy); answers in either form are accepted."""
     settings: ModelSettings = field(default_factory=ModelSettings)
     _resolved: Model | None = field(default=None, init=False, repr=False)
+    _resolved_by: Providers | None = field(default=None, init=False, repr=False)
     _streams_known: bool | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -160,9 +162,13 @@ class Planner:
         if problems:
             raise UsageError("invalid planner", problems)
 
-    def resolved_model(self) -> Model:
-        if self._resolved is None:
-            self._resolved = resolve_model(self.model)
+    def resolved_model(self, providers: Providers | None = None) -> Model:
+        """The model, a model string resolved through ``providers`` (``Providers.default()`` when
+        None); made once for each providers value, and kept until another is asked for."""
+        chosen = Providers.default() if providers is None else providers
+        if self._resolved is None or self._resolved_by != chosen:
+            self._resolved = resolve_model(self.model, providers=chosen)
+            self._resolved_by = chosen
         return self._resolved
 
     # -- the four planning requests --------------------------------------------------------

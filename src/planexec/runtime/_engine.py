@@ -34,7 +34,7 @@ from planexec.log import (
     StopReason,
     canonical_call,
 )
-from planexec.models import Model, ModelRequest, ModelResponse
+from planexec.models import Model, ModelRequest, ModelResponse, Providers
 from planexec.plan import CheckContext, Step
 from planexec.planner import Planner
 from planexec.runtime._budget import Budget, BudgetHit, used_of
@@ -79,6 +79,8 @@ class EngineConfig:
     metadata: Mapping[str, Any]
     escalation: Escalation = field(default_factory=Escalation)
     review: AnswerReview | None = None
+    providers: Providers = field(default_factory=Providers.default)
+    """What model calls are charged and which limits they keep to."""
 
 
 class _Suspend(Exception):

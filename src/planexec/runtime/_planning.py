@@ -428,7 +428,8 @@ class Planning:
             settings=review.judge_settings,
             purpose="answer_review",
         )
-        response = await engine.call_model("judge", resolve_model(review.judge), request, None)
+        judge = resolve_model(review.judge, providers=engine.config.providers)
+        response = await engine.call_model("judge", judge, request, None)
         parsed = response.parsed
         if not isinstance(parsed, dict) or not isinstance(parsed.get("passed"), bool):
             return (f"the judge's reply was unreadable: {response.text[:200]!r}",)

@@ -100,7 +100,9 @@ async def run_step(engine: Engine, step: Step, executor: Executor, token: int, h
                     raise StepFailure(StepError(kind="invalid_output", message=message, problems=(problem,)))
             acceptance = engine.config.acceptance
             done.verdict = (
-                await acceptance.verdict(step, done.output, ctx) if acceptance.checks_anything(step) else PASSED
+                await acceptance.verdict(step, done.output, ctx, providers=engine.config.providers)
+                if acceptance.checks_anything(step)
+                else PASSED
             )
             done.confidence = ctx.confidence
             if done.verdict is None or done.verdict.passed or retries <= 0:
