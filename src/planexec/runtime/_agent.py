@@ -259,6 +259,7 @@ class Agent:
     def _describe(self) -> dict[str, Any]:
         """What the log records about this agent's set-up (data only; no code)."""
         parts = self._parts
+        planner = _bound(parts.planner, self.providers)
         return {
             "tools": [
                 {
@@ -274,13 +275,13 @@ class Agent:
             "executors": {name: e.kind for name, e in parts.executors.items()},
             "default_executor": parts.default_executor,
             "planner": {
-                "model": parts.planner.resolved_model(self.providers).name,
-                "policy": parts.planner.policy,
-                "replan": parts.planner.replan,
-                "max_repairs": parts.planner.max_repairs,
-                "streams": parts.planner.stream and parts.planner.model_streams,
-                "turn_format": parts.planner.turn_format,
-                **_settings_record(parts.planner.resolved_model(self.providers), parts.planner.settings),
+                "model": planner.resolved_model().name,
+                "policy": planner.policy,
+                "replan": planner.replan,
+                "max_repairs": planner.max_repairs,
+                "streams": planner.stream and planner.model_streams,
+                "turn_format": planner.turn_format,
+                **_settings_record(planner.resolved_model(), planner.settings),
             },
             "escalation": dataclasses.asdict(self.escalation),
             "review": None
