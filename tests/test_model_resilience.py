@@ -16,16 +16,16 @@ from planexec.models import (
     ModelResponse,
     ModelRetryPolicy,
     Price,
+    ProviderLimits,
+    Providers,
     StreamDelta,
     StreamingScriptedModel,
     Usage,
     call_with_retries,
-    configure_provider,
     cost_of,
     price_for,
-    provider_limits,
     resolve_model,
-    set_price,
+    use_providers,
 )
 from planexec.testing import ScriptedModel
 
@@ -80,7 +80,7 @@ async def test_errors_that_will_not_go_away_are_not_retried() -> None:
 
 
 async def test_a_provider_concurrency_limit_is_shared_by_every_caller() -> None:
-    configure_provider("limited-provider", max_concurrency=2)
+    providers = Providers.default().with_limits("limited-provider", ProviderLimits(max_concurrency=2))
     running = 0
     peak = 0
     release = asyncio.Event()
@@ -93,14 +93,15 @@ async def test_a_provider_concurrency_limit_is_shared_by_every_caller() -> None:
         running -= 1
         return 1
 
-    tasks = [asyncio.create_task(call_with_retries("limited-provider", call, ModelRetryPolicy())) for _ in range(5)]
+    with use_providers(providers):  # the tasks made here keep to these providers' limits
+        tasks = [asyncio.create_task(call_with_retries("limited-provider", call, ModelRetryPolicy())) for _ in range(5)]
     for _ in range(20):  # let every task get as far as it can
         await asyncio.sleep(0)
     assert running == 2
     release.set()
     assert sum(await asyncio.gather(*tasks)) == 5
     assert peak == 2
-    assert provider_limits("limited-provider").max_concurrency == 2
+    assert providers.limits_for("limited-provider").max_concurrency == 2
 
 
 async def test_a_fallback_list_asks_the_next_model_when_one_fails() -> None:
@@ -139,10 +140,8 @@ def test_prices_match_model_families_and_can_be_overridden() -> None:
     usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000, cached_input_tokens=500_000)
     assert cost_of(usage, Price(input=2.0, output=8.0, cached_input=0.5)) == pytest.approx(1.0 + 0.25 + 8.0)
     assert cost_of(usage, None) is None
-    set_price("some-local-model", Price(input=0.1, output=0.2))
-    try:
-        assert price_for("some-local-model-7b") == Price(input=0.1, output=0.2)
-    finally:
-        set_price("some-local-model", None)
+    priced = Providers.default().with_price("some-local-model", Price(input=0.1, output=0.2))
+    assert priced.price_for("some-local-model-7b") == Price(input=0.1, output=0.2)
+    assert price_for("some-local-model-7b") is None  # the built-in table is as it was
     with pytest.raises(UsageError):
         Price(input=-1, output=0)

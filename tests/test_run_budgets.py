@@ -289,14 +289,12 @@ async def test_the_budget_left_is_part_of_every_planner_request() -> None:
 
 
 async def test_a_call_whose_input_alone_would_go_over_the_cost_cap_is_not_made() -> None:
-    from planexec.models import Price, set_price
+    from planexec.models import Price, Providers
 
-    set_price("priced-test-model", Price(input=1_000_000.0, output=0.0))  # a dollar a token
-    try:
-        planner = ScriptedModel([ONE_STEP, {"answer": "never asked"}], name="priced-test-model")
-        result = await Agent(planner, tools=[counting_add(Counter())], budget=Budget(cost=0.5)).run("1+2")
-    finally:
-        set_price("priced-test-model", None)
+    providers = Providers.default().with_price("priced-test-model", Price(input=1_000_000.0, output=0.0))  # $1/token
+    planner = ScriptedModel([ONE_STEP, {"answer": "never asked"}], name="priced-test-model")
+    agent = Agent(planner, tools=[counting_add(Counter())], budget=Budget(cost=0.5), providers=providers)
+    result = await agent.run("1+2")
     hit = assert_budget_stop(result, "cost")
     assert hit.used == 0  # nothing was spent
     assert hit.needed > 0.5  # what the refused call would have cost

@@ -40,12 +40,17 @@ class Problems(list[str]):
             self.add(flag, error.summary)
 
 
-class Refused(Exception):
-    """A command cannot go on because of what it was given; it exits with status 2 listing every problem."""
+class _Refused(Exception):
+    """A command cannot go on because of what it was given; it exits with status 2 listing every
+    problem. Internal to the command line: ``run_command`` catches it, so it never leaves a command."""
 
     def __init__(self, problems: Problems) -> None:
         self.problems = problems
         super().__init__("; ".join(problems))
+
+
+Refused = _Refused
+"""The name the commands raise and catch it by."""
 
 
 @dataclass(frozen=True, slots=True)

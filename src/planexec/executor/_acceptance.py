@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planexec._util.clip import clip
-from planexec._util.regex import PatternError, search
+from planexec._util.regex import _PatternError, search
 from planexec.errors import Problem, UsageError
 from planexec.executor._base import StepContext
 from planexec.executor._outcome import PASSED, CheckResult, Verdict
-from planexec.models import Message, Model, ModelRequest, ModelSettings, OutputSpec, resolve_model
+from planexec.models import Message, Model, ModelRequest, ModelSettings, OutputSpec, Providers, resolve_model
 from planexec.plan import BindingError, Contains, FitsSchema, Matches, NonEmpty, Predicate, Step, judge, render_text
 
 __all__ = ["Acceptance", "PredicateFn"]
@@ -73,7 +73,11 @@ class Acceptance:
             or self._judges(step)
         )
 
-    async def verdict(self, step: Step, output: Any, ctx: StepContext) -> Verdict:
+    async def verdict(
+        self, step: Step, output: Any, ctx: StepContext, *, providers: Providers | None = None
+    ) -> Verdict:
+        """Judge ``output`` by every check that applies to ``step``; a judge given as a model string
+        resolves through ``providers`` (``Providers.default()`` when None)."""
         if not self.checks_anything(step):
             return PASSED
         results: list[CheckResult] = []
@@ -92,7 +96,7 @@ class Acceptance:
             detail = "" if ok else f"the executor's confidence {confidence:.2f} is under {self.min_confidence:.2f}"
             results.append(CheckResult(name="confidence", passed=ok, detail=detail))
         if self._judges(step) and all(r.passed for r in results):
-            results.append(await self._judge(step, output, ctx))
+            results.append(await self._judge(step, output, ctx, providers))
         return Verdict(passed=all(r.passed for r in results), checks=tuple(results))
 
     def _judges(self, step: Step) -> bool:
@@ -111,7 +115,7 @@ class Acceptance:
         if isinstance(check, Matches):
             try:
                 ok = search(check.pattern, render_text(output))
-            except (BindingError, PatternError) as e:
+            except (BindingError, _PatternError) as e:
                 return CheckResult(name="matches", passed=False, detail=f"the pattern cannot be applied: {e}")
             return CheckResult(name="matches", passed=ok, detail="" if ok else f"no match for {check.pattern!r}")
         assert isinstance(check, Predicate)
@@ -120,9 +124,9 @@ class Acceptance:
             return CheckResult(name=f"predicate:{check.name}", passed=False, detail="unknown predicate")
         return _predicate(f"predicate:{check.name}", fn, step, output)
 
-    async def _judge(self, step: Step, output: Any, ctx: StepContext) -> CheckResult:
+    async def _judge(self, step: Step, output: Any, ctx: StepContext, providers: Providers | None) -> CheckResult:
         assert self.judge is not None
-        model = resolve_model(self.judge)
+        model = resolve_model(self.judge, providers=providers)
         criteria = step.expected or step.description
         request = ModelRequest(
             messages=(

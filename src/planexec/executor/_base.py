@@ -4,20 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from planexec.errors import StepFailure
 from planexec.executor._outcome import StepError
 from planexec.models import Model, ModelRequest, ModelResponse, ToolCall
 from planexec.plan import Step
 from planexec.tools import Tool, Toolset
 
 __all__ = ["Executor", "StepContext", "StepFailure"]
-
-
-class StepFailure(Exception):
-    """Raised by an executor to fail the step with an error of a known kind."""
-
-    def __init__(self, error: StepError) -> None:
-        self.error = error
-        super().__init__(str(error))
 
 
 class StepContext(Protocol):

@@ -9,7 +9,7 @@ from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from planexec._util.strict_json import JSONRefused
+from planexec._util.strict_json import _JSONRefused
 from planexec._util.strict_json import loads as strict_loads
 from planexec._util.tasks import cancel_within
 from planexec.errors import Problem, UnknownToolError, UsageError
@@ -23,6 +23,7 @@ from planexec.models import (
     ModelResponse,
     ModelSettings,
     OutputSpec,
+    Providers,
     ToolCall,
     ToolSpec,
     resolve_model,
@@ -60,6 +61,7 @@ class ModelExecutor:
     settings: ModelSettings = field(default_factory=ModelSettings)
     step_timeout: float | None = None
     _resolved: Model | None = field(default=None, init=False, repr=False)
+    _resolved_by: Providers | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         problems = []
@@ -81,9 +83,13 @@ class ModelExecutor:
     def kind(self) -> Literal["model"]:
         return "model"
 
-    def resolved_model(self) -> Model:
-        if self._resolved is None:
-            self._resolved = resolve_model(self.model)
+    def resolved_model(self, providers: Providers | None = None) -> Model:
+        """The model, a model string resolved through ``providers`` (``Providers.default()`` when
+        None); made once for each providers value, and kept until another is asked for."""
+        chosen = Providers.default() if providers is None else providers
+        if self._resolved is None or self._resolved_by != chosen:
+            self._resolved = resolve_model(self.model, providers=chosen)
+            self._resolved_by = chosen
         return self._resolved
 
     async def run(self, step: Step, args: dict[str, Any], ctx: StepContext) -> Any:
@@ -188,7 +194,7 @@ def _with_confidence(text: str, ctx: StepContext) -> Any:
         return text
     try:
         data = strict_loads(stripped)
-    except JSONRefused:
+    except _JSONRefused:
         data = _lenient(stripped)  # ``NaN`` and ``Infinity`` are not JSON, but are still no confidence
         if data is None:
             return text
@@ -238,7 +244,7 @@ async def _structured(response: ModelResponse, schema: Any) -> tuple[Any, str | 
     if value is None:
         try:
             value = strict_loads(response.text)
-        except JSONRefused as e:
+        except _JSONRefused as e:
             return None, f"not valid JSON ({e.problem.message})"
     errors = await judge(schema, value)
     return (value, None) if not errors else (None, "; ".join(errors))

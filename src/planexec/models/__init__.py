@@ -1,5 +1,10 @@
 """Models: the neutral interface, ``provider:name`` strings, provider adapters, and the shipped
-test doubles. ``OpenAIModel`` is imported on first use: it needs the ``openai`` extra."""
+test doubles. ``OpenAIModel`` is imported on first use: it needs the ``openai`` extra.
+
+Which providers model strings resolve through, what calls cost and how many calls each provider
+takes at once is one immutable value, :class:`Providers`, passed explicitly (``Agent(...,
+providers=...)``, ``resolve_model(spec, providers=...)``); ``Providers.default()`` is the built-in
+set. Nothing here is configured process-wide."""
 
 from typing import TYPE_CHECKING, Any
 
@@ -23,17 +28,11 @@ from planexec.models._base import (
     stream_request,
 )
 from planexec.models._guard import allow_model_requests, check_model_requests_allowed
-from planexec.models._prices import Price, cost_of, price_for, set_price
+from planexec.models._limits import ProviderLimits
+from planexec.models._prices import Price, cost_of, price_for
 from planexec.models._profiles import ModelProfile, profile_for, strict_json_schema
-from planexec.models._registry import known_providers, register_provider, resolve_model
-from planexec.models._resilience import (
-    FallbackModel,
-    ModelRetryPolicy,
-    ProviderLimits,
-    call_with_retries,
-    configure_provider,
-    provider_limits,
-)
+from planexec.models._providers import Providers, known_providers, resolve_model, use_providers
+from planexec.models._resilience import FallbackModel, ModelRetryPolicy, call_with_retries
 from planexec.models._scripted import FunctionModel, Reply, ScriptedModel, StreamingScriptedModel, tool_calls
 from planexec.models._settings import REASONING_EFFORTS, ReasoningEffort, unsupported_settings
 
@@ -64,6 +63,7 @@ __all__ = [
     "OutputSpec",
     "Price",
     "ProviderLimits",
+    "Providers",
     "ReasoningEffort",
     "Reply",
     "ScriptedModel",
@@ -78,7 +78,6 @@ __all__ = [
     "call_with_retries",
     "cancelled_for_real",
     "check_model_requests_allowed",
-    "configure_provider",
     "cost_of",
     "count_tokens",
     "estimate_tokens",
@@ -86,15 +85,13 @@ __all__ = [
     "missing_keys",
     "price_for",
     "profile_for",
-    "provider_limits",
-    "register_provider",
     "resolve_model",
     "retries",
-    "set_price",
     "stream_request",
     "strict_json_schema",
     "tool_calls",
     "unsupported_settings",
+    "use_providers",
 ]
 
 

@@ -92,7 +92,8 @@ class AnthropicModel:
     ``api_key`` (else the environment variable ``api_key_env``) is read when the first request is
     made, so a model can be built, and a run replayed, without one. ``base_url`` defaults to
     ``ANTHROPIC_BASE_URL`` when set. ``timeout`` and ``max_tokens`` apply unless a request's
-    settings say otherwise. ``price`` overrides the price table. A ``client`` (an
+    settings say otherwise. ``price`` overrides the price table (the built-in one for the cost a
+    response reports; an agent's ``Providers`` for what the agent charges). A ``client`` (an
     ``anthropic.AsyncAnthropic``) is used with its own settings but without its retries, and
     never closed here.
     """

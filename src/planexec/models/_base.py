@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from planexec.errors import PlanexecError, UsageError
+from planexec.errors import ModelCrashed, PlanexecError, UsageError
 from planexec.models._settings import ModelSettings
 
 __all__ = [
@@ -184,20 +184,6 @@ class ModelCallError(PlanexecError):
         self.retryable = retryable
         self.status = status
         self.retry_after = retry_after
-        super().__init__(message)
-
-
-class ModelCrashed(Exception):
-    """A model raised something that is not an ordinary error (``KeyboardInterrupt``,
-    ``SystemExit``, ``GeneratorExit``, a bare ``BaseException``, a ``CancelledError`` of its own).
-    The run stops with an error (code ``model_crashed``) that names the model."""
-
-    def __init__(self, model: str, error: BaseException | None, *, message: str | None = None) -> None:
-        self.model = model
-        self.error = error
-        if message is None:
-            detail = f": {error}" if str(error) else ""
-            message = f"model {model} raised {type(error).__name__}{detail}"
         super().__init__(message)
 
 

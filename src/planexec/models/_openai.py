@@ -21,9 +21,9 @@
 * Retries: the SDK's own are off; every request goes through :func:`call_with_retries` under the
   limits key (the base URL when one is given, else the provider), so rate limits (``retry-after``
   and ``retry-after-ms`` honoured), server errors, timeouts and dropped connections are retried
-  with backoff and jitter within the process-wide limits. A stream is retried only while nothing
-  has been passed on to the caller; the provider's concurrency slot is held until the first
-  output arrives, not for the whole stream.
+  with backoff and jitter within the limits of the ``Providers`` in effect. A stream is retried
+  only while nothing has been passed on to the caller; the provider's concurrency slot is held
+  until the first output arrives, not for the whole stream.
 * Keys: ``api_key``, else the ``api_key_env`` variable, read when the first request is made. OpenAI
   itself needs one (``require_key``): ``missing_keys()`` names the variable, and a request without
   a key raises :class:`UsageError` (see :mod:`planexec.models._keys`); other servers get a
@@ -97,7 +97,9 @@ class OpenAIModel:
     compatible server, and when it is None the SDK's default (or ``OPENAI_BASE_URL``) is used.
     ``require_key`` defaults to true for ``openai`` only. ``client`` replaces the SDK client this
     model would build (its retries are turned off; the caller closes it). ``price`` overrides the
-    price table, which is consulted for ``openai`` models only.
+    price table. The cost a response reports is at ``price``, else at the built-in table's price
+    for ``openai`` models; an agent charges each call at ``price``, else at its ``Providers``'
+    price for the model's name, before and after the call alike, whatever the provider.
     """
 
     def __init__(
@@ -143,7 +145,7 @@ class OpenAIModel:
 
     @property
     def limits_key(self) -> str:
-        """The key of the process-wide limits this model's calls count against."""
+        """What this model's calls count against in the limits of a ``Providers`` value."""
         return self.base_url or self.provider
 
     def __repr__(self) -> str:

@@ -11,15 +11,19 @@ Built in:
 * ``anthropic:MODEL`` — Claude on Anthropic's Messages API (the ``anthropic`` extra); the key from
   ``ANTHROPIC_API_KEY``, the base URL from ``ANTHROPIC_BASE_URL`` when set.
 
-``A | B`` is an ordered fallback list of any of these. Providers register themselves with
-:func:`register_provider`.
+and ``openai:``, ``ollama:``, ``vllm:``, ``lmstudio:``, ``llamacpp:`` and ``openai-compatible:``
+(see :mod:`planexec.models._openai`). ``A | B`` is an ordered fallback list of any of these.
+
+These are the factories of ``Providers.default()``; more are added to a
+:class:`~planexec.models.Providers` value with ``with_provider``.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from planexec._util.extras import install_hint
@@ -29,58 +33,10 @@ from planexec.errors import ModelNotFound, Problem
 from planexec.models._base import Model, ModelResponse
 from planexec.models._scripted import Reply, ScriptedModel, tool_calls
 
-__all__ = ["known_providers", "register_provider", "resolve_model"]
+__all__ = ["BUILT_IN_PROVIDERS", "ProviderFactory"]
 
 ProviderFactory = Callable[[str], Model]
-_providers: dict[str, ProviderFactory] = {}
-
-
-def register_provider(name: str, factory: ProviderFactory) -> None:
-    """Make ``name:model`` strings resolve through ``factory(model)``."""
-    _providers[name] = factory
-
-
-def known_providers() -> tuple[str, ...]:
-    return tuple(sorted(_providers))
-
-
-def resolve_model(spec: str | Model) -> Model:
-    """A model from a ``provider:name`` string, or the model itself.
-
-    ``A | B | C`` (model strings joined by ``|``) is an ordered fallback list: when a model fails
-    after its own retries, the next one is asked.
-    """
-    if not isinstance(spec, str):
-        if isinstance(spec, Model):
-            return spec
-        raise ModelNotFound(f"{spec!r} is not a model: it needs a name and an async request() method")
-    if "|" in spec:
-        from planexec.models._resilience import FallbackModel
-
-        parts = [p.strip() for p in spec.split("|")]
-        problems: list[Problem] = []
-        models: list[Model] = []
-        for part in parts:
-            try:
-                models.append(resolve_model(part))
-            except ModelNotFound as e:
-                problems += e.problems or [Problem(code="model_string", where=part, message=e.summary)]
-        if problems:
-            raise ModelNotFound(f"cannot resolve the fallback list {spec!r}", problems)
-        return FallbackModel(models)
-    provider, sep, rest = spec.partition(":")
-    if not sep or not rest:
-        raise ModelNotFound(
-            f"model string {spec!r} is not of the form provider:name",
-            [Problem(code="model_string", where=spec, message=f"known providers: {', '.join(known_providers())}")],
-        )
-    factory = _providers.get(provider)
-    if factory is None:
-        raise ModelNotFound(
-            f"unknown model provider {provider!r}",
-            [Problem(code="unknown_provider", where=spec, message=f"known providers: {', '.join(known_providers())}")],
-        )
-    return factory(rest)
+"""Makes the model a ``provider:name`` string names, from its ``name``."""
 
 
 def _scripted_reply(item: Any) -> Reply:
@@ -160,8 +116,14 @@ def _openai_family(provider: str) -> ProviderFactory:
     return factory
 
 
-register_provider("scripted", _scripted_from_file)
-register_provider("object", _import_object)
-for _name in ("openai", "ollama", "vllm", "lmstudio", "llamacpp", "openai-compatible"):
-    register_provider(_name, _openai_family(_name))
-register_provider("anthropic", _anthropic_model)
+_OPENAI_FAMILY = ("openai", "ollama", "vllm", "lmstudio", "llamacpp", "openai-compatible")
+
+BUILT_IN_PROVIDERS: Mapping[str, ProviderFactory] = MappingProxyType(
+    {
+        "scripted": _scripted_from_file,
+        "object": _import_object,
+        **{name: _openai_family(name) for name in _OPENAI_FAMILY},
+        "anthropic": _anthropic_model,
+    }
+)
+"""The providers every :class:`~planexec.models.Providers` value starts from."""

@@ -1,14 +1,13 @@
-"""Resilience for provider calls: retries with backoff and jitter that honour ``Retry-After``, a
-concurrency limit and a request-rate limit per provider shared by every run in the process, and
-an ordered list of fallback models.
+"""Resilience for provider calls: retries with backoff and jitter that honour ``Retry-After``, the
+concurrency and request-rate limits of the provider (see :mod:`planexec.models._limits`: the
+limits of the :class:`~planexec.models.Providers` value in effect), and an ordered list of
+fallback models.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-import time
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -18,16 +17,10 @@ from typing import TypeVar
 from planexec.errors import Problem, UsageError
 from planexec.models._base import Model, ModelCallError, ModelRequest, ModelResponse, StreamDelta, StreamingModel
 from planexec.models._keys import missing_keys
+from planexec.models._limits import acquire
 from planexec.models._settings import ModelSettings, unsupported_settings
 
-__all__ = [
-    "FallbackModel",
-    "ModelRetryPolicy",
-    "ProviderLimits",
-    "call_with_retries",
-    "configure_provider",
-    "provider_limits",
-]
+__all__ = ["FallbackModel", "ModelRetryPolicy", "call_with_retries"]
 
 T = TypeVar("T")
 
@@ -62,53 +55,6 @@ class ModelRetryPolicy:
         return max(0.0, base)
 
 
-class ProviderLimits:
-    """At most ``max_concurrency`` calls at once and ``requests_per_minute`` calls in any minute."""
-
-    def __init__(self, *, max_concurrency: int | None = None, requests_per_minute: float | None = None) -> None:
-        self.max_concurrency = max_concurrency
-        self.requests_per_minute = requests_per_minute
-        self._semaphore = asyncio.Semaphore(max_concurrency) if max_concurrency else None
-        self._starts: deque[float] = deque()
-        self._lock = asyncio.Lock()
-
-    async def acquire(self) -> None:
-        if self.requests_per_minute:
-            async with self._lock:
-                while True:
-                    now = time.monotonic()
-                    while self._starts and now - self._starts[0] >= 60.0:
-                        self._starts.popleft()
-                    if len(self._starts) < self.requests_per_minute:
-                        self._starts.append(now)
-                        break
-                    await asyncio.sleep(60.0 - (now - self._starts[0]))
-        if self._semaphore is not None:
-            await self._semaphore.acquire()
-
-    def release(self) -> None:
-        if self._semaphore is not None:
-            self._semaphore.release()
-
-
-_limits: dict[str, ProviderLimits] = {}
-
-
-def configure_provider(
-    provider: str, *, max_concurrency: int | None = None, requests_per_minute: float | None = None
-) -> None:
-    """Set the process-wide limits of ``provider`` (``openai``, ``anthropic``, a base URL, …)."""
-    _limits[provider] = ProviderLimits(max_concurrency=max_concurrency, requests_per_minute=requests_per_minute)
-
-
-def provider_limits(provider: str) -> ProviderLimits:
-    """The limits shared by every call to ``provider`` in this process (none until configured)."""
-    limits = _limits.get(provider)
-    if limits is None:
-        limits = _limits[provider] = ProviderLimits()
-    return limits
-
-
 _before_attempt: ContextVar[Callable[[], None] | None] = ContextVar("planexec_before_attempt", default=None)
 
 
@@ -132,14 +78,15 @@ async def call_with_retries(
     rng: random.Random | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> T:
-    """Make ``call`` within the provider's limits, retrying retryable failures per ``policy``.
+    """Make ``call`` within the limits of ``provider`` (a provider name, a base URL, a test double's
+    name) that the :class:`~planexec.models.Providers` in effect sets (``use_providers``; an agent
+    puts its own in effect for each call it makes), retrying retryable failures per ``policy``.
 
     Provider adapters and the shipped test doubles all call models through this function."""
-    limits = provider_limits(provider)
     attempt = 0
     while True:
         attempt += 1
-        await limits.acquire()
+        slot = await acquire(provider)
         try:
             hook = _before_attempt.get()
             if hook is not None:
@@ -151,7 +98,8 @@ async def call_with_retries(
             rng = rng or random.Random()  # made only when needed: seeding is not free
             delay = policy.delay(attempt, e, rng)
         finally:
-            limits.release()
+            if slot is not None:
+                slot.release()
         await sleep(delay)
 
 

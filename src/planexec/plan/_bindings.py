@@ -29,7 +29,7 @@ from typing import Any
 from planexec._util.clip import clip
 from planexec._util.plural import counted
 from planexec._util.strict_json import MAX_CHARS, MAX_DEPTH, json_chars
-from planexec.errors import Problem
+from planexec.errors import BindingError, Problem
 
 __all__ = ["BindingError", "CompiledArgs", "Ref", "compile_args", "render_text"]
 
@@ -50,14 +50,6 @@ class Ref:
 
     def __str__(self) -> str:
         return "${" + ".".join((self.step_id, *self.path)) + "}"
-
-
-class BindingError(Exception):
-    """A binding could not be resolved against the outputs at hand."""
-
-    def __init__(self, problems: list[Problem]) -> None:
-        self.problems = problems
-        super().__init__("; ".join(str(p) for p in problems))
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from planexec._util.strict_json import MAX_DEPTH, JSONRefused, loads
-from planexec.errors import Problem, UsageError
+from planexec._util.strict_json import MAX_DEPTH, _JSONRefused, loads
+from planexec.errors import PlannerEscalated, PlannerGaveUp, Problem, UsageError
 from planexec.models import (
     Message,
     Model,
@@ -26,6 +26,7 @@ from planexec.models import (
     ModelResponse,
     ModelSettings,
     OutputSpec,
+    Providers,
     StreamingModel,
     resolve_model,
 )
@@ -61,23 +62,6 @@ T = TypeVar("T", bound=BaseModel)
 REPLY_DEPTH = MAX_DEPTH + 5
 """How deep a planner's answer may nest: a step's arguments or schemas may be ``MAX_DEPTH`` levels
 deep, inside the answer, its list of steps, a step, its checks and a check."""
-
-
-class PlannerEscalated(Exception):
-    """The planner cannot go on by itself and nobody lets it: the run stops ``escalated``."""
-
-    def __init__(self, code: str, detail: str) -> None:
-        self.code = code
-        self.detail = detail
-        super().__init__(detail)
-
-
-class PlannerGaveUp(Exception):
-    """The planner's output was still invalid after every repair allowed."""
-
-    def __init__(self, problems: list[Problem]) -> None:
-        self.problems = problems
-        super().__init__("; ".join(map(str, problems)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,6 +136,7 @@ class Planner:
     """The turn schema sent to the model (step-by-step policy); answers in either form are accepted."""
     settings: ModelSettings = field(default_factory=ModelSettings)
     _resolved: Model | None = field(default=None, init=False, repr=False)
+    _resolved_by: Providers | None = field(default=None, init=False, repr=False)
     _streams_known: bool | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -177,9 +162,13 @@ class Planner:
         if problems:
             raise UsageError("invalid planner", problems)
 
-    def resolved_model(self) -> Model:
-        if self._resolved is None:
-            self._resolved = resolve_model(self.model)
+    def resolved_model(self, providers: Providers | None = None) -> Model:
+        """The model, a model string resolved through ``providers`` (``Providers.default()`` when
+        None); made once for each providers value, and kept until another is asked for."""
+        chosen = Providers.default() if providers is None else providers
+        if self._resolved is None or self._resolved_by != chosen:
+            self._resolved = resolve_model(self.model, providers=chosen)
+            self._resolved_by = chosen
         return self._resolved
 
     # -- the four planning requests --------------------------------------------------------
@@ -454,7 +443,7 @@ def _parse(
     if data is None:
         try:
             data = loads(_unfenced(response.text), max_depth=REPLY_DEPTH)
-        except JSONRefused as e:
+        except _JSONRefused as e:
             return None, [_reply_problem(e.problem)]
     try:
         if output is Turn and isinstance(data, dict) and "step" not in data and not FLAT_KEYS.isdisjoint(data):

@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from planexec._util.clip import clip
 from planexec._util.sync import run_sync
@@ -23,7 +23,7 @@ from planexec.log import (
     RunState,
     RunSuspended,
 )
-from planexec.models import Model, ModelSettings, missing_keys, resolve_model, unsupported_settings
+from planexec.models import Model, ModelSettings, Providers, missing_keys, resolve_model, unsupported_settings
 from planexec.plan import Plan
 from planexec.planner import Planner
 from planexec.runtime._budget import Budget
@@ -160,7 +160,10 @@ class Agent:
 
     ``planner``: a :class:`Planner`, or a model (object or ``provider:name``) for the default
     upfront planner. ``executor``: the model (or :class:`ModelExecutor`) for steps that name no
-    tool. ``executors``: more named executors that plans may route steps to.
+    tool. ``executors``: more named executors that plans may route steps to. ``providers``: what
+    the model strings of the planner, the executors and the judges resolve through, what each model
+    call is charged (before the call, against the cost budget, and after it, in the log) and which
+    limits calls to each provider keep to (``Providers.default()`` when None).
     """
 
     def __init__(
@@ -178,8 +181,10 @@ class Agent:
         store: RunStore | str | None = "default",
         escalation: Escalation | None = None,
         review: AnswerReview | None = None,
+        providers: Providers | None = None,
     ) -> None:
         self._parts = _assemble(planner, tools, executor, executors)
+        self.providers = Providers.default() if providers is None else providers
         self._store_spec = store
         self._described: dict[str, Any] | None = None
         self._store: RunStore | None = store if isinstance(store, RunStore) else None
@@ -195,6 +200,8 @@ class Agent:
             problems.append(Problem(code="agent", where="escalation", message="must be an Escalation"))
         if review is not None and not isinstance(review, AnswerReview):
             problems.append(Problem(code="agent", where="review", message="must be an AnswerReview"))
+        if not isinstance(self.providers, Providers):
+            problems.append(Problem(code="agent", where="providers", message="must be a Providers value"))
         if problems:
             raise UsageError("invalid agent", problems)
 
@@ -229,9 +236,9 @@ class Agent:
     def _config(self, metadata: Mapping[str, Any]) -> EngineConfig:
         parts = self._parts
         return EngineConfig(
-            planner=parts.planner,
+            planner=_bound(parts.planner, self.providers),
             tools=parts.tools,
-            executors=parts.executors,
+            executors={name: _bound(e, self.providers) for name, e in parts.executors.items()},
             default_executor=parts.default_executor,
             budget=self.budget,
             limits=self.limits,
@@ -241,6 +248,7 @@ class Agent:
             metadata={**self._description(), **metadata},
             escalation=self.escalation,
             review=self.review,
+            providers=self.providers,
         )
 
     def _description(self) -> dict[str, Any]:
@@ -252,6 +260,7 @@ class Agent:
     def _describe(self) -> dict[str, Any]:
         """What the log records about this agent's set-up (data only; no code)."""
         parts = self._parts
+        planner = _bound(parts.planner, self.providers)
         return {
             "tools": [
                 {
@@ -267,13 +276,13 @@ class Agent:
             "executors": {name: e.kind for name, e in parts.executors.items()},
             "default_executor": parts.default_executor,
             "planner": {
-                "model": parts.planner.resolved_model().name,
-                "policy": parts.planner.policy,
-                "replan": parts.planner.replan,
-                "max_repairs": parts.planner.max_repairs,
-                "streams": parts.planner.stream and parts.planner.model_streams,
-                "turn_format": parts.planner.turn_format,
-                **_settings_record(parts.planner.resolved_model(), parts.planner.settings),
+                "model": planner.resolved_model().name,
+                "policy": planner.policy,
+                "replan": planner.replan,
+                "max_repairs": planner.max_repairs,
+                "streams": planner.stream and planner.model_streams,
+                "turn_format": planner.turn_format,
+                **_settings_record(planner.resolved_model(), planner.settings),
             },
             "escalation": dataclasses.asdict(self.escalation),
             "review": None
@@ -290,10 +299,10 @@ class Agent:
             },
             "model_executors": {
                 name: {
-                    "model": e.resolved_model().name,
+                    "model": e.resolved_model(self.providers).name,
                     "max_turns": e.max_turns,
                     "step_timeout": e.step_timeout,
-                    **_settings_record(e.resolved_model(), e.settings),
+                    **_settings_record(e.resolved_model(self.providers), e.settings),
                 }
                 for name, e in parts.executors.items()
                 if isinstance(e, ModelExecutor)
@@ -318,7 +327,7 @@ class Agent:
         judge = self.acceptance.judge
         if judge is None:
             return {}
-        model = resolve_model(judge)
+        model = resolve_model(judge, providers=self.providers)
         return {"judge": {"model": model.name, **_settings_record(model, self.acceptance.judge_settings)}}
 
     def start(
@@ -357,11 +366,11 @@ class Agent:
         """Refuse to start, before anything is logged, when ``problems`` or any model's missing API
         key (planner, executors, judge) says the run cannot go on: every problem at once."""
         parts = self._parts
-        models: list[object] = [parts.planner.resolved_model()]
-        models += [e.resolved_model() for e in parts.executors.values() if isinstance(e, ModelExecutor)]
+        models: list[object] = [parts.planner.resolved_model(self.providers)]
+        models += [e.resolved_model(self.providers) for e in parts.executors.values() if isinstance(e, ModelExecutor)]
         judge = self.acceptance.judge
         if judge is not None:
-            models.append(resolve_model(judge) if isinstance(judge, str) else judge)
+            models.append(resolve_model(judge, providers=self.providers) if isinstance(judge, str) else judge)
         problems = problems + missing_keys(models)
         if problems:
             raise UsageError("the run cannot start", problems)
@@ -398,7 +407,14 @@ class Agent:
         if forking and isinstance(first, RunStarted):
             config = self._config({**(metadata or {}), "forked_from": run_id})
         return await replay_log(
-            log, config=config, fork_at=fork_at, fault=fault, faults=faults, store=store, run_id=new_run_id
+            log,
+            config=config,
+            fork_at=fork_at,
+            fault=fault,
+            faults=faults,
+            store=store,
+            run_id=new_run_id,
+            providers=self.providers,
         )
 
     async def resume(self, run_id: str) -> Run:
@@ -445,6 +461,18 @@ class Agent:
             call="Agent.run_sync()",
             instead="agent.run(...)",
         )
+
+
+_Bound = TypeVar("_Bound", Planner, Executor)
+
+
+def _bound(part: _Bound, providers: Providers) -> _Bound:
+    """``part`` as a run uses it: a planner or model executor whose model is a string gets a copy
+    holding the model that string resolves to through ``providers`` (the part's own resolution,
+    so the part and the run share one model object)."""
+    if isinstance(part, Planner | ModelExecutor) and isinstance(part.model, str):
+        return dataclasses.replace(part, model=part.resolved_model(providers))
+    return part
 
 
 def _settings_record(model: Model, settings: ModelSettings) -> dict[str, Any]:

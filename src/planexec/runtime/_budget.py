@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from planexec.errors import Problem, UsageError
+from planexec.errors import BudgetHit, Problem, UsageError
 from planexec.log import BudgetName
 
 if TYPE_CHECKING:
@@ -165,25 +165,3 @@ def used_of(name: BudgetName, state: RunState, now: float) -> float:
 
 def _used(state: RunState, now: float) -> dict[str, float]:
     return {name: used(state, now) for name, used in _USED.items()}
-
-
-class BudgetHit(Exception):
-    """Internal signal: a budget would be exceeded. The run stops with ``budget_exhausted``.
-
-    ``used`` is what the run has actually spent of it; ``needed`` what the refused call or step
-    (and any committed to but not yet logged) would have added.
-    """
-
-    def __init__(self, budget: BudgetName, limit: float, used: float, *, needed: float = 0.0) -> None:
-        self.budget: BudgetName = budget
-        self.limit = limit
-        self.used = used
-        self.needed = needed
-        super().__init__(_describe(budget, limit, used, needed))
-
-
-def _describe(budget: BudgetName, limit: float, used: float, needed: float) -> str:
-    text = f"{budget} budget exhausted: used {used:g} of {limit:g}"
-    if needed and budget in ("cost", "input_tokens"):
-        text += f"; the next call needs about {needed:g} more"
-    return text

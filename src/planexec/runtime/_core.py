@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from planexec.executor import Acceptance, Executor
 from planexec.log import Event, RunState
+from planexec.models import Providers
 from planexec.planner import Planner
 from planexec.runtime._budget import Budget
 from planexec.runtime._settings import AnswerReview, Approvals, Escalation, Limits, RunContext
@@ -38,6 +39,8 @@ class EngineConfig:
     metadata: Mapping[str, Any]
     escalation: Escalation = field(default_factory=Escalation)
     review: AnswerReview | None = None
+    providers: Providers = field(default_factory=Providers.default)
+    """What model calls are charged and which limits they keep to."""
 
 
 class Core(Protocol):

@@ -39,9 +39,9 @@ from planexec.plan import CheckContext, Step
 from planexec.runtime._budget import BudgetHit, used_of
 from planexec.runtime._core import EngineConfig
 from planexec.runtime._humans import Humans
-from planexec.runtime._journal import Journal, JournalFailed
+from planexec.runtime._journal import Journal, _JournalFailed
 from planexec.runtime._model_calls import ModelCalls
-from planexec.runtime._planning import PlanDone, Planning, Stop, crash_stop, error_stop
+from planexec.runtime._planning import PlanDone, Planning, _Stop, crash_stop, error_stop
 from planexec.runtime._policies import PlanKind, PlanningPolicy, policy_of
 from planexec.runtime._recovery import restore
 from planexec.runtime._scheduler import ReadyQueue
@@ -285,13 +285,13 @@ class Engine:
         wall = None if cfg.budget.wall_time is None else max(0.0, cfg.budget.wall_time - self.state.active_time)
         if not self.world.keeps_wall_time:
             wall = None  # the world serves its own wall-time stop
-        stop: Stop | None = None
+        stop: _Stop | None = None
         try:
             async with asyncio.timeout(wall) as deadline:
                 self._deadline = deadline
                 try:
                     await self._loop()
-                except Stop as s:
+                except _Stop as s:
                     stop = s
         except TimeoutError:
             if not deadline.expired():
@@ -310,10 +310,10 @@ class Engine:
             return self.state
         except asyncio.CancelledError:
             await self._shutdown("run cancelled")
-            self._finish(Stop(StopReason(kind="cancelled", detail="the run was cancelled")))
+            self._finish(_Stop(StopReason(kind="cancelled", detail="the run was cancelled")))
             await self._close_journal()
             raise
-        except JournalFailed as e:
+        except _JournalFailed as e:
             stop = error_stop("log_failed", str(e))
         except UsageError as e:
             stop = error_stop("usage", str(e))
@@ -325,7 +325,7 @@ class Engine:
             if self.journal is not None and stop.reason.code != "log_failed":
                 try:
                     await self.journal.flush()  # a run whose log is incomplete cannot report success
-                except JournalFailed as e:
+                except _JournalFailed as e:
                     stop = error_stop("log_failed", str(e))
         except asyncio.CancelledError:  # cancelled while ending: it ended as decided, and its log says so
             self._finish(stop)
@@ -335,7 +335,7 @@ class Engine:
         await self._close_journal()
         return self.state
 
-    async def _out_of_time(self) -> Stop:
+    async def _out_of_time(self) -> _Stop:
         """The wall-time budget ran out: steps under way fail as timed out, and the run stops."""
         limit = self.config.budget.wall_time or 0.0
         running = [sid for sid in self._running if self.state.steps[sid].status == "running"]
@@ -355,7 +355,7 @@ class Engine:
                 )
             )
         detail = f"wall time of {limit:g}s used up"
-        return Stop(StopReason(kind="budget_exhausted", budget="wall_time", detail=detail))
+        return _Stop(StopReason(kind="budget_exhausted", budget="wall_time", detail=detail))
 
     def _started(self) -> RunStarted:
         cfg = self.config
@@ -375,9 +375,9 @@ class Engine:
         """Close the log of a run cancelled before its loop ever ran."""
         if not self.events:
             self.emit(self._started())
-        self._finish(Stop(StopReason(kind="cancelled", detail="the run was cancelled before it started")))
+        self._finish(_Stop(StopReason(kind="cancelled", detail="the run was cancelled before it started")))
 
-    def _finish(self, stop: Stop) -> None:
+    def _finish(self, stop: _Stop) -> None:
         if not self._finished:
             self._finished = True
             self.emit(RunFinished(at=self.now(), stop=stop.reason, answer=stop.answer))
@@ -398,7 +398,7 @@ class Engine:
             return
         try:
             await self.journal.close()
-        except JournalFailed as e:
+        except _JournalFailed as e:
             # The last events could not be saved: the run must not look as if it had ended well.
             last = self.events[-1] if self.events else None
             if isinstance(last, RunFinished):
@@ -415,7 +415,7 @@ class Engine:
             await self._shutdown("", log=False)
             if self.journal is not None:
                 await self.journal.flush()  # the questions must be saved before the process may go
-        except JournalFailed as e:
+        except _JournalFailed as e:
             self._finish(error_stop("log_failed", str(e)))
             await self._close_journal()
             return self.state
@@ -460,7 +460,7 @@ class Engine:
         loop = asyncio.get_running_loop()
         while True:
             if self.journal is not None and self.journal.error is not None:
-                raise JournalFailed(f"the run log could not be written: {self.journal.error}")
+                raise _JournalFailed(f"the run log could not be written: {self.journal.error}")
             self._dispatch()
             if self._budget_blocked is not None and not self._running:
                 self.budget_stop(self._budget_blocked)
@@ -677,7 +677,7 @@ class Engine:
 
     def _route_failure(self, step_id: str, error: StepError) -> None:
         if error.kind == "rejected":
-            raise Stop(StopReason(kind="rejected", detail=f"step {step_id}: {error.message}"))
+            raise _Stop(StopReason(kind="rejected", detail=f"step {step_id}: {error.message}"))
         rec = self.state.steps[step_id]
         if rec.step.tool is not None and rec.args is not None:
             key = canonical_call(rec.step.tool, rec.args)
@@ -691,7 +691,7 @@ class Engine:
 
     def replan_for_failures(self) -> None:
         if self.budget.replans is not None and self.state.replans >= self.budget.replans:
-            raise Stop(
+            raise _Stop(
                 StopReason(
                     kind="max_replans",
                     detail=f"the plan was patched {counted(self.state.replans, 'time')}, the most allowed; "
@@ -704,7 +704,7 @@ class Engine:
 
     def stall(self, rule: StallRule, detail: str) -> None:
         self.emit(StallDetected(at=self.now(), rule=rule, detail=detail))
-        raise Stop(StopReason(kind="stalled", detail=detail))
+        raise _Stop(StopReason(kind="stalled", detail=detail))
 
     def budget_stop(self, hit: BudgetHit) -> None:
         """Stop the run on ``hit``, reporting what the run has actually spent of that budget."""
@@ -713,7 +713,7 @@ class Engine:
             used = round(used, 6)
         final = BudgetHit(hit.budget, hit.limit, used, needed=hit.needed)
         self.emit(BudgetExhaustedEvent(at=self.now(), budget=hit.budget, limit=hit.limit, used=used, needed=hit.needed))
-        raise Stop(StopReason(kind="budget_exhausted", budget=hit.budget, detail=str(final)))
+        raise _Stop(StopReason(kind="budget_exhausted", budget=hit.budget, detail=str(final)))
 
     # -- calls on behalf of the planner and executors ---------------------------------------
 

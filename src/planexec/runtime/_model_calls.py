@@ -1,6 +1,11 @@
 """Model calls on a run's behalf: budgets checked before each, the answer (or the failure)
 logged after, calls in flight counted against the caps, streamed answers passed on as they come,
-and, where the world already knows an answer (a recorded run), that answer instead."""
+and, where the world already knows an answer (a recorded run), that answer instead.
+
+Each call is charged at one price, before and after it alike: the model's own ``price``, else the
+price the agent's :class:`~planexec.models.Providers` has for the model's name. A call to a model
+with neither is charged what the model reports. The call keeps to the limits of the agent's
+providers."""
 
 from __future__ import annotations
 
@@ -29,12 +34,13 @@ from planexec.models import (
     ToolCall,
     Usage,
     cancelled_for_real,
+    cost_of,
     estimate_tokens,
-    price_for,
+    use_providers,
 )
 from planexec.plan import Step
 from planexec.runtime._core import Core
-from planexec.runtime._world import RecordedError
+from planexec.runtime._world import _RecordedError
 
 __all__ = ["ModelCalls"]
 
@@ -105,9 +111,9 @@ class ModelCalls:
         Calls in flight count against the budgets, so calls made at once cannot overrun a cap.
         """
         engine = self._engine
+        providers = engine.config.providers
         estimate = _input_tokens(model, request)
-        price = getattr(model, "price", None)
-        price = price if isinstance(price, Price) else price_for(model.name)
+        price = providers.price_of(model)
         estimated_cost = estimate * price.input / 1e6 if price is not None else 0.0
         output = request.settings.max_tokens or OUTPUT_RESERVE
         output_cost = output * price.output / 1e6 if price is not None else 0.0
@@ -123,7 +129,7 @@ class ModelCalls:
         )
         try:
             known = await engine.world.model_answer(role, request.purpose, step_id, on_step)
-        except RecordedError as e:
+        except _RecordedError as e:
             if role != "executor":
                 raise
             raise StepFailure(StepError(kind="executor", message=f"the model failed: {e}")) from None
@@ -137,7 +143,9 @@ class ModelCalls:
         self._model_output_in_flight += output
         error: Exception | None = None
         try:
-            response = accepted(await (send or model.request)(request), engine.config.limits.max_reply_chars, model)
+            with use_providers(providers):
+                answer = await (send or model.request)(request)
+            response = accepted(answer, engine.config.limits.max_reply_chars, model)
         except Exception as e:
             error = e
         except BaseException as e:  # a real cancellation goes on; anything else a model raises is a crash
@@ -165,8 +173,20 @@ class ModelCalls:
             raise StepFailure(
                 StepError(kind="executor", message=f"the model failed: {type(error).__name__}: {error}")
             ) from error
-        engine.emit(replace(record, response=response, usage=response.usage, cost=response.cost or 0.0))
+        cost = _charged(model, response, price)
+        if cost != response.cost:
+            response = replace(response, cost=cost)
+        engine.emit(replace(record, response=response, usage=response.usage, cost=cost))
         return response
+
+
+def _charged(model: Model, response: ModelResponse, price: Price | None) -> float:
+    """What a call is charged: at ``price`` (the one its budget check used), unless that is the
+    model's own price, with which the model has costed its answer itself; at what the model reports
+    when no price is known."""
+    if price is None or isinstance(getattr(model, "price", None), Price):
+        return response.cost or 0.0
+    return cost_of(response.usage, price) or 0.0
 
 
 def accepted(response: ModelResponse, max_chars: int, model: Model) -> ModelResponse:

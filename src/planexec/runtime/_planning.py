@@ -62,14 +62,14 @@ from planexec.planner import (
 from planexec.runtime._budget import BudgetHit
 from planexec.runtime._core import Core
 from planexec.runtime._humans import Humans
-from planexec.runtime._journal import JournalFailed
+from planexec.runtime._journal import _JournalFailed
 from planexec.runtime._policies import PlanKind, PlanningPolicy
 from planexec.runtime._scheduler import ReadyQueue
 from planexec.runtime._settings import AnswerCheck, ApprovalDecision, ApprovalRequest
-from planexec.runtime._world import RecordedError
+from planexec.runtime._world import _RecordedError
 from planexec.tools import ToolCrashed, run_in_thread
 
-__all__ = ["PlanDone", "Planning", "Stop", "crash_stop", "error_stop"]
+__all__ = ["PlanDone", "Planning", "crash_stop", "error_stop"]
 
 
 class _Loop(Core, Protocol):
@@ -115,7 +115,7 @@ class _Loop(Core, Protocol):
     ) -> ModelResponse: ...
 
 
-class Stop(Exception):
+class _Stop(Exception):
     """Internal signal: the run ends with ``reason`` (and ``answer`` when the goal was met)."""
 
     def __init__(self, reason: StopReason, answer: str | None = None) -> None:
@@ -124,28 +124,28 @@ class Stop(Exception):
         super().__init__(str(reason))
 
 
-def error_stop(code: ErrorCode, detail: str) -> Stop:
+def error_stop(code: ErrorCode, detail: str) -> _Stop:
     """The signal that ends a run with an error of kind ``code``."""
-    return Stop(StopReason(kind="error", code=code, detail=detail))
+    return _Stop(StopReason(kind="error", code=code, detail=detail))
 
 
-def crash_stop(crash: BaseException, *, planner: bool = False, problems: str = "") -> Stop:
+def crash_stop(crash: BaseException, *, planner: bool = False, problems: str = "") -> _Stop:
     """The stop for an error a planning round or a step could not route: its code says whose it was.
 
     ``problems``: what was wrong with the planner's last answers in the round, when any was
     refused: the root cause, named before whatever failed after it."""
-    if planner and problems and not isinstance(crash, JournalFailed | ToolCrashed | ModelCrashed):
-        text = str(crash) if isinstance(crash, RecordedError) else f"{type(crash).__name__}: {crash}"
+    if planner and problems and not isinstance(crash, _JournalFailed | ToolCrashed | ModelCrashed):
+        text = str(crash) if isinstance(crash, _RecordedError) else f"{type(crash).__name__}: {crash}"
         return error_stop("planner_output", f"the planner's output kept failing its checks: {problems} (then: {text})")
     code: ErrorCode
-    if isinstance(crash, JournalFailed):
+    if isinstance(crash, _JournalFailed):
         code = "log_failed"
     elif isinstance(crash, ToolCrashed):
         code = "tool_crashed"
     elif isinstance(crash, ModelCrashed):
         code = "model_crashed"
     elif planner:
-        text = str(crash) if isinstance(crash, RecordedError) else f"{type(crash).__name__}: {crash}"
+        text = str(crash) if isinstance(crash, _RecordedError) else f"{type(crash).__name__}: {crash}"
         return error_stop("planner_failed", f"the planner failed: {text}")
     elif isinstance(crash, UsageError):
         code = "usage"
@@ -482,7 +482,8 @@ class Planning:
             settings=review.judge_settings,
             purpose="answer_review",
         )
-        response = await engine.call_model("judge", resolve_model(review.judge), request, None)
+        judge = resolve_model(review.judge, providers=engine.config.providers)
+        response = await engine.call_model("judge", judge, request, None)
         parsed = response.parsed
         if not isinstance(parsed, dict) or not isinstance(parsed.get("passed"), bool):
             return (f"the judge's reply was unreadable: {response.text[:200]!r}",)
@@ -526,22 +527,22 @@ class Planning:
             self._gave_up(done.gave_up)
         if done.escalated is not None:
             code = done.escalated.code
-            raise Stop(StopReason(kind="escalated", code=code, detail=done.escalated.detail))  # type: ignore[arg-type]
+            raise _Stop(StopReason(kind="escalated", code=code, detail=done.escalated.detail))  # type: ignore[arg-type]
         if done.refused is not None:
             self._refused(done)
             return
         if done.rejected is not None:
-            raise Stop(StopReason(kind="rejected", detail=f"a human rejected the plan: {done.rejected}"))
+            raise _Stop(StopReason(kind="rejected", detail=f"a human rejected the plan: {done.rejected}"))
         result = done.result
         if isinstance(result, str):
             if self._news_before_answer():
                 return
-            raise Stop(StopReason(kind="goal_met", detail="the planner gave the final answer"), answer=result)
+            raise _Stop(StopReason(kind="goal_met", detail="the planner gave the final answer"), answer=result)
         if isinstance(result, Turn):
             if result.stop:
                 if self._news_before_answer():
                     return
-                raise Stop(StopReason(kind="goal_met", detail=result.thought or "the planner stopped"), result.answer)
+                raise _Stop(StopReason(kind="goal_met", detail=result.thought or "the planner stopped"), result.answer)
             assert result.step is not None
             trigger: PlanTrigger = (
                 "initial"
@@ -618,7 +619,7 @@ class Planning:
         why = "; ".join(done.refused)
         if refusals >= review.max_rounds:
             detail = f"the final answer was refused {counted(refusals, 'time')}, the most allowed: {why}"
-            raise Stop(StopReason(kind="escalated", code="answer_rejected", detail=detail))
+            raise _Stop(StopReason(kind="escalated", code="answer_rejected", detail=detail))
         kind = engine.policy.round_after("answer_refused")
         self.start(kind, f"the final answer was refused: {why}")
 
@@ -633,7 +634,7 @@ class Planning:
                     at=engine.now(), budget="steps", limit=limit, used=engine.state.steps_started, needed=0.0
                 )
             )
-            raise Stop(StopReason(kind="budget_exhausted", budget="steps", detail=step_budget[0].message))
+            raise _Stop(StopReason(kind="budget_exhausted", budget="steps", detail=step_budget[0].message))
         repairs = engine.config.planner.max_repairs
         detail = f"the planner's output was still invalid after {counted(repairs, 'repair')}: " + "; ".join(
             map(str, problems)

@@ -40,21 +40,21 @@ from planexec.log import (
 )
 from planexec.models import ModelCrashed, ModelResponse
 from planexec.runtime._budget import BudgetHit
-from planexec.runtime._world import Outlet, RecordedError, StepOutcome
+from planexec.runtime._world import Outlet, StepOutcome, _RecordedError
 
 if TYPE_CHECKING:
     from planexec.faults import FaultProfile, FaultyModel
     from planexec.plan import Step
     from planexec.runtime._settings import RunContext
 
-__all__ = ["Divergence", "Fault", "RecordedWorld"]
+__all__ = ["Fault", "RecordedWorld"]
 
 WATCHDOG_SECONDS = 5.0
 """A replay serves everything at once; a log position that does not move for this long means the
 engine took another path than the log."""
 
 
-class Divergence(Exception):
+class _Divergence(Exception):
     """The engine decided something other than what the log records."""
 
     def __init__(self, index: int, expected: Event | None, got: Event | None) -> None:
@@ -90,7 +90,7 @@ class RecordedWorld:
     wrappers: dict[str, FaultyModel] = field(default_factory=dict)
     """The live models, by role, wrapped with ``faults``: told where the replay left off."""
     cursor: int = 0
-    divergence: Divergence | None = None
+    divergence: _Divergence | None = None
     abort: Callable[[], None] | None = None
     """Called once, on the first divergence: the driver stops the engine."""
     _outlet: Outlet | None = None
@@ -163,12 +163,12 @@ class RecordedWorld:
             return
         expected = self.log[self.cursor]
         if not _same(expected, event, forked=self.forking):
-            self._diverged(Divergence(self.cursor, expected, event))
+            self._diverged(_Divergence(self.cursor, expected, event))
             return
         self.cursor += 1
         self._notify()
 
-    def _diverged(self, divergence: Divergence) -> None:
+    def _diverged(self, divergence: _Divergence) -> None:
         if self.divergence is None:
             self.divergence = divergence
             if self.abort is not None:
@@ -195,7 +195,7 @@ class RecordedWorld:
                         await self._moved.wait()
                 except TimeoutError:
                     expected = self.log[self.cursor] if self.cursor < len(self.log) else None
-                    self._diverged(Divergence(self.cursor, expected, None))
+                    self._diverged(_Divergence(self.cursor, expected, None))
                     assert self.divergence is not None
                     raise self.divergence from None
 
@@ -238,7 +238,7 @@ class RecordedWorld:
     async def model_answer(
         self, role: str, purpose: str, step_id: str | None, on_step: Callable[[Step], None] | None
     ) -> ModelResponse | None:
-        """The recorded answer (raising :class:`RecordedError` for a recorded failure), or None
+        """The recorded answer (raising ``_RecordedError`` for a recorded failure), or None
         once the run goes on live."""
         if self.live or self._goes_live_for_model(role, purpose):
             return None
@@ -255,7 +255,7 @@ class RecordedWorld:
                 before = self.cursor
                 on_step(event.step)
                 if self.cursor == before:  # the engine did not take it where the recorded run did
-                    self._diverged(Divergence(self.cursor, event, None))
+                    self._diverged(_Divergence(self.cursor, event, None))
                 continue
             break
         assert isinstance(event, ModelCalled)
@@ -264,7 +264,7 @@ class RecordedWorld:
             error = event.error or "the model failed"
             if error.startswith(_CRASHED):  # the run stopped on it: it stops the replay the same way
                 raise ModelCrashed(event.model, None, message=error.removeprefix(_CRASHED))
-            raise RecordedError(error)
+            raise _RecordedError(error)
         return event.response
 
     async def step_outcome(self, step: Step) -> StepOutcome | None:
@@ -354,7 +354,7 @@ class RecordedWorld:
 
         try:
             await self._until(lambda e: external(e) or isinstance(e, RunResumed))
-        except Divergence:
+        except _Divergence:
             return  # the engine reports it
         outlet.end(self.log[self.cursor :])
 

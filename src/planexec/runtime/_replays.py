@@ -14,7 +14,7 @@ from planexec._util.plural import counted
 from planexec.errors import UsageError
 from planexec.executor import Acceptance, Executor, ModelExecutor, ToolExecutor
 from planexec.log import ApprovalDecided, Event, RunStarted
-from planexec.models import ModelRequest, ModelResponse, ModelSettings, StreamDelta
+from planexec.models import ModelRequest, ModelResponse, ModelSettings, Providers, StreamDelta
 from planexec.planner import Planner
 from planexec.runtime._budget import Budget
 from planexec.runtime._core import EngineConfig
@@ -208,9 +208,12 @@ async def replay_log(
     faults: FaultProfile | None = None,
     store: RunStore | None = None,
     run_id: str | None = None,
+    providers: Providers | None = None,
 ) -> ReplayReport:
     """Replay ``log``. With ``fork_at`` or ``fault``, ``config`` (an agent's live set-up) takes
-    over from the fork point and the new run ``run_id`` is written to ``store``."""
+    over from the fork point and the new run ``run_id`` is written to ``store``. ``providers``:
+    the prices a replay checks the cost budget with, as the recorded run did (a fork uses its
+    ``config``'s; None: ``Providers.default()``)."""
     events = list(log)
     if not events or not isinstance(events[0], RunStarted):
         raise UsageError("a log to replay must begin with run_started")
@@ -220,6 +223,8 @@ async def replay_log(
         raise UsageError(f"fork_at must be from 1 to {len(events)} (the number of events to keep)")
     if not forking:
         config = recorded_config(first)
+        if providers is not None:
+            config = replace(config, providers=providers)
     elif config is None:
         raise UsageError("a fork goes on live: it needs an agent's models and tools")
     replayer = RecordedWorld(log=events, context=config.context, fork_at=fork_at, fault=fault)

@@ -15,7 +15,7 @@ from planexec.models import ModelCrashed, cancelled_for_real
 from planexec.plan import BindingError, Step
 from planexec.runtime._budget import BudgetHit
 from planexec.runtime._humans import Humans
-from planexec.runtime._journal import Journal, JournalFailed
+from planexec.runtime._journal import Journal, _JournalFailed
 from planexec.runtime._planning import Planning
 from planexec.runtime._step_context import StepCtx, StepLoop
 from planexec.runtime._world import StepOutcome
@@ -117,7 +117,9 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
                     raise StepFailure(StepError(kind="invalid_output", message=message, problems=(problem,)))
             acceptance = engine.config.acceptance
             done.verdict = (
-                await acceptance.verdict(step, done.output, ctx) if acceptance.checks_anything(step) else PASSED
+                await acceptance.verdict(step, done.output, ctx, providers=engine.config.providers)
+                if acceptance.checks_anything(step)
+                else PASSED
             )
             done.confidence = ctx.confidence
             if done.verdict is None or done.verdict.passed or retries <= 0:
@@ -143,7 +145,7 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
         done.error = f.error
     except BudgetHit as hit:
         done.budget = hit
-    except (UsageError, JournalFailed, ToolCrashed, ModelCrashed) as e:
+    except (UsageError, _JournalFailed, ToolCrashed, ModelCrashed) as e:
         done.crash = e
     except Exception as e:
         done.error = StepError(kind="tool_error", message=f"{type(e).__name__}: {e}")

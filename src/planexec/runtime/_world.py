@@ -25,7 +25,7 @@ from planexec.runtime._budget import BudgetHit
 if TYPE_CHECKING:
     from planexec.runtime._settings import RunContext
 
-__all__ = ["LiveWorld", "Outlet", "RecordedError", "StepOutcome", "World"]
+__all__ = ["LiveWorld", "Outlet", "StepOutcome", "World"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -45,7 +45,7 @@ class Outlet:
     idempotency_key: Callable[[Step], str]
 
 
-class RecordedError(Exception):
+class _RecordedError(Exception):
     """A model call that failed when the run was recorded; ``str`` is the recorded text."""
 
 

@@ -116,28 +116,28 @@ def _non_json_float(value: Any, path: str) -> tuple[str, float] | None:
 def decode_event(data: str | bytes | dict[str, Any]) -> Event:
     """The event stored as ``data`` (JSON text, UTF-8 bytes, or already-parsed JSON).
 
-    Raises :class:`Unreadable` (a ``ValueError``) saying why when it cannot be read.
+    Raises ``_Unreadable`` (a ``ValueError``) saying why when it cannot be read.
     """
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise Unreadable("damaged", f"its text is not UTF-8 (byte {e.start})") from None
+            raise _Unreadable("damaged", f"its text is not UTF-8 (byte {e.start})") from None
     if isinstance(data, str):
         try:
             data = json.loads(data)
         except json.JSONDecodeError as e:
-            raise Unreadable("damaged", f"its JSON text is damaged: {e.msg} at character {e.pos}") from None
+            raise _Unreadable("damaged", f"its JSON text is damaged: {e.msg} at character {e.pos}") from None
         except RecursionError:
-            raise Unreadable("damaged", "its JSON text is nested too deeply") from None
+            raise _Unreadable("damaged", "its JSON text is nested too deeply") from None
     if not isinstance(data, dict) or not isinstance(data.get("event"), dict):
-        raise Unreadable("damaged", 'it is not an event envelope ({"v": …, "event": {…}})')
+        raise _Unreadable("damaged", 'it is not an event envelope ({"v": …, "event": {…}})')
     version = data.get("v")
     if version not in READABLE_VERSIONS:
         readable = ", ".join(map(str, READABLE_VERSIONS))
         newer = isinstance(version, int) and not isinstance(version, bool) and version > max(READABLE_VERSIONS)
         hint = ": it was written by a newer planexec; upgrade planexec to read it" if newer else ""
-        raise Unreadable(
+        raise _Unreadable(
             "unknown_version", f"event schema version {version!r} is not one this planexec reads ({readable}){hint}"
         )
     try:
@@ -146,21 +146,21 @@ def decode_event(data: str | bytes | dict[str, Any]) -> Event:
         raise _invalid(data["event"], e) from None
 
 
-def _invalid(event: dict[str, Any], error: ValidationError) -> Unreadable:
+def _invalid(event: dict[str, Any], error: ValidationError) -> _Unreadable:
     kind = event.get("kind")
     errors = error.errors(include_url=False, include_input=False)
     if errors and errors[0]["type"] == "union_tag_invalid":
-        return Unreadable("unknown_kind", f"unknown event kind {kind!r} (written by a newer planexec?)")
+        return _Unreadable("unknown_kind", f"unknown event kind {kind!r} (written by a newer planexec?)")
     if errors and errors[0]["type"] == "union_tag_not_found":
-        return Unreadable("damaged", "the event has no kind")
+        return _Unreadable("damaged", "the event has no kind")
     first = errors[0] if errors else None
     where = ".".join(str(p) for p in first["loc"][1:]) if first else ""
     detail = f"{where}: {first['msg']}" if first and where else first["msg"] if first else str(error)
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return Unreadable("invalid_event", f"invalid {kind} event: {detail}{more}")
+    return _Unreadable("invalid_event", f"invalid {kind} event: {detail}{more}")
 
 
-class Unreadable(ValueError):
+class _Unreadable(ValueError):
     """Why one stored event cannot be read: a stable code and a message."""
 
     def __init__(self, code: str, message: str) -> None:
@@ -193,7 +193,7 @@ def decode_log(
         expected = seq + 1
         try:
             events.append(StoredEvent(seq=seq, event=decode_event(data)))
-        except Unreadable as e:
+        except _Unreadable as e:
             problems.append(Problem(code=e.code, where=f"event {seq}", message=e.message))
     if last is not None and last >= expected:
         problems.append(_missing(expected, last))

@@ -55,8 +55,8 @@ from planexec.log import Event
 from planexec.store._base import AppendConflict, RunStatus, RunSummary, StoredEvent
 from planexec.store._codec import decode_log, encode_events
 from planexec.store._common import StoreBase, check_list_args, check_run_id, check_schema_version, list_runs_sql
-from planexec.store._failures import Damaged, Secrets, describe, store_failure
-from planexec.store._pgconn import Pool, TimedOut, guarded, seconds, statement_timeout_of, url_seconds
+from planexec.store._failures import Secrets, _Damaged, describe, store_failure
+from planexec.store._pgconn import Pool, _TimedOut, guarded, seconds, statement_timeout_of, url_seconds
 from planexec.store._redact import Redactor
 from planexec.store._summary import SUMMARY_COLUMNS, state_from_row, summarize, summary_row
 
@@ -204,12 +204,12 @@ class PostgresStore(StoreBase):
                     return await work(conn)
 
                 return await guarded(conn, deadline, prepared, limit)
-        except TimedOut as e:
+        except _TimedOut as e:
             raise self._failure(doing, str(e)) from None
         except psycopg.errors.QueryCanceled as e:
             raise self._failure(doing, f"the server cancelled a statement ({limit}): {describe(e)}") from None
-        except (psycopg.Error, OSError, Damaged) as e:
-            raise self._failure(doing, str(e) if isinstance(e, Damaged) else describe(e)) from None
+        except (psycopg.Error, OSError, _Damaged) as e:
+            raise self._failure(doing, str(e) if isinstance(e, _Damaged) else describe(e)) from None
 
     async def _prepare(self, conn: AsyncConnection[Any], deadline: float, limit: str) -> None:
         """Set a new connection's server-side statement_timeout; create the tables on first use."""
@@ -227,7 +227,7 @@ class PostgresStore(StoreBase):
         except TimeoutError:
             if not waiting.expired():
                 raise
-            raise TimedOut(f"another call was still creating the tables after {limit}") from None
+            raise _TimedOut(f"another call was still creating the tables after {limit}") from None
         try:
             if not self._ready:
                 await _migrate(conn)

@@ -12,7 +12,7 @@ import jsonschema
 
 from planexec._util.json_schema import validator_for
 from planexec._util.tasks import abandon
-from planexec.errors import Problem, ToolDefinitionError, TransientToolError
+from planexec.errors import OutputNotJSON, Problem, ToolCrashed, ToolDefinitionError, TransientToolError
 
 __all__ = ["ArgsValidator", "OutputNotJSON", "RetryPolicy", "Tool", "ToolContext", "ToolCrashed", "call_with_timeout"]
 
@@ -187,22 +187,6 @@ def _output_schema_validator(schema: Mapping[str, Any]) -> Callable[[Any], Any]:
         return output
 
     return validate
-
-
-class OutputNotJSON(ValueError):
-    """A tool's output is not JSON data and cannot be made into it without changing it."""
-
-
-class ToolCrashed(Exception):
-    """A tool raised something that is not an ordinary error: ``KeyboardInterrupt``, ``SystemExit``,
-    ``GeneratorExit``, a bare ``BaseException``, or a ``CancelledError`` of its own (nobody had
-    cancelled it). The run stops with an error that names the tool."""
-
-    def __init__(self, tool: str, error: BaseException) -> None:
-        self.tool = tool
-        self.error = error
-        detail = f": {error}" if str(error) else ""
-        super().__init__(f"tool {tool} raised {type(error).__name__}{detail}")
 
 
 def _crash(tool: Tool, error: BaseException) -> BaseException:
