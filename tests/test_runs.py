@@ -350,3 +350,25 @@ async def test_what_is_not_a_run_id_is_refused_before_the_store_is_asked(store: 
             await call()
         assert [p.code for p in caught.value.problems] == ["run_id"]
         assert len(str(caught.value)) < 300  # a huge id is not echoed back whole
+
+
+async def test_a_spec_resolves_its_model_strings_through_the_providers_given(
+    tmp_path: Path, tools_ref: str, store: SQLiteStore
+) -> None:
+    from planexec.models import Providers
+    from planexec.testing import ScriptedModel
+
+    made: list[str] = []
+
+    def house_models(name: str) -> ScriptedModel:
+        made.append(name)
+        return ScriptedModel([PLAN, FINAL], name=f"house:{name}")
+
+    spec = AgentSpec(planner="house:planner-v2", tools=(tools_ref,), cwd=str(tmp_path)).recorded()
+    with pytest.raises(UsageError) as unknown:
+        build_agent(spec, store=store)  # the default providers know no "house"
+    assert [p.where for p in unknown.value.problems] == ["planner"]
+    providers = Providers.default().with_provider("house", house_models)
+    result = await build_agent(spec, store=store, providers=providers).start("go", metadata=spec.metadata()).result()
+    assert result.answer == "published 5"
+    assert made == ["planner-v2"]

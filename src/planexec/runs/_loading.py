@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from planexec._util.strict_json import loads as strict_loads
 from planexec.errors import UsageError
-from planexec.models import Model, ModelSettings, resolve_model
+from planexec.models import Model, ModelSettings, Providers, resolve_model
 from planexec.runs._problems import Problems
 from planexec.runtime import Budget
 from planexec.tools import Tool, Toolset
@@ -198,11 +198,12 @@ def importable(directory: str) -> None:
         sys.path.append(directory)
 
 
-def load_model(where: str, spec: str, problems: Problems) -> Model | None:
-    """A model from a model string (``scripted:replies.json``, ``object:pkg.module:attr``, …)."""
+def load_model(where: str, spec: str, problems: Problems, providers: Providers | None = None) -> Model | None:
+    """A model from a model string (``scripted:replies.json``, ``object:pkg.module:attr``, …),
+    resolved through ``providers`` (the default ones when None)."""
     _importable_here()
     try:
-        return resolve_model(spec)
+        return resolve_model(spec, providers=providers)
     except UsageError as e:
         problems.add_usage_error(where, e)
     except Exception as e:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from planexec.log import Event, RunStarted, RunState
+from planexec.models import Providers
 from planexec.runs._spec import AgentSpec, build_agent, recorded_spec
 from planexec.runs._stored import load_run
 from planexec.runtime import Approvals, Run
@@ -29,12 +30,14 @@ async def resume(
     approvals: Approvals | None = None,
     change: Callable[[AgentSpec], AgentSpec] | None = None,
     log: list[Event] | None = None,
+    providers: Providers | None = None,
 ) -> Run:
     """Go on with run ``run_id`` in this process, the agent rebuilt from the spec it recorded.
 
     ``change`` turns the recorded spec into the one to use (e.g. another model string); scripted
     models the run recorded skip the replies the run already used. ``approvals`` default to
-    questions saved in the log. A finished run is returned as it is. Raises
+    questions saved in the log; ``providers`` resolve, charge and limit its models (the default ones
+    when None). A finished run is returned as it is. Raises
     :class:`~planexec.UsageError` listing every problem (an unknown run, a spec that cannot be
     built, tools the run used that are missing).
     """
@@ -50,5 +53,6 @@ async def resume(
         recorded=recorded,
         used=events,
         needs_tools=first.tools,
+        providers=providers,
     )
     return await agent.resume(run_id)

@@ -16,7 +16,7 @@ from typing import Any, cast
 from planexec.errors import Problem, UsageError
 from planexec.executor import ModelExecutor
 from planexec.log import Event, RunStarted
-from planexec.models import Model, ModelSettings, missing_keys, unsupported_settings
+from planexec.models import Model, ModelSettings, Providers, missing_keys, unsupported_settings
 from planexec.planner import Planner, PolicyName, ReplanPolicy, TurnFormat
 from planexec.runs._loading import (
     importable,
@@ -293,10 +293,17 @@ async def recorded_spec(store: RunStore, first: RunStarted) -> Recorded:
 
 
 def _model(
-    where: str, spec: str, *, role: str, recorded: str | None, used: Sequence[Event], problems: Problems
+    where: str,
+    spec: str,
+    *,
+    role: str,
+    recorded: str | None,
+    used: Sequence[Event],
+    problems: Problems,
+    providers: Providers | None,
 ) -> Model | None:
     """The model ``spec`` names; a scripted model the run recorded skips the replies it used."""
-    model = load_model(where, spec, problems)
+    model = load_model(where, spec, problems, providers)
     for missing in missing_keys([model]):
         problems.add(where, str(missing))
     if model is None or recorded is None or absolute_model_string(spec) != recorded:
@@ -312,9 +319,11 @@ def build_agent(
     recorded: Recorded | None = None,
     used: Sequence[Event] = (),
     needs_tools: Sequence[str] = (),
+    providers: Providers | None = None,
 ) -> Agent:
     """The agent ``spec`` describes, logging to ``store``; raises :class:`~planexec.UsageError`
-    listing every problem (those of ``recorded`` first).
+    listing every problem (those of ``recorded`` first). Model strings are resolved through
+    ``providers`` (the default ones when None), which the agent also charges and limits by.
 
     ``recorded``: what the run recorded, when picking a run up; a scripted model it names skips
     the replies the events ``used`` show it gave. ``needs_tools``: tools the run used.
@@ -330,7 +339,7 @@ def build_agent(
     step_timeout = parse_seconds("step_timeout", spec.step_timeout, problems)
     turn_format = parse_choice("turn_format", spec.rules.get("turn_format", "nested"), TURN_FORMATS, problems)
     escalation = _escalation(spec.rules, problems)
-    review = _review(spec.rules, problems)
+    review = _review(spec.rules, problems, providers)
     if spec.executor is None:
         for where, given in (("executor_settings", bool(spec.executor_settings)), ("step_timeout", bool(step_timeout))):
             if given:
@@ -342,7 +351,13 @@ def build_agent(
         problems.add("planner", f"{needed}, e.g. scripted:replies.json")
     else:
         planner = _model(
-            "planner", spec.planner, role="planner", recorded=own.planner if own else None, used=used, problems=problems
+            "planner",
+            spec.planner,
+            role="planner",
+            recorded=own.planner if own else None,
+            used=used,
+            problems=problems,
+            providers=providers,
         )
     executor = None
     if spec.executor is not None:
@@ -353,6 +368,7 @@ def build_agent(
             recorded=own.executor if own else None,
             used=used,
             problems=problems,
+            providers=providers,
         )
     before = len(problems)
     tools = load_tools(spec.tools, problems)
@@ -389,6 +405,7 @@ def build_agent(
             store=store,
             escalation=escalation,
             review=review,
+            providers=providers,
         )
     except UsageError as e:
         problems.add_usage_error("", e)
@@ -423,7 +440,7 @@ def _escalation(rules: Mapping[str, Any], problems: Problems) -> Escalation | No
     )
 
 
-def _review(rules: Mapping[str, Any], problems: Problems) -> AnswerReview | None:
+def _review(rules: Mapping[str, Any], problems: Problems, providers: Providers | None) -> AnswerReview | None:
     """The final answer's review the rules give; None when they give none."""
     keys = ("review_checks", "review_rubric", "review_items", "judge", "review_rounds")
     if not any(key in rules for key in keys):
@@ -431,7 +448,7 @@ def _review(rules: Mapping[str, Any], problems: Problems) -> AnswerReview | None
     before = len(problems)
     checks = load_checks(tuple(rules.get("review_checks", ())), problems)
     judge = rules.get("judge")
-    judge_model = load_model("judge", judge, problems) if judge is not None else None
+    judge_model = load_model("judge", judge, problems, providers) if judge is not None else None
     if judge_model is not None:
         for missing in missing_keys([judge_model]):
             problems.add("judge", str(missing))
