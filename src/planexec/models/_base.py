@@ -109,6 +109,8 @@ class Usage:
     output_tokens: int = 0
     cached_input_tokens: int = 0
     requests: int = 0
+    reasoning_tokens: int = 0
+    """Of ``output_tokens``, those a reasoning model spent thinking (where the provider reports them)."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -116,6 +118,7 @@ class Usage:
             output_tokens=self.output_tokens + other.output_tokens,
             cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
             requests=self.requests + other.requests,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 
     @property

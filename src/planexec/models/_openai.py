@@ -360,10 +360,12 @@ class OpenAIModel:
             refusal = "the provider's content filter stopped the reply"
         if state.usage is not None:
             details = state.usage.prompt_tokens_details
+            thought = state.usage.completion_tokens_details
             usage = Usage(
                 input_tokens=state.usage.prompt_tokens,
                 output_tokens=state.usage.completion_tokens,
                 cached_input_tokens=(details.cached_tokens or 0) if details is not None else 0,
+                reasoning_tokens=(thought.reasoning_tokens or 0) if thought is not None else 0,
                 requests=1,
             )
         else:
