@@ -1,11 +1,13 @@
 """Models: the neutral interface, ``provider:name`` strings, provider adapters, and the shipped
-test doubles. ``OpenAIModel`` is imported on first use: it needs the ``openai`` extra.
+test doubles. ``OpenAIModel`` and ``OpenAIResponsesModel`` are imported on first use: they need the
+``openai`` extra.
 
 Which providers model strings resolve through, what calls cost and how many calls each provider
 takes at once is one immutable value, :class:`Providers`, passed explicitly (``Agent(...,
 providers=...)``, ``resolve_model(spec, providers=...)``); ``Providers.default()`` is the built-in
 set. Nothing here is configured process-wide."""
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from planexec.models._anthropic import AnthropicModel
@@ -38,6 +40,7 @@ from planexec.models._settings import REASONING_EFFORTS, ReasoningEffort, unsupp
 
 if TYPE_CHECKING:
     from planexec.models._openai import OpenAIModel
+    from planexec.models._openai_responses import OpenAIResponsesModel
 
 from planexec.models._base import FinishReason, ModelCrashed, cancelled_for_real
 from planexec.models._keys import missing_keys
@@ -60,6 +63,7 @@ __all__ = [
     "ModelSettings",
     "NotSupported",
     "OpenAIModel",
+    "OpenAIResponsesModel",
     "OutputSpec",
     "Price",
     "ProviderLimits",
@@ -95,13 +99,19 @@ __all__ = [
 ]
 
 
+_NEED_THE_OPENAI_SDK = {
+    "OpenAIModel": "planexec.models._openai",
+    "OpenAIResponsesModel": "planexec.models._openai_responses",
+}
+
+
 def __getattr__(name: str) -> Any:
-    if name == "OpenAIModel":
+    module = _NEED_THE_OPENAI_SDK.get(name)
+    if module is not None:
         try:
-            from planexec.models._openai import OpenAIModel
+            return getattr(importlib.import_module(module), name)
         except ModuleNotFoundError as e:
             from planexec._util.extras import install_hint
 
-            raise ImportError(f"OpenAIModel needs the OpenAI SDK: {install_hint('openai')} ({e})") from e
-        return OpenAIModel
+            raise ImportError(f"{name} needs the OpenAI SDK: {install_hint('openai')} ({e})") from e
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

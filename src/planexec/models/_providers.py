@@ -57,9 +57,9 @@ class Providers:
 
     @classmethod
     def default(cls) -> Providers:
-        """The built-in providers (``scripted``, ``object``, ``openai``, ``ollama``, ``vllm``,
-        ``lmstudio``, ``llamacpp``, ``openai-compatible``, ``anthropic``), the built-in price table,
-        and no limits."""
+        """The built-in providers (``scripted``, ``object``, ``openai``, ``openai-responses``,
+        ``ollama``, ``vllm``, ``lmstudio``, ``llamacpp``, ``openai-compatible``, ``anthropic``), the
+        built-in price table, and no limits."""
         return _DEFAULT
 
     def _with(self, **changed: Mapping[str, Any]) -> Providers:

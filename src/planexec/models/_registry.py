@@ -12,7 +12,8 @@ Built in:
   ``ANTHROPIC_API_KEY``, the base URL from ``ANTHROPIC_BASE_URL`` when set.
 
 and ``openai:``, ``ollama:``, ``vllm:``, ``lmstudio:``, ``llamacpp:`` and ``openai-compatible:``
-(see :mod:`planexec.models._openai`). ``A | B`` is an ordered fallback list of any of these.
+(see :mod:`planexec.models._openai`), and ``openai-responses:`` (OpenAI's Responses API, see
+:mod:`planexec.models._openai_responses`). ``A | B`` is an ordered fallback list of any of these.
 
 These are the factories of ``Providers.default()``; more are added to a
 :class:`~planexec.models.Providers` value with ``with_provider``.
@@ -103,6 +104,10 @@ def _openai_family(provider: str) -> ProviderFactory:
 
     def factory(rest: str) -> Model:
         try:
+            if provider == "openai-responses":
+                from planexec.models._openai_responses import OpenAIResponsesModel
+
+                return OpenAIResponsesModel(rest)
             from planexec.models._openai import model_from_string
         except ModuleNotFoundError as e:
             if (e.name or "").split(".")[0] not in ("openai", "httpx2", "httpx"):
@@ -116,7 +121,7 @@ def _openai_family(provider: str) -> ProviderFactory:
     return factory
 
 
-_OPENAI_FAMILY = ("openai", "ollama", "vllm", "lmstudio", "llamacpp", "openai-compatible")
+_OPENAI_FAMILY = ("openai", "openai-responses", "ollama", "vllm", "lmstudio", "llamacpp", "openai-compatible")
 
 BUILT_IN_PROVIDERS: Mapping[str, ProviderFactory] = MappingProxyType(
     {

@@ -222,7 +222,13 @@ def accepted(response: ModelResponse, max_chars: int, model: Model) -> ModelResp
             retryable=False,
         )
     usage = response.usage
-    counts = (usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.reasoning_tokens, usage.requests)
+    counts = (
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cached_input_tokens,
+        usage.reasoning_tokens,
+        usage.requests,
+    )
     cost = response.cost
     if any(type(n) is not int or n < 0 for n in counts) or (
         cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float) or not 0 <= cost < math.inf)
