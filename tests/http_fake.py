@@ -2,7 +2,8 @@
 
 Each request is recorded (method, path, headers, JSON body) and answered with the next scripted
 reply: JSON with a status and headers, a stream of server-sent events (each sent and flushed on
-its own, optionally after waiting for a signal), or no answer at all (to make a client time out).
+its own, optionally after waiting for a signal), a body sent as it is, or no answer at all (to make
+a client time out).
 """
 
 from __future__ import annotations
@@ -32,6 +33,15 @@ class Json:
 
 
 @dataclass(frozen=True)
+class Raw:
+    """A body sent as it is (e.g. text that is not the JSON its content type promises)."""
+
+    body: bytes
+    status: int = 200
+    content_type: str = "application/json"
+
+
+@dataclass(frozen=True)
 class Event:
     """One server-sent event; ``wait`` blocks before sending it until the event is set."""
 
@@ -53,7 +63,7 @@ class Hang:
     release: threading.Event = field(default_factory=threading.Event)
 
 
-Reply = Json | Sse | Hang
+Reply = Json | Raw | Sse | Hang
 
 
 class FakeServer:
@@ -87,6 +97,13 @@ class FakeServer:
                     server._hangs.append(reply)
                     reply.release.wait(30)
                     self.close_connection = True
+                    return
+                if isinstance(reply, Raw):
+                    self.send_response(reply.status)
+                    self.send_header("content-type", reply.content_type)
+                    self.send_header("content-length", str(len(reply.body)))
+                    self.end_headers()
+                    self.wfile.write(reply.body)
                     return
                 if isinstance(reply, Json):
                     payload = json.dumps(reply.body).encode()
