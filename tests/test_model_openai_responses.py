@@ -554,8 +554,15 @@ async def test_a_response_without_usage_is_estimated(server: FakeServer, make: M
         (Json(response_body(message(text("x")), status="queued")), "a response that is 'queued'"),
         (Json(response_body(message({"type": "output_text", "text": 7}))), "output text that is not text"),
         (Json({**response_body(), "output": {"not": "a list"}}), "an output that is not a list"),
-        (Json({**response_body(), "usage": {"input_tokens": "12", "output_tokens": 1}}), "input_tokens count"),
-        (Json({**response_body(), "usage": {"input_tokens": -1, "output_tokens": 1}}), "input_tokens count"),
+        (
+            Json({**response_body(), "usage": {"input_tokens": "12", "output_tokens": 1}}),
+            "usage whose input_tokens is '12', not a count",
+        ),
+        (
+            Json({**response_body(), "usage": {"input_tokens": -1, "output_tokens": 1}}),
+            "usage whose input_tokens is -1",
+        ),
+        (Json({**response_body(), "usage": {"output_tokens": 1}}), "usage whose input_tokens is None"),
         (Json(response_body(function_call("c", "search", 42))), "arguments to 'search' that are not JSON text"),  # type: ignore[arg-type]
     ],
 )
@@ -806,7 +813,10 @@ async def test_a_stream_cut_off_before_its_end_is_an_error(server: FakeServer, m
         ([event("response.output_text.delta", output_index=0, delta=5)], "a text delta that is not text"),
         ([event("response.function_call_arguments.delta", output_index="x", delta="{")], "an output index of 'x'"),
         ([event("response.completed", response="done")], "a response.completed event without a response"),
-        ([event("response.completed", response={**response_body(), "usage": {"input_tokens": 1.5}})], "count"),
+        (
+            [event("response.completed", response={**response_body(), "usage": {"input_tokens": 1.5}})],
+            "usage whose input_tokens is 1.5",
+        ),
     ],
 )
 async def test_a_malformed_stream_is_a_typed_error(

@@ -245,6 +245,9 @@ class OpenAIResponsesModel(OpenAIModel):
 
     def _reply(self, response: Response, client: AsyncOpenAI) -> _Reply:
         """A whole response, in the terms the chat adapter builds its :class:`ModelResponse` from."""
+        status = getattr(response, "status", None)
+        if status == "failed":
+            self._raise_reported(getattr(response, "error", None), client, "the response failed")
         model = getattr(response, "model", None)
         reply = _Reply(model=model if isinstance(model, str) and model else self.model)
         output = getattr(response, "output", None)
@@ -266,9 +269,6 @@ class OpenAIResponsesModel(OpenAIModel):
                         reply.refusal.append(self._text(part, "refusal", "a refusal"))
             elif kind == "function_call":
                 reply.calls[index] = self._call(item)
-        status = getattr(response, "status", None)
-        if status == "failed":
-            self._raise_reported(getattr(response, "error", None), client, "the response failed")
         if status == "incomplete":
             details = getattr(response, "incomplete_details", None)
             reply.finish = "content_filter" if getattr(details, "reason", None) == "content_filter" else "length"
@@ -294,7 +294,7 @@ class OpenAIResponsesModel(OpenAIModel):
         """Responses usage in chat completions terms (None when the server reported none)."""
         if usage is None:
             return None
-        spent = self._count(usage, "input_tokens"), self._count(usage, "output_tokens")
+        spent = self._count(usage, "input_tokens", required=True), self._count(usage, "output_tokens", required=True)
         cached = self._count(getattr(usage, "input_tokens_details", None), "cached_tokens")
         thought = self._count(getattr(usage, "output_tokens_details", None), "reasoning_tokens")
         return CompletionUsage(
@@ -305,12 +305,13 @@ class OpenAIResponsesModel(OpenAIModel):
             completion_tokens_details=CompletionTokensDetails(reasoning_tokens=thought),
         )
 
-    def _count(self, holder: object, name: str) -> int:
-        value = getattr(holder, name, None) if holder is not None else 0
-        if value is None:
+    def _count(self, holder: object, name: str, *, required: bool = False) -> int:
+        """A token count the server reported; a detail it left out counts 0."""
+        value = getattr(holder, name, None) if holder is not None else None
+        if value is None and not required:
             value = 0
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self._malformed(f"a {name} count of {clip(repr(value), 40)}")
+            raise self._malformed(f"usage whose {name} is {clip(repr(value), 40)}, not a count")
         return value
 
     def _text(self, holder: object, name: str, what: str) -> str:
