@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from planexec import Agent, ModelExecutor, Planner, UsageError, tool
+from planexec.errors import ModelNotFound
 from planexec.log import PlannerOutputRejected, RunStarted, StepStreamed
 from planexec.models import (
     Message,
@@ -231,6 +233,19 @@ def test_the_key_is_missing_until_set(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [(p.where, p.message) for p in model.missing_keys()] == [  # type: ignore[attr-defined]
         ("openai-responses:gpt-4.1", "OPENAI_API_KEY is not set: set it, or pass api_key=")
     ]
+
+
+def test_without_the_sdk_the_model_string_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import planexec.models
+
+    monkeypatch.setitem(sys.modules, "openai", None)  # importing the SDK now fails
+    monkeypatch.delitem(sys.modules, "planexec.models._openai_responses")
+    monkeypatch.delitem(sys.modules, "planexec.models._openai")
+    with pytest.raises(ModelNotFound, match="needs the OpenAI SDK") as info:
+        resolve_model("openai-responses:gpt-4.1-mini")
+    assert "pip install" in info.value.problems[0].message
+    with pytest.raises(ImportError, match="OpenAIResponsesModel needs the OpenAI SDK"):
+        planexec.models.OpenAIResponsesModel  # noqa: B018
 
 
 # -- requests and plain answers ----------------------------------------------------------------
