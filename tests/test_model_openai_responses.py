@@ -845,6 +845,14 @@ async def test_a_malformed_stream_is_a_typed_error(
     assert len(server.requests) == 1
 
 
+async def test_a_whole_response_where_a_stream_was_asked_for_is_a_typed_error(server: FakeServer, make: Make) -> None:
+    server.reply(said("not streamed"))
+    with pytest.raises(ModelCallError, match="a JSON body where a stream of events was asked for") as info:
+        await collect(make(), ask())
+    assert not info.value.retryable
+    assert len(server.requests) == 1
+
+
 async def test_a_long_stream_is_read_through(server: FakeServer, make: Make) -> None:
     pieces = [f"word{i} " for i in range(5_000)]
     server.reply(text_stream(*pieces))

@@ -149,6 +149,9 @@ class OpenAIResponsesModel(OpenAIModel):
             events = await self._create(client, wire, stream=True)
             if not isinstance(events, AsyncStream):
                 raise self._malformed("a whole response where a stream of events was asked for")
+            if events.response.headers.get("content-type", "").startswith("application/json"):
+                await events.close()  # a server that does not stream answered with one JSON body
+                raise self._malformed("a JSON body where a stream of events was asked for")
             state = _Events(model=self, client=client, reply=_Reply(model=self.model))
             try:
                 first = await self._read_until_text(events, state)
@@ -168,9 +171,8 @@ class OpenAIResponsesModel(OpenAIModel):
             await events.close()
         yield self._response(state.reply, request)
 
-    async def _create(
-        self, client: AsyncOpenAI, wire: _Wire, *, stream: bool
-    ) -> Response | AsyncStream[ResponseStreamEvent] | object:
+    async def _create(self, client: AsyncOpenAI, wire: _Wire, *, stream: bool) -> object:
+        """What the SDK made of the answer: a response, a stream of events, or whatever the body held."""
         check_model_requests_allowed(self.name)
         try:
             return await client.responses.create(
