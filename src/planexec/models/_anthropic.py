@@ -28,7 +28,6 @@ Token counts: Anthropic reports ``input_tokens`` without cache reads and cache w
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import email.utils
 import functools
@@ -37,7 +36,6 @@ import json
 import os
 import re
 import time
-import weakref
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -59,8 +57,9 @@ from planexec.models._base import (
 )
 from planexec.models._guard import check_model_requests_allowed
 from planexec.models._keys import missing_key, missing_keys_error
+from planexec.models._loop_clients import LoopClients
 from planexec.models._prices import Price, cost_of, price_for
-from planexec.models._resilience import ModelRetryPolicy, call_with_retries
+from planexec.models._resilience import ModelRetryPolicy, call_with_retries, open_with_retries
 
 if TYPE_CHECKING:
     import anthropic
@@ -130,12 +129,17 @@ class AnthropicModel:
         self.price = price
         self._api_key = api_key
         self._given_client = client.with_options(max_retries=0) if client is not None else None  # retries are ours
-        self._own_client: anthropic.AsyncAnthropic | None = None
-        self._own_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        self._clients = LoopClients(self._new_client)
 
     @property
     def name(self) -> str:
         return f"{PROVIDER}:{self.model}"
+
+    @property
+    def limits_key(self) -> str:
+        """What this model's calls count against in the limits of a ``Providers`` value: the base
+        URL when one is set (another server has limits of its own), else the provider."""
+        return self.base_url or PROVIDER
 
     def __repr__(self) -> str:
         return f"AnthropicModel({self.model!r}, base_url={self.base_url!r})"
@@ -163,7 +167,7 @@ class AnthropicModel:
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         check_model_requests_allowed(self.name)
-        client = self._client()
+        client = await self._client()
         wire = _Wire.build(request, max_tokens=self.max_tokens, dropped=self.unsupported_settings(request.settings))
         timeout = request.settings.timeout or self.timeout
 
@@ -174,12 +178,12 @@ class AnthropicModel:
                 )
             return _from_message(message, wire.output, self._price())
 
-        return await call_with_retries(PROVIDER, attempt, self.retry)
+        return await call_with_retries(self.limits_key, attempt, self.retry)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
         """Text deltas (and the output tool's JSON as it is written), then the whole response."""
         check_model_requests_allowed(self.name)
-        client = self._client()
+        client = await self._client()
         wire = _Wire.build(request, max_tokens=self.max_tokens, dropped=self.unsupported_settings(request.settings))
         timeout = request.settings.timeout or self.timeout
 
@@ -199,7 +203,8 @@ class AnthropicModel:
                 raise
             return events, reader, []
 
-        events, reader, first = await call_with_retries(PROVIDER, open_stream, self.retry)
+        held = await open_with_retries(self.limits_key, open_stream, self.retry)
+        events, reader, first = held.value
         try:
             for delta in first:
                 yield delta
@@ -208,19 +213,16 @@ class AnthropicModel:
                     yield delta
             reader.check_complete()
         finally:
-            await events.close()
+            try:
+                await events.close()
+            finally:
+                held.release()
         yield reader.response(self._price())
 
     async def aclose(self) -> None:
-        """Close the HTTP client this model opened (a client passed in is left open).
-
-        A client opened under an event loop that has since stopped cannot be closed from another:
-        it is dropped, and its connections go with that loop.
-        """
-        client, loop = self._own_client, self._own_loop() if self._own_loop is not None else None
-        self._own_client = self._own_loop = None
-        if client is not None and loop is asyncio.get_running_loop():
-            await client.close()
+        """Close the HTTP client this model opened for the running event loop (a client passed in
+        is left to its owner). Clients opened in other loops close when those loops end."""
+        await self._clients.aclose()
 
     async def __aenter__(self) -> AnthropicModel:
         return self
@@ -237,13 +239,13 @@ class AnthropicModel:
     def _price(self) -> Price | None:
         return self.price or price_for(self.model)
 
-    def _client(self) -> anthropic.AsyncAnthropic:
-        """The given client, or one of our own for the running event loop (made on first use)."""
+    async def _client(self) -> anthropic.AsyncAnthropic:
+        """The given client, or this model's own for the running event loop (made on first use)."""
         if self._given_client is not None:
             return self._given_client
-        loop = asyncio.get_running_loop()
-        if self._own_client is not None and self._own_loop is not None and self._own_loop() is loop:
-            return self._own_client
+        return await self._clients.get()
+
+    def _new_client(self) -> anthropic.AsyncAnthropic:
         missing = self.missing_keys()
         if missing:
             raise missing_keys_error(missing)
@@ -253,12 +255,9 @@ class AnthropicModel:
         # The key goes in x-api-key, where the API documents it (some SDK releases send ``api_key``
         # as a bearer token, which the API reserves for OAuth tokens).
         headers = cast("dict[str, str]", {"X-Api-Key": key, "Authorization": anthropic.Omit()})
-        # A client's connections belong to the loop that opened them: another loop gets a new client.
-        self._own_client = anthropic.AsyncAnthropic(
+        return anthropic.AsyncAnthropic(
             api_key=key, base_url=self.base_url, timeout=self.timeout, max_retries=0, default_headers=headers
         )
-        self._own_loop = weakref.ref(loop)
-        return self._own_client
 
 
 def _require_sdk() -> None:

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from planexec.errors import Problem, UsageError
 from planexec.models._base import Model, ModelCallError, ModelRequest, ModelResponse, StreamDelta, StreamingModel
@@ -20,7 +20,7 @@ from planexec.models._keys import missing_keys
 from planexec.models._limits import acquire
 from planexec.models._settings import ModelSettings, unsupported_settings
 
-__all__ = ["FallbackModel", "ModelRetryPolicy", "call_with_retries"]
+__all__ = ["FallbackModel", "Held", "ModelRetryPolicy", "call_with_retries", "open_with_retries"]
 
 T = TypeVar("T")
 
@@ -83,22 +83,67 @@ async def call_with_retries(
     puts its own in effect for each call it makes), retrying retryable failures per ``policy``.
 
     Provider adapters and the shipped test doubles all call models through this function."""
+    held = await _attempts(provider, call, policy, rng=rng, sleep=sleep, keep_slot=False)
+    return held.value
+
+
+@dataclass(slots=True)
+class Held(Generic[T]):
+    """What :func:`open_with_retries` opened, and the provider's concurrency slot it holds."""
+
+    value: T
+    _slot: asyncio.Semaphore | None = None
+
+    def release(self) -> None:
+        """Give the slot back (once; later calls do nothing). Call it when the stream has ended."""
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            slot.release()
+
+
+async def open_with_retries(
+    provider: str,
+    open_: Callable[[], Awaitable[T]],
+    policy: ModelRetryPolicy,
+    *,
+    rng: random.Random | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> Held[T]:
+    """Open a stream as :func:`call_with_retries` makes a call, but keep the concurrency slot of the
+    attempt that opened it: the caller releases it (``Held.release``) when the stream ends, so at
+    most ``max_concurrency`` calls — streams included, from their first byte to their last — are
+    under way at once."""
+    return await _attempts(provider, open_, policy, rng=rng, sleep=sleep, keep_slot=True)
+
+
+async def _attempts(
+    provider: str,
+    call: Callable[[], Awaitable[T]],
+    policy: ModelRetryPolicy,
+    *,
+    rng: random.Random | None,
+    sleep: Callable[[float], Awaitable[None]],
+    keep_slot: bool,
+) -> Held[T]:
     attempt = 0
     while True:
         attempt += 1
         slot = await acquire(provider)
+        kept = False
         try:
             hook = _before_attempt.get()
             if hook is not None:
                 hook()
-            return await call()
+            held = Held(await call(), slot if keep_slot else None)
+            kept = keep_slot
+            return held
         except ModelCallError as e:
             if not e.retryable or attempt >= policy.max_attempts:
                 raise
             rng = rng or random.Random()  # made only when needed: seeding is not free
             delay = policy.delay(attempt, e, rng)
         finally:
-            if slot is not None:
+            if slot is not None and not kept:
                 slot.release()
         await sleep(delay)
 
