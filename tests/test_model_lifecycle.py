@@ -88,3 +88,38 @@ def test_closing_a_model_closes_its_client_and_it_opens_a_new_one_when_asked_aga
         assert asyncio.run(main()) == ["one", "two"]
         gc.collect()
     assert [w for w in seen if issubclass(w.category, ResourceWarning)] == []
+
+
+@pytest.mark.parametrize(
+    ("adapter", "body", "key_env"),
+    [
+        (
+            "openai",
+            {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}},
+            "OPENAI_API_KEY",
+        ),
+        (
+            "anthropic",
+            {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}},
+            "ANTHROPIC_API_KEY",
+        ),
+    ],
+)
+@pytest.mark.parametrize("status", [401, 403])
+async def test_a_refused_key_says_the_same_for_every_provider(
+    server: FakeServer, adapter: str, body: dict[str, object], key_env: str, status: int
+) -> None:
+    from planexec.models import ModelCallError
+
+    server.reply(Json(body, status=status))
+    model = _model(adapter, server)
+    try:
+        with pytest.raises(ModelCallError) as info:
+            await model.request(REQUEST)
+    finally:
+        await model.aclose()
+    message = str(info.value)
+    assert message.startswith(f"{model.name} answered {status}")
+    assert message.endswith(f"the server refused the API key: check the API key in {key_env}")
+    assert (info.value.status, info.value.retryable) == (status, False)
+    assert len(server.requests) == 1

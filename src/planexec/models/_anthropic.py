@@ -29,13 +29,11 @@ Token counts: Anthropic reports ``input_tokens`` without cache reads and cache w
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import functools
 import inspect
 import json
 import os
 import re
-import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -56,6 +54,7 @@ from planexec.models._base import (
     Usage,
 )
 from planexec.models._guard import check_model_requests_allowed
+from planexec.models._http_status import retry_after, status_error
 from planexec.models._keys import missing_key, missing_keys_error
 from planexec.models._loop_clients import LoopClients
 from planexec.models._prices import Price, cost_of, price_for
@@ -172,7 +171,7 @@ class AnthropicModel:
         timeout = request.settings.timeout or self.timeout
 
         async def attempt() -> ModelResponse:
-            with _translated_errors():
+            with _translated_errors(self.name, self.api_key_env):
                 message = await client.messages.create(
                     model=self.model, **wire.params, extra_body=wire.extra_body, timeout=timeout
                 )
@@ -188,7 +187,7 @@ class AnthropicModel:
         timeout = request.settings.timeout or self.timeout
 
         async def open_stream() -> tuple[AsyncStream[RawMessageStreamEvent], _StreamReader, list[StreamDelta]]:
-            with _translated_errors():
+            with _translated_errors(self.name, self.api_key_env):
                 events = await client.messages.create(
                     model=self.model, **wire.params, extra_body=wire.extra_body, stream=True, timeout=timeout
                 )
@@ -601,41 +600,47 @@ async def _next_event(events: AsyncStream[RawMessageStreamEvent]) -> RawMessageS
 
 
 @contextlib.contextmanager
-def _translated_errors() -> Iterator[None]:
-    """SDK and transport failures become ``ModelCallError``; anything else passes unchanged."""
+def _translated_errors(name: str = PROVIDER, key_env: str | None = None) -> Iterator[None]:
+    """SDK and transport failures of model ``name`` become ``ModelCallError``; anything else passes
+    unchanged."""
     try:
         yield
     except Exception as e:
-        error = _call_error(e)
+        error = _call_error(e, name, key_env)
         if error is None:
             raise
         raise error from e
 
 
-def _call_error(e: Exception) -> ModelCallError | None:
+def _call_error(e: Exception, name: str = PROVIDER, key_env: str | None = None) -> ModelCallError | None:
     import anthropic
 
     timeout, transport = _transport_errors()
     if isinstance(e, anthropic.APITimeoutError | timeout):
-        return ModelCallError("the Anthropic API did not answer in time", provider=PROVIDER, retryable=True)
+        return ModelCallError(f"{name}: the request timed out", provider=PROVIDER, retryable=True)
     if isinstance(e, anthropic.APIConnectionError | transport):
-        return ModelCallError(f"cannot reach the Anthropic API: {e}", provider=PROVIDER, retryable=True)
+        return ModelCallError(f"{name}: cannot reach the Anthropic API ({e})", provider=PROVIDER, retryable=True)
     if isinstance(e, anthropic.APIStatusError):
         error = e.body.get("error") if isinstance(e.body, dict) else None
         kind = error.get("type") if isinstance(error, dict) else None
         detail = error.get("message") if isinstance(error, dict) else None
         status = e.status_code
-        named = f" ({kind})" if kind else ""
         if status < 400:  # an error event in the middle of a stream
-            what, retryable = f"the response stream broke off{named}", kind in _RETRYABLE_ERROR_TYPES
-        else:
-            what, retryable = f"the Anthropic API answered {status}{named}", status in (408, 429) or status >= 500
-        return ModelCallError(
-            f"{what}: {detail or e.message}",
+            named = f" ({kind})" if kind else ""
+            return ModelCallError(
+                f"{name}: the response stream broke off{named}: {detail or e.message}",
+                provider=PROVIDER,
+                retryable=kind in _RETRYABLE_ERROR_TYPES,
+                retry_after=retry_after(e.response.headers),
+            )
+        return status_error(
+            name,
             provider=PROVIDER,
-            retryable=retryable,
-            status=status if status >= 400 else None,
-            retry_after=_retry_after(e.response.headers),
+            status=status,
+            detail=detail or e.message,
+            kind=kind,
+            key_env=key_env,
+            headers=e.response.headers,
         )
     if isinstance(e, anthropic.AnthropicError):
         return ModelCallError(f"the Anthropic API call failed: {e}", provider=PROVIDER, retryable=False)
@@ -650,25 +655,3 @@ def _transport_errors() -> tuple[type[Exception], type[Exception]]:
     except ImportError:  # pragma: no cover - an SDK release built on httpx
         import httpx as http  # type: ignore[no-redef, import-not-found, unused-ignore]
     return http.TimeoutException, http.TransportError
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait, from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date)."""
-    millis = headers.get("retry-after-ms")
-    if millis:
-        try:
-            return max(0.0, float(millis) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())

@@ -37,8 +37,6 @@ import os
 import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
 import openai
@@ -73,6 +71,7 @@ from planexec.models._base import (
     estimate_tokens,
 )
 from planexec.models._guard import check_model_requests_allowed
+from planexec.models._http_status import status_error
 from planexec.models._keys import missing_key, missing_keys_error
 from planexec.models._loop_clients import LoopClients
 from planexec.models._prices import Price, cost_of, price_for
@@ -209,7 +208,7 @@ class OpenAIModel:
                     extra_body=wire.extra_body,
                 )
             except openai.APIError as e:
-                raise _call_error(e, self.provider, self.name) from e
+                raise _call_error(e, self.provider, self.name, self.api_key_env) from e
 
         completion = await call_with_retries(self.limits_key, attempt, self.retry)
         if not completion.choices:
@@ -251,7 +250,7 @@ class OpenAIModel:
                     stream_options=wire.stream_options,
                 )
             except openai.APIError as e:
-                raise _call_error(e, self.provider, self.name) from e
+                raise _call_error(e, self.provider, self.name, self.api_key_env) from e
             state = _Reply(model=self.model)
             try:
                 first = await self._read_until_output(chunks, state)
@@ -295,7 +294,7 @@ class OpenAIModel:
                 ) from None
             return []
         except openai.APIError as e:
-            raise _call_error(e, self.provider, self.name) from e
+            raise _call_error(e, self.provider, self.name, self.api_key_env) from e
         return state.add(chunk)
 
     # -- neutral ↔ wire --------------------------------------------------------------------
@@ -547,48 +546,25 @@ def _finish_reason(reason: str | None, has_calls: bool, refusal: str | None) -> 
 # -- errors and keys ---------------------------------------------------------------------------
 
 
-def _call_error(error: openai.APIError, provider: str, name: str) -> ModelCallError:
+def _call_error(error: openai.APIError, provider: str, name: str, key_env: str | None = None) -> ModelCallError:
     if isinstance(error, openai.APITimeoutError):
         return ModelCallError(f"{name}: the request timed out", provider=provider, retryable=True)
     if isinstance(error, openai.APIConnectionError):
         return ModelCallError(f"{name}: cannot connect ({error.message})", provider=provider, retryable=True)
     if isinstance(error, openai.APIStatusError):
         status = error.status_code
-        retryable = status in (408, 409, 429) or status >= 500
-        if status == 429 and error.code == "insufficient_quota":
-            retryable = False  # waiting does not add credit
-        hint = " (check the API key)" if status in (401, 403) else ""
-        return ModelCallError(
-            f"{name} answered {status}: {error.message}{hint}",
+        return status_error(
+            name,
             provider=provider,
-            retryable=retryable,
             status=status,
-            retry_after=_retry_after(error.response.headers),
+            detail=error.message,
+            key_env=key_env,
+            headers=error.response.headers,
+            # waiting does not add credit
+            retryable=False if status == 429 and error.code == "insufficient_quota" else None,
         )
     retryable = error.type == "server_error" or error.code in ("server_error", "rate_limit_exceeded")
     return ModelCallError(f"{name} reported an error: {error.message}", provider=provider, retryable=retryable)
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds the server asked to wait: ``retry-after-ms``, else ``retry-after`` (seconds or a date)."""
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            return max(0.0, float(millis) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 # -- model strings -----------------------------------------------------------------------------
