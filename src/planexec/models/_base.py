@@ -109,6 +109,9 @@ class Usage:
     output_tokens: int = 0
     cached_input_tokens: int = 0
     requests: int = 0
+    """Requests sent, the failed ones among them."""
+    failed_requests: int = 0
+    """Requests that failed (and were tried again, or failed the call)."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -116,6 +119,7 @@ class Usage:
             output_tokens=self.output_tokens + other.output_tokens,
             cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
             requests=self.requests + other.requests,
+            failed_requests=self.failed_requests + other.failed_requests,
         )
 
     @property
@@ -137,6 +141,8 @@ class ModelResponse:
     model: str = ""
     finish_reason: FinishReason = "stop"
     refusal: str | None = None
+    answered_by: str | None = None
+    """For a fallback list: the name of the model of the list that answered."""
 
 
 @runtime_checkable
