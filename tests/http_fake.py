@@ -69,6 +69,11 @@ Reply = Json | Raw | Sse | Hang
 class FakeServer:
     def __init__(self) -> None:
         self.requests: list[Recorded] = []
+        self.open_streams = 0
+        """Streams being answered right now."""
+        self.most_open_streams = 0
+        """The most streams that were being answered at once."""
+        self._counting = threading.Lock()
         self._replies: queue.Queue[Reply] = queue.Queue()
         self._hangs: list[Hang] = []
         server = self
@@ -121,7 +126,17 @@ class FakeServer:
                 self.send_header("connection", "close")
                 self.end_headers()
                 self.close_connection = True
-                for event in reply.events:
+                with server._counting:
+                    server.open_streams += 1
+                    server.most_open_streams = max(server.most_open_streams, server.open_streams)
+                try:
+                    self._send_events(reply.events)
+                finally:
+                    with server._counting:
+                        server.open_streams -= 1
+
+            def _send_events(self, events: Sequence[Event]) -> None:
+                for event in events:
                     if event.wait is not None:
                         event.wait.wait(30)
                     data = event.data if isinstance(event.data, str) else json.dumps(event.data)

@@ -36,6 +36,7 @@ from planexec.log import (
     ChecklistResult,
     Event,
     InformationAdded,
+    ModelAttemptFailed,
     ModelCalled,
     PlannerOutputRejected,
     PlanningStarted,
@@ -101,6 +102,17 @@ EXAMPLES: dict[str, Event] = {
         replan="never",
         budget={"model_calls": 3, "cost": 0.5, "steps": None},
         tools=("fetch", "sum"),
+    ),
+    "model_attempt_failed": ModelAttemptFailed(
+        at=1.5,
+        role="planner",
+        purpose="planner.propose",
+        model="openai:gpt-4o-mini",
+        attempt=1,
+        status=429,
+        error="openai:gpt-4o-mini answered 429: slow down",
+        retry_in=2.5,
+        retry_after=2.0,
     ),
     "model_called": ModelCalled(
         at=2.0,
@@ -227,7 +239,7 @@ def test_every_event_kind_has_an_example() -> None:
 def test_event_round_trip(kind: str) -> None:
     event = EXAMPLES[kind]
     dumped = dump_event(event)
-    assert dumped["v"] == EVENT_SCHEMA_VERSION == 5
+    assert dumped["v"] == EVENT_SCHEMA_VERSION == 6
     assert dumped["event"]["kind"] == kind
     text = json.dumps(dumped, ensure_ascii=False)
     loaded = load_event(json.loads(text))
@@ -628,4 +640,28 @@ def test_v5_fixture_loads_and_folds() -> None:
     ):
         old = json.loads(line)
         assert old["v"] == 5
+        assert _kept(dump_event(event)["event"], old["event"])
+
+
+# -- the version 6 fixture log: a fallback list whose first model failed twice (429) ---------------
+
+
+def test_v6_fixture_loads_and_folds() -> None:
+    events = _load_log(FIXTURES / "events_v6.jsonl")
+    state = RunState.fold(events)
+    assert state.stop is not None
+    assert state.stop.kind == "goal_met"
+    failed = [e for e in events if isinstance(e, ModelAttemptFailed)]
+    assert [(f.model, f.attempt, f.status, f.retry_in is None) for f in failed] == [
+        ("primary > backup", 1, 429, False),
+        ("primary > backup", 2, 429, True),
+    ]
+    answered = [e.answered_by for e in events if isinstance(e, ModelCalled)]
+    assert answered == ["backup", "backup"]
+    assert state.usage.failed_requests == 2
+    for line, event in zip(
+        (FIXTURES / "events_v6.jsonl").read_text(encoding="utf-8").splitlines(), events, strict=True
+    ):
+        old = json.loads(line)
+        assert old["v"] == 6
         assert _kept(dump_event(event)["event"], old["event"])

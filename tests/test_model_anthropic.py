@@ -530,7 +530,7 @@ async def test_a_timeout_is_retried_then_reported(server: FakeServer, live: None
     server.reply(Hang(), Hang())
     retry = ModelRetryPolicy(max_attempts=2, initial_delay=0, max_delay=0.01)
     async with AnthropicModel(MODEL, base_url=server.url, api_key=KEY, retry=retry, timeout=0.2) as model:
-        with pytest.raises(ModelCallError, match="in time") as info:
+        with pytest.raises(ModelCallError, match="anthropic:claude-sonnet-4-6: the request timed out") as info:
             await model.request(ask())
     assert info.value.retryable
     assert len(server.requests) == 2

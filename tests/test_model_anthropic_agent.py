@@ -233,3 +233,21 @@ async def test_a_step_starts_while_the_plan_still_streams(planner_shared: FakeSe
     kinds = [(type(e).__name__, getattr(e, "step_id", None) or getattr(e, "purpose", None)) for e in result.events]
     assert kinds.index(("StepStarted", "s1")) < kinds.index(("ModelCalled", "planner.propose"))
     assert len(events_of(result, StepStarted)) == 2
+
+
+async def test_a_planner_that_answers_in_text_instead_of_the_output_tool_is_told_so(
+    planner_server: FakeServer,
+) -> None:
+    right = {"steps": [add_step(description="add the numbers")]}
+    prose = Json(message(text("I would add 2 and 3 with the add tool."), stop_reason="end_turn"))
+    planner_server.reply(prose, answer("plandraft", right), answer("finalanswer", {"answer": "5"}))
+
+    async with claude(planner_server) as planner:
+        result = await Agent(planner, tools=[add], budget=SAFETY).run("What is 2 + 3?")
+
+    assert result.stop.kind == "goal_met"
+    rejected = events_of(result, PlannerOutputRejected)
+    assert len(rejected) == 1
+    said = user_texts(planner_server.requests[1].body)[-1]
+    assert "the model answered in text rather than with the structured output asked for" in said
+    assert "I would add 2 and 3" in said

@@ -18,7 +18,7 @@ import pytest
 
 from planexec import Agent, ModelExecutor, Planner, UsageError, tool
 from planexec.errors import ModelNotFound
-from planexec.log import PlannerOutputRejected, RunStarted, StepStreamed
+from planexec.log import ModelAttemptFailed, PlannerOutputRejected, RunStarted, StepStreamed
 from planexec.models import (
     Message,
     ModelCallError,
@@ -30,6 +30,7 @@ from planexec.models import (
     OpenAIModel,
     OpenAIResponsesModel,
     OutputSpec,
+    ProviderLimits,
     Providers,
     StreamDelta,
     StreamingModel,
@@ -40,6 +41,7 @@ from planexec.models import (
     price_for,
     resolve_model,
     unsupported_settings,
+    use_providers,
 )
 from planexec.models._profiles import ModelProfile
 from tests.http_fake import Event, FakeServer, Hang, Json, Raw, Sse, serve
@@ -865,6 +867,50 @@ async def test_a_long_stream_is_read_through(server: FakeServer, make: Make) -> 
     assert time.monotonic() - started < 30
 
 
+async def test_a_stream_holds_its_slot_until_its_last_event(server: FakeServer, make: Make) -> None:
+    gate = threading.Event()
+    streams, limit = 5, 2
+    server.reply(*(Sse([delta("first "), delta("rest", wait=gate), completed()]) for _ in range(streams)))
+    model = make()
+    providers = Providers.default().with_limits(model.limits_key, ProviderLimits(max_concurrency=limit))
+    texts: list[str] = []
+
+    async def one() -> None:
+        with use_providers(providers):
+            texts.append((await last_of(model, ask())).text)
+
+    tasks = [asyncio.create_task(one()) for _ in range(streams)]
+    try:
+        for _ in range(500):  # until the first streams are open (5 s at most)
+            if len(server.requests) >= limit:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # time enough for more requests, were the slots given back early
+        assert len(server.requests) == limit, "more streams were opened than the limit allows"
+    finally:
+        gate.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 20)
+    assert server.most_open_streams == limit
+    assert texts == ["first rest"] * streams
+
+
+async def test_a_stream_given_up_early_gives_its_slot_back(server: FakeServer, make: Make) -> None:
+    gate = threading.Event()
+    server.reply(*(Sse([delta("first "), delta("rest", wait=gate), completed()]) for _ in range(2)))
+    model = make()
+    providers = Providers.default().with_limits(model.limits_key, ProviderLimits(max_concurrency=1))
+    try:
+        with use_providers(providers):
+            for _ in range(2):
+                stream = model.stream(ask())
+                async for _item in stream:
+                    break
+                await stream.aclose()  # type: ignore[attr-defined]
+        assert len(server.requests) == 2
+    finally:
+        gate.set()
+
+
 # -- failures and retries ----------------------------------------------------------------------
 
 
@@ -1134,6 +1180,29 @@ async def test_malformed_plan_json_is_repaired(
     [rejected] = events_of(result, PlannerOutputRejected)
     assert rejected.problems[0].code == "invalid_json"
     assert [e.step.id for e in events_of(result, StepStreamed)] == ["paris", "rome"]
+
+
+async def test_a_streamed_plan_retried_after_a_rate_limit_logs_the_failed_attempt(
+    server: FakeServer, models: tuple[OpenAIResponsesModel, OpenAIResponsesModel]
+) -> None:
+    planner, _ = models
+    server.reply(
+        error(429, "Rate limit reached", {"retry-after": "0"}),
+        streamed_json(tool_plan("rome")),
+        said('{"answer": "3 million"}'),
+    )
+    result = await Agent(planner, tools=[population], budget=SAFETY).run("How big is Rome?")
+
+    assert result.stop.kind == "goal_met", result.stop
+    [failed] = events_of(result, ModelAttemptFailed)
+    assert (failed.attempt, failed.status, failed.purpose, failed.model) == (
+        1,
+        429,
+        "planner.propose",
+        "openai-responses:gpt-4.1",
+    )
+    assert result.usage.failed_requests == 1
+    assert len(server.requests) == 3
 
 
 async def test_a_refusal_goes_back_to_the_planner(

@@ -24,6 +24,10 @@ fixture log of every version loadable in the tests):
        executor's ``confidence``; planning rounds may be triggered by information or a review;
        runs may stop ``escalated``; plans may be plan schema 3 (``on_fail``). Older logs load
        unchanged.
+    6: model_attempt_failed (each failed attempt of a model call: its status, its error, the wait
+       before the next attempt and the wait the provider asked for); model_called may name the
+       model that answered for a fallback list (``answered_by``); usage counts failed requests
+       (``failed_requests``). Older logs load unchanged.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ __all__ = [
     "EscalationCode",
     "Event",
     "InformationAdded",
+    "ModelAttemptFailed",
     "ModelCalled",
     "PlanProposed",
     "PlannerOutputRejected",
@@ -72,8 +77,8 @@ __all__ = [
     "load_event",
 ]
 
-EVENT_SCHEMA_VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+EVENT_SCHEMA_VERSION = 6
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 
 PlanTrigger = Literal["initial", "failure", "after_step", "turn", "human", "information", "review"]
 PlanningTrigger = Literal["initial", "failure", "after_step", "turn", "finish", "information", "review"]
@@ -112,6 +117,27 @@ class ModelCalled:
     usage: Usage = field(default_factory=Usage)
     cost: float = 0.0
     duration: float = 0.0
+    answered_by: str | None = None
+    """For a fallback list: the model of the list that answered."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelAttemptFailed:
+    """One attempt of a model call failed: ``retry_in`` seconds later the call is tried again
+    (None: it is not; the call fails with this error). ``retry_after`` is the wait the provider
+    asked for, when it asked."""
+
+    kind: Literal["model_attempt_failed"] = "model_attempt_failed"
+    at: float
+    role: str
+    purpose: str
+    model: str
+    step_id: str | None = None
+    attempt: int
+    status: int | None = None
+    error: str
+    retry_in: float | None = None
+    retry_after: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -402,6 +428,7 @@ class RunFinished:
 Event: TypeAlias = Annotated[
     RunStarted
     | ModelCalled
+    | ModelAttemptFailed
     | PlanningStarted
     | PlannerOutputRejected
     | PlanProposed

@@ -18,6 +18,7 @@ from planexec.log._events import (
     EffectChoice,
     Event,
     InformationAdded,
+    ModelAttemptFailed,
     ModelCalled,
     PlannerOutputRejected,
     PlanningStarted,
@@ -221,6 +222,9 @@ class RunState:
         self.usage = self.usage + e.usage
         self.cost += e.cost
 
+    def _model_attempt_failed(self, e: ModelAttemptFailed) -> None:
+        self.usage = self.usage + Usage(requests=1, failed_requests=1)
+
     def _planning_started(self, e: PlanningStarted) -> None:
         self.planning = e
         self.heard = len(self.information)
@@ -367,6 +371,7 @@ class RunState:
 _HANDLERS: dict[type, Callable[[RunState, Any], None]] = {
     RunStarted: RunState._run_started,
     ModelCalled: RunState._model_called,
+    ModelAttemptFailed: RunState._model_attempt_failed,
     PlanningStarted: RunState._planning_started,
     PlannerOutputRejected: RunState._output_rejected,
     PlanProposed: RunState._plan_proposed,

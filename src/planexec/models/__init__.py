@@ -34,7 +34,15 @@ from planexec.models._limits import ProviderLimits
 from planexec.models._prices import Price, cost_of, price_for
 from planexec.models._profiles import ModelProfile, profile_for, strict_json_schema
 from planexec.models._providers import Providers, known_providers, resolve_model, use_providers
-from planexec.models._resilience import FallbackModel, ModelRetryPolicy, call_with_retries
+from planexec.models._resilience import (
+    FailedAttempt,
+    FallbackModel,
+    Held,
+    ModelRetryPolicy,
+    call_with_retries,
+    failed_attempts_to,
+    open_with_retries,
+)
 from planexec.models._scripted import FunctionModel, Reply, ScriptedModel, StreamingScriptedModel, tool_calls
 from planexec.models._settings import REASONING_EFFORTS, ReasoningEffort, unsupported_settings
 
@@ -49,9 +57,11 @@ from planexec.models._resilience import before_each_attempt, retries
 __all__ = [
     "REASONING_EFFORTS",
     "AnthropicModel",
+    "FailedAttempt",
     "FallbackModel",
     "FinishReason",
     "FunctionModel",
+    "Held",
     "Message",
     "Model",
     "ModelCallError",
@@ -85,8 +95,10 @@ __all__ = [
     "cost_of",
     "count_tokens",
     "estimate_tokens",
+    "failed_attempts_to",
     "known_providers",
     "missing_keys",
+    "open_with_retries",
     "price_for",
     "profile_for",
     "resolve_model",

@@ -28,16 +28,12 @@ Token counts: Anthropic reports ``input_tokens`` without cache reads and cache w
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import email.utils
 import functools
 import inspect
 import json
 import os
 import re
-import time
-import weakref
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -58,9 +54,11 @@ from planexec.models._base import (
     Usage,
 )
 from planexec.models._guard import check_model_requests_allowed
+from planexec.models._http_status import retry_after, status_error
 from planexec.models._keys import missing_key, missing_keys_error
+from planexec.models._loop_clients import LoopClients
 from planexec.models._prices import Price, cost_of, price_for
-from planexec.models._resilience import ModelRetryPolicy, call_with_retries
+from planexec.models._resilience import ModelRetryPolicy, call_with_retries, open_with_retries
 
 if TYPE_CHECKING:
     import anthropic
@@ -130,12 +128,17 @@ class AnthropicModel:
         self.price = price
         self._api_key = api_key
         self._given_client = client.with_options(max_retries=0) if client is not None else None  # retries are ours
-        self._own_client: anthropic.AsyncAnthropic | None = None
-        self._own_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        self._clients = LoopClients(self._new_client)
 
     @property
     def name(self) -> str:
         return f"{PROVIDER}:{self.model}"
+
+    @property
+    def limits_key(self) -> str:
+        """What this model's calls count against in the limits of a ``Providers`` value: the base
+        URL when one is set (another server has limits of its own), else the provider."""
+        return self.base_url or PROVIDER
 
     def __repr__(self) -> str:
         return f"AnthropicModel({self.model!r}, base_url={self.base_url!r})"
@@ -163,28 +166,28 @@ class AnthropicModel:
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         check_model_requests_allowed(self.name)
-        client = self._client()
+        client = await self._client()
         wire = _Wire.build(request, max_tokens=self.max_tokens, dropped=self.unsupported_settings(request.settings))
         timeout = request.settings.timeout or self.timeout
 
         async def attempt() -> ModelResponse:
-            with _translated_errors():
+            with _translated_errors(self.name, self.api_key_env):
                 message = await client.messages.create(
                     model=self.model, **wire.params, extra_body=wire.extra_body, timeout=timeout
                 )
             return _from_message(message, wire.output, self._price())
 
-        return await call_with_retries(PROVIDER, attempt, self.retry)
+        return await call_with_retries(self.limits_key, attempt, self.retry)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
         """Text deltas (and the output tool's JSON as it is written), then the whole response."""
         check_model_requests_allowed(self.name)
-        client = self._client()
+        client = await self._client()
         wire = _Wire.build(request, max_tokens=self.max_tokens, dropped=self.unsupported_settings(request.settings))
         timeout = request.settings.timeout or self.timeout
 
         async def open_stream() -> tuple[AsyncStream[RawMessageStreamEvent], _StreamReader, list[StreamDelta]]:
-            with _translated_errors():
+            with _translated_errors(self.name, self.api_key_env):
                 events = await client.messages.create(
                     model=self.model, **wire.params, extra_body=wire.extra_body, stream=True, timeout=timeout
                 )
@@ -199,7 +202,8 @@ class AnthropicModel:
                 raise
             return events, reader, []
 
-        events, reader, first = await call_with_retries(PROVIDER, open_stream, self.retry)
+        held = await open_with_retries(self.limits_key, open_stream, self.retry)
+        events, reader, first = held.value
         try:
             for delta in first:
                 yield delta
@@ -208,19 +212,16 @@ class AnthropicModel:
                     yield delta
             reader.check_complete()
         finally:
-            await events.close()
+            try:
+                await events.close()
+            finally:
+                held.release()
         yield reader.response(self._price())
 
     async def aclose(self) -> None:
-        """Close the HTTP client this model opened (a client passed in is left open).
-
-        A client opened under an event loop that has since stopped cannot be closed from another:
-        it is dropped, and its connections go with that loop.
-        """
-        client, loop = self._own_client, self._own_loop() if self._own_loop is not None else None
-        self._own_client = self._own_loop = None
-        if client is not None and loop is asyncio.get_running_loop():
-            await client.close()
+        """Close the HTTP client this model opened for the running event loop (a client passed in
+        is left to its owner). Clients opened in other loops close when those loops end."""
+        await self._clients.aclose()
 
     async def __aenter__(self) -> AnthropicModel:
         return self
@@ -237,13 +238,13 @@ class AnthropicModel:
     def _price(self) -> Price | None:
         return self.price or price_for(self.model)
 
-    def _client(self) -> anthropic.AsyncAnthropic:
-        """The given client, or one of our own for the running event loop (made on first use)."""
+    async def _client(self) -> anthropic.AsyncAnthropic:
+        """The given client, or this model's own for the running event loop (made on first use)."""
         if self._given_client is not None:
             return self._given_client
-        loop = asyncio.get_running_loop()
-        if self._own_client is not None and self._own_loop is not None and self._own_loop() is loop:
-            return self._own_client
+        return await self._clients.get()
+
+    def _new_client(self) -> anthropic.AsyncAnthropic:
         missing = self.missing_keys()
         if missing:
             raise missing_keys_error(missing)
@@ -253,12 +254,9 @@ class AnthropicModel:
         # The key goes in x-api-key, where the API documents it (some SDK releases send ``api_key``
         # as a bearer token, which the API reserves for OAuth tokens).
         headers = cast("dict[str, str]", {"X-Api-Key": key, "Authorization": anthropic.Omit()})
-        # A client's connections belong to the loop that opened them: another loop gets a new client.
-        self._own_client = anthropic.AsyncAnthropic(
+        return anthropic.AsyncAnthropic(
             api_key=key, base_url=self.base_url, timeout=self.timeout, max_retries=0, default_headers=headers
         )
-        self._own_loop = weakref.ref(loop)
-        return self._own_client
 
 
 def _require_sdk() -> None:
@@ -602,41 +600,47 @@ async def _next_event(events: AsyncStream[RawMessageStreamEvent]) -> RawMessageS
 
 
 @contextlib.contextmanager
-def _translated_errors() -> Iterator[None]:
-    """SDK and transport failures become ``ModelCallError``; anything else passes unchanged."""
+def _translated_errors(name: str = PROVIDER, key_env: str | None = None) -> Iterator[None]:
+    """SDK and transport failures of model ``name`` become ``ModelCallError``; anything else passes
+    unchanged."""
     try:
         yield
     except Exception as e:
-        error = _call_error(e)
+        error = _call_error(e, name, key_env)
         if error is None:
             raise
         raise error from e
 
 
-def _call_error(e: Exception) -> ModelCallError | None:
+def _call_error(e: Exception, name: str = PROVIDER, key_env: str | None = None) -> ModelCallError | None:
     import anthropic
 
     timeout, transport = _transport_errors()
     if isinstance(e, anthropic.APITimeoutError | timeout):
-        return ModelCallError("the Anthropic API did not answer in time", provider=PROVIDER, retryable=True)
+        return ModelCallError(f"{name}: the request timed out", provider=PROVIDER, retryable=True)
     if isinstance(e, anthropic.APIConnectionError | transport):
-        return ModelCallError(f"cannot reach the Anthropic API: {e}", provider=PROVIDER, retryable=True)
+        return ModelCallError(f"{name}: cannot reach the Anthropic API ({e})", provider=PROVIDER, retryable=True)
     if isinstance(e, anthropic.APIStatusError):
         error = e.body.get("error") if isinstance(e.body, dict) else None
         kind = error.get("type") if isinstance(error, dict) else None
         detail = error.get("message") if isinstance(error, dict) else None
         status = e.status_code
-        named = f" ({kind})" if kind else ""
         if status < 400:  # an error event in the middle of a stream
-            what, retryable = f"the response stream broke off{named}", kind in _RETRYABLE_ERROR_TYPES
-        else:
-            what, retryable = f"the Anthropic API answered {status}{named}", status in (408, 429) or status >= 500
-        return ModelCallError(
-            f"{what}: {detail or e.message}",
+            named = f" ({kind})" if kind else ""
+            return ModelCallError(
+                f"{name}: the response stream broke off{named}: {detail or e.message}",
+                provider=PROVIDER,
+                retryable=kind in _RETRYABLE_ERROR_TYPES,
+                retry_after=retry_after(e.response.headers),
+            )
+        return status_error(
+            name,
             provider=PROVIDER,
-            retryable=retryable,
-            status=status if status >= 400 else None,
-            retry_after=_retry_after(e.response.headers),
+            status=status,
+            detail=detail or e.message,
+            kind=kind,
+            key_env=key_env,
+            headers=e.response.headers,
         )
     if isinstance(e, anthropic.AnthropicError):
         return ModelCallError(f"the Anthropic API call failed: {e}", provider=PROVIDER, retryable=False)
@@ -651,25 +655,3 @@ def _transport_errors() -> tuple[type[Exception], type[Exception]]:
     except ImportError:  # pragma: no cover - an SDK release built on httpx
         import httpx as http  # type: ignore[no-redef, import-not-found, unused-ignore]
     return http.TimeoutException, http.TransportError
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait, from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date)."""
-    millis = headers.get("retry-after-ms")
-    if millis:
-        try:
-            return max(0.0, float(millis) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())

@@ -109,6 +109,9 @@ class Usage:
     output_tokens: int = 0
     cached_input_tokens: int = 0
     requests: int = 0
+    """Requests sent, the failed ones among them."""
+    failed_requests: int = 0
+    """Requests that failed (and were tried again, or failed the call)."""
     reasoning_tokens: int = 0
     """Of ``output_tokens``, those a reasoning model spent thinking (where the provider reports them)."""
 
@@ -118,6 +121,7 @@ class Usage:
             output_tokens=self.output_tokens + other.output_tokens,
             cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
             requests=self.requests + other.requests,
+            failed_requests=self.failed_requests + other.failed_requests,
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 
@@ -140,6 +144,8 @@ class ModelResponse:
     model: str = ""
     finish_reason: FinishReason = "stop"
     refusal: str | None = None
+    answered_by: str | None = None
+    """For a fallback list: the name of the model of the list that answered."""
 
 
 @runtime_checkable

@@ -22,8 +22,8 @@
   limits key (the base URL when one is given, else the provider), so rate limits (``retry-after``
   and ``retry-after-ms`` honoured), server errors, timeouts and dropped connections are retried
   with backoff and jitter within the limits of the ``Providers`` in effect. A stream is retried
-  only while nothing has been passed on to the caller; the provider's concurrency slot is held
-  until the first output arrives, not for the whole stream.
+  only while nothing has been passed on to the caller, and holds the provider's concurrency slot
+  from its request to its last chunk.
 * Keys: ``api_key``, else the ``api_key_env`` variable, read when the first request is made. OpenAI
   itself needs one (``require_key``): ``missing_keys()`` names the variable, and a request without
   a key raises :class:`UsageError` (see :mod:`planexec.models._keys`); other servers get a
@@ -32,15 +32,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
-import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
 import openai
@@ -75,10 +71,12 @@ from planexec.models._base import (
     estimate_tokens,
 )
 from planexec.models._guard import check_model_requests_allowed
+from planexec.models._http_status import status_error
 from planexec.models._keys import missing_key, missing_keys_error
+from planexec.models._loop_clients import LoopClients
 from planexec.models._prices import Price, cost_of, price_for
 from planexec.models._profiles import ModelProfile, local_server, profile_for, strict_json_schema
-from planexec.models._resilience import ModelRetryPolicy, call_with_retries
+from planexec.models._resilience import ModelRetryPolicy, call_with_retries, open_with_retries
 from planexec.models._settings import ReasoningEffort
 
 __all__ = ["OpenAIModel", "model_from_string"]
@@ -135,7 +133,7 @@ class OpenAIModel:
         self.api_key_env = api_key_env
         self.require_key = provider == "openai" if require_key is None else require_key
         self._api_key = api_key
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _OwnClient] = weakref.WeakKeyDictionary()
+        self._clients = LoopClients(self._new_client)
 
     @property
     def name(self) -> str:
@@ -154,9 +152,7 @@ class OpenAIModel:
     async def aclose(self) -> None:
         """Close the HTTP client this model built for the running event loop (a client passed in
         is left to its owner). Clients built in other loops close when those loops end."""
-        own = self._clients.pop(asyncio.get_running_loop(), None)
-        if own is not None:
-            await own.closer.aclose()
+        await self._clients.aclose()
 
     def missing_keys(self) -> tuple[Problem, ...]:
         """The key this model needs and has not got (none when a client was given)."""
@@ -179,17 +175,13 @@ class OpenAIModel:
         await self.aclose()
 
     async def _sdk(self) -> AsyncOpenAI:
-        """The client for the running loop: a client's connections belong to the loop that opened
-        them, so each loop (each ``asyncio.run``, e.g. each ``run_sync``) gets its own."""
+        """The given client, or this model's own for the running event loop."""
         if self._given is not None:
             return self._given
-        loop = asyncio.get_running_loop()
-        own = self._clients.get(loop)
-        if own is None:
-            client = AsyncOpenAI(api_key=self._key(), base_url=self.base_url, timeout=self.timeout, max_retries=0)
-            own = self._clients[loop] = _OwnClient(client=client, closer=_close_when_the_loop_ends(client))
-            await anext(own.closer)
-        return own.client
+        return await self._clients.get()
+
+    def _new_client(self) -> AsyncOpenAI:
+        return AsyncOpenAI(api_key=self._key(), base_url=self.base_url, timeout=self.timeout, max_retries=0)
 
     # -- the two calls ---------------------------------------------------------------------
 
@@ -216,7 +208,7 @@ class OpenAIModel:
                     extra_body=wire.extra_body,
                 )
             except openai.APIError as e:
-                raise _call_error(e, self.provider, self.name) from e
+                raise _call_error(e, self.provider, self.name, self.api_key_env) from e
 
         completion = await call_with_retries(self.limits_key, attempt, self.retry)
         if not completion.choices:
@@ -258,7 +250,7 @@ class OpenAIModel:
                     stream_options=wire.stream_options,
                 )
             except openai.APIError as e:
-                raise _call_error(e, self.provider, self.name) from e
+                raise _call_error(e, self.provider, self.name, self.api_key_env) from e
             state = _Reply(model=self.model)
             try:
                 first = await self._read_until_output(chunks, state)
@@ -267,7 +259,8 @@ class OpenAIModel:
                 raise
             return chunks, state, first
 
-        chunks, state, first = await call_with_retries(self.limits_key, start, self.retry)
+        held = await open_with_retries(self.limits_key, start, self.retry)
+        chunks, state, first = held.value
         try:
             for delta in first:
                 yield delta
@@ -275,7 +268,10 @@ class OpenAIModel:
                 for delta in await self._next(chunks, state):
                     yield delta
         finally:
-            await chunks.close()
+            try:
+                await chunks.close()
+            finally:
+                held.release()
         yield self._response(state, request)
 
     async def _read_until_output(self, chunks: AsyncStream[ChatCompletionChunk], state: _Reply) -> list[StreamDelta]:
@@ -298,7 +294,7 @@ class OpenAIModel:
                 ) from None
             return []
         except openai.APIError as e:
-            raise _call_error(e, self.provider, self.name) from e
+            raise _call_error(e, self.provider, self.name, self.api_key_env) from e
         return state.add(chunk)
 
     # -- neutral ↔ wire --------------------------------------------------------------------
@@ -383,22 +379,6 @@ class OpenAIModel:
             finish_reason=_finish_reason(state.finish, bool(calls), refusal),
             refusal=refusal,
         )
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _OwnClient:
-    client: AsyncOpenAI
-    closer: AsyncGenerator[None, None]
-
-
-async def _close_when_the_loop_ends(client: AsyncOpenAI) -> AsyncGenerator[None, None]:
-    """Started in the loop ``client`` belongs to. An event loop finalizes the async generators
-    still open when it shuts down (``asyncio.run`` does), and this one then closes the client's
-    connections inside that loop, before it is gone."""
-    try:
-        yield
-    finally:
-        await client.close()
 
 
 # -- the reply as it accumulates ---------------------------------------------------------------
@@ -568,48 +548,25 @@ def _finish_reason(reason: str | None, has_calls: bool, refusal: str | None) -> 
 # -- errors and keys ---------------------------------------------------------------------------
 
 
-def _call_error(error: openai.APIError, provider: str, name: str) -> ModelCallError:
+def _call_error(error: openai.APIError, provider: str, name: str, key_env: str | None = None) -> ModelCallError:
     if isinstance(error, openai.APITimeoutError):
         return ModelCallError(f"{name}: the request timed out", provider=provider, retryable=True)
     if isinstance(error, openai.APIConnectionError):
         return ModelCallError(f"{name}: cannot connect ({error.message})", provider=provider, retryable=True)
     if isinstance(error, openai.APIStatusError):
         status = error.status_code
-        retryable = status in (408, 409, 429) or status >= 500
-        if status == 429 and error.code == "insufficient_quota":
-            retryable = False  # waiting does not add credit
-        hint = " (check the API key)" if status in (401, 403) else ""
-        return ModelCallError(
-            f"{name} answered {status}: {error.message}{hint}",
+        return status_error(
+            name,
             provider=provider,
-            retryable=retryable,
             status=status,
-            retry_after=_retry_after(error.response.headers),
+            detail=error.message,
+            key_env=key_env,
+            headers=error.response.headers,
+            # waiting does not add credit
+            retryable=False if status == 429 and error.code == "insufficient_quota" else None,
         )
     retryable = error.type == "server_error" or error.code in ("server_error", "rate_limit_exceeded")
     return ModelCallError(f"{name} reported an error: {error.message}", provider=provider, retryable=retryable)
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds the server asked to wait: ``retry-after-ms``, else ``retry-after`` (seconds or a date)."""
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            return max(0.0, float(millis) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 # -- model strings -----------------------------------------------------------------------------

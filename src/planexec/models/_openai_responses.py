@@ -41,7 +41,8 @@ what differs is the wire format.
   where the stream repeats them); usage, model and status come from the last event
   (``response.completed`` or ``response.incomplete``), after which nothing more is read. A stream
   that ends before that event fails with a retryable :class:`ModelCallError`; as with chat
-  completions a stream is retried only while nothing has been passed on.
+  completions a stream is retried only while nothing has been passed on, and holds the provider's
+  concurrency slot from its request to its last event.
 * A server that answers with something that is not a response, data that is not JSON, or fields of
   the wrong type fails the call with a non-retryable :class:`ModelCallError` naming what was wrong.
 """
@@ -90,7 +91,7 @@ from planexec.models._openai import (
     _response_format,
     _with_schema_instruction,
 )
-from planexec.models._resilience import call_with_retries
+from planexec.models._resilience import call_with_retries, open_with_retries
 from planexec.models._settings import ReasoningEffort
 
 __all__ = ["OpenAIResponsesModel"]
@@ -160,7 +161,8 @@ class OpenAIResponsesModel(OpenAIModel):
                 raise
             return events, state, first
 
-        events, state, first = await call_with_retries(self.limits_key, start, self.retry)
+        held = await open_with_retries(self.limits_key, start, self.retry)
+        events, state, first = held.value
         try:
             for delta in first:
                 yield delta
@@ -168,7 +170,10 @@ class OpenAIResponsesModel(OpenAIModel):
                 for delta in await self._next_event(events, state):
                     yield delta
         finally:
-            await events.close()
+            try:
+                await events.close()
+            finally:
+                held.release()
         yield self._response(state.reply, request)
 
     async def _create(self, client: AsyncOpenAI, wire: _Wire, *, stream: bool) -> object:
@@ -190,7 +195,7 @@ class OpenAIResponsesModel(OpenAIModel):
                 extra_body=wire.extra_body,
             )
         except openai.APIError as e:
-            raise _call_error(e, self.provider, self.name) from e
+            raise _call_error(e, self.provider, self.name, self.api_key_env) from e
         except (ValueError, RecursionError) as e:  # a body the SDK cannot read (not JSON, nested too deep)
             raise self._malformed(f"a body that cannot be read ({clip(str(e), 200)})") from e
 
@@ -209,7 +214,7 @@ class OpenAIResponsesModel(OpenAIModel):
                 f"{self.name}: the stream ended before the reply was finished", provider=self.provider, retryable=True
             ) from None
         except openai.APIError as e:
-            raise _call_error(e, self.provider, self.name) from e
+            raise _call_error(e, self.provider, self.name, self.api_key_env) from e
         except (ValueError, RecursionError) as e:
             raise self._malformed(f"streamed data that cannot be read ({clip(str(e), 200)})") from e
         return state.add(event)
@@ -332,7 +337,8 @@ class OpenAIResponsesModel(OpenAIModel):
             "type": getattr(error, "type", None),
         }
         sent = httpx2.Request("POST", f"{client.base_url}responses")
-        raise _call_error(openai.APIError(str(body["message"]), sent, body=body), self.provider, self.name)
+        reported = openai.APIError(str(body["message"]), sent, body=body)
+        raise _call_error(reported, self.provider, self.name, self.api_key_env)
 
     def _malformed(self, what: str) -> ModelCallError:
         return ModelCallError(f"{self.name} answered with {what}", provider=self.provider, retryable=False)

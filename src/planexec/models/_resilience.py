@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import dataclass, replace
+from typing import Generic, TypeVar
 
 from planexec.errors import Problem, UsageError
 from planexec.models._base import Model, ModelCallError, ModelRequest, ModelResponse, StreamDelta, StreamingModel
@@ -20,7 +21,15 @@ from planexec.models._keys import missing_keys
 from planexec.models._limits import acquire
 from planexec.models._settings import ModelSettings, unsupported_settings
 
-__all__ = ["FallbackModel", "ModelRetryPolicy", "call_with_retries"]
+__all__ = [
+    "FailedAttempt",
+    "FallbackModel",
+    "Held",
+    "ModelRetryPolicy",
+    "call_with_retries",
+    "failed_attempts_to",
+    "open_with_retries",
+]
 
 T = TypeVar("T")
 
@@ -70,6 +79,33 @@ def before_each_attempt(hook: Callable[[], None]) -> Iterator[None]:
         _before_attempt.reset(token)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FailedAttempt:
+    """An attempt of a provider call that failed: ``retry_in`` seconds later the call is tried
+    again (None: it is not, and the call fails with ``error``)."""
+
+    provider: str
+    attempt: int
+    error: ModelCallError
+    retry_in: float | None
+
+
+_on_failed_attempt: ContextVar[Callable[[FailedAttempt], None] | None] = ContextVar(
+    "planexec_on_failed_attempt", default=None
+)
+
+
+@contextmanager
+def failed_attempts_to(report: Callable[[FailedAttempt], None]) -> Iterator[None]:
+    """Tell ``report`` of every failed attempt :func:`call_with_retries` and
+    :func:`open_with_retries` make in this block (in this task), retried or not: a run logs each."""
+    token = _on_failed_attempt.set(report)
+    try:
+        yield
+    finally:
+        _on_failed_attempt.reset(token)
+
+
 async def call_with_retries(
     provider: str,
     call: Callable[[], Awaitable[T]],
@@ -83,22 +119,72 @@ async def call_with_retries(
     puts its own in effect for each call it makes), retrying retryable failures per ``policy``.
 
     Provider adapters and the shipped test doubles all call models through this function."""
+    held = await _attempts(provider, call, policy, rng=rng, sleep=sleep, keep_slot=False)
+    return held.value
+
+
+@dataclass(slots=True)
+class Held(Generic[T]):
+    """What :func:`open_with_retries` opened, and the provider's concurrency slot it holds."""
+
+    value: T
+    _slot: asyncio.Semaphore | None = None
+
+    def release(self) -> None:
+        """Give the slot back (once; later calls do nothing). Call it when the stream has ended."""
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            slot.release()
+
+
+async def open_with_retries(
+    provider: str,
+    open_: Callable[[], Awaitable[T]],
+    policy: ModelRetryPolicy,
+    *,
+    rng: random.Random | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> Held[T]:
+    """Open a stream as :func:`call_with_retries` makes a call, but keep the concurrency slot of the
+    attempt that opened it: the caller releases it (``Held.release``) when the stream ends, so at
+    most ``max_concurrency`` calls — streams included, from their first byte to their last — are
+    under way at once."""
+    return await _attempts(provider, open_, policy, rng=rng, sleep=sleep, keep_slot=True)
+
+
+async def _attempts(
+    provider: str,
+    call: Callable[[], Awaitable[T]],
+    policy: ModelRetryPolicy,
+    *,
+    rng: random.Random | None,
+    sleep: Callable[[float], Awaitable[None]],
+    keep_slot: bool,
+) -> Held[T]:
     attempt = 0
     while True:
         attempt += 1
         slot = await acquire(provider)
+        kept = False
         try:
             hook = _before_attempt.get()
             if hook is not None:
                 hook()
-            return await call()
+            held = Held(await call(), slot if keep_slot else None)
+            kept = keep_slot
+            return held
         except ModelCallError as e:
-            if not e.retryable or attempt >= policy.max_attempts:
+            again = e.retryable and attempt < policy.max_attempts
+            if again:
+                rng = rng or random.Random()  # made only when needed: seeding is not free
+                delay = policy.delay(attempt, e, rng)
+            report = _on_failed_attempt.get()
+            if report is not None:
+                report(FailedAttempt(provider=provider, attempt=attempt, error=e, retry_in=delay if again else None))
+            if not again:
                 raise
-            rng = rng or random.Random()  # made only when needed: seeding is not free
-            delay = policy.delay(attempt, e, rng)
         finally:
-            if slot is not None:
+            if slot is not None and not kept:
                 slot.release()
         await sleep(delay)
 
@@ -112,12 +198,37 @@ def retries(model: object) -> bool:
 
 
 class FallbackModel:
-    """Tries ``models`` in order: when one fails (after its own retries), the next is asked."""
+    """Tries ``models`` in order: when one fails (after its own retries), the next is asked.
 
-    def __init__(self, models: Sequence[Model], *, name: str | None = None) -> None:
+    A circuit breaker spares the calls that follow a failure: a model that failed is skipped for
+    ``cooldown`` seconds (then tried again), so a provider that is down does not cost every call
+    its whole retry cycle. When every model is cooling down they are tried anyway, the one whose
+    cool-down ends first first. The answer says which model gave it (``answered_by``).
+    """
+
+    def __init__(
+        self,
+        models: Sequence[Model],
+        *,
+        name: str | None = None,
+        cooldown: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        problems = []
         if not models:
-            raise UsageError("a fallback list needs at least one model")
+            problems.append(
+                Problem(code="fallback", where="models", message="a fallback list needs at least one model")
+            )
+        if isinstance(cooldown, bool) or not isinstance(cooldown, int | float) or not 0 <= cooldown < float("inf"):
+            problems.append(
+                Problem(code="fallback", where="cooldown", message=f"must be seconds >= 0, not {cooldown!r}")
+            )
+        if problems:
+            raise UsageError("invalid fallback list", problems)
         self.models = tuple(models)
+        self.cooldown = float(cooldown)
+        self._clock = clock
+        self._cool_until: dict[int, float] = {}
         self._name = name or " > ".join(m.name for m in self.models)
 
     @property
@@ -136,36 +247,50 @@ class FallbackModel:
         """The keys the models of the list need and have not got."""
         return tuple(missing_keys(self.models))
 
+    def _order(self) -> list[int]:
+        """The models to ask, in order: those not cooling down; or, when all are, every one."""
+        now = self._clock()
+        ready = [i for i in range(len(self.models)) if self._cool_until.get(i, 0.0) <= now]
+        return ready or sorted(range(len(self.models)), key=lambda i: self._cool_until[i])
+
+    def _failed(self, index: int) -> None:
+        self._cool_until[index] = self._clock() + self.cooldown
+
     async def request(self, request: ModelRequest) -> ModelResponse:
         errors: list[str] = []
-        for model in self.models:
+        for index in self._order():
+            model = self.models[index]
             try:
-                return await model.request(request)
+                response = await model.request(request)
             except ModelCallError as e:
+                self._failed(index)
                 errors.append(f"{model.name}: {e}")
-        raise ModelCallError(
-            "every model in the fallback list failed: " + "; ".join(errors), provider="fallback", retryable=False
-        )
+                continue
+            self._cool_until.pop(index, None)
+            return replace(response, answered_by=model.name)
+        raise _all_failed(errors)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
         errors: list[str] = []
-        for model in self.models:
+        for index in self._order():
+            model = self.models[index]
             started = False
             try:
                 if isinstance(model, StreamingModel):
                     async for item in model.stream(request):
                         started = True
-                        yield item
+                        yield replace(item, answered_by=model.name) if isinstance(item, ModelResponse) else item
                 else:
-                    yield await model.request(request)
-                return
+                    yield replace(await model.request(request), answered_by=model.name)
             except ModelCallError as e:
+                self._failed(index)
                 if started:
                     raise  # part of an answer was already passed on: another model cannot continue it
                 errors.append(f"{model.name}: {e}")
-        raise ModelCallError(
-            "every model in the fallback list failed: " + "; ".join(errors), provider="fallback", retryable=False
-        )
+                continue
+            self._cool_until.pop(index, None)
+            return
+        raise _all_failed(errors)
 
 
 def _all_failed(errors: list[str]) -> ModelCallError:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from planexec._util.clip import clip
 from planexec._util.strict_json import MAX_DEPTH, _JSONRefused, loads
 from planexec.errors import PlannerEscalated, PlannerGaveUp, Problem, UsageError
 from planexec.models import (
@@ -441,9 +442,12 @@ def _parse(
     # output only when it is (see planexec.runtime), else the text is parsed here, strictly.
     data = response.parsed
     if data is None:
+        text = _unfenced(response.text)
         try:
-            data = loads(_unfenced(response.text), max_depth=REPLY_DEPTH)
+            data = loads(text, max_depth=REPLY_DEPTH)
         except _JSONRefused as e:
+            if not text.lstrip().startswith(("{", "[")):
+                return None, [_prose_problem(text)]
             return None, [_reply_problem(e.problem)]
     try:
         if output is Turn and isinstance(data, dict) and "step" not in data and not FLAT_KEYS.isdisjoint(data):
@@ -460,6 +464,18 @@ def _parse(
             )
             for err in e.errors(include_url=False)
         )
+
+
+def _prose_problem(text: str) -> Problem:
+    """A reply in words where structured output was asked for (a model that wrote text instead of
+    calling the output tool it was told to call, or that ignored the response format)."""
+    said = clip(" ".join(text.split()), 160) or "nothing"
+    asked = "the structured output asked for"
+    return Problem(
+        code="invalid_json",
+        where="reply",
+        message=f"not valid JSON: the model answered in text rather than with {asked}: {said!r}",
+    )
 
 
 def _reply_problem(problem: Problem) -> Problem:

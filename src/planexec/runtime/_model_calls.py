@@ -18,11 +18,13 @@ from typing import Any, get_args
 
 from pydantic_core import to_json
 
+from planexec._util.clip import clip
 from planexec._util.strict_json import MAX_DEPTH, json_problem
 from planexec.errors import UsageError
 from planexec.executor import StepError, StepFailure
-from planexec.log import ModelCalled
+from planexec.log import ModelAttemptFailed, ModelCalled
 from planexec.models import (
+    FailedAttempt,
     FinishReason,
     Model,
     ModelCallError,
@@ -36,6 +38,7 @@ from planexec.models import (
     cancelled_for_real,
     cost_of,
     estimate_tokens,
+    failed_attempts_to,
     use_providers,
 )
 from planexec.plan import Step
@@ -44,6 +47,9 @@ from planexec.runtime._world import _RecordedError
 
 __all__ = ["ModelCalls"]
 
+
+ATTEMPT_ERROR_CHARS = 2000
+"""The most of a failed attempt's error a run logs."""
 
 OUTPUT_RESERVE = 1024
 """Output tokens a call in flight is counted for, against the output-token and cost caps, when its
@@ -142,8 +148,25 @@ class ModelCalls:
         self._model_cost_in_flight += estimated_cost + output_cost
         self._model_output_in_flight += output
         error: Exception | None = None
+
+        def attempt_failed(failed: FailedAttempt) -> None:
+            engine.emit(
+                ModelAttemptFailed(
+                    at=engine.now(),
+                    role=role,
+                    purpose=request.purpose,
+                    model=model.name,
+                    step_id=step_id,
+                    attempt=failed.attempt,
+                    status=failed.error.status,
+                    error=clip(str(failed.error), ATTEMPT_ERROR_CHARS),
+                    retry_in=failed.retry_in,
+                    retry_after=failed.error.retry_after,
+                )
+            )
+
         try:
-            with use_providers(providers):
+            with use_providers(providers), failed_attempts_to(attempt_failed):
                 answer = await (send or model.request)(request)
             response = accepted(answer, engine.config.limits.max_reply_chars, model)
         except Exception as e:
@@ -176,7 +199,9 @@ class ModelCalls:
         cost = _charged(model, response, price)
         if cost != response.cost:
             response = replace(response, cost=cost)
-        engine.emit(replace(record, response=response, usage=response.usage, cost=cost))
+        engine.emit(
+            replace(record, response=response, usage=response.usage, cost=cost, answered_by=response.answered_by)
+        )
         return response
 
 

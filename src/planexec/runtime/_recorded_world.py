@@ -26,6 +26,7 @@ from planexec.log import (
     BudgetExhaustedEvent,
     Event,
     InformationAdded,
+    ModelAttemptFailed,
     ModelCalled,
     RunFinished,
     RunResumed,
@@ -246,10 +247,18 @@ class RecordedWorld:
         def mine(e: Event) -> bool:
             if on_step is not None and isinstance(e, StepStreamed):
                 return True  # a step the answer streamed before it was complete
-            return isinstance(e, ModelCalled) and e.role == role and e.purpose == purpose and e.step_id == step_id
+            return (
+                isinstance(e, ModelCalled | ModelAttemptFailed)
+                and e.role == role
+                and e.purpose == purpose
+                and e.step_id == step_id
+            )
 
         while True:
             event = await self._until(mine)
+            if isinstance(event, ModelAttemptFailed):  # an attempt that failed before the answer came
+                self.outlet.emit(event)
+                continue
             if isinstance(event, StepStreamed):
                 assert on_step is not None
                 before = self.cursor
