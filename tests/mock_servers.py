@@ -104,7 +104,7 @@ class MockServer:
 def _request(method: str, url: str, body: Any = None) -> Any:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 - always http://127.0.0.1
+    with urllib.request.urlopen(request, timeout=5) as response:  # always http://127.0.0.1
         return json.loads(response.read() or b"null")
 
 
