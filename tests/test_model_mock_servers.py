@@ -304,14 +304,14 @@ def queue(llmock: MockServer, *behaviors: dict[str, Any]) -> None:
 
 def plan_reply(api: Api, plan: dict[str, Any] = PLAN) -> dict[str, Any]:
     """The planner's plan: text on OpenAI, the output tool's input on Anthropic."""
-    match = {"model": "planner", "stream": True}
+    match = {"provider": api, "model": "planner", "stream": True}
     if api == "openai":
         return {"type": "reply", "text": json.dumps(plan), "match": match}
     return {"type": "reply", "tool_calls": [{"name": "plandraft", "arguments": plan}], "match": match}
 
 
 def answer_reply(api: Api) -> dict[str, Any]:
-    match = {"model": "planner", "stream": False}
+    match = {"provider": api, "model": "planner", "stream": False}
     if api == "openai":
         return {"type": "reply", "text": json.dumps({"answer": ANSWER}), "match": match}
     return {"type": "reply", "tool_calls": [{"name": "finalanswer", "arguments": {"answer": ANSWER}}], "match": match}
@@ -525,11 +525,16 @@ async def test_llmock_malformed_first_chunk_falls_back_to_the_next_model(
     broken = {"provider": "openai", "stream": True}
     queue(llmock, {"type": "stream_fault", "kind": "malformed", "after_chunks": 0, "match": broken})
     script_run(llmock, "anthropic")
+    queue(llmock, answer_reply("openai"))  # the final answer does not stream: the first model gives it
     fallback = FallbackModel([openai_planner, make("planner")])
     result = await run(agent(Planner(model=fallback), make("executor")))
 
     assert_goal_met(result)
-    assert [r["provider"] for r in journal(llmock)][:2] == ["openai", "anthropic"]
+    assert [(r["provider"], r["stream"]) for r in journal(llmock) if r["model"] == "planner"] == [
+        ("openai", True),
+        ("anthropic", True),
+        ("openai", False),
+    ]
 
 
 async def test_llmock_tool_call_with_broken_arguments_fails_the_step_on_openai(
