@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -85,18 +84,16 @@ class MockServer:
             return ""
 
     def stop(self) -> None:
-        """Stop this server's process (by its id, and its process group: uvicorn may fork)."""
+        """Stop this server's process, by its id (one uvicorn worker: it starts no others)."""
         if self._stopped:
             return
         self._stopped = True
         if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.terminate()
             try:
                 self.process.wait(STOP_TIMEOUT)
             except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.kill()
                 self.process.wait(STOP_TIMEOUT)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -151,7 +148,6 @@ def start_server(name: str, args: Sequence[str], ready_path: str, *, attempts: i
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
             )
         server = MockServer(name=name, url=f"http://{HOST}:{port}", process=process, log=log, workdir=workdir)
         deadline = time.monotonic() + READY_TIMEOUT
