@@ -525,15 +525,19 @@ async def test_llmock_malformed_first_chunk_falls_back_to_the_next_model(
     broken = {"provider": "openai", "stream": True}
     queue(llmock, {"type": "stream_fault", "kind": "malformed", "after_chunks": 0, "match": broken})
     script_run(llmock, "anthropic")
-    queue(llmock, answer_reply("openai"))  # the final answer does not stream: the first model gives it
     fallback = FallbackModel([openai_planner, make("planner")])
     result = await run(agent(Planner(model=fallback), make("executor")))
 
     assert_goal_met(result)
+    # The first model failed, so it cools down: the final answer is asked of the second one too.
     assert [(r["provider"], r["stream"]) for r in journal(llmock) if r["model"] == "planner"] == [
         ("openai", True),
         ("anthropic", True),
-        ("openai", False),
+        ("anthropic", False),
+    ]
+    assert [c.answered_by for c in result.events if isinstance(c, ModelCalled) and c.role == "planner"] == [
+        "anthropic:planner",
+        "anthropic:planner",
     ]
 
 
