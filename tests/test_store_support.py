@@ -26,6 +26,7 @@ from planexec.log import (
     BudgetExhaustedEvent,
     Event,
     InformationAdded,
+    ModelAttemptFailed,
     ModelCalled,
     PlannerOutputRejected,
     PlanningStarted,
@@ -81,6 +82,17 @@ def full_run(run_id: str, *, t0: float = 1_000.0, goal: str = "total the orders"
     return [
         RunStarted(at=t0, run_id=run_id, goal=goal, budget={"model_calls": 10, "cost": 1.5, "steps": None}),
         PlanningStarted(at=t0 + 1, trigger="initial", why="start"),
+        ModelAttemptFailed(
+            at=t0 + 1.5,
+            role="planner",
+            purpose="plan",
+            model="scripted",
+            attempt=1,
+            status=429,
+            error="scripted answered 429: slow down",
+            retry_in=0.5,
+            retry_after=0.5,
+        ),
         ModelCalled(
             at=t0 + 2,
             role="planner",

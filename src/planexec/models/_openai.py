@@ -18,6 +18,7 @@
   :class:`ModelCallError` naming the tool and the parse error. Calling the tool with empty or
   guessed arguments instead could run a side-effecting tool with its defaults; the failure goes
   to the run's failure routing like any other executor failure. Empty arguments mean ``{}``.
+  A streamed chunk that is not JSON fails the call the same way (non-retryable), as on Anthropic.
 * Retries: the SDK's own are off; every request goes through :func:`call_with_retries` under the
   limits key (the base URL when one is given, else the provider), so rate limits (``retry-after``
   and ``retry-after-ms`` honoured), server errors, timeouts and dropped connections are retried
@@ -295,6 +296,10 @@ class OpenAIModel:
             return []
         except openai.APIError as e:
             raise _call_error(e, self.provider, self.name, self.api_key_env) from e
+        except ValueError as e:  # a chunk whose data is not JSON: the SDK lets json.loads' error through
+            raise ModelCallError(
+                f"{self.name}: a malformed chunk in the response stream: {e}", provider=self.provider, retryable=False
+            ) from e
         return state.add(chunk)
 
     # -- neutral ↔ wire --------------------------------------------------------------------
