@@ -186,7 +186,8 @@ async def test_fakellm_plans_and_a_model_step_calls_a_tool(
             "fakellm sends an echo text block before tool_use on Anthropic; the executor keeps it and goes on"
         )
     if api == "openai" and stream:
-        assert propose.usage.input_tokens == math.ceil(propose.request_chars / 4), (
+        # estimated from all that was sent: the messages, the schema in the prompt, the tools
+        assert propose.usage.input_tokens > math.ceil(propose.request_chars / 4), (
             "fakellm ignores stream_options.include_usage (no usage chunk): planexec estimates the usage"
         )
     if api == "anthropic" and stream:

@@ -223,7 +223,7 @@ class OpenAIModel:
         for i, call in enumerate(message.tool_calls or ()):
             if call.type == "function":
                 state.calls[i] = _PendingCall(id=call.id, name=call.function.name, arguments=[call.function.arguments])
-        return self._response(state, request)
+        return self._response(state, request, wire)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
         """Text deltas as they arrive, then the whole response (usage from the last chunk)."""
@@ -273,7 +273,7 @@ class OpenAIModel:
                 await chunks.close()
             finally:
                 held.release()
-        yield self._response(state, request)
+        yield self._response(state, request, wire)
 
     async def _read_until_output(self, chunks: AsyncStream[ChatCompletionChunk], state: _Reply) -> list[StreamDelta]:
         while not state.ended:
@@ -353,7 +353,7 @@ class OpenAIModel:
             if name in given and not ok
         }
 
-    def _response(self, state: _Reply, request: ModelRequest) -> ModelResponse:
+    def _response(self, state: _Reply, request: ModelRequest, wire: _Wire) -> ModelResponse:
         text = "".join(state.text)
         calls = tuple(_tool_call(i, pending, self) for i, pending in sorted(state.calls.items()))
         refusal = "".join(state.refusal) or None
@@ -369,8 +369,9 @@ class OpenAIModel:
                 reasoning_tokens=(thought.reasoning_tokens or 0) if thought is not None else 0,
                 requests=1,
             )
-        else:
-            sent = "".join(m.content for m in request.messages)
+        else:  # a server that reports no usage: estimated from all that was sent, schemas included
+            parts = [wire.messages, *(p for p in (wire.tools, wire.response_format) if not isinstance(p, Omit))]
+            sent = json.dumps(parts, ensure_ascii=False)
             said = text + "".join(json.dumps(c.arguments) for c in calls)
             usage = Usage(input_tokens=estimate_tokens(sent), output_tokens=estimate_tokens(said), requests=1)
         price = self.price or (price_for(self.model) if self.provider == "openai" else None)
