@@ -38,6 +38,7 @@ from planexec.models import (
     Usage,
     allow_model_requests,
     cost_of,
+    estimate_tokens,
     price_for,
     resolve_model,
     unsupported_settings,
@@ -553,10 +554,12 @@ async def test_a_failed_response_is_retried_when_it_may_pass(server: FakeServer,
     assert len(server.requests) == 2
 
 
-async def test_a_response_without_usage_is_estimated(server: FakeServer, make: Make) -> None:
+async def test_a_response_without_usage_is_estimated_from_all_that_was_sent(server: FakeServer, make: Make) -> None:
     server.reply(answer(message(text("hello there")), usage=None))
-    response = await make().request(plain("say hello"))
-    assert response.usage == Usage(input_tokens=3, output_tokens=3, requests=1)
+    response = await make().request(ask("say hello", output=ANSWER, tools=(SEARCH,)))
+    wire = body(server.requests[0])
+    sent = json.dumps([wire["input"], wire["tools"], wire["text"]], ensure_ascii=False)
+    assert response.usage == Usage(input_tokens=estimate_tokens(sent), output_tokens=3, requests=1)
 
 
 # -- bad and hostile answers -------------------------------------------------------------------
@@ -723,7 +726,8 @@ async def test_a_streamed_malformed_function_argument_fails_the_call(server: Fak
 async def test_a_stream_without_usage_is_estimated(server: FakeServer, make: Make) -> None:
     server.reply(text_stream("hi", usage=None))
     last = await last_of(make(), plain("hello"))
-    assert last.usage == Usage(input_tokens=2, output_tokens=1, requests=1)
+    sent = json.dumps([body(server.requests[0])["input"]], ensure_ascii=False)
+    assert last.usage == Usage(input_tokens=estimate_tokens(sent), output_tokens=1, requests=1)
 
 
 async def test_a_streamed_refusal(server: FakeServer, make: Make) -> None:

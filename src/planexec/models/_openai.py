@@ -223,7 +223,7 @@ class OpenAIModel:
         for i, call in enumerate(message.tool_calls or ()):
             if call.type == "function":
                 state.calls[i] = _PendingCall(id=call.id, name=call.function.name, arguments=[call.function.arguments])
-        return self._response(state, request, wire)
+        return self._response(state, request, wire.sent())
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
         """Text deltas as they arrive, then the whole response (usage from the last chunk)."""
@@ -273,7 +273,7 @@ class OpenAIModel:
                 await chunks.close()
             finally:
                 held.release()
-        yield self._response(state, request, wire)
+        yield self._response(state, request, wire.sent())
 
     async def _read_until_output(self, chunks: AsyncStream[ChatCompletionChunk], state: _Reply) -> list[StreamDelta]:
         while not state.ended:
@@ -353,7 +353,7 @@ class OpenAIModel:
             if name in given and not ok
         }
 
-    def _response(self, state: _Reply, request: ModelRequest, wire: _Wire) -> ModelResponse:
+    def _response(self, state: _Reply, request: ModelRequest, sent: list[Any]) -> ModelResponse:
         text = "".join(state.text)
         calls = tuple(_tool_call(i, pending, self) for i, pending in sorted(state.calls.items()))
         refusal = "".join(state.refusal) or None
@@ -370,10 +370,9 @@ class OpenAIModel:
                 requests=1,
             )
         else:  # a server that reports no usage: estimated from all that was sent, schemas included
-            parts = [wire.messages, *(p for p in (wire.tools, wire.response_format) if not isinstance(p, Omit))]
-            sent = json.dumps(parts, ensure_ascii=False)
             said = text + "".join(json.dumps(c.arguments) for c in calls)
-            usage = Usage(input_tokens=estimate_tokens(sent), output_tokens=estimate_tokens(said), requests=1)
+            sent_text = json.dumps(sent, ensure_ascii=False)
+            usage = Usage(input_tokens=estimate_tokens(sent_text), output_tokens=estimate_tokens(said), requests=1)
         price = self.price or (price_for(self.model) if self.provider == "openai" else None)
         return ModelResponse(
             text=text,
@@ -450,6 +449,10 @@ class _Wire:
     stream_options: ChatCompletionStreamOptionsParam | Omit
     extra_body: dict[str, Any] | None
     """Provider extras, merged into the request body last by the SDK."""
+
+    def sent(self) -> list[Any]:
+        """What costs input tokens: the messages, and the tools and response format when given."""
+        return [self.messages, *(p for p in (self.tools, self.response_format) if not isinstance(p, Omit))]
 
 
 def _kept(value: T | None, name: str, dropped: Mapping[str, str]) -> T | Omit:

@@ -139,7 +139,7 @@ class OpenAIResponsesModel(OpenAIModel):
                 raise self._malformed(f"a {type(answer).__name__} where a response belongs")
             return self._reply(answer, client)
 
-        return self._response(await call_with_retries(self.limits_key, attempt, self.retry), request)
+        return self._response(await call_with_retries(self.limits_key, attempt, self.retry), request, wire.sent())
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
         """Text deltas as they arrive, then the whole response (usage from the last event)."""
@@ -174,7 +174,7 @@ class OpenAIResponsesModel(OpenAIModel):
                 await events.close()
             finally:
                 held.release()
-        yield self._response(state.reply, request)
+        yield self._response(state.reply, request, wire.sent())
 
     async def _create(self, client: AsyncOpenAI, wire: _Wire, *, stream: bool) -> object:
         """What the SDK made of the answer: a response, a stream of events, or whatever the body held."""
@@ -421,6 +421,10 @@ class _Wire:
     timeout: float | NotGiven
     extra_body: dict[str, Any] | None
     """Provider extras, merged into the request body last by the SDK."""
+
+    def sent(self) -> list[Any]:
+        """What costs input tokens: the input items, and the tools and text format when given."""
+        return [self.input, *(p for p in (self.tools, self.text) if not isinstance(p, Omit))]
 
 
 # -- conversions -----------------------------------------------------------------------------
