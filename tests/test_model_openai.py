@@ -40,7 +40,7 @@ from planexec.models import (
     unsupported_settings,
 )
 from planexec.models._profiles import COMPATIBLE, ModelProfile
-from tests.http_fake import Event, FakeServer, Hang, Json, Recorded, Sse, serve
+from tests.http_fake import Event, FakeServer, Hang, Json, Raw, Recorded, Sse, serve
 
 FAST = ModelRetryPolicy(max_attempts=3, initial_delay=0, max_delay=0.01, jitter=0)
 
@@ -798,3 +798,24 @@ def test_one_model_serves_several_event_loops(server: FakeServer) -> None:
     assert asyncio.run(once()) == "one"
     assert asyncio.run(once()) == "two"
     gc.collect()
+
+
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        (Json("just a string"), "a body that is not a chat completion"),
+        (Json({"choices": "none"}), "a body that is not a chat completion"),
+        (Json({"choices": [{"index": 0}]}), "a body that is not a chat completion"),
+        (Raw(b"{not json"), "a body that is not JSON"),
+    ],
+    ids=["string", "choices-not-a-list", "choice-without-message", "not-json"],
+)
+async def test_a_body_that_is_not_a_completion_is_a_typed_error(
+    server: FakeServer, make: Make, reply: Json | Raw, said: str
+) -> None:
+    server.reply(reply)
+    with pytest.raises(ModelCallError) as info:
+        await make().request(ask())
+    assert said in str(info.value)
+    assert not info.value.retryable
+    assert len(server.requests) == 1

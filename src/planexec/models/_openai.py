@@ -210,20 +210,30 @@ class OpenAIModel:
                 )
             except openai.APIError as e:
                 raise _call_error(e, self.provider, self.name, self.api_key_env) from e
+            except ValueError as e:  # a body that is not JSON: the SDK lets json.loads' error through
+                raise self._malformed(f"a body that is not JSON ({e})") from e
 
         completion = await call_with_retries(self.limits_key, attempt, self.retry)
-        if not completion.choices:
-            raise ModelCallError(f"{self.name} answered without a choice", provider=self.provider, retryable=False)
-        choice = completion.choices[0]
-        message = choice.message
-        state = _Reply(model=completion.model or self.model, finish=choice.finish_reason, usage=completion.usage)
-        state.text.append(message.content or "")
-        if message.refusal:
-            state.refusal.append(message.refusal)
-        for i, call in enumerate(message.tool_calls or ()):
-            if call.type == "function":
-                state.calls[i] = _PendingCall(id=call.id, name=call.function.name, arguments=[call.function.arguments])
+        try:
+            choices = completion.choices
+            if not choices:
+                raise ModelCallError(f"{self.name} answered without a choice", provider=self.provider, retryable=False)
+            choice = choices[0]
+            message = choice.message
+            state = _Reply(model=completion.model or self.model, finish=choice.finish_reason, usage=completion.usage)
+            state.text.append(message.content or "")
+            if message.refusal:
+                state.refusal.append(message.refusal)
+            for i, call in enumerate(message.tool_calls or ()):
+                if call.type == "function":
+                    pending = _PendingCall(id=call.id, name=call.function.name, arguments=[call.function.arguments])
+                    state.calls[i] = pending
+        except (AttributeError, TypeError, IndexError) as e:  # a body that is JSON, not a completion
+            raise self._malformed(f"a body that is not a chat completion ({type(e).__name__}: {e})") from e
         return self._response(state, request, wire.sent())
+
+    def _malformed(self, what: str) -> ModelCallError:
+        return ModelCallError(f"{self.name} answered {what}", provider=self.provider, retryable=False)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
         """Text deltas as they arrive, then the whole response (usage from the last chunk)."""
