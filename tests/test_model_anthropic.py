@@ -193,6 +193,13 @@ def ask(*messages: Message, **options: Any) -> ModelRequest:
     return ModelRequest(messages=messages, **options)
 
 
+def system_text(body: dict[str, Any]) -> str:
+    """The system text of a request: one block, marked as the end of the cacheable prefix."""
+    (block,) = body["system"]
+    assert block["cache_control"] == {"type": "ephemeral"}
+    return str(block["text"])
+
+
 def sent(server: FakeServer, index: int = -1) -> dict[str, Any]:
     body = server.requests[index].body
     assert isinstance(body, dict)
@@ -228,7 +235,7 @@ async def test_text_answer_and_the_request_on_the_wire(server: FakeServer, model
     assert request.body == {
         "model": MODEL,
         "max_tokens": 4096,
-        "system": "Be brief.",
+        "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
         "messages": [{"role": "user", "content": [{"type": "text", "text": "Plan it."}]}],
     }
 
@@ -305,7 +312,9 @@ async def test_tool_calls_out_and_tool_results_back(server: FakeServer, model: A
 
     assert second.text == "Both found."
     body = sent(server)
-    assert body["system"] == "Be brief.\n\nUse the tools."
+    assert body["system"] == [
+        {"type": "text", "text": "Be brief.\n\nUse the tools.", "cache_control": {"type": "ephemeral"}}
+    ]
     assert body["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "Plan it."}]},
         {
@@ -340,7 +349,7 @@ async def test_output_tool_offered_beside_other_tools(server: FakeServer, model:
     body = sent(server)
     assert [t["name"] for t in body["tools"]] == ["find", "step_result"]
     assert body["tool_choice"] == {"type": "auto"}
-    assert "'step_result'" in body["system"]
+    assert "'step_result'" in system_text(body)
 
 
 CREATE = inspect.signature(anthropic.resources.messages.AsyncMessages.create).parameters
@@ -424,7 +433,7 @@ async def test_a_thinking_budget_in_the_extras_asks_for_structured_output_withou
     body = sent(server)
     assert body["thinking"] == thinking
     assert body["tool_choice"] == {"type": "auto"}
-    assert "'plan'" in body["system"]
+    assert "'plan'" in system_text(body)
 
 
 async def test_extras_win_over_the_settings_planexec_sends(server: FakeServer, model: AnthropicModel) -> None:
@@ -451,6 +460,23 @@ async def test_usage_with_cache_reads_and_cost(server: FakeServer, model: Anthro
     async with priced:
         response = await priced.request(ask())
     assert response.cost == pytest.approx((1000 * 1.0 + 50 * 2.0) / 1e6)
+
+
+async def test_cache_writes_are_counted_and_priced_at_their_own_rate(server: FakeServer, model: AnthropicModel) -> None:
+    usage = {"input_tokens": 40, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 2000, "output_tokens": 10}
+    server.reply(Json(message(text("ok"), usage=usage)))
+
+    response = await model.request(ask())
+
+    assert response.usage == Usage(
+        input_tokens=2040, output_tokens=10, cached_input_tokens=0, cache_write_tokens=2000, requests=1
+    )
+    price = price_for(MODEL)
+    assert price is not None
+    write = price.cache_write
+    assert write is not None
+    assert write == pytest.approx(1.25 * price.input)
+    assert response.cost == pytest.approx((40 * price.input + 2000 * write + 10 * price.output) / 1e6)
 
 
 @pytest.mark.parametrize(

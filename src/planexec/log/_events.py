@@ -27,7 +27,8 @@ fixture log of every version loadable in the tests):
     6: model_attempt_failed (each failed attempt of a model call: its status, its error, the wait
        before the next attempt and the wait the provider asked for); model_called may name the
        model that answered for a fallback list (``answered_by``); usage counts failed requests
-       (``failed_requests``) and reasoning tokens (``reasoning_tokens``). Older logs load unchanged.
+       (``failed_requests``), reasoning tokens (``reasoning_tokens``) and tokens written to a
+       prompt cache (``cache_write_tokens``). Older logs load unchanged.
 """
 
 from __future__ import annotations

@@ -332,7 +332,9 @@ class _Wire:
         if tools:
             params["tools"] = tools
         if system:
-            params["system"] = system
+            # A cache breakpoint after the system text: tools and system, which do not change within
+            # a run, are the stable prefix the API caches (it ignores a prefix too short to cache).
+            params["system"] = [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]
         return cls(params=params, output=output, extra_body=extra or None)
 
 
@@ -447,6 +449,7 @@ class _Reply:
             input_tokens=self.input_tokens + self.cache_read + self.cache_write,
             output_tokens=self.output_tokens,
             cached_input_tokens=self.cache_read,
+            cache_write_tokens=self.cache_write,
             requests=1,
         )
         text = "".join(self.texts)

@@ -112,6 +112,8 @@ class Usage:
     """Requests sent, the failed ones among them."""
     failed_requests: int = 0
     """Requests that failed (and were tried again, or failed the call)."""
+    cache_write_tokens: int = 0
+    """Input tokens written to the provider's prompt cache (part of ``input_tokens``)."""
     reasoning_tokens: int = 0
     """Of ``output_tokens``, those a reasoning model spent thinking (where the provider reports them)."""
 
@@ -122,6 +124,7 @@ class Usage:
             cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
             requests=self.requests + other.requests,
             failed_requests=self.failed_requests + other.failed_requests,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 

@@ -23,14 +23,22 @@ __all__ = ["BUILT_IN_PRICES", "Price", "cost_of", "look_up_price", "price_for"]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Price:
-    """Dollars per million tokens: input, output, and input served from the provider's cache."""
+    """Dollars per million tokens: input, output, input served from the provider's prompt cache
+    (``cached_input``) and input written to it (``cache_write``); a cache rate that is not given
+    is the input rate."""
 
     input: float
     output: float
     cached_input: float | None = None
+    cache_write: float | None = None
 
     def __post_init__(self) -> None:
-        values = {"input": self.input, "output": self.output, "cached_input": self.cached_input}
+        values = {
+            "input": self.input,
+            "output": self.output,
+            "cached_input": self.cached_input,
+            "cache_write": self.cache_write,
+        }
         problems = []
         for name, value in values.items():
             if value is None:
@@ -56,13 +64,13 @@ BUILT_IN_PRICES: Mapping[str, Price] = MappingProxyType(
         "gpt-4o-mini": Price(input=0.15, output=0.60, cached_input=0.075),
         "o3": Price(input=2.0, output=8.0, cached_input=0.50),
         "o4-mini": Price(input=1.10, output=4.40, cached_input=0.275),
-        # Anthropic (cached input: cache reads)
-        "claude-opus-4": Price(input=15.0, output=75.0, cached_input=1.50),
-        "claude-sonnet-4": Price(input=3.0, output=15.0, cached_input=0.30),
-        "claude-haiku-4": Price(input=1.0, output=5.0, cached_input=0.10),
-        "claude-3-7-sonnet": Price(input=3.0, output=15.0, cached_input=0.30),
-        "claude-3-5-sonnet": Price(input=3.0, output=15.0, cached_input=0.30),
-        "claude-3-5-haiku": Price(input=0.80, output=4.0, cached_input=0.08),
+        # Anthropic (cached input: cache reads, 0.1x; cache writes of the 5-minute cache, 1.25x)
+        "claude-opus-4": Price(input=15.0, output=75.0, cached_input=1.50, cache_write=18.75),
+        "claude-sonnet-4": Price(input=3.0, output=15.0, cached_input=0.30, cache_write=3.75),
+        "claude-haiku-4": Price(input=1.0, output=5.0, cached_input=0.10, cache_write=1.25),
+        "claude-3-7-sonnet": Price(input=3.0, output=15.0, cached_input=0.30, cache_write=3.75),
+        "claude-3-5-sonnet": Price(input=3.0, output=15.0, cached_input=0.30, cache_write=3.75),
+        "claude-3-5-haiku": Price(input=0.80, output=4.0, cached_input=0.08, cache_write=1),
     }
 )
 
@@ -91,6 +99,9 @@ def cost_of(usage: Usage, price: Price | None) -> float | None:
     if price is None:
         return None
     cached = min(usage.cached_input_tokens, usage.input_tokens)
+    written = min(usage.cache_write_tokens, usage.input_tokens - cached)
     cached_rate = price.cached_input if price.cached_input is not None else price.input
-    dollars = (usage.input_tokens - cached) * price.input + cached * cached_rate + usage.output_tokens * price.output
+    write_rate = price.cache_write if price.cache_write is not None else price.input
+    fresh = usage.input_tokens - cached - written
+    dollars = fresh * price.input + cached * cached_rate + written * write_rate + usage.output_tokens * price.output
     return dollars / 1_000_000
