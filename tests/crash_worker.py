@@ -41,7 +41,7 @@ from planexec.tools import Tool
 
 GOAL = "settle every region's orders and report"
 REGIONS = 6
-RECORD_LINE = re.compile(r"^- \[(\w+)\] (\S+) \(.*\n  output: (.*)$", re.MULTILINE)
+RECORD_LINE = re.compile(r"^- (\S+) .*? → (.*)$", re.MULTILINE)
 
 
 def _digest(*parts: Any) -> str:
@@ -98,7 +98,7 @@ def side_effecting_steps(scenario: str) -> set[str]:
 
 def answer_from_record(record: str, last: str) -> str:
     """How many steps succeeded, the output of step ``last``, and a digest of every step's output."""
-    outputs = {sid: out for status, sid, out in RECORD_LINE.findall(record) if status == "succeeded"}
+    outputs = dict(RECORD_LINE.findall(record))
     return f"{len(outputs)} steps succeeded; {last}: {outputs.get(last)}; digest {_digest(sorted(outputs.items()))}"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +71,8 @@ async def test_collect_logs_fails_and_the_planner_patches_in_the_archive(demo_ru
     # The patch was derived from the failure the planner was shown.
     patches = [c for c in demo.planner.calls if c.purpose == "planner.patch"]
     assert len(patches) == 2  # after the failure, and after the answer's review
-    shown = patches[0].messages[1].content
-    assert "[failed] collect_logs" in shown
+    shown = patches[0].last_user_text
+    assert re.search(r"^- collect_logs collect_logs .* ✗ failed: ", shown, re.MULTILINE)
     assert failed.error.message in shown
 
 
@@ -90,7 +91,7 @@ async def test_the_final_answer_is_reviewed_and_sent_back_once(demo_run: tuple[D
     # The refusal reached the planner, which answered again with no new work.
     finishes = [c for c in demo.planner.calls if c.purpose == "planner.finish"]
     assert len(finishes) == 2
-    assert "refused by the checks review" in finishes[1].messages[1].content
+    assert "refused by the checks review" in finishes[1].last_user_text
     v2, v3 = result.plans[1:]
     assert set(v3.ids) == set(v2.ids)  # the finished work is kept, nothing new is done
     assert "answer must be rewritten" in v3.reason
@@ -212,14 +213,12 @@ def test_a_patch_keeps_steps_that_are_still_running() -> None:
         [
             "Goal: audit run r-77",
             "",
-            "Execution record (plan v1):",
-            "- [succeeded] read_workflow (tool read_workflow): Read the onboarding workflow definition",
-            '  output: {"workflow":"customer-onboarding"}',
-            "- [failed] collect_logs (tool collect_logs): Collect the application logs of run r-77",
-            f"  error: {ERROR}",
-            '  args: {"run_id":"r-77"}',
-            "- [running] list_recent_changes (tool list_recent_changes): List the deploys of the last week",
-            "- [pending] find_root_cause (executor analyst): Find it (after read_workflow, collect_logs)",
+            "Record:",
+            '- read_workflow read_workflow {} → {"workflow":"customer-onboarding"}',
+            f'- collect_logs collect_logs {{"run_id":"r-77"}} ✗ failed: {ERROR}',
+            "Not finished:",
+            "- list_recent_changes list_recent_changes {} running",
+            "- find_root_cause executor analyst: Find it pending (after read_workflow, collect_logs)",
             "",
             "Why a new plan: these steps failed",
         ]
@@ -244,7 +243,7 @@ def test_the_planner_refuses_what_its_script_does_not_cover() -> None:
     with pytest.raises(UnexpectedModelCall):
         planner_reply(_request("planner.turn", "Goal: audit run r-77"))
     with pytest.raises(UnexpectedModelCall):
-        planner_reply(_request("planner.patch", "Goal: audit run r-77\n\nExecution record (plan v1):\n"))
+        planner_reply(_request("planner.patch", "Goal: audit run r-77\n\nRecord:\n"))
 
 
 # -- the tools work on real files ----------------------------------------------------------------

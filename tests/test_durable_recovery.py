@@ -79,7 +79,7 @@ def planner() -> FunctionModel:
         if request.purpose == "planner.propose":
             return PLAN
         assert request.purpose == "planner.finish", request.purpose
-        found = re.search(r"\] join .*\n  output: (.*)", request.last_user_text)
+        found = re.search(r"^- join .*? → (.*)$", request.last_user_text, re.MULTILINE)
         assert found is not None
         return {"answer": "done: " + found.group(1)}
 

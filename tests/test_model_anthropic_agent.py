@@ -74,7 +74,7 @@ def user_texts(body: Any) -> list[str]:
 async def test_a_plan_with_problems_is_repaired(planner_server: FakeServer) -> None:
     wrong = {"steps": [add_step()]}  # a step without its required description
     right = {"steps": [add_step(description="add the numbers")]}
-    planner_server.reply(answer("plandraft", wrong), answer("plandraft", right), answer("finalanswer", {"answer": "5"}))
+    planner_server.reply(answer("plan", wrong), answer("plan", right), answer("plan", {"answer": "5"}))
 
     async with claude(planner_server) as planner:
         result = await Agent(planner, tools=[add], budget=SAFETY).run("What is 2 + 3?")
@@ -85,15 +85,15 @@ async def test_a_plan_with_problems_is_repaired(planner_server: FakeServer) -> N
     assert [p.where for p in rejected.problems] == ["steps.0.description"]
 
     first, second, finish = (r.body for r in planner_server.requests)
-    assert first["tool_choice"] == {"type": "tool", "name": "plandraft"}
-    assert [t["name"] for t in first["tools"]] == ["plandraft"]
+    assert first["tool_choice"] == {"type": "tool", "name": "plan"}
+    assert [t["name"] for t in first["tools"]] == ["plan"]
     assert "steps" in first["tools"][0]["input_schema"]["properties"]
     # The repair request carries the first answer and the list of its problems.
     assert second["messages"][-2] == {"role": "assistant", "content": [{"type": "text", "text": json.dumps(wrong)}]}
     problems = user_texts(second)[-1]
     assert "steps.0.description" in problems
     assert "Field required" in problems
-    assert finish["tool_choice"] == {"type": "tool", "name": "finalanswer"}
+    assert finish["tool_choice"] == {"type": "tool", "name": "plan"}
 
     calls = events_of(result, ModelCalled)
     assert [c.model for c in calls] == [f"anthropic:{MODEL}"] * 3
@@ -106,8 +106,8 @@ async def test_a_refusal_goes_back_to_the_planner(planner_server: FakeServer) ->
     right = {"steps": [add_step(description="add the numbers")]}
     planner_server.reply(
         Json(message(stop_reason="refusal", stop_details=refusal)),
-        answer("plandraft", right),
-        answer("finalanswer", {"answer": "5"}),
+        answer("plan", right),
+        answer("plan", {"answer": "5"}),
     )
 
     async with claude(planner_server) as planner:
@@ -136,7 +136,7 @@ async def test_a_refusal_without_repairs_stops_the_run(planner_server: FakeServe
 
 async def test_a_planner_and_an_executor_on_anthropic(planner_server: FakeServer, executor_server: FakeServer) -> None:
     plan = {"steps": [{"id": "m1", "description": "Add 2 and 3 with the add tool.", "allowed_tools": ["add"]}]}
-    planner_server.reply(answer("plandraft", plan), answer("finalanswer", {"answer": "2 + 3 = 5"}))
+    planner_server.reply(answer("plan", plan), answer("plan", {"answer": "2 + 3 = 5"}))
     executor_server.reply(
         Json(message(text("Adding."), tool_use("add", {"a": 2, "b": 3}, "toolu_add"), stop_reason="tool_use")),
         Json(message(text("The sum is 5."))),
@@ -219,9 +219,9 @@ async def test_a_step_starts_while_the_plan_still_streams(planner_shared: FakeSe
     second = {"id": "s2", "description": "note two", "tool": "note", "args": {"text": "two"}}
     server.reply(
         streamed_answer(
-            "plandraft", [('{"steps": [' + json.dumps(first) + ", ", None), (json.dumps(second) + "]}", first_ran)]
+            "plan", [('{"steps": [' + json.dumps(first) + ", ", None), (json.dumps(second) + "]}", first_ran)]
         ),
-        answer("finalanswer", {"answer": "noted"}),
+        answer("plan", {"answer": "noted"}),
     )
 
     async with claude(server) as planner:
@@ -240,7 +240,7 @@ async def test_a_planner_that_answers_in_text_instead_of_the_output_tool_is_told
 ) -> None:
     right = {"steps": [add_step(description="add the numbers")]}
     prose = Json(message(text("I would add 2 and 3 with the add tool."), stop_reason="end_turn"))
-    planner_server.reply(prose, answer("plandraft", right), answer("finalanswer", {"answer": "5"}))
+    planner_server.reply(prose, answer("plan", right), answer("plan", {"answer": "5"}))
 
     async with claude(planner_server) as planner:
         result = await Agent(planner, tools=[add], budget=SAFETY).run("What is 2 + 3?")

@@ -308,14 +308,14 @@ def plan_reply(api: Api, plan: dict[str, Any] = PLAN) -> dict[str, Any]:
     match = {"provider": api, "model": "planner", "stream": True}
     if api == "openai":
         return {"type": "reply", "text": json.dumps(plan), "match": match}
-    return {"type": "reply", "tool_calls": [{"name": "plandraft", "arguments": plan}], "match": match}
+    return {"type": "reply", "tool_calls": [{"name": "plan", "arguments": plan}], "match": match}
 
 
 def answer_reply(api: Api) -> dict[str, Any]:
     match = {"provider": api, "model": "planner", "stream": False}
     if api == "openai":
         return {"type": "reply", "text": json.dumps({"answer": ANSWER}), "match": match}
-    return {"type": "reply", "tool_calls": [{"name": "finalanswer", "arguments": {"answer": ANSWER}}], "match": match}
+    return {"type": "reply", "tool_calls": [{"name": "plan", "arguments": {"answer": ANSWER}}], "match": match}
 
 
 def script_run(llmock: MockServer, api: Api, *, plans: int = 1) -> None:
@@ -358,29 +358,26 @@ async def test_llmock_scripted_run_with_a_streamed_plan(llmock: MockServer, open
 
 
 @pytest.mark.parametrize("api", APIS)
-async def test_llmock_schema_shaped_plan_is_refused_without_an_executor_for_it(
+async def test_llmock_schema_shaped_plan_is_refused_with_every_problem_listed(
     llmock: MockServer, opened: list[Model], api: Api
 ) -> None:
+    # llmock invents a reply from the schema: an example in every member, the nullable ones too
+    # (an answer while planning, "mock-args" where a JSON object's text belongs, "mock-checks").
     make = llmock_models(llmock, api, opened)
-    result = await run(agent(Planner(model=make("planner"), max_repairs=1)))
+    result = await run(agent(Planner(model=make("planner"), max_repairs=1), make("executor")))
 
     assert (result.stop.kind, result.stop.code) == ("error", "planner_output"), result.stop
     [propose, *_] = calls(result, "planner.propose")
     assert propose.response is not None
-    assert json.loads(propose.response.text)["steps"][0]["id"] == "mock-id", "llmock invents a plan from the schema"
-    rejected = [p.code for e in result.events if isinstance(e, PlannerOutputRejected) for p in e.problems]
-    assert rejected == ["no_tool_or_executor"] * 2
-
-
-async def test_llmock_schema_shaped_plan_fits_the_schema_so_a_run_with_an_executor_goes_through(
-    llmock: MockServer, opened: list[Model]
-) -> None:
-    make = llmock_models(llmock, "openai", opened)
-    result = await run(agent(Planner(model=make("planner")), make("executor")))
-
-    assert result.stop.kind == "goal_met", result.stop
-    assert result.answer == "mock-answer", "llmock's answer is an example of the answer schema"
-    assert list(result.outputs) == ["mock-id"]
+    rejected = [e.problems for e in result.events if isinstance(e, PlannerOutputRejected)]
+    assert len(rejected) == 2  # the first answer and the one repair allowed
+    assert {(p.code, p.where) for p in rejected[0]} == {
+        ("invalid_output", "answer"),
+        ("invalid_output", "steps.0.args"),
+        ("invalid_output", "steps.0.output_schema"),
+        ("invalid_output", "steps.0.checks.0"),
+    }
+    assert result.outputs == {}, "nothing ran"
 
 
 async def test_llmock_json_mode_reply_that_ignores_the_schema_in_the_prompt_is_refused(

@@ -1136,10 +1136,11 @@ async def test_planner_and_executor_on_the_responses_api(
         "gpt-4.1-mini",
         "gpt-4.1",
     ]
-    # The plan streams; its schema has free-form arguments, so it goes non-strict.
+    # The plan streams, strict: arguments travel as JSON text, so every object can be closed.
     assert propose["stream"] is True
     assert propose["text"]["format"]["type"] == "json_schema"
-    assert propose["text"]["format"]["strict"] is False
+    assert propose["text"]["format"]["strict"] is True
+    assert propose["text"]["format"]["schema"]["$defs"]["step"]["additionalProperties"] is False
     # The executor is offered the tool, then sees its own call and the result.
     assert [t["name"] for t in first["tools"]] == ["population"]
     assert first["tools"][0]["parameters"]["properties"]["city"]["type"] == "string"
@@ -1149,12 +1150,11 @@ async def test_planner_and_executor_on_the_responses_api(
     assert (own_call["call_id"], own_call["name"]) == ("call_9", "population")
     assert json.loads(own_call["arguments"]) == {"city": "paris"}
     assert result_item == {"type": "function_call_output", "call_id": "call_9", "output": "2"}
-    # The final answer's schema can be strict.
+    # The final answer is asked for with the plan's schema, and the run's cache key.
     assert finish.get("stream") is not True
-    fmt = finish["text"]["format"]
-    assert fmt["strict"] is True
-    assert fmt["schema"]["additionalProperties"] is False
-    assert fmt["schema"]["required"] == ["answer"]
+    assert finish["text"] == propose["text"]
+    assert finish["input"][:2] == propose["input"][:2]
+    assert propose["prompt_cache_key"] == finish["prompt_cache_key"] == f"planexec/{result.run_id}/planner"
 
     assert result.usage.requests == 4
     assert result.usage.input_tokens == 200 + 12 + 80 + 300

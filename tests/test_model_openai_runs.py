@@ -15,6 +15,7 @@ import pytest
 from planexec import Agent, ModelExecutor, ModelSettings, Planner, tool
 from planexec.log import PlannerOutputRejected, RunStarted, StepStreamed
 from planexec.models import ModelRetryPolicy, OpenAIModel, allow_model_requests
+from planexec.plan import Contains, NonEmpty
 from tests.http_fake import Event, FakeServer, Sse, serve
 from tests.support import SAFETY, events_of
 from tests.test_model_openai import DONE, body, chunk, completion, function_call, usage_chunk
@@ -81,13 +82,28 @@ def messages(i: int, server: FakeServer) -> list[dict[str, Any]]:
 
 async def test_planner_and_executor_on_openai(server: FakeServer, models: tuple[OpenAIModel, OpenAIModel]) -> None:
     planner, executor = models
-    step = {"id": "m1", "description": "find how many live in Paris", "allowed_tools": ["population"]}
-    plan = {"reason": "one research step", "steps": [step]}
+    # The planner answers as strict structured output does: every member given, null where a
+    # step has none, arguments and checks as text.
+    step = {
+        **dict.fromkeys(["tool", "executor", "expected", "output_schema", "on_fail", "confidence"]),
+        "id": "m1",
+        "description": "find how many live in Paris",
+        "args": "{}",
+        "depends_on": [],
+        "allowed_tools": ["population"],
+        "checks": ["non_empty", "contains:Paris"],
+        "effect": "read",
+        "approval": "auto",
+    }
+    empty = dict.fromkeys(["confidence", "question", "give_up", "answer"])
+    plan = {**empty, "reason": "one research step", "steps": [step]}
     server.reply(
         streamed_json(plan),
         completion(None, tool_calls=[function_call("call_9", "population", '{"city": "paris"}')], finish="tool_calls"),
         completion("About 2 million people live in Paris.", usage=(80, 12, 0)),
-        completion('{"answer": "Paris: about 2 million"}', usage=(300, 10, 128)),
+        completion(
+            json.dumps({**empty, "reason": "", "steps": [], "answer": "Paris: about 2 million"}), usage=(300, 10, 128)
+        ),
     )
     result = await Agent(planner, tools=[population], executor=executor, budget=SAFETY).run("How big is Paris?")
 
@@ -104,11 +120,17 @@ async def test_planner_and_executor_on_openai(server: FakeServer, models: tuple[
         "gpt-4o-mini",
         "gpt-4o",
     ]
-    # The plan streams; its schema has free-form arguments, so it goes non-strict.
+    assert result.plans[0].steps[0].checks == (NonEmpty(), Contains(text="Paris"))
+    # The plan streams, strict: arguments travel as JSON text, so every object can be closed.
     assert propose["stream"] is True
     assert propose["stream_options"] == {"include_usage": True}
     assert propose["response_format"]["type"] == "json_schema"
-    assert propose["response_format"]["json_schema"]["strict"] is False
+    plan_format = propose["response_format"]["json_schema"]
+    assert plan_format["strict"] is True
+    sent_step = plan_format["schema"]["$defs"]["step"]
+    assert sent_step["additionalProperties"] is False
+    assert sent_step["required"] == list(sent_step["properties"])
+    assert sent_step["properties"]["args"] == {"type": "string"}
     # The executor is offered the tool, then sees its own call and the result.
     assert [t["function"]["name"] for t in first["tools"]] == ["population"]
     assert first["tools"][0]["function"]["parameters"]["properties"]["city"]["type"] == "string"
@@ -118,12 +140,15 @@ async def test_planner_and_executor_on_openai(server: FakeServer, models: tuple[
     assert assistant["tool_calls"][0]["id"] == "call_9"
     assert json.loads(assistant["tool_calls"][0]["function"]["arguments"]) == {"city": "paris"}
     assert answer == {"role": "tool", "tool_call_id": "call_9", "content": "2"}
-    # The final answer's schema can be strict.
+    # The final answer is asked for with the plan's schema: every planner request of the run starts
+    # the same (schema, instructions, goal and tools), and all carry the run's cache key.
     assert "stream" not in finish
-    fmt = finish["response_format"]["json_schema"]
-    assert fmt["strict"] is True
-    assert fmt["schema"]["additionalProperties"] is False
-    assert fmt["schema"]["required"] == ["answer"]
+    assert finish["response_format"] == propose["response_format"]
+    assert finish["messages"][:2] == propose["messages"][:2]
+    assert propose["messages"][2]["content"].startswith("Budget left:")
+    assert finish["messages"][2]["content"].startswith("Record:\n- m1 model: find how many live in Paris → About")
+    assert propose["prompt_cache_key"] == finish["prompt_cache_key"] == f"planexec/{result.run_id}/planner"
+    assert first["prompt_cache_key"] == f"planexec/{result.run_id}/executor"
 
     assert result.usage.requests == 4
     assert result.usage.input_tokens == 200 + 12 + 80 + 300

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -83,8 +84,8 @@ async def test_tool_failure_is_patched_with_a_data_gathering_step_and_finished_s
     patch_prompt = planner.calls[1].last_user_text
     assert "parse" in patch_prompt
     assert "the page has no price field" in patch_prompt
-    assert "[succeeded] fetch" in patch_prompt
-    assert "[failed] parse" in patch_prompt
+    assert re.search(r"^- fetch .* → ", patch_prompt, re.MULTILINE)
+    assert re.search(r"^- parse .* ✗ failed: ", patch_prompt, re.MULTILINE)
 
     # Version 2: made by the planner for the stated reason, keeping the finished step.
     assert [p.version for p in result.plans] == [1, 2]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from planexec import Agent, AnswerReview, Planner, tool
@@ -43,9 +45,8 @@ async def test_step_by_step_policy_takes_one_step_per_turn() -> None:
     b = result.steps["b"].step
     assert (b.thought, b.confidence) == ("now double it", 0.7)
     # The second turn sees the first step's result; the first turn sees no record.
-    assert "Execution record" not in model.calls[0].last_user_text
-    assert "[succeeded] a" in model.calls[1].last_user_text
-    assert "output: 3" in model.calls[1].last_user_text
+    assert "Record:" not in model.calls[0].last_user_text
+    assert re.search(r"^- a .* → 3$", model.calls[1].last_user_text, re.MULTILINE)
     assert events_of(result, RunStarted)[0].policy == "step"
     assert result.replans == 0
 
@@ -149,7 +150,7 @@ async def test_replan_after_each_step_patches_after_every_finished_step() -> Non
     assert [p.ids for p in result.plans] == [("a",), ("a", "b"), ("a", "b")]
     assert result.replans == 0  # patches after success are not failure replans
     assert "step a finished" in model.calls[1].last_user_text
-    assert "[succeeded] a" in model.calls[1].last_user_text
+    assert re.search(r"^- a .* → ", model.calls[1].last_user_text, re.MULTILINE)
     assert [e.step_id for e in events_of(result, StepStarted)] == ["a", "b"]
     model.assert_consumed()
 

@@ -16,8 +16,24 @@ from planexec.errors import UnexpectedModelCall
 from planexec.models import ModelRequest
 from planexec.testing import FunctionModel
 
-_STATUS = re.compile(r"^- \[(\w+)\] (\S+) ", re.MULTILINE)
-"""A step's line in the execution record: its status and id."""
+_LINE = re.compile(
+    r"^- (?P<id>\S+) .*?(?P<done> → | ✗ (?P<end>failed|cancelled))"
+    r"|^- (?P<waiting>\S+) .* (?P<state>pending|running|held)(?: \(after [^)]*\))?$",
+    re.MULTILINE,
+)
+"""A step's line in the record: a finished step (its output after ``→``, or ``✗ failed``), or one
+not finished yet (its state last)."""
+
+
+def _statuses(record: str) -> dict[str, str]:
+    """Each step's status, as the record shows it last."""
+    status: dict[str, str] = {}
+    for m in _LINE.finditer(record):
+        if m["waiting"] is not None:
+            status[m["waiting"]] = m["state"]
+        else:
+            status[m["id"]] = m["end"] or "succeeded"
+    return status
 
 
 def _step(step_id: str, tool: str, args: dict[str, Any], *after: str, what: str) -> dict[str, Any]:
@@ -51,7 +67,7 @@ def _again(steps: list[dict[str, Any]], record: str, patch: int) -> list[dict[st
     """What is still to do of ``steps``, by the execution record: a step that succeeded (under its
     id or a later one) is left out; one that failed, never ran, or depends on one renamed here
     runs under a new id, ``<id>_<patch>``; one running or waiting keeps the id it has."""
-    status = {step_id: state for state, step_id in _STATUS.findall(record)}
+    status = _statuses(record)
     latest = {_base(step_id): step_id for step_id in status}  # the record lists later versions later
     names: dict[str, str] = {}
     renamed: set[str] = set()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from planexec.demo._record import RecordEntry, first_user_text, parse_record
+from planexec.demo._record import RecordEntry, parse_record, user_text
 from planexec.errors import UnexpectedModelCall
 from planexec.models import ModelRequest
 
@@ -175,7 +175,7 @@ def _need(record: dict[str, RecordEntry], step_id: str) -> RecordEntry:
 
 def planner_reply(request: ModelRequest) -> dict[str, Any]:
     """The planner's answer to one request, derived from what the request says."""
-    text = first_user_text(request)
+    text = user_text(request)
     if request.purpose == "planner.propose":
         return _propose(text)
     if request.purpose == "planner.patch":

@@ -14,10 +14,12 @@ from typing import Any
 from planexec.errors import UnexpectedModelCall
 from planexec.models import ModelRequest
 
-__all__ = ["RecordEntry", "first_user_text", "parse_record", "step_inputs", "tool_results"]
+__all__ = ["RecordEntry", "parse_record", "step_inputs", "tool_results", "user_text"]
 
-_HEAD = re.compile(r"^- \[(?P<status>\w+)\] (?P<id>[A-Za-z0-9_-]+) \((?P<kind>tool|executor) (?P<what>[^)]*)\): ")
-_DETAIL = re.compile(r"^  (?P<key>output|error|args|failed checks): (?P<value>.*)$")
+_DONE = re.compile(
+    r"^- (?P<id>[A-Za-z0-9_-]+) .*?(?: → (?P<output>.*)| ✗ (?P<status>failed|cancelled)(?:: (?P<error>.*))?)$"
+)
+_WAITING = re.compile(r"^- (?P<id>[A-Za-z0-9_-]+) .* (?P<status>pending|running|held)(?: \(after [^)]*\))?$")
 _INPUTS = re.compile(r"^Inputs: (?P<json>.*)$", re.MULTILINE)
 
 
@@ -39,45 +41,42 @@ class RecordEntry:
             raise UnexpectedModelCall(f"the record's output of step {self.step_id!r} is not whole JSON") from None
 
 
-def first_user_text(request: ModelRequest) -> str:
-    for message in request.messages:
-        if message.role == "user":
-            return message.content
-    return ""
+def user_text(request: ModelRequest) -> str:
+    """Every user message of the request, joined by blank lines."""
+    return "\n\n".join(m.content for m in request.messages if m.role == "user")
 
 
 def parse_record(text: str) -> dict[str, RecordEntry]:
-    """Every step of the execution record in ``text``, by id (empty when there is no record)."""
+    """Every step of the execution record in ``text``, by id, as it stands last (empty when there
+    is no record)."""
     entries: dict[str, RecordEntry] = {}
-    current: RecordEntry | None = None
     in_record = False
     for line in text.splitlines():
-        if line.startswith("Execution record"):
+        if line == "Record:":
             in_record = True
             continue
-        if not in_record:
+        if not in_record or line == "Not finished:":
             continue
-        head = _HEAD.match(line)
-        if head:
-            current = RecordEntry(step_id=head["id"], status=head["status"])
-            entries[current.step_id] = current
+        if not line.startswith("- "):
+            if not line.startswith("  "):
+                in_record = False
             continue
-        detail = _DETAIL.match(line)
-        if detail and current is not None:
-            if detail["key"] == "output":
-                current.output = detail["value"]
-            elif detail["key"] == "error":
-                current.error = detail["value"]
+        waiting = _WAITING.match(line)
+        if waiting:
+            entries[waiting["id"]] = RecordEntry(step_id=waiting["id"], status=waiting["status"])
             continue
-        if not line.startswith(("- ", "  ")):
-            in_record = False
-            current = None
+        done = _DONE.match(line)
+        if done:
+            status = done["status"] or "succeeded"
+            entries[done["id"]] = RecordEntry(
+                step_id=done["id"], status=status, output=done["output"], error=done["error"]
+            )
     return entries
 
 
 def step_inputs(request: ModelRequest) -> dict[str, Any]:
     """The ``Inputs:`` an executor prompt gives for its step."""
-    m = _INPUTS.search(first_user_text(request))
+    m = _INPUTS.search(user_text(request))
     if m is None:
         raise UnexpectedModelCall("the executor prompt has no Inputs line")
     inputs = json.loads(m["json"])

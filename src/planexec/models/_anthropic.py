@@ -357,9 +357,11 @@ def _sdk_takes(parameter: str) -> bool:
 
 
 def _turns(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
-    """The system text, and the user/assistant turns (adjacent turns of one role merged)."""
+    """The system text, and the user/assistant turns (adjacent turns of one role merged), a cache
+    breakpoint after each message that ends a stable prefix."""
     system: list[str] = []
     turns: list[dict[str, Any]] = []
+    marked: list[dict[str, Any]] = []
     for m in messages:
         if m.role == "system":
             if m.content:
@@ -368,11 +370,20 @@ def _turns(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
         role, blocks = _blocks(m)
         if not blocks:
             continue
+        if m.cache_point:
+            marked.append(blocks[-1])
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"].extend(blocks)
         else:
             turns.append({"role": role, "content": blocks})
+    # The API takes at most four cache breakpoints: the system text has one, the last three
+    # messages marked as the end of a stable prefix get the others.
+    for block in marked[-(_BREAKPOINTS - 1) :]:
+        block["cache_control"] = {"type": "ephemeral"}
     return "\n\n".join(system), turns
+
+
+_BREAKPOINTS = 4
 
 
 def _blocks(m: Message) -> tuple[str, list[dict[str, Any]]]:

@@ -56,6 +56,10 @@ class Message:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     """For ``role="tool"``: which call this message answers."""
+    cache_point: bool = False
+    """Everything up to the end of this message is the same in every request of its kind within a
+    run: a provider that takes cache breakpoints (Anthropic) is told to cache up to here; one that
+    caches prefixes by itself (OpenAI) needs no mark."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -87,6 +91,9 @@ class ModelRequest:
     """How the model is asked (sampling, output cap, stop sequences, …): the settings of the role asking."""
     purpose: str = ""
     """Who is asking and why (``planner.propose``, ``executor``, ``judge`` …); for logs and test doubles."""
+    cache_key: str | None = None
+    """Requests with one key share a stable prefix (a run sets one per run and role): a provider
+    that routes requests to its prompt cache by key (OpenAI's ``prompt_cache_key``) is given it."""
 
     @property
     def chars(self) -> int:
@@ -95,10 +102,16 @@ class ModelRequest:
 
     @property
     def last_user_text(self) -> str:
+        """The text of the last user turn: the user messages after the last message of another
+        role, joined by blank lines."""
+        texts: list[str] = []
         for m in reversed(self.messages):
-            if m.role == "user":
-                return m.content
-        return ""
+            if m.role != "user":
+                if texts:
+                    break
+                continue
+            texts.append(m.content)
+        return "\n\n".join(reversed(texts))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

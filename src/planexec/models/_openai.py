@@ -203,6 +203,7 @@ class OpenAIModel:
                     stop=wire.stop,
                     seed=wire.seed,
                     reasoning_effort=wire.reasoning_effort,
+                    prompt_cache_key=wire.prompt_cache_key,
                     max_completion_tokens=wire.max_completion_tokens,
                     max_tokens=wire.max_tokens,
                     timeout=wire.timeout,
@@ -253,6 +254,7 @@ class OpenAIModel:
                     stop=wire.stop,
                     seed=wire.seed,
                     reasoning_effort=wire.reasoning_effort,
+                    prompt_cache_key=wire.prompt_cache_key,
                     max_completion_tokens=wire.max_completion_tokens,
                     max_tokens=wire.max_tokens,
                     timeout=wire.timeout,
@@ -339,6 +341,7 @@ class OpenAIModel:
             stop=list(settings.stop) if settings.stop and "stop" not in dropped else omit,
             seed=_kept(settings.seed, "seed", dropped),
             reasoning_effort=_kept(settings.reasoning_effort, "reasoning_effort", dropped),
+            prompt_cache_key=request.cache_key if request.cache_key and profile.prompt_cache_key else omit,
             max_completion_tokens=cap if profile.max_tokens_param == "max_completion_tokens" else omit,
             max_tokens=cap if profile.max_tokens_param == "max_tokens" else omit,
             timeout=settings.timeout if settings.timeout is not None else not_given,
@@ -453,6 +456,7 @@ class _Wire:
     stop: list[str] | Omit
     seed: int | Omit
     reasoning_effort: ReasoningEffort | Omit
+    prompt_cache_key: str | Omit
     max_completion_tokens: int | Omit
     max_tokens: int | Omit
     timeout: float | NotGiven

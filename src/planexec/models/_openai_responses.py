@@ -186,6 +186,7 @@ class OpenAIResponsesModel(OpenAIModel):
                 tools=wire.tools,
                 text=wire.text,
                 reasoning=wire.reasoning,
+                prompt_cache_key=wire.prompt_cache_key,
                 temperature=wire.temperature,
                 top_p=wire.top_p,
                 max_output_tokens=wire.max_output_tokens,
@@ -243,6 +244,7 @@ class OpenAIResponsesModel(OpenAIModel):
             tools=[_wire_tool(t) for t in request.tools] if request.tools else omit,
             text=text,
             reasoning=reasoning,
+            prompt_cache_key=request.cache_key if request.cache_key and self.profile.prompt_cache_key else omit,
             temperature=_kept(settings.temperature, "temperature", dropped),
             top_p=_kept(settings.top_p, "top_p", dropped),
             max_output_tokens=settings.max_tokens if settings.max_tokens is not None else omit,
@@ -415,6 +417,7 @@ class _Wire:
     tools: list[FunctionToolParam] | Omit
     text: ResponseTextConfigParam | Omit
     reasoning: Reasoning | Omit
+    prompt_cache_key: str | Omit
     temperature: float | Omit
     top_p: float | Omit
     max_output_tokens: int | Omit

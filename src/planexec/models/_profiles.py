@@ -56,9 +56,12 @@ class ModelProfile:
     """A ``seed`` may be sent."""
     reasoning_effort: bool = False
     """``reasoning_effort`` may be sent (OpenAI's reasoning models; others answer 400)."""
+    prompt_cache_key: bool = False
+    """``prompt_cache_key`` may be sent (OpenAI's own API: requests with one key are routed to the
+    same prompt cache); a request's ``cache_key`` is sent only then."""
 
 
-OPENAI = ModelProfile()
+OPENAI = ModelProfile(prompt_cache_key=True)
 """OpenAI's current chat models: everything."""
 
 _OPENAI_REASONING = replace(OPENAI, temperature=False, top_p=False, stop=False, reasoning_effort=True)

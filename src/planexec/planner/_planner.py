@@ -34,6 +34,7 @@ from planexec.models import (
 from planexec.plan import FLAT_KEYS, CheckContext, FinalAnswer, FlatTurn, PlanDraft, Step, Turn, capped, check_steps
 from planexec.planner import _prompt
 from planexec.planner._stream import StreamedSteps
+from planexec.planner._wire import FLAT_TURN_SCHEMA, PLAN_SCHEMA, TURN_SCHEMA, unwire_step, unwire_turn
 from planexec.tools import Toolset
 
 if TYPE_CHECKING:
@@ -110,8 +111,8 @@ class PlanningContext:
         left = None if self.step_budget is None else self.step_budget - self.state.steps_started
         return with_finished(self.checks, self.state, left)
 
-    def record_text(self, limit: int) -> str:
-        return self.record if self.record is not None else _prompt.describe_record(self.state, limit)
+    def record_text(self, limit: int, window: int | None = None) -> str:
+        return self.record if self.record is not None else _prompt.describe_record(self.state, limit, window)
 
 
 @dataclass(kw_only=True)
@@ -121,6 +122,8 @@ class Planner:
     ``policy``: ``upfront`` (the whole DAG at once) or ``step`` (one next step per turn).
     ``replan``: when the plan is patched — ``on_failure`` (default), ``after_each_step``, ``never``.
     ``record_chars``: how much of each step's output the planner sees in the record.
+    ``record_window``: under the step-by-step policy, how many finished steps the record shows in
+    full (older ones are folded into one line of ids, so a turn's input stays bounded); None: all.
     ``settings``: how the planning model is asked (temperature, output cap, reasoning effort …),
     on every planning request.
     """
@@ -133,6 +136,7 @@ class Planner:
     """With a model that streams, hand each step on as soon as it is complete (streaming dispatch)."""
     instructions: str = ""
     record_chars: int = 600
+    record_window: int | None = 8
     turn_format: TurnFormat = "nested"
     """The turn schema sent to the model (step-by-step policy); answers in either form are accepted."""
     settings: ModelSettings = field(default_factory=ModelSettings)
@@ -154,10 +158,15 @@ class Planner:
             value = getattr(self, name)
             if not isinstance(value, str) or value not in choices:
                 add(name, f"{value!r} is not one of {', '.join(choices)}")
-        for name, least in (("max_repairs", 0), ("record_chars", 1)):
+        for name, least in (("max_repairs", 0), ("record_chars", 1), ("record_window", 1)):
             value = getattr(self, name)
+            if name == "record_window" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                add(name, f"must be a whole number of at least {least}")
+                add(
+                    name,
+                    f"must be a whole number of at least {least}" + (", or None" if name == "record_window" else ""),
+                )
         if not isinstance(self.settings, ModelSettings):
             add("settings", "must be a ModelSettings(...)")
         if problems:
@@ -172,6 +181,11 @@ class Planner:
             self._resolved_by = chosen
         return self._resolved
 
+    def describe(self, state: RunState) -> str:
+        """The execution record as this planner shows it (taken by the run at the start of a round)."""
+        window = self.record_window if self.policy == "step" else None
+        return _prompt.describe_record(state, self.record_chars, window)
+
     # -- the four planning requests --------------------------------------------------------
 
     async def propose(self, ctx: PlanningContext) -> PlanDraft:
@@ -180,12 +194,12 @@ class Planner:
 
     async def patch(self, ctx: PlanningContext, why: str) -> PlanDraft:
         """A new list of unfinished steps, after ``why`` (a failure, or a finished step)."""
-        extra = [ctx.record_text(self.record_chars), f"Why a new plan: {why}", _prompt.PATCH]
+        extra = [ctx.record_text(self.record_chars), f"Why a new plan: {why}\n{_prompt.PATCH}"]
         return await self._ask(ctx, _prompt.UPFRONT, extra, PlanDraft, self._check_draft, "planner.patch")
 
     async def turn(self, ctx: PlanningContext) -> Turn:
         """The next step, or stop with the answer (step-by-step policy)."""
-        extra = [ctx.record_text(self.record_chars)] if ctx.state.steps else []
+        extra = [ctx.record_text(self.record_chars, self.record_window)] if ctx.state.steps else []
         system = _prompt.STEP_BY_STEP_FLAT if self.turn_format == "flat" else _prompt.STEP_BY_STEP
         return await self._ask(ctx, system, extra, Turn, self._check_turn, "planner.turn")
 
@@ -208,18 +222,19 @@ class Planner:
     ) -> T:
         model = self.resolved_model()
         system_text = system + (f"\n{self.instructions}" if self.instructions else "")
-        user = "\n\n".join(
-            [
-                _prompt.describe_goal(ctx.goal, ctx.constraints),
-                _prompt.describe_tools(ctx.tools, ctx.executors),
-                _prompt.describe_budget(ctx.budget_left),
-                *extra,
-            ]
+        # What does not change within a run comes first and ends at a cache point; what changes
+        # (the record, the budget, what people said, the instruction of this request) comes last.
+        stable = (
+            _prompt.describe_goal(ctx.goal, ctx.constraints) + "\n\n" + _prompt.describe_tools(ctx.tools, ctx.executors)
         )
-        if ctx.heard:
-            user += "\n\n" + ctx.heard
-        messages = [Message(role="system", content=system_text), Message(role="user", content=user)]
-        spec = _FLAT_SPEC if output is Turn and self.turn_format == "flat" else _output_spec(output)
+        budget = [_prompt.describe_budget(ctx.budget_left)] if purpose != "planner.finish" else []
+        changing = [*extra[:1], *budget, *([ctx.heard] if ctx.heard else []), *extra[1:]]
+        messages = [
+            Message(role="system", content=system_text, cache_point=True),
+            Message(role="user", content=stable, cache_point=True),
+            Message(role="user", content="\n\n".join(changing)),
+        ]
+        spec = self._spec(output)
         attempt = 0
         repairs = 0
         unaided = 0
@@ -320,9 +335,19 @@ class Planner:
             self._streams_known = isinstance(self.resolved_model(), StreamingModel)
         return self._streams_known
 
+    def _spec(self, output: type[BaseModel]) -> OutputSpec:
+        """One output schema for every request of the policy, so that it is part of the stable prefix."""
+        if self.policy == "step" or output is Turn:
+            return _FLAT_SPEC if self.turn_format == "flat" else _TURN_SPEC
+        return _PLAN_SPEC
+
     def _early_steps(self, reader: StreamedSteps, text: str, *, ctx: PlanningContext) -> None:
         assert ctx.on_step is not None
         for raw in reader.feed(text):
+            problems: list[Problem] = []
+            raw = unwire_step(raw, "step", problems)
+            if problems:
+                continue
             try:
                 step = Step.model_validate(raw)
             except ValidationError:
@@ -375,12 +400,9 @@ class Planner:
         return check_steps([step], ctx.current_checks())
 
 
-@functools.cache
-def _output_spec(output: type[BaseModel]) -> OutputSpec:
-    return OutputSpec(name=output.__name__.lower(), json_schema=output.model_json_schema())
-
-
-_FLAT_SPEC = OutputSpec(name="turn", json_schema=FlatTurn.model_json_schema())
+_PLAN_SPEC = OutputSpec(name="plan", json_schema=PLAN_SCHEMA)
+_TURN_SPEC = OutputSpec(name="turn", json_schema=TURN_SCHEMA)
+_FLAT_SPEC = OutputSpec(name="turn", json_schema=FLAT_TURN_SCHEMA)
 
 _EMPTY = Problem(
     code="empty_plan",
@@ -449,21 +471,57 @@ def _parse(
             if not text.lstrip().startswith(("{", "[")):
                 return None, [_prose_problem(text)]
             return None, [_reply_problem(e.problem)]
+    data, problems = _unwired(data, output)
     try:
         if output is Turn and isinstance(data, dict) and "step" not in data and not FLAT_KEYS.isdisjoint(data):
             flat = FlatTurn.model_validate(data)
+            if problems:
+                return None, problems
             step_id = ctx.new_step_id() if ctx is not None and ctx.new_step_id is not None else "s1"
             return flat.as_turn(step_id), []  # type: ignore[return-value]
-        return output.model_validate(data), []
+        value = output.model_validate(data)
+        return (None, problems) if problems else (value, [])
     except ValidationError as e:
         return None, capped(
+            [
+                *problems,
+                *(
+                    Problem(
+                        code="invalid_output",
+                        where=".".join(str(p) for p in err["loc"]) or "reply",
+                        message=err["msg"],
+                    )
+                    for err in e.errors(include_url=False)
+                ),
+            ]
+        )
+
+
+def _unwired(data: Any, output: type[BaseModel]) -> tuple[Any, list[Problem]]:
+    """An answer in the wire form (see :mod:`planexec.planner._wire`) in the form of ``output``."""
+    problems: list[Problem] = []
+    if not isinstance(data, dict):
+        return data, problems
+    if output is Turn:
+        return unwire_turn(data, problems), problems
+    data = dict(data)
+    answer = data.pop("answer", None)
+    if output is FinalAnswer:
+        if not isinstance(answer, str):
+            problems.append(Problem(code="invalid_output", where="answer", message="give the final answer as text"))
+        return {"answer": answer if isinstance(answer, str) else ""}, problems
+    if answer is not None:
+        problems.append(
             Problem(
                 code="invalid_output",
-                where=".".join(str(p) for p in err["loc"]) or "reply",
-                message=err["msg"],
+                where="answer",
+                message="an answer is given only when the final answer is asked for: plan the steps first",
             )
-            for err in e.errors(include_url=False)
         )
+    steps = data.get("steps")
+    if isinstance(steps, list):
+        data["steps"] = [unwire_step(s, f"steps.{i}", problems) for i, s in enumerate(steps)]
+    return data, problems
 
 
 def _prose_problem(text: str) -> Problem:

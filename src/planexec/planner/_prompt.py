@@ -6,74 +6,67 @@ linearly with the steps of the run.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from planexec._util.plural import counted
 from planexec.plan import BindingError, render_text
+from planexec.planner._signatures import signature
 from planexec.tools import Tool, Toolset
 
 if TYPE_CHECKING:
-    from planexec.log import RunState
+    from planexec.log import RunState, StepRecord
 
-_STEP_RULES = """A step with no tool is done by a model: list in its allowed_tools the tools that model may \
-call (it may call none when the list is empty); a step that names a tool has no allowed_tools.
-Mark steps that change anything outside the run with effect "write"; set approval "always" on a step \
-a human must confirm before it runs (you can add a human check, never remove one).
-Regexes (matches checks, pattern in schemas) use RE2 syntax: no lookaround, no backreferences. A \
-schema's $ref must point inside the same schema (#/$defs/name)."""
+_STEP_RULES = """A step runs a tool (args: JSON object text fitting its signature) or, with no tool, a model \
+that may call its allowed_tools. In args, "${id}" is step id's output, "${id.key.0}" part of it \
+(list id in depends_on).
+effect "write": changes things outside the run. approval "always": a human confirms first.
+checks: "non_empty", "contains:TEXT", "matches:RE2", "predicate:NAME", "schema:JSON Schema text" \
+(as output_schema)."""
 
 UPFRONT = (
-    """You are the planner of a planner–executor agent. You never call tools yourself: you write a \
-plan that executors carry out, then you write the final answer from their results.
-A plan is a list of steps. Each step names a tool (with args that fit its schema) or an executor (for \
-work a model must reason through). A step starts as soon as every step in its depends_on has finished, \
-so independent steps run in parallel: list only real dependencies.
-To use an earlier step's output in args, write "${step_id}" for the whole output (its type is kept) \
-or "${step_id.field.0}" for a part of it, and list that step in depends_on.
+    """You plan: executors run your steps (you never call tools); then you answer from their results. \
+Steps start when their depends_on finish: list only real ones.
 """
     + _STEP_RULES
     + """
-Give a confidence (0 to 1) for steps you are unsure of, and for the plan as a whole. If the goal is \
-unclear, ask the user instead (question, no steps); if it cannot be met, say why (give_up, no steps). \
-Reply with JSON only."""
+confidence: 0 to 1. Unclear goal: question; impossible: give_up. Reply with JSON only."""
 )
 
 STEP_BY_STEP = (
-    """You are the planner of a planner–executor agent. You never call tools yourself: each \
-turn you choose the one next step that executors carry out, and you see its result before the next turn.
-A step names a tool (with args that fit its schema) or an executor. To use an earlier step's output in \
-args, write "${step_id}" or "${step_id.field.0}" and list that step in depends_on.
+    """You plan for a planner–executor agent, one step a turn: executors run it (you never call tools) \
+and you see its result next turn.
 """
     + _STEP_RULES
     + """
-Each turn give your thought and your confidence (0 to 1). When the goal is met, set stop to true and \
-give the final answer. If the goal is unclear, ask the user (question); if it cannot be met, say why \
-(give_up). Reply with JSON only."""
+Give thought and confidence (0 to 1). Goal met: stop, with the answer. Unclear goal: question; \
+impossible: give_up. Reply with JSON only."""
 )
 
-STEP_BY_STEP_FLAT = """You are the planner of a planner–executor agent. You never call tools yourself: each \
-turn you choose the one next step that executors carry out, and you see its result before the next turn.
-Reply with one JSON object: {"thought": ..., "next_step": ..., "tool": ..., "arguments": {...}, \
+STEP_BY_STEP_FLAT = """You plan for a planner–executor agent, one step a turn: executors run it (you never \
+call tools) and you see its result next turn.
+Reply with one JSON object: {"thought": ..., "next_step": ..., "tool": ..., "arguments": "{...}", \
 "stop": false, "confidence": 0 to 1}. next_step says what to do in a sentence; tool names the tool \
-(null for work a model must reason through) and arguments fit its schema. Steps are named s1, s2, ... \
-in order: to use an earlier output in arguments, write "${s1}" or "${s1.field.0}".
-When the goal is met, set stop to true and put the final answer in next_step. If the goal is \
-unclear, ask the user (question); if it cannot be met, say why (give_up). Reply with JSON only."""
+(null for work a model must reason through); arguments is a JSON object, as text, fitting its \
+signature. Steps are named s1, s2, ... in order: in arguments, "${s1}" is a step's output and \
+"${s1.key.0}" a part of it.
+Goal met: stop, with the final answer in next_step. Unclear goal: question; impossible: give_up. \
+Reply with JSON only."""
 
-PATCH = """Part of the plan failed or needs changing. Finished steps stay as they are and their outputs \
-stay available: bind them instead of repeating them. Return every step still to do: your list replaces \
-all unfinished steps. New steps need new ids; keep an id only to run that step again unchanged, or to \
-keep a running step running."""
+PATCH = """Patch the plan: your steps replace every unfinished step. Finished steps stay, with their \
+outputs: bind them rather than repeat them. New steps need new ids (keep an id only to run that \
+step again unchanged, or to keep a running step running)."""
 
-FINISH = """Every step has finished. Write the final answer to the goal from the results above."""
+FINISH = """All steps have finished: give the final answer in answer."""
+
+RECORD_HEAD = "Record:"
+"""The first line of the record (what tools that read a planner's prompt look for)."""
 
 
 def describe_tools(tools: Toolset, executors: Mapping[str, str]) -> str:
     lines = ["Tools:", *(_describe_tool(t) for t in tools)]
     if executors:
-        lines.append("Executors (for steps with no tool):")
+        lines.append("Executors, for steps with no tool:")
         lines += [f"- {name}: {desc}" for name, desc in executors.items()]
     return "\n".join(lines)
 
@@ -84,8 +77,8 @@ def _describe_tool(tool: Tool) -> str:
     if text is None:
         flags = [f for f, on in (("writes", tool.side_effect), ("sensitive", tool.sensitive)) if on]
         suffix = f" [{', '.join(flags)}]" if flags else ""
-        schema = json.dumps(tool.parameters, separators=(",", ":"), ensure_ascii=False)
-        text = f"- {tool.name}{suffix}: {tool.description}\n  args schema: {schema}"
+        head, notes = signature(tool.name, tool.parameters)
+        text = "\n".join([f"- {head}{suffix}: {' '.join(tool.description.split())}", *(f"  {n}" for n in notes)])
         object.__setattr__(tool, "_planner_text", text)
     return text
 
@@ -132,25 +125,99 @@ def _cut(value: Any, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"… ({counted(len(text) - limit, 'more character')})"
 
 
-def describe_record(state: RunState, limit: int) -> str:
-    """Each step once: status, what it ran, and its output or error (cut to ``limit`` characters)."""
-    plan = state.plan
-    lines = [f"Execution record (plan v{plan.version if plan else 0}):"]
-    for rec in state.steps.values():
-        s = rec.step
-        what = f"tool {s.tool}" if s.tool else f"executor {s.executor or 'default'}"
-        head = f"- [{rec.status}] {s.id} ({what}): {s.description}"
-        if rec.status == "succeeded":
-            head += f"\n  output: {_cut(rec.output, limit)}"
-        elif rec.status == "failed" and rec.error is not None:
-            head += f"\n  error: {_cut(str(rec.error), limit)}"
-            if rec.args is not None:
-                head += f"\n  args: {_cut(rec.args, limit)}"
-            if rec.verdict is not None and rec.verdict.failures:
-                head += "\n  failed checks: " + "; ".join(f"{c.name}: {c.detail}" for c in rec.verdict.failures)
-        elif rec.status == "pending" and s.depends_on:
-            head += f" (after {', '.join(s.depends_on)})"
-        lines.append(head)
+def describe_record(state: RunState, limit: int, window: int | None = None) -> str:
+    """What has happened, as an append-only record: each finished step (and each failed try of a
+    step run again) in the order it finished, with its output or error cut to ``limit``
+    characters; then the steps not finished yet. A later record starts with an earlier one, so a
+    provider's prompt cache serves it.
+
+    ``window``: show at most this many finished steps in full; older ones are folded, a half
+    window at a time, into one line of ids by status (their outputs can still be bound)."""
+    done = [r for r in (*state.superseded, *state.steps.values()) if r.done and r.finished_at is not None]
+    done.sort(key=lambda r: r.finished_at or 0.0)
+    lines = [RECORD_HEAD]
+    if window is not None and len(done) > window:
+        chunk = max(1, window // 2)
+        folded = -(-(len(done) - window) // chunk) * chunk
+        lines.append(_folded(done[:folded]))
+        done = done[folded:]
+    lines += (_entry(r, limit) for r in done)
+    waiting = [r for r in state.steps.values() if not r.done]
+    if waiting:
+        lines.append("Not finished:")
+        for r in waiting:
+            after = f" (after {', '.join(r.step.depends_on)})" if r.step.depends_on and r.status == "pending" else ""
+            lines.append(f"{_what(r)} {r.status}{after}")
     if len(lines) == 1:
         lines.append("- nothing has run yet")
     return "\n".join(lines)
+
+
+def _doer(rec: StepRecord) -> str:
+    s = rec.step
+    return s.tool if s.tool else f"executor {s.executor}" if s.executor else "model"
+
+
+def _what(rec: StepRecord) -> str:
+    """A step as the record names it: a tool step by its call, a model step by its task."""
+    s = rec.step
+    if s.tool is not None:
+        return f"- {rec.id} {s.tool} {_cut(rec.args if rec.args is not None else s.args, _CALL_CHARS)}"
+    return f"- {rec.id} {_doer(rec)}: {s.description}"
+
+
+def _entry(rec: StepRecord, limit: int) -> str:
+    """One finished step: a tool step by its call, a model step by its task; then what came of it."""
+    s = rec.step
+    head = _what(rec)
+    if rec.status == "succeeded":
+        return head + f" → {_cut(rec.output, limit)}"
+    if rec.status == "cancelled":
+        return head + " ✗ cancelled" + (f": {rec.cancel_reason}" if rec.cancel_reason else "")
+    head += " ✗ failed" + (f": {_cut(str(rec.error), limit)}" if rec.error is not None else "")
+    if s.tool is None and rec.args is not None:
+        head += f"\n  args: {_cut(rec.args, limit)}"
+    if rec.verdict is not None and rec.verdict.failures:
+        head += "\n  failed checks: " + "; ".join(f"{c.name}: {c.detail}" for c in rec.verdict.failures)
+    return head
+
+
+_CALL_CHARS = 200
+"""How much of a tool step's arguments its record entry shows."""
+
+
+def _folded(records: list[StepRecord]) -> str:
+    by_status: dict[str, list[str]] = {}
+    for r in records:
+        by_status.setdefault(r.status, []).append(r.id)
+    groups = "; ".join(f"{status} {_ranges(ids)}" for status, ids in by_status.items())
+    return f"- earlier steps, outputs not shown (bind them with ${{id}}): {groups}"
+
+
+def _ranges(ids: list[str]) -> str:
+    """``s1, s2, s3, s7, x`` → ``s1–s3, s7, x``: runs of one prefix with consecutive numbers."""
+    out: list[str] = []
+    run: list[tuple[str, int, str]] = []
+
+    def flush() -> None:
+        if len(run) > 2:
+            out.append(f"{run[0][2]}–{run[-1][2]}")
+        else:
+            out.extend(r[2] for r in run)
+        run.clear()
+
+    for sid in ids:
+        stem = sid.rstrip("0123456789")
+        digits = sid[len(stem) :]
+        if digits and not (digits.startswith("0") and len(digits) > 1):
+            n = int(digits)
+            if run and run[-1][0] == stem and run[-1][1] == n - 1:
+                run.append((stem, n, sid))
+                continue
+            flush()
+            run.append((stem, n, sid))
+            continue
+        flush()
+        out.append(sid)
+    flush()
+    return ", ".join(out)

@@ -118,6 +118,8 @@ class ModelCalls:
         """
         engine = self._engine
         providers = engine.config.providers
+        if request.cache_key is None:  # one prompt cache per run and role, where a provider routes by key
+            request = replace(request, cache_key=f"planexec/{engine.run_id}/{role}"[:64])
         estimate = _input_tokens(model, request)
         price = providers.price_of(model)
         estimated_cost = estimate * price.input / 1e6 if price is not None else 0.0

@@ -56,7 +56,6 @@ from planexec.planner import (
     PlannerGaveUp,
     PlanningContext,
     describe_heard,
-    describe_record,
     with_finished,
 )
 from planexec.runtime._budget import BudgetHit
@@ -247,7 +246,7 @@ class Planning:
             budget_left=budget.left(engine.state, engine.now()),
             call=lambda model, request: engine.call_model("planner", model, request, None),
             rejected=self._rejected,
-            record=describe_record(engine.state, engine.config.planner.record_chars),
+            record=engine.config.planner.describe(engine.state),
             call_stream=lambda model, request, on_text: engine.call_model_streaming(
                 "planner", model, request, None, on_text, self.streamed_step
             ),

@@ -1,0 +1,151 @@
+"""A tool's arguments as the planner reads them: a compact signature, not the JSON Schema.
+
+``lookup(i: integer, mode?: "fast"|"full" = "fast")`` says what ``{"type": "object",
+"properties": ...}`` says in a fifth of the characters. Nothing the schema says is dropped but
+``title`` (which names what is already named): descriptions follow the signature, one line per
+argument; constraints (``minimum``, ``pattern``, ``format`` …) follow the type as compact JSON;
+``?`` marks an optional argument, ``= v`` its default, ``...`` an object open to more members.
+A schema the signature form cannot say faithfully (``$ref``, ``not``, ``if``, an argument whose
+members are themselves a schema …) is sent as compact JSON, as it is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["signature"]
+
+_MAX_DEPTH = 4
+"""How deep nested objects are written as signatures before the JSON form is used."""
+
+_SHAPE = frozenset({"type", "properties", "required", "items", "enum", "const", "anyOf", "oneOf"})
+_IGNORED = frozenset({"title", "$schema"})
+_SIMPLE = frozenset({"string", "integer", "number", "boolean", "null", "object", "array"})
+
+
+class _NoSignature(Exception):
+    """Internal: the schema needs its JSON form."""
+
+
+def signature(name: str, schema: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """``name(args…)`` and notes (one per described argument), or ``name`` and the schema as JSON."""
+    try:
+        params, notes = _params(schema, "", 0)
+    except _NoSignature:
+        return name, ["args schema: " + _json(schema)]
+    return f"{name}({params})", notes
+
+
+def _params(schema: Mapping[str, Any], prefix: str, depth: int) -> tuple[str, list[str]]:
+    if not isinstance(schema, Mapping) or depth > _MAX_DEPTH:
+        raise _NoSignature
+    if schema.get("type", "object") != "object" or not set(schema) <= _SHAPE | _IGNORED | {
+        "additionalProperties",
+        "description",
+    }:
+        raise _NoSignature
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    extra = schema.get("additionalProperties", True)
+    if not isinstance(properties, Mapping) or not isinstance(required, list) or not isinstance(extra, bool):
+        raise _NoSignature
+    if any(r not in properties for r in required):
+        raise _NoSignature
+    parts: list[str] = []
+    notes: list[str] = []
+    for key, sub in properties.items():
+        if not isinstance(key, str) or not key.isidentifier():
+            raise _NoSignature
+        kind, sub_notes = _type(sub, f"{prefix}{key}.", depth + 1)
+        part = f"{key}{'' if key in required else '?'}: {kind}"
+        if isinstance(sub, Mapping) and "default" in sub:
+            part += f" = {_json(sub['default'])}"
+        parts.append(part)
+        description = sub.get("description") if isinstance(sub, Mapping) else None
+        if description is not None:
+            if not isinstance(description, str):
+                raise _NoSignature
+            notes.append(f"{prefix}{key}: {' '.join(description.split())}")
+        notes += sub_notes
+    if extra and (properties or depth == 0):
+        parts.append("...")
+    description = schema.get("description")
+    if depth == 0 and description is not None:
+        if not isinstance(description, str):
+            raise _NoSignature
+        notes.insert(0, "args: " + " ".join(description.split()))
+    return ", ".join(parts), notes
+
+
+def _type(schema: Any, prefix: str, depth: int) -> tuple[str, list[str]]:
+    """A value's type in signature form, and the notes of what it holds."""
+    if schema is True or schema == {}:
+        return "any", []
+    if not isinstance(schema, Mapping) or depth > _MAX_DEPTH:
+        raise _NoSignature
+    rest = {k: v for k, v in schema.items() if k not in _SHAPE and k not in _IGNORED}
+    rest.pop("description", None)
+    rest.pop("default", None)
+    if "additionalProperties" in rest and rest["additionalProperties"] is not False:
+        raise _NoSignature
+    if any(isinstance(v, Mapping | list) and k != "examples" for k, v in rest.items() if k != "additionalProperties"):
+        raise _NoSignature  # a keyword holding schemas ($ref, not, if, patternProperties …)
+    notes: list[str] = []
+    if "enum" in schema:
+        values = schema["enum"]
+        if not isinstance(values, list) or not values:
+            raise _NoSignature
+        kind = "|".join(_json(v) for v in values)
+    elif "const" in schema:
+        kind = f"={_json(schema['const'])}"
+    elif "anyOf" in schema or "oneOf" in schema:
+        options = schema.get("anyOf", schema.get("oneOf"))
+        if not isinstance(options, list) or not options or "type" in schema:
+            raise _NoSignature
+        kinds = []
+        for option in options:
+            k, n = _type(option, prefix, depth + 1)
+            kinds.append(k)
+            notes += n
+        kind = "|".join(kinds) if "anyOf" in schema else " xor ".join(kinds)
+    else:
+        kind, notes = _typed(schema, prefix, depth)
+    shown = {k: v for k, v in rest.items() if k != "additionalProperties"}
+    if shown:
+        kind += " " + _json(shown)
+    return kind, notes
+
+
+def _typed(schema: Mapping[str, Any], prefix: str, depth: int) -> tuple[str, list[str]]:
+    kinds = schema.get("type")
+    if kinds is None:
+        if "properties" in schema or "items" in schema:
+            raise _NoSignature
+        return "any", []
+    names = kinds if isinstance(kinds, list) else [kinds]
+    if not names or not all(isinstance(k, str) and k in _SIMPLE for k in names):
+        raise _NoSignature
+    out: list[str] = []
+    notes: list[str] = []
+    for k in names:
+        if k == "object" and ("properties" in schema or schema.get("additionalProperties") is False):
+            params, sub = _params(
+                {key: v for key, v in schema.items() if key in ("properties", "required", "additionalProperties")},
+                prefix,
+                depth,
+            )
+            out.append("{" + params + "}")
+            notes += sub
+        elif k == "array" and "items" in schema:
+            item, sub = _type(schema["items"], prefix, depth + 1)
+            out.append(f"({item})[]" if "|" in item or " " in item else f"{item}[]")
+            notes += sub
+        else:
+            out.append(k)
+    return "|".join(out), notes
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
