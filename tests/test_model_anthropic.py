@@ -240,6 +240,24 @@ async def test_text_answer_and_the_request_on_the_wire(server: FakeServer, model
     }
 
 
+async def test_messages_that_end_a_stable_prefix_get_cache_breakpoints(
+    server: FakeServer, model: AnthropicModel
+) -> None:
+    # Adjacent user messages are one turn: the breakpoint sits on the block that ends the stable
+    # part, not on the turn's last block. The API takes four breakpoints at most.
+    server.reply(Json(message(text("ok"))))
+    stable = [Message(role="user", content=f"stable {i}", cache_point=True) for i in range(5)]
+    await model.request(
+        ask(Message(role="system", content="Rules.", cache_point=True), *stable, Message(role="user", content="now"))
+    )
+    body = sent(server)
+    assert system_text(body) == "Rules."
+    [turn] = body["messages"]
+    marked = [b["text"] for b in turn["content"] if "cache_control" in b]
+    assert marked == ["stable 2", "stable 3", "stable 4"]
+    assert turn["content"][-1] == {"type": "text", "text": "now"}
+
+
 async def test_structured_output_is_a_forced_tool_whose_input_is_parsed(
     server: FakeServer, model: AnthropicModel
 ) -> None:

@@ -382,6 +382,22 @@ async def test_every_setting_a_chat_model_takes_goes_on_the_wire(
     assert list(model.unsupported_settings(EVERY_SETTING)) == ["reasoning_effort"]
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["request", "stream"])
+async def test_the_cache_key_goes_to_openai_and_not_to_a_compatible_server(
+    server: FakeServer, make: Make, streamed: bool
+) -> None:
+    keyed = ModelRequest(messages=(Message(role="user", content="hi"),), cache_key="planexec/r1/planner")
+    for model in (make("gpt-4o"), make("llama3", provider="vllm")):
+        server.reply(text_stream("ok") if streamed else completion("ok"))
+        if streamed:
+            _ = [item async for item in model.stream(keyed)]
+        else:
+            await model.request(keyed)
+    openai_body, vllm_body = (body(r) for r in server.requests)
+    assert openai_body["prompt_cache_key"] == "planexec/r1/planner"
+    assert "prompt_cache_key" not in vllm_body  # an unknown field some servers refuse
+
+
 async def test_a_reasoning_model_gets_its_effort_and_no_sampling_settings(server: FakeServer, make: Make) -> None:
     server.reply(completion("ok"))
     model = make("o4-mini")

@@ -30,12 +30,44 @@ class _NoSignature(Exception):
 
 
 def signature(name: str, schema: Mapping[str, Any]) -> tuple[str, list[str]]:
-    """``name(args…)`` and notes (one per described argument), or ``name`` and the schema as JSON."""
+    """``name(args…)`` and notes (one per described argument), or ``name`` and the schema as JSON.
+
+    Local references to the schema's own ``$defs`` (as pydantic writes nested models) are written
+    in place, when they do not refer back to themselves."""
     try:
-        params, notes = _params(schema, "", 0)
+        if not isinstance(schema, Mapping):
+            raise _NoSignature
+        defs = schema.get("$defs", {})
+        if not isinstance(defs, Mapping):
+            raise _NoSignature
+        _DEFS.append(defs)
+        try:
+            params, notes = _params({k: v for k, v in schema.items() if k != "$defs"}, "", 0)
+        finally:
+            _DEFS.pop()
     except _NoSignature:
         return name, ["args schema: " + _json(schema)]
     return f"{name}({params})", notes
+
+
+_DEFS: list[Mapping[str, Any]] = []
+"""The ``$defs`` of the schema being written (a stack: signatures are written one at a time)."""
+
+
+def _resolved(schema: Any, depth: int) -> Any:
+    """A ``{"$ref": "#/$defs/Name"}`` schema replaced by its definition (annotations beside the
+    reference kept); anything else as it is."""
+    if not isinstance(schema, Mapping) or "$ref" not in schema:
+        return schema
+    ref = schema["$ref"]
+    defs = _DEFS[-1] if _DEFS else {}
+    if not isinstance(ref, str) or not ref.startswith("#/$defs/") or depth > _MAX_DEPTH:
+        raise _NoSignature
+    target = defs.get(ref[len("#/$defs/") :])
+    if not isinstance(target, Mapping) or "$ref" in target:
+        raise _NoSignature
+    beside = {k: v for k, v in schema.items() if k != "$ref"}
+    return {**target, **beside}
 
 
 def _params(schema: Mapping[str, Any], prefix: str, depth: int) -> tuple[str, list[str]]:
@@ -58,6 +90,7 @@ def _params(schema: Mapping[str, Any], prefix: str, depth: int) -> tuple[str, li
     for key, sub in properties.items():
         if not isinstance(key, str) or not key.isidentifier():
             raise _NoSignature
+        sub = _resolved(sub, depth)
         kind, sub_notes = _type(sub, f"{prefix}{key}.", depth + 1)
         part = f"{key}{'' if key in required else '?'}: {kind}"
         if isinstance(sub, Mapping) and "default" in sub:
@@ -81,6 +114,7 @@ def _params(schema: Mapping[str, Any], prefix: str, depth: int) -> tuple[str, li
 
 def _type(schema: Any, prefix: str, depth: int) -> tuple[str, list[str]]:
     """A value's type in signature form, and the notes of what it holds."""
+    schema = _resolved(schema, depth)
     if schema is True or schema == {}:
         return "any", []
     if not isinstance(schema, Mapping) or depth > _MAX_DEPTH:

@@ -202,6 +202,16 @@ class Agent:
             problems.append(Problem(code="agent", where="review", message="must be an AnswerReview"))
         if not isinstance(self.providers, Providers):
             problems.append(Problem(code="agent", where="providers", message="must be a Providers value"))
+        for name, kind in (
+            ("budget", Budget),
+            ("limits", Limits),
+            ("acceptance", Acceptance),
+            ("approvals", Approvals),
+        ):
+            if not isinstance(getattr(self, name), kind):
+                problems.append(Problem(code="agent", where=name, message=f"must be a {kind.__name__}(...)"))
+        if not isinstance(self.context, RunContext):
+            problems.append(Problem(code="agent", where="context", message="must be a RunContext(...)"))
         if problems:
             raise UsageError("invalid agent", problems)
 
