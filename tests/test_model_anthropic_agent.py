@@ -94,6 +94,15 @@ async def test_a_plan_with_problems_is_repaired(planner_server: FakeServer) -> N
     assert "steps.0.description" in problems
     assert "Field required" in problems
     assert finish["tool_choice"] == {"type": "tool", "name": "plan"}
+    # Every request starts the same: the output tool, the instructions, the tools, the goal — each
+    # part ending at a cache breakpoint — and only then what changes.
+    assert finish["tools"] == first["tools"]
+    assert finish["system"] == first["system"]
+    assert first["system"][0]["cache_control"] == {"type": "ephemeral"}
+    [turn] = [m for m in first["messages"] if m["role"] == "user"]
+    marked = [b["text"].split("\n")[0] for b in turn["content"] if "cache_control" in b]
+    assert marked == ["Tools:", "Goal: What is 2 + 3?"]
+    assert finish["messages"][0]["content"][:2] == turn["content"][:2]
 
     calls = events_of(result, ModelCalled)
     assert [c.model for c in calls] == [f"anthropic:{MODEL}"] * 3

@@ -144,10 +144,11 @@ async def test_planner_and_executor_on_openai(server: FakeServer, models: tuple[
     # the same (schema, instructions, goal and tools), and all carry the run's cache key.
     assert "stream" not in finish
     assert finish["response_format"] == propose["response_format"]
-    assert finish["messages"][:2] == propose["messages"][:2]
-    assert propose["messages"][2]["content"].startswith("Budget left:")
-    assert finish["messages"][2]["content"].startswith("Record:\n- m1 model: find how many live in Paris → About")
-    assert propose["prompt_cache_key"] == finish["prompt_cache_key"] == f"planexec/{result.run_id}/planner"
+    assert finish["messages"][:3] == propose["messages"][:3]
+    assert propose["messages"][3]["content"].startswith("Budget left:")
+    assert finish["messages"][3]["content"].startswith("Record:\n- m1 model: find how many live in Paris → About")
+    assert propose["prompt_cache_key"] == finish["prompt_cache_key"]
+    assert propose["prompt_cache_key"].startswith("planexec/planner/")
     assert first["prompt_cache_key"] == f"planexec/{result.run_id}/executor"
 
     assert result.usage.requests == 4

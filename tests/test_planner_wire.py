@@ -196,7 +196,7 @@ async def first_request_text(*tools: Any) -> tuple[str, str]:
     model = ScriptedModel([{"question": "which?", "steps": []}])
     await Agent(model, tools=list(tools)).run("go")
     messages = model.calls[0].messages
-    return messages[1].content, messages[2].content
+    return messages[1].content, messages[3].content
 
 
 async def test_tools_are_sent_as_compact_signatures_that_keep_what_their_schemas_say() -> None:
@@ -217,12 +217,18 @@ async def test_what_a_run_does_not_change_comes_first() -> None:
     await Agent(model, tools=[add]).run("1+2", constraints=["be exact"])
     propose, finish = model.calls
     assert propose.output == finish.output
-    assert propose.messages[:2] == finish.messages[:2]
-    assert [m.cache_point for m in propose.messages] == [True, True, False]
-    assert propose.messages[1].content.startswith("Goal: 1+2\nConstraints:\n- be exact\n\nTools:\n- add(")
-    assert propose.messages[2].content.startswith("Budget left:")
-    assert finish.messages[2].content.startswith("Record:\n- a add {")
-    assert propose.cache_key == finish.cache_key
+    assert propose.messages[:3] == finish.messages[:3]
+    assert [m.cache_point for m in propose.messages] == [True, True, True, False]
+    assert propose.messages[1].content.startswith("Tools:\n- add(a: integer, b: integer): Add two numbers.")
+    assert propose.messages[2].content == "Goal: 1+2\nConstraints:\n- be exact"
+    assert propose.messages[3].content.startswith("Budget left:")
+    assert finish.messages[3].content.startswith("Record:\n- a add {")
+    # One cache key for every planner request that starts the same way, in this run and the next.
+    again = ScriptedModel([{"steps": [tool_step("a", "add", {"a": 2, "b": 2})]}, {"answer": "4"}])
+    await Agent(again, tools=[add]).run("2+2")
+    assert propose.cache_key == finish.cache_key == again.calls[0].cache_key
+    assert propose.cache_key is not None
+    assert propose.cache_key.startswith("planexec/planner/")
 
 
 async def test_the_record_grows_by_appending() -> None:
@@ -240,7 +246,7 @@ async def test_the_record_grows_by_appending() -> None:
     result = await Agent(model, tools=[flaky]).run("count")
     assert result.stop.kind == "goal_met", result.stop
 
-    _, patch, finish = (c.messages[2].content for c in model.calls)
+    _, patch, finish = (c.messages[3].content for c in model.calls)
     done_then = patch.split("\nNot finished:")[0]
     assert done_then.endswith("✗ failed: tool_error: flaky: try again")
     assert finish.startswith(done_then + "\n- s2 flaky ")  # the failed try stays where it was
@@ -256,7 +262,7 @@ async def test_the_step_by_step_record_keeps_a_window_and_folds_older_steps() ->
     result = await Agent(Planner(model=model, policy="step", record_window=6), tools=[add]).run("count")
     assert result.stop.kind == "goal_met", result.stop
 
-    last = model.calls[-1].messages[2].content
+    last = model.calls[-1].messages[3].content
     shown = [line for line in last.splitlines() if line.startswith("- s")]
     assert 3 < len(shown) <= 6
     assert "- earlier steps, outputs not shown (bind them with ${id}): succeeded s0–s" in last
@@ -265,7 +271,7 @@ async def test_the_step_by_step_record_keeps_a_window_and_folds_older_steps() ->
 
     whole = ScriptedModel([*script, {"thought": "done", "confidence": 0.9, "stop": True, "answer": "ok"}])
     await Agent(Planner(model=whole, policy="step", record_window=None), tools=[add]).run("count")
-    assert whole.calls[-1].messages[2].content.count("\n- s") == n
+    assert whole.calls[-1].messages[3].content.count("\n- s") == n
 
 
 def test_a_record_window_must_be_a_positive_whole_number_or_none() -> None:

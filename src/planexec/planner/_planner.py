@@ -11,6 +11,8 @@ The answer is hostile input: it is parsed as strict JSON (``NaN`` and ``Infinity
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -222,25 +224,28 @@ class Planner:
     ) -> T:
         model = self.resolved_model()
         system_text = system + (f"\n{self.instructions}" if self.instructions else "")
-        # What does not change within a run comes first and ends at a cache point; what changes
-        # (the record, the budget, what people said, the instruction of this request) comes last.
-        stable = (
-            _prompt.describe_goal(ctx.goal, ctx.constraints) + "\n\n" + _prompt.describe_tools(ctx.tools, ctx.executors)
-        )
+        # What changes least comes first, each part ending at a cache point: the instructions and
+        # the tools (the same in every run of the agent), the goal (the same within a run); then
+        # what changes (the record, the budget, what people said, the instruction of this request).
+        tools = _prompt.describe_tools(ctx.tools, ctx.executors)
         budget = [_prompt.describe_budget(ctx.budget_left)] if purpose != "planner.finish" else []
         changing = [*extra[:1], *budget, *([ctx.heard] if ctx.heard else []), *extra[1:]]
         messages = [
             Message(role="system", content=system_text, cache_point=True),
-            Message(role="user", content=stable, cache_point=True),
+            Message(role="user", content=tools, cache_point=True),
+            Message(role="user", content=_prompt.describe_goal(ctx.goal, ctx.constraints), cache_point=True),
             Message(role="user", content="\n\n".join(changing)),
         ]
         spec = self._spec(output)
+        cache_key = _cache_key(spec, system_text, tools)
         attempt = 0
         repairs = 0
         unaided = 0
         """Escalations answered by one repair because nobody could be asked."""
         while True:
-            request = ModelRequest(messages=tuple(messages), output=spec, settings=self.settings, purpose=purpose)
+            request = ModelRequest(
+                messages=tuple(messages), output=spec, settings=self.settings, purpose=purpose, cache_key=cache_key
+            )
             if self._streams(model, ctx, output):
                 assert ctx.call_stream is not None
                 reader = StreamedSteps("step" if output is Turn else "steps")
@@ -398,6 +403,13 @@ class Planner:
             )
             turn.step = step
         return check_steps([step], ctx.current_checks())
+
+
+def _cache_key(spec: OutputSpec, system: str, tools: str) -> str:
+    """One key for every planner request that starts the same way (the agent's schema,
+    instructions and tools), in any run: a provider that routes by key finds its cached prefix."""
+    digest = hashlib.sha256(json.dumps([spec.name, spec.json_schema, system, tools]).encode()).hexdigest()
+    return f"planexec/planner/{digest[:24]}"
 
 
 _PLAN_SPEC = OutputSpec(name="plan", json_schema=PLAN_SCHEMA)
