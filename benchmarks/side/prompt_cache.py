@@ -12,14 +12,14 @@ OpenAI does, in ``usage.prompt_tokens_details.cached_tokens``:
 * the cached tokens of a request are the longest prefix (in whole tokens) it shares with any earlier
   request carrying the same ``prompt_cache_key``, rounded down to a multiple of ``block``, and 0 when
   that is under ``minimum``. OpenAI's published rules are ``minimum`` = 1,024 and ``block`` = 128;
-  the relaxed rules (0 / 1) measure the request layout itself, since the W5/W6 planner prompts here
-  are about 1,000 tokens, under OpenAI's minimum, and would get no cache hit at all.
+  the relaxed rules (0 / 1) measure the request layout itself, since the W5/W6 planner prompts with
+  the ``lookup`` tool alone are 500–900 tokens, under OpenAI's minimum, and get no cache hit at all.
 
 Workloads (from :mod:`benchmarks.side.economy`): W5 with one failure (10 steps, ``s5`` fails once)
 and W6 (20 steps, ``s9`` fails once), upfront policy, three planner calls each. Tool sets: the
 ``lookup`` tool alone; twelve tools (``lookup`` and eleven others, each with a one-sentence
 description and two or three typed parameters), as a real agent's tool list; and the same twelve
-tools with about 1,500 characters of operator instructions. Only ``lookup`` is ever called.
+tools with about 1,000 characters of operator instructions. Only ``lookup`` is ever called.
 
 Cost at OpenAI's published gpt-4.1 prices (https://openai.com/api/pricing, as of August 2025):
 input $2.00, cached input $0.50, output $8.00 per million tokens — with caching (what the run's
@@ -34,11 +34,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
@@ -53,8 +51,9 @@ from planexec.tools import Tool
 __all__ = ["CacheRules", "PromptCacheServer", "main", "measure"]
 
 MODEL = "gpt-4.1"
-GPT_4_1 = Price(input=2.00, output=8.00, cached_input=0.50)
+INPUT_PRICE, CACHED_INPUT_PRICE, OUTPUT_PRICE = 2.00, 0.50, 8.00
 """OpenAI's published gpt-4.1 prices, dollars per million tokens (August 2025)."""
+GPT_4_1 = Price(input=INPUT_PRICE, output=OUTPUT_PRICE, cached_input=CACHED_INPUT_PRICE)
 CHARS_PER_TOKEN = 4
 
 
@@ -91,7 +90,7 @@ def prompt_text(body: dict[str, Any]) -> str:
 
 def shared_chars(a: str, b: str) -> int:
     """Length of the longest common prefix of ``a`` and ``b``."""
-    return len(os.path.commonprefix([a, b]))
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 @dataclass
@@ -186,8 +185,12 @@ def _completion(model: str, text: str, usage: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _chunks(model: str, text: str, usage: dict[str, Any] | None, pieces: int = 4) -> Iterator[dict[str, Any]]:
-    """The reply as streamed chunks: its text in ``pieces``, the finish, then usage when asked for."""
+def _chunks(model: str, text: str, usage: dict[str, Any] | None, pieces: int = 1) -> Iterator[dict[str, Any]]:
+    """The reply as streamed chunks: its text in ``pieces``, the finish, then usage when asked for.
+
+    One piece by default: the planner starts steps as they stream in, so with several pieces a
+    step can fail before the last steps have arrived, and the patch request's record (and its
+    size) would depend on timing."""
 
     def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
@@ -281,7 +284,14 @@ def wire_step(step: dict[str, Any]) -> dict[str, Any]:
 
 
 def _answer(**given: Any) -> str:
-    members = {"reason": "", "steps": [], "confidence": None, "question": None, "give_up": None, "answer": None}
+    members: dict[str, Any] = {
+        "reason": "",
+        "steps": [],
+        "confidence": None,
+        "question": None,
+        "give_up": None,
+        "answer": None,
+    }
     return json.dumps(members | given)
 
 
@@ -377,7 +387,7 @@ OPERATOR_INSTRUCTIONS = " ".join(
         "You plan work for the records team of a mid-sized retailer.",
         "Prefer reading before writing: look records up and check what you find before any step changes something.",
         "Never email a customer or open a ticket unless the goal asks for it in so many words.",
-        "Amounts are in euros unless a record says otherwise; convert before comparing amounts in different currencies.",
+        "Amounts are in euros unless a record says otherwise; convert amounts in other currencies before comparing.",
         "Dates are ISO 8601 and in the Europe/Paris time zone.",
         "When a record is locked, try it again once; if it is still locked, say so in the answer rather than guessing.",
         "Keep plans short: one step per record or per action, and no step that only restates another's result.",
@@ -388,7 +398,7 @@ OPERATOR_INSTRUCTIONS = " ".join(
         "Summaries quote record ids so that a colleague can check them.",
     ]
 )
-"""About 1,150 characters of operator instructions, as an agent's system prompt adds to the planner's."""
+"""About 1,000 characters of operator instructions, as an agent's system prompt adds to the planner's."""
 
 
 @dataclass(frozen=True)
@@ -426,7 +436,12 @@ def _share(cached: Sequence[int], total: Sequence[int]) -> float:
 
 def _dollars(input_tokens: int, output_tokens: int, cached: int = 0) -> float:
     fresh = input_tokens - cached
-    return (fresh * GPT_4_1.input + cached * GPT_4_1.cached_input + output_tokens * GPT_4_1.output) / 1e6  # type: ignore[operator]
+    return (fresh * INPUT_PRICE + cached * CACHED_INPUT_PRICE + output_tokens * OUTPUT_PRICE) / 1e6
+
+
+def _saving(paid: float, full: float) -> float:
+    """The share of ``full`` not paid."""
+    return round(1 - paid / full, 3) + 0.0 if full else 0.0  # + 0.0: no -0.0
 
 
 def figures(calls: Sequence[ModelCalled]) -> dict[str, Any]:
@@ -446,7 +461,8 @@ def figures(calls: Sequence[ModelCalled]) -> dict[str, Any]:
         "cached_share_all": _share(cached, inputs),
         "cost_usd": round(charged, 6),
         "cost_usd_without_cache": round(uncached, 6),
-        "saving": round(1 - charged / uncached, 3) if uncached else 0.0,
+        "saving": _saving(charged, uncached),
+        "input_saving": _saving(_dollars(sum(inputs), 0, sum(cached)), _dollars(sum(inputs), 0)),
     }
 
 
@@ -460,7 +476,8 @@ async def measure(workload: Workload, tools: ToolSet, rules: CacheRules) -> dict
             agent = Agent(planner, tools=[px_lookup(fails), *tools.extra_tools()], store=None, providers=providers)
             result = await agent.run("look every record up")
         assert result.ok, result.stop
-        assert len(server.served) == 3 and fails.calls[workload.fail] == 2
+        assert len(server.served) == 3, "three planner calls: propose, patch, finish"
+        assert fails.calls[workload.fail] == 2, "the failing step ran twice"
         streamed = sum(s.streamed for s in server.served)
     calls = [e for e in result.events if isinstance(e, ModelCalled) and e.role == "planner"]
     out = {"workload": workload.name, "tools": tools.name, "rules": rules.name, "streamed_calls": streamed}
@@ -469,24 +486,36 @@ async def measure(workload: Workload, tools: ToolSet, rules: CacheRules) -> dict
 
 # -- report -----------------------------------------------------------------------------------------
 
-NOTE = (
-    "W5/W6 planner prompts here are ~1,000 tokens or less: under OpenAI's 1,024-token minimum no"
-    " request is cached at all; the relaxed rules (0/1) measure what the request layout lets a cache reuse."
-)
+
+def notes(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Why a run got no cache hit under OpenAI's rules: the prefix it shares is under the minimum."""
+    relaxed = {(r["workload"], r["tools"]): r for r in rows if r["rules"] == RELAXED_RULES.name}
+    out = []
+    for r in rows:
+        if r["rules"] != OPENAI_RULES.name or any(r["cached_tokens"]):
+            continue
+        prefix = max(relaxed[r["workload"], r["tools"]]["cached_tokens"])
+        out.append(
+            f"{r['workload']}, {r['tools']}: prompts of {min(r['input_tokens'])}–{max(r['input_tokens'])} tokens"
+            f" share at most {prefix} with an earlier one, under OpenAI's {OPENAI_RULES.minimum}-token minimum:"
+            " no cache hit."
+        )
+    return out
 
 
 def markdown(rows: Sequence[dict[str, Any]]) -> str:
     head = (
         "| workload | tools | cache rules | input tokens per call | cached per call "
-        "| cached share, calls 2+ | cached share, all | cost | cost without cache |\n"
-        "|---|---|---|---|---|---:|---:|---:|---:|"
+        "| cached share, calls 2+ | cached share, all | cost | cost without cache | saving: input, all |\n"
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|"
     )
     lines = [head]
     for r in rows:
         lines.append(
             f"| {r['workload']} | {r['tools']} | {r['rules']} | {' / '.join(map(str, r['input_tokens']))} "
             f"| {' / '.join(map(str, r['cached_tokens']))} | {r['cached_share_after_first']:.0%} "
-            f"| {r['cached_share_all']:.0%} | ${r['cost_usd']:.5f} | ${r['cost_usd_without_cache']:.5f} |"
+            f"| {r['cached_share_all']:.0%} | ${r['cost_usd']:.5f} | ${r['cost_usd_without_cache']:.5f} "
+            f"| {r['input_saving']:.0%}, {r['saving']:.0%} |"
         )
     return "\n".join(lines)
 
@@ -504,10 +533,12 @@ def main() -> None:
     print(markdown(rows))
     print()
     print(
-        f"Tokens are characters ÷ 4. Prices: gpt-4.1 ${GPT_4_1.input:.2f} input, ${GPT_4_1.cached_input:.2f}"
-        f" cached input, ${GPT_4_1.output:.2f} output per million tokens (OpenAI, August 2025)."
+        f"Tokens are characters ÷ 4. Prices: gpt-4.1 ${INPUT_PRICE:.2f} input, ${CACHED_INPUT_PRICE:.2f}"
+        f" cached input, ${OUTPUT_PRICE:.2f} output per million tokens (OpenAI, August 2025)."
     )
-    print(NOTE)
+    for line in notes(rows):
+        print(line)
+    print("The relaxed rules (0/1) measure what the request layout lets a cache reuse, whatever the prompt's size.")
 
 
 if __name__ == "__main__":
