@@ -3,8 +3,9 @@
 What is measured: of the input tokens the planner sends in one run (propose, patch after a failure,
 final answer), how many a provider would serve from its prompt cache, and what that saves. The run
 goes through ``OpenAIModel`` (Chat Completions, plans streamed as the planner streams them) to a
-stand-in OpenAI server on 127.0.0.1 that answers with scripted planner replies and reports usage as
-OpenAI does, in ``usage.prompt_tokens_details.cached_tokens``:
+stand-in OpenAI server on 127.0.0.1 that answers with scripted planner replies (in the strict wire
+form, every member given, as a provider enforcing the schema answers; a streamed reply's text comes
+in one chunk) and reports usage as OpenAI does, in ``usage.prompt_tokens_details.cached_tokens``:
 
 * the prompt is what the provider sees, serialised in order: the ``response_format`` schema, the
   tools, then each message's role and content;
@@ -21,7 +22,8 @@ and W6 (20 steps, ``s9`` fails once), upfront policy, three planner calls each. 
 description and two or three typed parameters), as a real agent's tool list; and the same twelve
 tools with about 1,000 characters of operator instructions. Only ``lookup`` is ever called.
 
-Cost at OpenAI's published gpt-4.1 prices (https://openai.com/api/pricing, as of August 2025):
+Cost at OpenAI's published gpt-4.1 prices (https://openai.com/api/pricing, as published at the
+model's launch, April 2025):
 input $2.00, cached input $0.50, output $8.00 per million tokens — with caching (what the run's
 ``ModelCalled`` events are charged) against the same tokens all at the full input price.
 
@@ -52,7 +54,7 @@ __all__ = ["CacheRules", "PromptCacheServer", "main", "measure"]
 
 MODEL = "gpt-4.1"
 INPUT_PRICE, CACHED_INPUT_PRICE, OUTPUT_PRICE = 2.00, 0.50, 8.00
-"""OpenAI's published gpt-4.1 prices, dollars per million tokens (August 2025)."""
+"""OpenAI's published gpt-4.1 prices, dollars per million tokens (April 2025)."""
 GPT_4_1 = Price(input=INPUT_PRICE, output=OUTPUT_PRICE, cached_input=CACHED_INPUT_PRICE)
 CHARS_PER_TOKEN = 4
 
@@ -534,7 +536,7 @@ def main() -> None:
     print()
     print(
         f"Tokens are characters ÷ 4. Prices: gpt-4.1 ${INPUT_PRICE:.2f} input, ${CACHED_INPUT_PRICE:.2f}"
-        f" cached input, ${OUTPUT_PRICE:.2f} output per million tokens (OpenAI, August 2025)."
+        f" cached input, ${OUTPUT_PRICE:.2f} output per million tokens (OpenAI, April 2025)."
     )
     for line in notes(rows):
         print(line)
