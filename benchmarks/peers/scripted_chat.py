@@ -46,6 +46,9 @@ class ModelCall:
     tools: tuple[str, ...]
     chars: int
     schema_chars: int = 0
+    prompt: str = ""
+    """The request as a provider's prompt cache sees it: the schemas, then each message's role
+    and text (see ``benchmarks.side.economy.prefix_share``)."""
 
 
 def message_chars(messages: Sequence[BaseMessage]) -> int:
@@ -99,7 +102,9 @@ class ScriptedChatModel(BaseChatModel):
         names = tuple(spec["function"]["name"] for spec in specs)
         chars = message_chars(messages)
         schema_chars = len(json.dumps(specs, separators=(",", ":"))) if specs else 0
-        self._calls.append(ModelCall(tools=names, chars=chars, schema_chars=schema_chars))
+        schemas = json.dumps(specs, separators=(",", ":")) if specs else ""
+        prompt = schemas + "".join(f"<{m.type}>{m.content}" for m in messages)
+        self._calls.append(ModelCall(tools=names, chars=chars, schema_chars=schema_chars, prompt=prompt))
         reply = self.responder(messages, names)
         out_chars = len(reply.content) if isinstance(reply.content, str) else 0
         out_chars += sum(len(str(c["args"])) for c in reply.tool_calls)

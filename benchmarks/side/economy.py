@@ -9,6 +9,12 @@ agent's calls counted apart), characters of message text sent to the planner per
 total, and all characters sent to any model. Tokens are characters ÷ 4. Schemas sent beside the
 messages (planexec's plan schema; LangChain's tool and structured-output schemas) are counted
 apart, as ``planner_schema_chars``.
+
+``planner_prefix_share``: of the planner's input after its first call (schemas and messages, as a
+provider's prompt cache sees them: schemas first, then each message's role and text), the share that
+repeats the start of an earlier planner call of the run — what a prefix cache could serve,
+character for character, with no minimum length (``benchmarks.side.prompt_cache`` measures it in
+tokens against a stand-in server, with the providers' rules and prices).
 """
 
 from __future__ import annotations
@@ -37,6 +43,31 @@ def task_steps(n: int) -> list[dict[str, Any]]:
         }
         for i in range(n)
     ]
+
+
+def prefix_share(prompts: list[str]) -> float | None:
+    """Of the characters of ``prompts[1:]``, the share that repeats the start of an earlier prompt."""
+    if len(prompts) < 2:
+        return None
+    served = sum(max(_common(p, q) for q in prompts[:i]) for i, p in enumerate(prompts) if i)
+    return served / sum(len(p) for p in prompts[1:])
+
+
+def _common(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _prompt(request: ModelRequest) -> str:
+    schemas: list[Any] = []
+    if request.output is not None:
+        schemas.append(dict(request.output.json_schema))
+    schemas += [dict(t.parameters) for t in request.tools]
+    text = json.dumps(schemas, separators=(",", ":")) if schemas else ""
+    return text + "".join(f"<{m.role}>{m.content}" for m in request.messages)
 
 
 def _figures(planner_chars: list[int], all_chars: int, calls: int, schema_chars: int) -> dict[str, Any]:
@@ -83,6 +114,7 @@ async def w5_planexec(n: int, policy: str, *, fail: str | None = None) -> dict[s
     model.assert_consumed()
     chars = [c.chars for c in model.calls]
     out = _figures(chars, sum(chars), len(model.calls), sum(_schema_chars(c) for c in model.calls))
+    out["planner_prefix_share"] = prefix_share([_prompt(c) for c in model.calls])
     if fails is not None:
         out["tool_calls"] = fails.calls
     return out
@@ -101,6 +133,7 @@ def _langgraph_figures(model: Any) -> dict[str, Any]:
     planner = [c.chars for c in calls]
     out = _figures(planner, sum(c.chars for c in model.calls), len(model.calls), sum(c.schema_chars for c in calls))
     out["executor_calls"] = len(model.calls) - len(planner)
+    out["planner_prefix_share"] = prefix_share([c.prompt for c in calls])
     return out
 
 
@@ -168,6 +201,7 @@ async def w6_replan_planexec() -> dict[str, Any]:
         "extra_planner_chars": sum(chars) - baseline["planner_chars"],
         "extra_model_calls": len(chars) - baseline["model_calls"],
         "ms_to_patched_plan": (patched.at - _failed_at(fails)) * 1e3,
+        "planner_prefix_share": prefix_share([_prompt(c) for c in model.calls]),
     }
 
 
@@ -188,4 +222,5 @@ async def w6_replan_langgraph() -> dict[str, Any]:
         "extra_planner_chars": figures["planner_chars"] - baseline["planner_chars"],
         "extra_model_calls": figures["model_calls"] - baseline["model_calls"],
         "ms_to_patched_plan": (patched_at - failed_at) * 1e3,
+        "planner_prefix_share": figures["planner_prefix_share"],
     }

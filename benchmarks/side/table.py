@@ -319,6 +319,23 @@ def _w5_rows(res: Results) -> list[Row]:
             "output and tool schemas as JSON",
         )
     )
+
+    def shared(variant: str, framework: str) -> Cell:
+        out = res.get("W5", variant, framework)
+        share = out[str(n)].get("planner_prefix_share") if out and str(n) in out else None
+        return text("—") if share is None else num(100 * share, 0)
+
+    for variant, label in (("upfront+failure", "one failure"), ("step", "step-by-step")):
+        rows.append(
+            Row(
+                f"W5, {n} steps, {label}",
+                "% of planner input after the first call that repeats an earlier call's start",
+                shared(variant, PX),
+                text("—"),
+                shared("upfront+failure" if variant == "upfront+failure" else "upfront", PE),
+                "what a prefix cache can serve",
+            )
+        )
     for variant, label in (("upfront", "upfront"), ("step", "step-by-step"), ("upfront+failure", "one failure")):
         rows.append(
             Row(
@@ -331,6 +348,10 @@ def _w5_rows(res: Results) -> list[Row]:
             )
         )
     return rows
+
+
+def _percent(share: float | None) -> Cell:
+    return text("—") if share is None else num(100 * share, 0)
 
 
 def _w6_rows(res: Results) -> list[Row]:
@@ -361,6 +382,14 @@ def _w6_rows(res: Results) -> list[Row]:
             text("—"),
             num(f("W6 replan", PE, "extra_planner_chars"), 0),
             "",
+        ),
+        Row(
+            "W6, step 10 of 20 fails once",
+            "% of planner input after the first call that repeats an earlier call's start",
+            _percent(f("W6 replan", PX, "planner_prefix_share")),
+            text("—"),
+            _percent(f("W6 replan", PE, "planner_prefix_share")),
+            "what a prefix cache can serve",
         ),
         Row(
             "W6, step 10 of 20 fails once",

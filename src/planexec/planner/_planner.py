@@ -408,13 +408,19 @@ class Planner:
 def _cache_key(spec: OutputSpec, system: str, tools: str) -> str:
     """One key for every planner request that starts the same way (the agent's schema,
     instructions and tools), in any run: a provider that routes by key finds its cached prefix."""
-    digest = hashlib.sha256(json.dumps([spec.name, spec.json_schema, system, tools]).encode()).hexdigest()
+    return _key_of(_SCHEMA_TEXT.get(id(spec)) or json.dumps(spec.json_schema, sort_keys=True), system, tools)
+
+
+@functools.lru_cache(maxsize=64)
+def _key_of(schema: str, system: str, tools: str) -> str:
+    digest = hashlib.sha256("\0".join((schema, system, tools)).encode()).hexdigest()
     return f"planexec/planner/{digest[:24]}"
 
 
 _PLAN_SPEC = OutputSpec(name="plan", json_schema=PLAN_SCHEMA)
 _TURN_SPEC = OutputSpec(name="turn", json_schema=TURN_SCHEMA)
 _FLAT_SPEC = OutputSpec(name="turn", json_schema=FLAT_TURN_SCHEMA)
+_SCHEMA_TEXT = {id(spec): json.dumps(spec.json_schema, sort_keys=True) for spec in (_PLAN_SPEC, _TURN_SPEC, _FLAT_SPEC)}
 
 _EMPTY = Problem(
     code="empty_plan",
