@@ -278,3 +278,13 @@ def test_a_record_window_must_be_a_positive_whole_number_or_none() -> None:
     for bad in (0, -1, 2.5, True, "8"):
         with pytest.raises(UsageError, match="record_window"):
             Planner(model=ScriptedModel([]), record_window=bad)  # type: ignore[arg-type]
+
+
+async def test_thousands_of_bad_members_make_a_capped_list() -> None:
+    bad = wire_plan(*(wire_step(f"s{i}", "add", "[]", checks=["bogus"] * 20) for i in range(100)))
+    model = ScriptedModel([bad, bad])
+    result = await Agent(Planner(model=model, max_repairs=1), tools=[add]).run("1+2")
+
+    assert (result.stop.kind, result.stop.code) == ("error", "planner_output"), result.stop
+    for event in events_of(result, PlannerOutputRejected):
+        assert len(event.problems) <= 21  # the first twenty, and how many more there were

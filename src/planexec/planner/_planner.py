@@ -494,11 +494,11 @@ def _parse(
         if output is Turn and isinstance(data, dict) and "step" not in data and not FLAT_KEYS.isdisjoint(data):
             flat = FlatTurn.model_validate(data)
             if problems:
-                return None, problems
+                return None, capped(problems)
             step_id = ctx.new_step_id() if ctx is not None and ctx.new_step_id is not None else "s1"
             return flat.as_turn(step_id), []  # type: ignore[return-value]
         value = output.model_validate(data)
-        return (None, problems) if problems else (value, [])
+        return (None, capped(problems)) if problems else (value, [])
     except ValidationError as e:
         return None, capped(
             [
