@@ -49,14 +49,25 @@ def rejected(result: Any) -> list[set[tuple[str, str]]]:
 # -- the wire form ----------------------------------------------------------------------------
 
 
-def test_every_planner_schema_can_be_made_strict() -> None:
-    planner = ScriptedModel([])
-    for policy, turn_format in (("upfront", "nested"), ("step", "nested"), ("step", "flat")):
-        spec = Planner(model=planner, policy=policy, turn_format=turn_format)._spec(BaseModel)
-        strict = strict_json_schema(spec.json_schema)
-        assert strict is not None, (policy, turn_format)
-        assert strict["additionalProperties"] is False
-        assert strict["required"] == list(strict["properties"])
+@pytest.mark.parametrize(
+    "planner",
+    [
+        Planner(model=ScriptedModel([{"question": "?", "steps": []}])),
+        Planner(model=ScriptedModel([{"question": "?"}]), policy="step"),
+        Planner(model=ScriptedModel([{"question": "?"}]), policy="step", turn_format="flat"),
+    ],
+    ids=["upfront", "step", "flat"],
+)
+async def test_every_planner_schema_can_be_made_strict(planner: Planner) -> None:
+    await Agent(planner, tools=[add]).run("go")
+    model = planner.model
+    assert isinstance(model, ScriptedModel)
+    output = model.calls[0].output
+    assert output is not None
+    strict = strict_json_schema(output.json_schema)
+    assert strict is not None
+    assert strict["additionalProperties"] is False
+    assert strict["required"] == list(strict["properties"])
 
 
 async def test_a_plan_in_the_wire_form_runs() -> None:
