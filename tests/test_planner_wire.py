@@ -3,6 +3,7 @@ tool signatures, a request laid out for prompt caching, and a bounded step-by-st
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from planexec import Acceptance, Agent, Planner, tool
-from planexec.errors import UsageError
+from planexec.errors import ToolDefinitionError, UsageError
 from planexec.log import PlannerOutputRejected
 from planexec.models import strict_json_schema
 from planexec.plan import Contains, FitsSchema, Matches, NonEmpty, Predicate
@@ -299,3 +300,40 @@ async def test_thousands_of_bad_members_make_a_capped_list() -> None:
     assert (result.stop.kind, result.stop.code) == ("error", "planner_output"), result.stop
     for event in events_of(result, PlannerOutputRejected):
         assert len(event.problems) <= 21  # the first twenty, and how many more there were
+
+
+async def test_a_tool_schema_whose_references_fan_out_is_sent_as_json() -> None:
+    def obj(name: str, ref: str | None) -> dict[str, Any]:
+        member = {"$ref": f"#/$defs/{ref}"} if ref else {"type": "string"}
+        return {"type": "object", "properties": {f"{name}{i}": member for i in range(60)}}
+
+    defs = {"A": obj("p", "B"), "B": obj("q", "C"), "C": obj("r", None)}
+    params = {"type": "object", "properties": {"x": {"$ref": "#/$defs/A"}}, "$defs": defs}
+    wide = Tool(name="wide", description="Refers to its parts many times.", parameters=params, invoke=echo)
+    stable, _ = await first_request_text(wide)
+    assert len(stable) < 3 * len(json.dumps(params))  # not the 216,000 members written out
+    assert json.loads(stable.splitlines()[-1].removeprefix("  args schema: ")) == params
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        {"type": "object", "properties": {"x": {"type": "number", "default": {1, 2}}}},
+        {"type": "object", "properties": {"x": {"type": "number", "default": float("nan")}}},
+        {"type": "object", "properties": {"x": functools.reduce(lambda s, _: {"items": s}, range(150), {})}},
+        ["not", "a", "schema"],
+    ],
+    ids=["a set", "NaN", "150 levels deep", "a list"],
+)
+def test_tool_parameters_that_are_not_a_json_object_are_refused_when_the_tool_is_defined(parameters: Any) -> None:
+    with pytest.raises(ToolDefinitionError, match="schema"):
+        Tool(name="bad", description="A tool.", parameters=parameters, invoke=echo)
+
+
+async def test_a_tool_with_its_own_validator_and_an_odd_required_list_is_described_as_json() -> None:
+    params = {"type": "object", "properties": {"x": {"type": "string"}}, "required": [["x"]]}
+    own = Tool(
+        name="own", description="Checks its own arguments.", parameters=params, invoke=echo, validator=lambda a: (a, [])
+    )
+    stable, _ = await first_request_text(own)
+    assert json.loads(stable.splitlines()[-1].removeprefix("  args schema: ")) == params

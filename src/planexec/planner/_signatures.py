@@ -41,10 +41,12 @@ def signature(name: str, schema: Mapping[str, Any]) -> tuple[str, list[str]]:
         if not isinstance(defs, Mapping):
             raise _NoSignature
         _DEFS.append(defs)
+        _LEFT.append(_SIZE_FACTOR * len(_json(schema)) + _SIZE_SLACK)
         try:
             params, notes = _params({k: v for k, v in schema.items() if k != "$defs"}, "", 0)
         finally:
             _DEFS.pop()
+            _LEFT.pop()
     except _NoSignature:
         return name, ["args schema: " + _json(schema)]
     return f"{name}({params})", notes
@@ -52,6 +54,22 @@ def signature(name: str, schema: Mapping[str, Any]) -> tuple[str, list[str]]:
 
 _DEFS: list[Mapping[str, Any]] = []
 """The ``$defs`` of the schema being written (a stack: signatures are written one at a time)."""
+
+_LEFT: list[int] = []
+"""How many more characters the signature being written may take (a stack, as ``_DEFS``)."""
+
+_SIZE_FACTOR = 2
+_SIZE_SLACK = 200
+"""A signature may take at most twice the characters of the schema's JSON (and a little): a
+definition referred to from many places is written in each, and references that fan out would
+otherwise write a small schema out as millions of characters, in every planner request."""
+
+
+def _spend(text: str) -> None:
+    """Count ``text`` against the signature's allowance; past it, the JSON form is used."""
+    _LEFT[-1] -= len(text)
+    if _LEFT[-1] < 0:
+        raise _NoSignature
 
 
 def _resolved(schema: Any, depth: int) -> Any:
@@ -83,7 +101,7 @@ def _params(schema: Mapping[str, Any], prefix: str, depth: int) -> tuple[str, li
     extra = schema.get("additionalProperties", True)
     if not isinstance(properties, Mapping) or not isinstance(required, list) or not isinstance(extra, bool):
         raise _NoSignature
-    if any(r not in properties for r in required):
+    if not all(isinstance(r, str) for r in required) or any(r not in properties for r in required):
         raise _NoSignature
     parts: list[str] = []
     notes: list[str] = []
@@ -95,12 +113,14 @@ def _params(schema: Mapping[str, Any], prefix: str, depth: int) -> tuple[str, li
         part = f"{key}{'' if key in required else '?'}: {kind}"
         if isinstance(sub, Mapping) and "default" in sub:
             part += f" = {_json(sub['default'])}"
+        _spend(part)
         parts.append(part)
         description = sub.get("description") if isinstance(sub, Mapping) else None
         if description is not None:
             if not isinstance(description, str):
                 raise _NoSignature
             notes.append(f"{prefix}{key}: {' '.join(description.split())}")
+            _spend(notes[-1])
         notes += sub_notes
     if extra and (properties or depth == 0):
         parts.append("...")
@@ -149,6 +169,7 @@ def _type(schema: Any, prefix: str, depth: int) -> tuple[str, list[str]]:
     shown = {k: v for k, v in rest.items() if k != "additionalProperties"}
     if shown:
         kind += " " + _json(shown)
+    _spend(kind)
     return kind, notes
 
 

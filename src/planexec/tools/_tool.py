@@ -11,10 +11,23 @@ from typing import Any
 import jsonschema
 
 from planexec._util.json_schema import validator_for
+from planexec._util.strict_json import json_problem
 from planexec._util.tasks import abandon
 from planexec.errors import OutputNotJSON, Problem, ToolCrashed, ToolDefinitionError, TransientToolError
 
 __all__ = ["ArgsValidator", "OutputNotJSON", "RetryPolicy", "Tool", "ToolContext", "ToolCrashed", "call_with_timeout"]
+
+
+def _check_json_schema(schema: Any, where: str, title: str) -> None:
+    """A schema the tool is defined with must be a JSON object (models are sent it as JSON, and
+    the planner reads it): refused otherwise, whatever validates the tool's arguments."""
+    problem: Problem | None
+    if not isinstance(schema, Mapping):
+        problem = Problem(code="tool_schema", where=where, message="must be a JSON Schema object")
+    else:
+        problem = json_problem(dict(schema), where=where)
+    if problem is not None:
+        raise ToolDefinitionError(title, [Problem(code="tool_schema", where=problem.where, message=problem.message)])
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -110,6 +123,9 @@ class Tool:
     """Validates and converts the output to JSON-ready data; when None, ``output_schema`` is used."""
 
     def __post_init__(self) -> None:
+        _check_json_schema(self.parameters, "parameters", "invalid argument schema")
+        if self.output_schema is not None:
+            _check_json_schema(self.output_schema, "output_schema", "invalid output schema")
         problems = []
         if not self.name or not all(c.isalnum() or c in "_-." for c in self.name):
             problems.append("the name must be non-empty: letters, digits, _ - and . only")
@@ -154,6 +170,11 @@ def _location(path: Any) -> str:
 def _schema_validator(schema: Mapping[str, Any]) -> ArgsValidator:
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
+    except RecursionError:
+        raise ToolDefinitionError(
+            "invalid argument schema",
+            [Problem(code="tool_schema", where="parameters", message="nested too deeply to be checked")],
+        ) from None
     except jsonschema.SchemaError as e:
         where = "parameters." + ".".join(str(p) for p in e.absolute_path) if e.absolute_path else "parameters"
         raise ToolDefinitionError(
