@@ -3,8 +3,8 @@ tool signatures, a request laid out for prompt caching, and a bounded step-by-st
 
 from __future__ import annotations
 
-import functools
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -315,12 +315,19 @@ async def test_a_tool_schema_whose_references_fan_out_is_sent_as_json() -> None:
     assert json.loads(stable.splitlines()[-1].removeprefix("  args schema: ")) == params
 
 
+def nested(levels: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {}
+    for _ in range(levels):
+        schema = {"items": schema}
+    return schema
+
+
 @pytest.mark.parametrize(
     "parameters",
     [
         {"type": "object", "properties": {"x": {"type": "number", "default": {1, 2}}}},
         {"type": "object", "properties": {"x": {"type": "number", "default": float("nan")}}},
-        {"type": "object", "properties": {"x": functools.reduce(lambda s, _: {"items": s}, range(150), {})}},
+        {"type": "object", "properties": {"x": nested(150)}},
         ["not", "a", "schema"],
     ],
     ids=["a set", "NaN", "150 levels deep", "a list"],
@@ -330,10 +337,12 @@ def test_tool_parameters_that_are_not_a_json_object_are_refused_when_the_tool_is
         Tool(name="bad", description="A tool.", parameters=parameters, invoke=echo)
 
 
+def own_check(args: Mapping[str, Any]) -> tuple[dict[str, Any] | None, list[Any]]:
+    return dict(args), []
+
+
 async def test_a_tool_with_its_own_validator_and_an_odd_required_list_is_described_as_json() -> None:
     params = {"type": "object", "properties": {"x": {"type": "string"}}, "required": [["x"]]}
-    own = Tool(
-        name="own", description="Checks its own arguments.", parameters=params, invoke=echo, validator=lambda a: (a, [])
-    )
+    own = Tool(name="own", description="Checks its own arguments.", parameters=params, invoke=echo, validator=own_check)
     stable, _ = await first_request_text(own)
     assert json.loads(stable.splitlines()[-1].removeprefix("  args schema: ")) == params
