@@ -640,3 +640,58 @@ def test_unknown_tool_lists_known_tools() -> None:
         tools.subset(["alpha", "gamma"])
     with pytest.raises(UnknownToolError, match="no tools"):
         Toolset().get("x")
+
+
+# -- tools that arrive as JSON Schemas ------------------------------------------------------------
+
+ADD_SCHEMA = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "required": ["a", "b"],
+    "additionalProperties": False,
+}
+
+
+async def test_a_tool_from_a_json_schema_validates_and_calls_sync_or_async_functions() -> None:
+    from planexec.tools import Tool, ToolContext
+
+    async def add_async(a: int, b: int) -> int:
+        return a + b
+
+    seen: list[ToolContext] = []
+
+    def add_sync(a: int, b: int, context: ToolContext) -> dict[str, int]:
+        seen.append(context)
+        return {"sum": a + b}
+
+    ctx = ToolContext(run_id="r", step_id="s", attempt=1, idempotency_key="k")
+    fast = Tool.from_schema("add", "Add two numbers.", ADD_SCHEMA, add_async)
+    slow = Tool.from_schema(
+        "add_sync",
+        "Add two numbers.",
+        ADD_SCHEMA,
+        add_sync,
+        output_schema={"type": "object", "properties": {"sum": {"type": "integer"}}, "required": ["sum"]},
+        side_effect=True,
+    )
+    assert fast.check_args({"a": 1, "b": "2"})[0] is None
+    assert [p.where for p in fast.check_args({"a": 1, "b": "2", "c": 3})[1]] == ["b", ""]
+    assert await fast.invoke({"a": 1, "b": 2}, ctx) == 3
+    assert await slow.invoke({"a": 1, "b": 2}, ctx) == {"sum": 3}
+    assert seen == [ctx]
+    assert slow.check_output({"sum": 3}) == {"sum": 3}
+    with pytest.raises(ValueError, match="sum"):
+        slow.check_output({"total": 3})
+    assert slow.side_effect
+
+
+def test_a_tool_from_a_json_schema_refuses_what_a_tool_may_not_be() -> None:
+    from planexec.errors import ToolDefinitionError
+    from planexec.tools import Tool
+
+    with pytest.raises(ToolDefinitionError):
+        Tool.from_schema("add", "Add.", {"type": "array"}, lambda: 0)
+    with pytest.raises(ToolDefinitionError):
+        Tool.from_schema("add", "Add.", {"type": "object", "properties": {"a": {"type": 12}}}, lambda a: a)
+    with pytest.raises(ToolDefinitionError):
+        Tool.from_schema("add", "Add.", ADD_SCHEMA, "not a function")  # type: ignore[arg-type]

@@ -342,3 +342,86 @@ def tool(
     if fn is not None:
         return wrap(fn)
     return wrap
+
+
+def from_schema(
+    name: str,
+    description: str,
+    input_schema: Mapping[str, Any],
+    fn: Callable[..., Any],
+    *,
+    output_schema: Mapping[str, Any] | None = None,
+    timeout: float | None = None,
+    retry: RetryPolicy | None = None,
+    max_concurrency: int | None = None,
+    side_effect: bool = False,
+    sensitive: bool = False,
+    idempotent: bool = False,
+    requires_approval: bool = False,
+) -> Tool:
+    """A tool whose arguments are described by a JSON Schema rather than by ``fn``'s signature.
+
+    ``fn`` (sync or async) is called with the validated arguments as keyword arguments, and with
+    the call's :class:`ToolContext` as ``context=`` when it takes a parameter of that name or type.
+    Its result is converted to JSON data (and checked against ``output_schema`` when given). The
+    schemas are checked as any tool's are: a JSON object, a valid draft 2020-12 schema of type
+    object."""
+    if not callable(fn):
+        raise ToolDefinitionError(
+            f"invalid tool {name!r}", [Problem(code="tool", where=f"tool {name!r}", message="fn must be callable")]
+        )
+    context_param = _context_parameter(fn)
+    is_async = inspect.iscoroutinefunction(fn) or (
+        not inspect.isroutine(fn) and inspect.iscoroutinefunction(type(fn).__call__)
+    )
+
+    async def invoke(args: dict[str, Any], ctx: ToolContext) -> Any:
+        kwargs = dict(args)
+        if context_param is not None:
+            kwargs[context_param] = ctx
+        if is_async:
+            return await fn(**kwargs)
+        return await run_in_thread(functools.partial(contextvars.copy_context().run, fn, **kwargs))
+
+    def check_output(output: Any) -> Any:
+        value = _to_json(output)
+        if checked is not None:
+            return checked(value)
+        return value
+
+    made = Tool(
+        name=name,
+        description=description,
+        parameters=input_schema,
+        invoke=invoke,
+        output_schema=output_schema,
+        timeout=timeout,
+        retry=retry or RetryPolicy(),
+        max_concurrency=max_concurrency,
+        side_effect=side_effect,
+        sensitive=sensitive,
+        idempotent=idempotent,
+        requires_approval=requires_approval,
+    )
+    checked = made.output_validator
+    object.__setattr__(made, "output_validator", check_output)
+    return made
+
+
+def _context_parameter(fn: Callable[..., Any]) -> str | None:
+    """The name of ``fn``'s parameter that takes the :class:`ToolContext`, if it has one."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    try:
+        hints = get_type_hints(fn)
+    except Exception:
+        hints = {}
+    for pname, param in signature.parameters.items():
+        if param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
+            continue
+        annotation = hints.get(pname, param.annotation)
+        if annotation is ToolContext or annotation == "ToolContext" or pname == "context":
+            return pname
+    return None

@@ -147,6 +147,23 @@ class Tool:
         if self.output_validator is None and self.output_schema is not None:
             object.__setattr__(self, "output_validator", _output_schema_validator(self.output_schema))
 
+    @classmethod
+    def from_schema(
+        cls,
+        name: str,
+        description: str,
+        input_schema: Mapping[str, Any],
+        fn: Callable[..., Any],
+        **options: Any,
+    ) -> Tool:
+        """A tool whose arguments arrive as a JSON Schema (an MCP tool, an OpenAI function spec):
+        ``fn`` (sync or async) is called with the validated arguments as keyword arguments.
+        ``options``: ``output_schema``, ``timeout``, ``retry``, ``max_concurrency``,
+        ``side_effect``, ``sensitive``, ``idempotent``, ``requires_approval``."""
+        from planexec.tools._function import from_schema
+
+        return from_schema(name, description, input_schema, fn, **options)
+
     def check_args(self, args: Mapping[str, Any]) -> tuple[dict[str, Any] | None, list[Problem]]:
         """Validate arguments: the validated arguments, or None and every problem found."""
         assert self.validator is not None  # set in __post_init__

@@ -1,0 +1,80 @@
+"""Where an MCP server is: a command to spawn (stdio) or a URL (streamable HTTP)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from planexec.errors import Problem, UsageError
+
+__all__ = ["MCPHttp", "MCPStdio"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MCPStdio:
+    """An MCP server spawned as a subprocess, spoken to over its stdin and stdout.
+
+    ``env`` is added to a minimal environment the SDK gives the process (not the whole of this
+    process's, which may hold secrets); ``cwd`` is where it runs."""
+
+    command: str
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not isinstance(self.command, str) or not self.command.strip():
+            problems.append(Problem(code="mcp", where="command", message="must name the program to run"))
+        if not isinstance(self.args, tuple) or not all(isinstance(a, str) for a in self.args):
+            problems.append(Problem(code="mcp", where="args", message="must be a tuple of strings"))
+        if not isinstance(self.env, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()
+        ):
+            problems.append(Problem(code="mcp", where="env", message="must map names to strings"))
+        if problems:
+            raise UsageError("invalid MCP server", problems)
+
+    @property
+    def label(self) -> str:
+        return " ".join([self.command, *self.args])
+
+    def target(self) -> Any:
+        from mcp import StdioServerParameters
+
+        return StdioServerParameters(
+            command=self.command, args=list(self.args), env=dict(self.env) or None, cwd=self.cwd
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MCPHttp:
+    """An MCP server reached over streamable HTTP at ``url``, with optional ``headers`` (for
+    example ``{"Authorization": "Bearer …"}``: they are never logged)."""
+
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
+            problems.append(Problem(code="mcp", where="url", message="must be an http:// or https:// URL"))
+        if not isinstance(self.headers, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()
+        ):
+            problems.append(Problem(code="mcp", where="headers", message="must map names to strings"))
+        if problems:
+            raise UsageError("invalid MCP server", problems)
+
+    @property
+    def label(self) -> str:
+        return self.url
+
+    def target(self) -> Any:
+        if not self.headers:
+            return self.url
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        return streamable_http_client(self.url, http_client=create_mcp_http_client(headers=dict(self.headers)))

@@ -1,0 +1,192 @@
+"""MCP servers' tools in plans: an in-process server of the SDK for every mapping, and a real
+server from PyPI over stdio."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ToolAnnotations
+
+from planexec import Agent
+from planexec.errors import ToolError, TransientToolError, UsageError
+from planexec.mcp import IDEMPOTENCY_META_KEY, MCPStdio, MCPTool, MCPToolset
+from planexec.testing import ScriptedModel
+from planexec.tools import ToolContext
+from tests.support import tool_step
+
+CONTEXT = ToolContext(run_id="r1", step_id="s1", attempt=1, idempotency_key="r1:s1:v1")
+
+
+def demo_server() -> tuple[MCPServer, list[Any]]:
+    server = MCPServer("demo")
+    seen: list[Any] = []
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True))
+    def save(note: str, ctx: Context) -> str:
+        """Save a note."""
+        seen.append(ctx.request_context.meta)
+        return f"saved {note}"
+
+    @server.tool()
+    def wipe() -> str:
+        """Wipe everything (no annotations: MCP's defaults)."""
+        return "wiped"
+
+    @server.tool()
+    def refuse() -> str:
+        """Always fails."""
+        raise ValueError("no such record")
+
+    @server.tool(name="odd name!")
+    def odd() -> str:
+        """A name planexec cannot use as it is."""
+        return "odd"
+
+    @server.tool()
+    async def hang() -> str:
+        """Never answers."""
+        await asyncio.sleep(3600)
+        return "never"
+
+    return server, seen
+
+
+async def test_tools_are_listed_with_their_schemas_and_annotations() -> None:
+    server, _ = demo_server()
+    async with MCPToolset(server=server, prefix="demo.", tools={"wipe": MCPTool(requires_approval=True)}) as tools:
+        by_name = {t.name: t for t in tools}
+    assert set(by_name) == {"demo.add", "demo.save", "demo.wipe", "demo.refuse", "demo.odd_name_", "demo.hang"}
+    add, save, wipe = by_name["demo.add"], by_name["demo.save"], by_name["demo.wipe"]
+    assert add.description == "Add two numbers."
+    assert add.parameters["required"] == ["a", "b"]
+    assert add.output_schema is not None
+    assert (add.side_effect, add.sensitive, add.idempotent) == (False, False, True)
+    assert (save.side_effect, save.sensitive, save.idempotent) == (True, False, True)
+    assert (wipe.side_effect, wipe.sensitive, wipe.idempotent, wipe.requires_approval) == (True, True, False, True)
+
+
+async def test_calls_map_results_errors_and_pass_the_idempotency_key_to_write_tools() -> None:
+    server, seen = demo_server()
+    async with MCPToolset(server=server) as tools:
+        by_name = {t.name: t for t in tools}
+        assert await by_name["add"].invoke({"a": 2, "b": 3}, CONTEXT) == {"result": 5}
+        assert await by_name["save"].invoke({"note": "hi"}, CONTEXT) == {"result": "saved hi"}
+        with pytest.raises(ToolError) as refused:
+            await by_name["refuse"].invoke({}, CONTEXT)
+        assert not isinstance(refused.value, TransientToolError)
+        # Arguments are checked against the server's schema before anything is sent.
+        assert by_name["add"].check_args({"a": "two"})[0] is None
+    [meta] = seen  # the write tool got the key; the read tool's request carried none
+    assert meta[IDEMPOTENCY_META_KEY] == "r1:s1:v1"
+
+
+async def test_a_hung_call_ends_at_the_tools_timeout() -> None:
+    server, _ = demo_server()
+    async with MCPToolset(server=server, tools={"hang": MCPTool(timeout=0.3)}) as tools:
+        hang = next(t for t in tools if t.name == "hang")
+        assert hang.timeout == 0.3
+        model = ScriptedModel([{"steps": [tool_step("h", "hang", {})]}, {"reason": "give up", "steps": []}])
+        result = await Agent(model, tools=list(tools), budget=None).run("hang")
+    assert result.stop.kind != "goal_met"
+    error = result.steps["h"].error
+    assert error is not None
+    assert "timed out" in error.message or "timeout" in error.message.lower()
+
+
+async def test_a_plan_uses_mcp_tools_like_any_other() -> None:
+    server, _ = demo_server()
+    async with MCPToolset(server=server) as tools:
+        model = ScriptedModel(
+            [
+                {
+                    "steps": [
+                        tool_step("x", "add", {"a": 1, "b": 2}),
+                        tool_step("y", "add", {"a": "${x.result}", "b": 4}, "x"),
+                    ]
+                },
+                {"answer": "7"},
+            ]
+        )
+        result = await Agent(model, tools=list(tools)).run("1+2+4")
+    assert result.stop.kind == "goal_met", result.stop
+    assert result.outputs == {"x": {"result": 3}, "y": {"result": 7}}
+    # The planner saw the tool as a compact signature.
+    assert "- add(a: integer, b: integer, ...): Add two numbers." in model.calls[0].messages[1].content
+
+
+def test_bad_settings_are_listed_at_once() -> None:
+    with pytest.raises(UsageError) as caught:
+        MCPToolset(server=object(), prefix="no spaces", timeout=0, tools={"x": "read"})  # type: ignore[dict-item]
+    assert {p.where for p in caught.value.problems} == {"prefix", "timeout", "tools.x"}
+    with pytest.raises(UsageError) as bad:
+        MCPStdio(command="", args=["not", "a", "tuple"])  # type: ignore[arg-type]
+    assert {p.where for p in bad.value.problems} == {"command", "args"}
+
+
+async def test_a_server_that_cannot_start_is_a_typed_retryable_error() -> None:
+    toolset = MCPToolset(server=MCPStdio(command=sys.executable, args=("-c", "import sys; sys.exit(3)")))
+    with pytest.raises(TransientToolError, match="cannot connect to the MCP server"):
+        await toolset.open()
+    await toolset.close()
+
+
+TIME_SERVER = Path(sys.executable).parent / "mcp-server-time"
+
+
+@pytest.mark.skipif(not TIME_SERVER.exists(), reason="mcp-server-time is not installed")
+async def test_a_real_server_over_stdio() -> None:
+    server = MCPStdio(command=str(TIME_SERVER), args=("--local-timezone", "UTC"))
+    async with MCPToolset(server=server, prefix="time.") as tools:
+        names = sorted(t.name for t in tools)
+        assert names == ["time.convert_time", "time.get_current_time"]
+        model = ScriptedModel(
+            [{"steps": [tool_step("now", "time.get_current_time", {"timezone": "Europe/Paris"})]}, {"answer": "now"}]
+        )
+        result = await Agent(model, tools=list(tools)).run("what time is it in Paris?")
+    assert result.stop.kind == "goal_met", result.stop
+    output = result.outputs["now"]
+    assert isinstance(output, dict)
+    assert output["timezone"] == "Europe/Paris"
+
+
+DYING = Path(__file__).parent / "fixtures" / "mcp_dying_server.py"
+
+
+async def test_a_server_that_dies_mid_call_fails_the_call_retryably_and_is_started_again(tmp_path: Path) -> None:
+    starts = tmp_path / "starts"
+    async with MCPToolset(server=MCPStdio(command=sys.executable, args=(str(DYING), str(starts)))) as tools:
+        by_name = {t.name: t for t in tools}
+        assert await by_name["starts"].invoke({}, CONTEXT) == {"result": 1}
+        with pytest.raises(TransientToolError, match="went away"):
+            await asyncio.wait_for(by_name["die"].invoke({}, CONTEXT), 20)
+        assert await by_name["starts"].invoke({}, CONTEXT) == {"result": 2}
+
+
+async def test_in_a_run_a_dying_server_is_a_failed_step_and_the_retry_reconnects(tmp_path: Path) -> None:
+    starts = tmp_path / "starts"
+    async with MCPToolset(server=MCPStdio(command=sys.executable, args=(str(DYING), str(starts)))) as tools:
+        model = ScriptedModel(
+            [
+                {"steps": [tool_step("d", "die", {})]},
+                {"reason": "the server died: ask it how often it started", "steps": [tool_step("n", "starts", {})]},
+                {"answer": "started again"},
+            ]
+        )
+        result = await Agent(model, tools=list(tools)).run("die, then count")
+    assert result.stop.kind == "goal_met", result.stop
+    assert result.steps["d"].status == "failed"
+    # The die step was retried (a connection that dies is transient), each try starting the server.
+    assert result.outputs["n"] == {"result": 1 + result.steps["d"].attempts}
