@@ -4,7 +4,12 @@ server from PyPI over stdio."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import socket
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +20,14 @@ pytest.importorskip("mcp")
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
-from planexec import Agent
+from planexec import Agent, Approvals
 from planexec.errors import ToolError, TransientToolError, UsageError
-from planexec.mcp import IDEMPOTENCY_META_KEY, MCPStdio, MCPTool, MCPToolset
+from planexec.log import StepStarted, StepSucceeded
+from planexec.mcp import IDEMPOTENCY_META_KEY, MCPHttp, MCPStdio, MCPTool, MCPToolset
+from planexec.runtime import ApprovalRequest
 from planexec.testing import ScriptedModel
 from planexec.tools import ToolContext
-from tests.support import tool_step
+from tests.support import events_of, tool_step
 
 CONTEXT = ToolContext(run_id="r1", step_id="s1", attempt=1, idempotency_key="r1:s1:v1")
 
@@ -190,3 +197,127 @@ async def test_in_a_run_a_dying_server_is_a_failed_step_and_the_retry_reconnects
     assert result.steps["d"].status == "failed"
     # The die step was retried (a connection that dies is transient), each try starting the server.
     assert result.outputs["n"] == {"result": 1 + result.steps["d"].attempts}
+
+
+async def test_cancelling_a_call_cancels_the_mcp_request() -> None:
+    server = MCPServer("slow")
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+    async def wait() -> str:
+        """Wait until cancelled."""
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "never"
+
+    async with MCPToolset(server=server) as tools:
+        [wait_tool] = list(tools)
+        call: asyncio.Future[Any] = asyncio.ensure_future(wait_tool.invoke({}, CONTEXT))
+        await asyncio.wait_for(started.wait(), 5)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await asyncio.wait_for(cancelled.wait(), 5)  # the server stopped working on it
+        assert [t.name for t in tools] == ["wait"]  # and the connection still serves
+
+
+HTTP_SERVER = Path(__file__).parent / "fixtures" / "mcp_http_server.py"
+
+
+@pytest.fixture(scope="module")
+def http_server_url() -> Iterator[str]:
+    """The fixture server over streamable HTTP, started once for this module and stopped by its pid."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, str(HTTP_SERVER), str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        else:
+            raise RuntimeError("the MCP HTTP fixture server did not start")
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+async def test_a_server_over_streamable_http_with_headers(http_server_url: str) -> None:
+    server = MCPHttp(url=http_server_url, headers={"Authorization": "Bearer secret-token"})
+    async with MCPToolset(server=server, prefix="web.") as tools:
+        by_name = {t.name: t for t in tools}
+        assert await by_name["web.add"].invoke({"a": 20, "b": 22}, CONTEXT) == {"result": 42}
+        assert await by_name["web.authorization"].invoke({}, CONTEXT) == {"result": "Bearer secret-token"}
+    assert "secret-token" not in repr(server)
+
+
+async def test_a_url_where_no_server_listens_is_a_typed_retryable_error() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    toolset = MCPToolset(server=MCPHttp(url=f"http://127.0.0.1:{port}/mcp"), connect_timeout=5)
+    with pytest.raises(TransientToolError, match="MCP server"):
+        await toolset.open()
+    await toolset.close()
+
+
+GIT_SERVER = Path(sys.executable).parent / "mcp-server-git"
+
+
+def git(repo: Path, *args: str) -> str:
+    where = ["-C", str(repo)] if args[0] != "init" else []
+    identity = ["-c", "user.name=T", "-c", "user.email=t@example.com"]
+    return subprocess.run(["git", *where, *identity, *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.mark.skipif(not GIT_SERVER.exists() or shutil.which("git") is None, reason="mcp-server-git or git missing")
+async def test_a_git_agent_reads_in_parallel_and_commits_only_with_approval(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    git(repo, "init", "-q", str(repo))
+    (repo / "a.txt").write_text("one\n")
+    git(repo, "add", "a.txt")
+    git(repo, "commit", "-q", "-m", "first")
+    (repo / "a.txt").write_text("one\ntwo\n")
+
+    asked: list[str | None] = []
+
+    async def approve(request: ApprovalRequest) -> bool:
+        asked.append(request.step.id if request.step is not None else None)
+        return True
+
+    gated = {"git_add": MCPTool(requires_approval=True), "git_commit": MCPTool(requires_approval=True)}
+    server = MCPStdio(command=str(GIT_SERVER), args=("--repository", str(repo)))
+    async with MCPToolset(server=server, tools=gated) as tools:
+        by_name = {t.name: t for t in tools}
+        assert len(by_name) == 12
+        assert not by_name["git_status"].side_effect
+        assert by_name["git_commit"].side_effect
+        where = {"repo_path": str(repo)}
+        plan = [
+            tool_step("status", "git_status", where),
+            tool_step("log", "git_log", where),
+            tool_step("diff", "git_diff_unstaged", where),
+            tool_step("add", "git_add", {**where, "files": ["a.txt"]}, "status", "diff"),
+            tool_step("commit", "git_commit", {**where, "message": "second line"}, "add", "log"),
+        ]
+        model = ScriptedModel([{"steps": plan}, {"answer": "committed"}])
+        agent = Agent(model, tools=list(tools), approvals=Approvals(approver=approve))
+        result = await agent.run("commit the change to a.txt")
+
+    assert result.stop.kind == "goal_met", result.stop
+    assert sorted(a for a in asked if a) == ["add", "commit"]  # the writes, and only they
+    reads = [e for e in events_of(result, StepStarted) if e.step_id in ("status", "log", "diff")]
+    first_read_done = min(e.at for e in events_of(result, StepSucceeded) if e.step_id in ("status", "log", "diff"))
+    assert all(e.at <= first_read_done for e in reads)  # the reads were all under way at once
+    assert "+two" in str(result.outputs["diff"])
+    assert git(repo, "log", "--format=%s").splitlines() == ["second line", "first"]

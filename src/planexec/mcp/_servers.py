@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +55,7 @@ class MCPHttp:
     example ``{"Authorization": "Bearer …"}``: they are never logged)."""
 
     url: str
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         problems = []
@@ -74,7 +75,17 @@ class MCPHttp:
     def target(self) -> Any:
         if not self.headers:
             return self.url
-        from mcp.client.streamable_http import streamable_http_client
-        from mcp.shared._httpx_utils import create_mcp_http_client
+        return _with_headers(self.url, dict(self.headers))
 
-        return streamable_http_client(self.url, http_client=create_mcp_http_client(headers=dict(self.headers)))
+
+@contextlib.asynccontextmanager
+async def _with_headers(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
+    """The streamable HTTP transport with an HTTP client of our own, closed with the connection."""
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async with (
+        create_mcp_http_client(headers=headers) as client,
+        streamable_http_client(url, http_client=client) as streams,
+    ):
+        yield streams
