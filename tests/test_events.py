@@ -56,6 +56,7 @@ from planexec.log import (
     StepStreamed,
     StepSucceeded,
     ToolCalled,
+    ToolProgress,
     dump_event,
     load_event,
 )
@@ -157,6 +158,7 @@ EXAMPLES: dict[str, Event] = {
         attempts=2,
         duration=0.5,
     ),
+    "tool_progress": ToolProgress(at=9.5, step_id="b", progress=3, total=10, message="rows", call_id="call_1"),
     "step_succeeded": StepSucceeded(
         at=10.0, step_id="a", output={"rows": [1, 2]}, verdict=Verdict(passed=True), attempts=2
     ),
@@ -239,7 +241,7 @@ def test_every_event_kind_has_an_example() -> None:
 def test_event_round_trip(kind: str) -> None:
     event = EXAMPLES[kind]
     dumped = dump_event(event)
-    assert dumped["v"] == EVENT_SCHEMA_VERSION == 6
+    assert dumped["v"] == EVENT_SCHEMA_VERSION == 7
     assert dumped["event"]["kind"] == kind
     text = json.dumps(dumped, ensure_ascii=False)
     loaded = load_event(json.loads(text))
@@ -664,4 +666,26 @@ def test_v6_fixture_loads_and_folds() -> None:
     ):
         old = json.loads(line)
         assert old["v"] == 6
+        assert _kept(dump_event(event)["event"], old["event"])
+
+
+# -- the version 7 fixture log: a tool that reported its progress ------------------------------------
+
+
+def test_v7_fixture_loads_and_folds() -> None:
+    events = _load_log(FIXTURES / "events_v7.jsonl")
+    state = RunState.fold(events)
+    assert state.stop is not None
+    assert state.stop.kind == "goal_met"
+    progress = [e for e in events if isinstance(e, ToolProgress)]
+    assert [(p.step_id, p.progress, p.total, p.message) for p in progress] == [
+        ("c", 0, 4, "starting"),
+        ("c", 4, 4, "done"),
+    ]
+    assert state.steps["c"].progress == progress[-1]
+    for line, event in zip(
+        (FIXTURES / "events_v7.jsonl").read_text(encoding="utf-8").splitlines(), events, strict=True
+    ):
+        old = json.loads(line)
+        assert old["v"] == 7
         assert _kept(dump_event(event)["event"], old["event"])

@@ -22,9 +22,10 @@ from mcp.types import ToolAnnotations
 
 from planexec import Agent, Approvals
 from planexec.errors import ToolError, TransientToolError, UsageError
-from planexec.log import StepStarted, StepSucceeded
+from planexec.log import StepStarted, StepSucceeded, ToolProgress
 from planexec.mcp import IDEMPOTENCY_META_KEY, MCPHttp, MCPStdio, MCPTool, MCPToolset
 from planexec.runtime import ApprovalRequest
+from planexec.store import MemoryStore
 from planexec.testing import ScriptedModel
 from planexec.tools import ToolContext
 from tests.support import events_of, tool_step
@@ -321,3 +322,31 @@ async def test_a_git_agent_reads_in_parallel_and_commits_only_with_approval(tmp_
     assert all(e.at <= first_read_done for e in reads)  # the reads were all under way at once
     assert "+two" in str(result.outputs["diff"])
     assert git(repo, "log", "--format=%s").splitlines() == ["second line", "first"]
+
+
+async def test_progress_notifications_become_events_few_and_in_order() -> None:
+    server = MCPServer("progress")
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+    async def crunch(ctx: Context) -> str:
+        """Crunch, saying how far it got."""
+        await ctx.report_progress(0, 2, "starting")
+        await asyncio.sleep(0.3)
+        await ctx.report_progress(1, 2, "half way")
+        for i in range(500):  # a flood: logged at most once a quarter second
+            await ctx.report_progress(1 + i / 1000, 2, "more")
+        return "crunched"
+
+    async with MCPToolset(server=server) as tools:
+        model = ScriptedModel([{"steps": [tool_step("c", "crunch", {})]}, {"answer": "done"}])
+        store = MemoryStore()
+        agent = Agent(model, tools=list(tools), store=store)
+        result = await agent.run("crunch", run_id="progress")
+        assert result.stop.kind == "goal_met", result.stop
+        progress = events_of(result, ToolProgress)
+        assert [(p.progress, p.total, p.message) for p in progress[:2]] == [(0, 2, "starting"), (1, 2, "half way")]
+        assert len(progress) <= 3
+        assert result.steps["c"].progress == progress[-1]
+        # The progress is part of the run's record: a replay reproduces it.
+        report = await agent.replay("progress")
+    assert report.matched, report.divergence

@@ -695,3 +695,29 @@ def test_a_tool_from_a_json_schema_refuses_what_a_tool_may_not_be() -> None:
         Tool.from_schema("add", "Add.", {"type": "object", "properties": {"a": {"type": 12}}}, lambda a: a)
     with pytest.raises(ToolDefinitionError):
         Tool.from_schema("add", "Add.", ADD_SCHEMA, "not a function")  # type: ignore[arg-type]
+
+
+async def test_a_tool_reports_progress_and_a_flood_or_garbage_is_not_logged() -> None:
+    from planexec import Agent
+    from planexec.log import ToolProgress
+    from planexec.testing import ScriptedModel
+
+    @tool
+    async def crunch(ctx: ToolContext) -> str:
+        """Crunch numbers."""
+        ctx.report(float("nan"), 10, "not a number")
+        ctx.report(1, float("inf"), "no finite total")
+        ctx.report(True, 10, "a boolean")
+        ctx.report(1, 10, "one   of\nten " + "x" * 1_000)
+        for i in range(10_000):
+            ctx.report(i, 10_000, "flood")
+        return "done"
+
+    model = ScriptedModel([{"steps": [{"id": "c", "description": "crunch", "tool": "crunch"}]}, {"answer": "ok"}])
+    result = await Agent(model, tools=[crunch]).run("crunch")
+    assert result.stop.kind == "goal_met", result.stop
+    [only] = [e for e in result.events if isinstance(e, ToolProgress)]
+    assert (only.step_id, only.progress, only.total, only.call_id) == ("c", 1.0, 10.0, None)
+    assert only.message is not None
+    assert only.message.startswith("one of ten")
+    assert len(only.message) <= 200

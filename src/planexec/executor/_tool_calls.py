@@ -57,6 +57,8 @@ class ToolCallSite:
     before_retry: Callable[[int, StepError, float], None] = field(default=_nothing)
     """Called when attempt ``n`` failed with an error that will be retried after ``delay`` seconds;
     may raise to stop the retries (a budget)."""
+    on_progress: Callable[[float, float | None, str | None], None] | None = None
+    """Receives what the tool reports of its progress (``ToolContext.report``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -125,7 +127,13 @@ class _Failed(Exception):
 
 
 async def _attempt(tool: Tool, args: dict[str, Any], site: ToolCallSite, attempt: int) -> Any:
-    ctx = ToolContext(run_id=site.run_id, step_id=site.step_id, attempt=attempt, idempotency_key=site.idempotency_key)
+    ctx = ToolContext(
+        run_id=site.run_id,
+        step_id=site.step_id,
+        attempt=attempt,
+        idempotency_key=site.idempotency_key,
+        progress=site.on_progress,
+    )
     try:
         if site.limit is None:
             raw = await call_with_timeout(tool, args, ctx, grace=site.cancel_grace)

@@ -42,6 +42,7 @@ from planexec.log._events import (
     StepStreamed,
     StepSucceeded,
     ToolCalled,
+    ToolProgress,
     dump_event,
     load_event,
 )
@@ -91,6 +92,7 @@ __all__ = [
     "StopKind",
     "StopReason",
     "ToolCalled",
+    "ToolProgress",
     "canonical_call",
     "dump_event",
     "load_event",

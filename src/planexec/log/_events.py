@@ -29,6 +29,8 @@ fixture log of every version loadable in the tests):
        model that answered for a fallback list (``answered_by``); usage counts failed requests
        (``failed_requests``), reasoning tokens (``reasoning_tokens``) and tokens written to a
        prompt cache (``cache_write_tokens``). Older logs load unchanged.
+    7: tool_progress (a tool said how far it has come: an MCP server's progress notifications,
+       or a tool calling ``ToolContext.report``). Older logs load unchanged.
 """
 
 from __future__ import annotations
@@ -74,12 +76,13 @@ __all__ = [
     "StepStreamed",
     "StepSucceeded",
     "ToolCalled",
+    "ToolProgress",
     "dump_event",
     "load_event",
 ]
 
-EVENT_SCHEMA_VERSION = 6
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+EVENT_SCHEMA_VERSION = 7
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 
 PlanTrigger = Literal["initial", "failure", "after_step", "turn", "human", "information", "review"]
 PlanningTrigger = Literal["initial", "failure", "after_step", "turn", "finish", "information", "review"]
@@ -280,6 +283,22 @@ class StepAttemptFailed:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ToolProgress:
+    """A tool said how far its call has come: ``progress`` of ``total`` (when it knows the total),
+    with a ``message``. ``call_id``: the call of a model-driven step it belongs to (None: the
+    step's own tool call). A run logs a call's progress at most every ``PROGRESS_INTERVAL`` seconds
+    and a step's at most ``MAX_PROGRESS_EVENTS`` times (see :mod:`planexec.runtime`)."""
+
+    kind: Literal["tool_progress"] = "tool_progress"
+    at: float
+    step_id: str
+    progress: float
+    total: float | None = None
+    message: str | None = None
+    call_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ToolCalled:
     """A tool call made by a model-driven executor inside a step."""
 
@@ -438,6 +457,7 @@ Event: TypeAlias = Annotated[
     | ApprovalDecided
     | StepStarted
     | StepAttemptFailed
+    | ToolProgress
     | ToolCalled
     | StepRequeued
     | StepHeld

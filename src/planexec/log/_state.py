@@ -37,6 +37,7 @@ from planexec.log._events import (
     StepStreamed,
     StepSucceeded,
     ToolCalled,
+    ToolProgress,
 )
 from planexec.log._stop import StopReason
 from planexec.models import Usage
@@ -72,6 +73,8 @@ class StepRecord:
     cancel_reason: str | None = None
     confidence: float | None = None
     """The confidence the executor reported with the result, when it did."""
+    progress: ToolProgress | None = None
+    """The last progress a tool of the step reported."""
 
     @property
     def id(self) -> str:
@@ -305,6 +308,11 @@ class RunState:
             if rec.step.tool is not None:
                 self.tool_calls += 1
 
+    def _tool_progress(self, e: ToolProgress) -> None:
+        rec = self.steps.get(e.step_id)
+        if rec is not None:
+            rec.progress = e
+
     def _tool_called(self, e: ToolCalled) -> None:
         self.steps[e.step_id].tool_calls.append(e)
         self.tool_calls += e.attempts
@@ -380,6 +388,7 @@ _HANDLERS: dict[type, Callable[[RunState, Any], None]] = {
     ApprovalDecided: RunState._approval_decided,
     StepStarted: RunState._step_started,
     StepAttemptFailed: RunState._attempt_failed,
+    ToolProgress: RunState._tool_progress,
     ToolCalled: RunState._tool_called,
     StepRequeued: RunState._step_requeued,
     StepHeld: RunState._step_held,

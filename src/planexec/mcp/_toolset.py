@@ -258,7 +258,9 @@ class MCPToolset:
         client = await self._connected()
         meta = {IDEMPOTENCY_META_KEY: ctx.idempotency_key} if write else None
         try:
-            result = await client.call_tool(remote, args, read_timeout_seconds=read_timeout, meta=meta)
+            result = await client.call_tool(
+                remote, args, read_timeout_seconds=read_timeout, progress_callback=_progress_of(ctx), meta=meta
+            )
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -267,6 +269,15 @@ class MCPToolset:
                 raise TransientToolError(f"the MCP server {self._label} went away during the call: {_why(e)}") from None
             raise ToolError(f"the MCP server {self._label} refused the call: {_why(e)}") from None
         return _output(result)
+
+
+def _progress_of(ctx: ToolContext) -> Any:
+    """The call's progress notifications, passed on to the run (``ToolContext.report``)."""
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        ctx.report(done, total, message)
+
+    return progress
 
 
 def _pick(override: bool | None, hint: bool | None, default: bool) -> bool:

@@ -38,6 +38,7 @@ from planexec.log import (
     StepStreamed,
     StepSucceeded,
     ToolCalled,
+    ToolProgress,
 )
 from planexec.models import ModelCrashed, ModelResponse
 from planexec.runtime._budget import BudgetHit
@@ -287,7 +288,7 @@ class RecordedWorld:
             return StepOutcome(error=StepError(kind=self.fault.kind, message=self.fault.message))
 
         def mine(e: Event) -> bool:
-            if isinstance(e, StepAttemptFailed | ToolCalled | StepSucceeded | StepFailed):
+            if isinstance(e, StepAttemptFailed | ToolCalled | ToolProgress | StepSucceeded | StepFailed):
                 return e.step_id == step.id
             if isinstance(e, ApprovalRequested):
                 return e.subject == "review" and e.step_id == step.id

@@ -3,18 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from planexec._util.clip import clip
 from planexec.executor import StepError, StepFailure, ToolCallOutcome, ToolCallSite, call_tool
-from planexec.log import StepAttemptFailed, ToolCalled
+from planexec.log import StepAttemptFailed, ToolCalled, ToolProgress
 from planexec.models import Model, ModelRequest, ModelResponse, ToolCall
 from planexec.plan import Step
 from planexec.runtime._core import Core
 from planexec.tools import Tool, Toolset
 
 __all__ = ["StepCtx", "StepLoop"]
+
+
+PROGRESS_INTERVAL = 0.25
+"""Seconds between two ``tool_progress`` events of one tool call, at least."""
+
+MAX_PROGRESS_EVENTS = 100
+"""How many ``tool_progress`` events one step may log; later reports are dropped."""
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class StepLoop(Core, Protocol):
@@ -47,13 +60,44 @@ class StepLoop(Core, Protocol):
 class StepCtx:
     """The :class:`StepContext` an executor gets: calls go through the engine's checks and log."""
 
-    __slots__ = ("_engine", "attempts", "confidence", "step")
+    __slots__ = ("_engine", "_progress_at", "_progress_logged", "attempts", "confidence", "step")
 
     def __init__(self, engine: StepLoop, step: Step) -> None:
         self._engine = engine
         self.step = step
         self.attempts = 1
         self.confidence: float | None = None
+        self._progress_logged = 0
+        self._progress_at: dict[str | None, float] = {}
+
+    def _progress_to(self, call_id: str | None) -> Callable[[float, float | None, str | None], None]:
+        """Where a tool call's progress reports go: a ``tool_progress`` event, at most every
+        ``PROGRESS_INTERVAL`` seconds for the call and ``MAX_PROGRESS_EVENTS`` times for the step;
+        reports that are not finite numbers are dropped."""
+        engine = self._engine
+
+        def report(progress: float, total: float | None, message: str | None) -> None:
+            if not _finite(progress) or (total is not None and not _finite(total)):
+                return
+            now = engine.clock()
+            last = self._progress_at.get(call_id)
+            if self._progress_logged >= MAX_PROGRESS_EVENTS or (last is not None and now - last < PROGRESS_INTERVAL):
+                return
+            self._progress_at[call_id] = now
+            self._progress_logged += 1
+            text = clip(" ".join(message.split()), 200) if isinstance(message, str) and message.strip() else None
+            engine.emit(
+                ToolProgress(
+                    at=now,
+                    step_id=self.step.id,
+                    progress=float(progress),
+                    total=None if total is None else float(total),
+                    message=text,
+                    call_id=call_id,
+                )
+            )
+
+        return report
 
     def report_confidence(self, confidence: float) -> None:
         if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 <= confidence <= 1:
@@ -129,6 +173,7 @@ class StepCtx:
             limit=engine.inner_limit(tool) if inner else None,
             before_attempt=before_attempt,
             before_retry=before_retry,
+            on_progress=self._progress_to(call_id if inner else None),
         )
         try:
             outcome = await call_tool(tool, args, site)

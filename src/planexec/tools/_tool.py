@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -88,6 +89,15 @@ class ToolContext:
     attempt: int
     idempotency_key: str
     """Stable for a step across attempts and restarts: pass it on to services that deduplicate."""
+    progress: Callable[[float, float | None, str | None], None] | None = field(default=None, repr=False, compare=False)
+    """Where :meth:`report` goes (set by the run; None: nowhere)."""
+
+    def report(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        """Say how far the call has come (``progress`` of ``total``); the run logs it as a
+        ``tool_progress`` event, now and then. Never raises."""
+        if self.progress is not None:
+            with contextlib.suppress(Exception):
+                self.progress(progress, total, message)
 
 
 ArgsValidator = Callable[[Mapping[str, Any]], tuple[dict[str, Any] | None, list[Problem]]]
