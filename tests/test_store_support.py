@@ -46,6 +46,7 @@ from planexec.log import (
     StepStreamed,
     StepSucceeded,
     ToolCalled,
+    ToolProgress,
 )
 from planexec.models import ModelResponse, ToolCall, Usage
 from planexec.plan import NonEmpty
@@ -124,6 +125,7 @@ def full_run(run_id: str, *, t0: float = 1_000.0, goal: str = "total the orders"
         ApprovalDecided(at=t0 + 9, approval_id="ap-plan", approved=True, by="ops"),
         StepStarted(at=t0 + 10, step_id="fetch", executor="tools", tool="fetch", args={"q": "orders"}),
         StepAttemptFailed(at=t0 + 11, step_id="fetch", attempt=1, error=error, retry_in=0.25),
+        ToolProgress(at=t0 + 11.5, step_id="fetch", progress=1, total=2, message="half the orders"),
         StepSucceeded(
             at=t0 + 12,
             step_id="fetch",
