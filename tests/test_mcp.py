@@ -350,3 +350,49 @@ async def test_progress_notifications_become_events_few_and_in_order() -> None:
         # The progress is part of the run's record: a replay reproduces it.
         report = await agent.replay("progress")
     assert report.matched, report.divergence
+
+
+async def test_an_agent_opens_its_mcp_servers_lists_changes_between_runs_and_closes_them() -> None:
+    server = MCPServer("growing")
+
+    async def grow(ctx: Context) -> str:
+        """Add the tool 'extra' and tell the client."""
+        server.add_tool(extra)
+        await ctx.notify_tools_changed()
+        return "grown"
+
+    def extra() -> str:
+        """A tool added while the server runs."""
+        return "extra"
+
+    server.add_tool(grow, annotations=ToolAnnotations(readOnlyHint=True))
+    toolset = MCPToolset(server=server)
+    model = ScriptedModel(
+        [
+            {"steps": [tool_step("g", "grow", {})]},
+            {"answer": "grown"},
+            {"steps": [tool_step("e", "extra", {})]},
+            {"answer": "used the new tool"},
+        ]
+    )
+    agent = Agent(model, tools=[toolset])
+    with pytest.raises(UsageError, match="is not open"):
+        agent.start("grow")  # a run cannot wait for a server to start: run() or open() first
+    first = await agent.run("grow")  # opens the server
+    assert first.stop.kind == "goal_met", first.stop
+    assert toolset.is_open
+    assert toolset.changed
+    assert [t.name for t in agent.tools] == ["grow"]
+    second = await agent.run("use what is new")  # lists the tools again first
+    assert second.stop.kind == "goal_met", second.stop
+    assert second.outputs == {"e": {"result": "extra"}}
+    assert sorted(t.name for t in agent.tools) == ["extra", "grow"]
+    await agent.aclose()
+    assert not toolset.is_open
+
+
+async def test_a_toolset_the_caller_opened_stays_open_after_the_agent_closes() -> None:
+    server, _ = demo_server()
+    async with MCPToolset(server=server) as toolset, Agent(ScriptedModel([]), tools=[toolset]) as agent:
+        assert "add" in [t.name for t in agent.tools]
+    assert not toolset.is_open  # closed by its own `async with`, after the agent's

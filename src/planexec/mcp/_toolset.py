@@ -78,6 +78,7 @@ class MCPToolset:
     _closing: asyncio.Event | None = field(default=None, init=False, repr=False)
     _lock: asyncio.Lock | None = field(default=None, init=False, repr=False)
     _names: dict[str, str] = field(default_factory=dict, init=False, repr=False)
+    _listed_once: bool = field(default=False, init=False, repr=False)
     changed: bool = field(default=False, init=False)
     """The server said its tools changed (``tools/list_changed``) since they were listed."""
 
@@ -115,7 +116,7 @@ class MCPToolset:
         listed: list[Any] = []
         cursor: str | None = None
         for _ in range(100):  # a server that pages forever is cut off
-            page = await asyncio.wait_for(client.list_tools(cursor=cursor), self.connect_timeout)
+            page = await asyncio.wait_for(client.list_tools(cursor=cursor, cache_mode="refresh"), self.connect_timeout)
             listed += page.tools
             cursor = page.next_cursor
             if cursor is None:
@@ -138,7 +139,7 @@ class MCPToolset:
             tools.append(made)
         if problems:
             raise ToolDefinitionError(f"the MCP server {self._label} offers tools planexec cannot use", problems)
-        self._listed, self._names, self.changed = tuple(tools), names, False
+        self._listed, self._names, self.changed, self._listed_once = tuple(tools), names, False, True
 
     async def close(self) -> None:
         """End the connection (the server process, for stdio, is stopped)."""
@@ -154,12 +155,23 @@ class MCPToolset:
             with contextlib.suppress(BaseException):
                 await holder
         self._client = None
+        self._listed_once = False
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the tools have been listed and the toolset not closed since."""
+        return self._holder is not None and bool(self._names or self._listed_once)
 
     def __iter__(self) -> Iterator[Tool]:
         return iter(self._listed)
 
     def __len__(self) -> int:
         return len(self._listed)
+
+    @property
+    def label(self) -> str:
+        """The server, as messages name it (a command line or a URL)."""
+        return self._label
 
     @property
     def _label(self) -> str:
@@ -207,7 +219,13 @@ class MCPToolset:
             async with Client(target, message_handler=self._on_message) as client:
                 if not ready.done():
                     ready.set_result(client)
-                await closing.wait()
+                listener = asyncio.create_task(self._listen(client), name=f"mcp-listen:{self._label}")
+                try:
+                    await closing.wait()
+                finally:
+                    listener.cancel()
+                    with contextlib.suppress(BaseException):
+                        await listener
         except BaseException as e:  # the connection ended: calls under way fail, the next reconnects
             if not ready.done():
                 ready.set_exception(TransientToolError(f"cannot connect to the MCP server {self._label}: {_why(e)}"))
@@ -216,6 +234,20 @@ class MCPToolset:
         finally:
             if self._holder is asyncio.current_task():
                 self._client = None
+
+    async def _listen(self, client: Any) -> None:
+        """On a connection of the 2026-07-28 protocol, changes to the tools come on a listen
+        stream (older servers send the notification unasked: ``_on_message``)."""
+        from mcp.client.subscriptions import ListenNotSupportedError
+
+        try:
+            async with client.listen(tools_list_changed=True) as changes:
+                async for _event in changes:
+                    self.changed = True
+        except ListenNotSupportedError:
+            return
+        except Exception:  # a server that cannot listen still serves its tools
+            return
 
     async def _on_message(self, message: Any) -> None:
         method = getattr(getattr(message, "root", message), "method", None)

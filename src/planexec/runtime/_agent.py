@@ -23,6 +23,7 @@ from planexec.log import (
     RunState,
     RunSuspended,
 )
+from planexec.mcp import MCPToolset
 from planexec.models import Model, ModelSettings, Providers, missing_keys, resolve_model, unsupported_settings
 from planexec.plan import Plan
 from planexec.planner import Planner
@@ -170,7 +171,7 @@ class Agent:
         self,
         planner: Planner | Model | str,
         *,
-        tools: Sequence[Tool | Toolset] | Toolset = (),
+        tools: Sequence[Tool | Toolset | MCPToolset] | Toolset = (),
         executor: Model | str | ModelExecutor | None = None,
         executors: Sequence[Executor] = (),
         budget: Budget | None = None,
@@ -183,7 +184,13 @@ class Agent:
         review: AnswerReview | None = None,
         providers: Providers | None = None,
     ) -> None:
-        self._parts = _assemble(planner, tools, executor, executors)
+        given = [tools] if isinstance(tools, Toolset) else list(tools)
+        self._mcp = [t for t in given if isinstance(t, MCPToolset)]
+        """MCP servers' toolsets: opened by ``open`` (or the first run), closed by ``aclose``."""
+        self._parts = _assemble(planner, [t for t in given if not isinstance(t, MCPToolset)], executor, executors)
+        self._own_tools = self._parts.tools
+        self._mcp_listed: tuple[tuple[Tool, ...], ...] = ()
+        self._opened: list[MCPToolset] = []
         self.providers = Providers.default() if providers is None else providers
         self._store_spec = store
         self._described: dict[str, Any] | None = None
@@ -237,8 +244,44 @@ class Agent:
             self._store = open_store(None if self._store_spec == "default" else self._store_spec)
         return self._store
 
+    async def open(self) -> None:
+        """Connect the agent's MCP servers and list their tools (again, for a server that said its
+        tools changed). ``run``, ``resume`` and ``replay`` call it; ``async with agent:`` too."""
+        todo = [t for t in self._mcp if not t.is_open or t.changed]
+        opened = await asyncio.gather(*(self._open_one(t) for t in todo), return_exceptions=True)
+        errors = [e for e in opened if isinstance(e, BaseException)]
+        if errors:
+            raise errors[0]
+        self._sync_tools()
+
+    async def _open_one(self, toolset: MCPToolset) -> None:
+        if toolset.is_open:
+            await toolset.refresh()
+            return
+        await toolset.open()
+        self._opened.append(toolset)
+
+    def _sync_tools(self) -> None:
+        """The agent's tools: its own, and the MCP servers' as last listed."""
+        listed = tuple(tuple(t) for t in self._mcp)
+        if listed != self._mcp_listed:
+            tools = Toolset(*self._own_tools, *(tool for toolset in listed for tool in toolset))
+            self._parts = dataclasses.replace(self._parts, tools=tools)
+            self._mcp_listed, self._described = listed, None
+
+    async def __aenter__(self) -> Agent:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.aclose()
+
     async def aclose(self) -> None:
-        """Close the store this agent opened itself (a store object passed in is left open)."""
+        """Close the MCP servers and the store this agent opened itself (a store object passed
+        in is left open, and so is a toolset the caller opened)."""
+        opened, self._opened = self._opened, []
+        for toolset in opened:
+            await toolset.close()
         if self._store is not None and isinstance(self._store_spec, str):
             await self._store.close()
             self._store = None
@@ -353,6 +396,7 @@ class Agent:
         ``metadata`` (JSON data) is recorded with the run, e.g. how to rebuild this agent.
         """
         problems = [Problem(code="goal", where="goal", message="the goal is empty")] if not goal.strip() else []
+        problems += self._closed_toolsets()
         if self.review is not None and self.review.checklist and not self._can_ask():
             problems.append(
                 Problem(
@@ -371,6 +415,14 @@ class Agent:
             store=self.store,
         )
         return Run(engine)
+
+    def _closed_toolsets(self) -> list[Problem]:
+        """An MCP toolset that is not open (``start`` cannot wait for it): a problem each."""
+        closed = [t for t in self._mcp if not t.is_open]
+        if not closed:
+            self._sync_tools()
+        message = "is not open: use `async with agent:` or `await agent.open()` first (`agent.run` opens it)"
+        return [Problem(code="mcp", where=f"tools: MCP server {t.label}", message=message) for t in closed]
 
     def _check_models(self, problems: list[Problem]) -> None:
         """Refuse to start, before anything is logged, when ``problems`` or any model's missing API
@@ -405,7 +457,9 @@ class Agent:
         """
         forking = fork_at is not None or fault is not None or faults is not None
         if forking:
-            self._check_models([])  # a fork goes on live with this agent's models
+            if self._mcp:
+                await self.open()  # a fork goes on live with this agent's tools
+            self._check_models([])  # and its models
         store = self.store
         if store is None:
             raise UsageError("this agent has no store to replay from")
@@ -433,6 +487,8 @@ class Agent:
         Finished steps are never run again; see :mod:`planexec.runtime` for what happens to steps
         that were under way. A finished run is returned as it is.
         """
+        if self._mcp:
+            await self.open()
         self._check_models([])
         store = self.store
         if store is None:
@@ -455,6 +511,8 @@ class Agent:
 
     async def run(self, goal: str, *, constraints: Sequence[str] = (), run_id: str | None = None) -> RunResult:
         """Run a goal to its stop and return the result (also when the goal was not met)."""
+        if self._mcp:
+            await self.open()
         handle = self.start(goal, constraints=constraints, run_id=run_id)
         try:
             return await handle.result()
