@@ -4,6 +4,7 @@ server from PyPI over stdio."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import socket
 import subprocess
@@ -396,3 +397,36 @@ async def test_a_toolset_the_caller_opened_stays_open_after_the_agent_closes() -
     async with MCPToolset(server=server) as toolset, Agent(ScriptedModel([]), tools=[toolset]) as agent:
         assert "add" in [t.name for t in agent.tools]
     assert not toolset.is_open  # closed by its own `async with`, after the agent's
+
+
+# -- the command line and recorded specs -----------------------------------------------------------
+
+
+@pytest.mark.skipif(not TIME_SERVER.exists(), reason="mcp-server-time is not installed")
+def test_planexec_run_with_an_mcp_server_and_a_resume_that_starts_it_again(tmp_path: Path) -> None:
+    from tests.cli_support import invoke, write_script
+
+    plan = {"steps": [tool_step("now", "get_current_time", {"timezone": "Asia/Tokyo"})]}
+    planner = write_script(tmp_path, [plan, {"answer": "it is morning in Tokyo"}])
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    server = f'"{TIME_SERVER}" --local-timezone UTC'
+    args = ["run", "what time is it in Tokyo?", "--planner", planner, "--mcp", server]
+    result = invoke([*args, "--store", store, "--json", "--no-live"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["answer"] == "it is morning in Tokyo"
+    [now] = data["steps"]
+    assert now["output"]["timezone"] == "Asia/Tokyo"
+    # The spec recorded with the run names the server: the run can be shown and resumed anywhere.
+    shown = invoke(["show", data["run_id"], "--store", store, "--json"])
+    assert shown.exit_code == 0, shown.output
+
+
+def test_a_bad_mcp_command_is_a_problem_under_its_flag(tmp_path: Path) -> None:
+    from tests.cli_support import invoke, write_script
+
+    planner = write_script(tmp_path, [{"answer": "x"}])
+    result = invoke(["run", "go", "--planner", planner, "--mcp", '"unclosed', "--mcp-url", "ftp://x", "--no-live"])
+    assert result.exit_code != 0
+    assert "--mcp or --mcp-url '\"unclosed'" in result.output
+    assert "--mcp or --mcp-url 'ftp://x'" in result.output

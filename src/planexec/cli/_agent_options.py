@@ -36,6 +36,8 @@ _KEYS = (
     "planner_spec",
     "executor_spec",
     "tool_refs",
+    "mcp_commands",
+    "mcp_urls",
     "policy",
     "replan",
     "approve_plan",
@@ -67,6 +69,8 @@ class AgentFlags:
     planner: str | None = None
     executor: str | None = None
     tools: tuple[str, ...] = ()
+    mcp: tuple[str, ...] = ()
+    """MCP servers: command lines (``--mcp``) and URLs (``--mcp-url``), in that order."""
     policy: str | None = None
     replan: str | None = None
     budget: Mapping[str, str] = field(default_factory=dict)
@@ -100,6 +104,7 @@ class AgentFlags:
             planner=own["planner_spec"],
             executor=own["executor_spec"],
             tools=tuple(own["tool_refs"] or ()),
+            mcp=(*(own["mcp_commands"] or ()), *(own["mcp_urls"] or ())),
             policy=own["policy"],
             replan=own["replan"],
             budget={name: raw for name, raw in budget.items() if raw is not None},
@@ -126,6 +131,7 @@ class AgentFlags:
             planner=self.planner,
             executor=self.executor,
             tools=self.tools,
+            mcp=self.mcp,
             policy=self.policy or "upfront",
             replan=self.replan or "on_failure",
             budget=dict(self.budget),
@@ -145,6 +151,7 @@ class AgentFlags:
             planner=absolute_model_string(self.planner) if self.planner is not None else spec.planner,
             executor=absolute_model_string(self.executor) if self.executor is not None else spec.executor,
             tools=self.tools or spec.tools,
+            mcp=self.mcp or spec.mcp,
             policy=self.policy if self.policy is not None else spec.policy,
             replan=self.replan if self.replan is not None else spec.replan,
             budget={**spec.budget, **self.budget},
@@ -244,6 +251,21 @@ def agent_options(*, for_run: bool) -> Callable[[F], F]:
             show_default=for_run,
             metavar="[upfront|step]",
             help="The whole plan at once, or a step per turn." + later,
+        )(fn)
+        fn = click.option(
+            "--mcp-url",
+            "mcp_urls",
+            multiple=True,
+            metavar="URL",
+            help="An MCP server over streamable HTTP whose tools the agent may use (repeatable)." + later,
+        )(fn)
+        fn = click.option(
+            "--mcp",
+            "mcp_commands",
+            multiple=True,
+            metavar='"COMMAND ARGS…"',
+            help="An MCP server to start (a command line, quoted) whose tools the agent may use, over stdio "
+            "(repeatable)." + later,
         )(fn)
         fn = click.option(
             "--tools",

@@ -135,8 +135,12 @@ async def start_and_follow(
     metadata: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """Start ``goal`` and show it until it ends; when cancelled (Ctrl-C), return the cancelled run's result."""
-    run = agent.start(goal, constraints=constraints, metadata=metadata)
-    return await follow_to_end(run, display, redactor=redactor_of(agent.store))
+    await agent.open()  # its MCP servers, if it has any
+    try:
+        run = agent.start(goal, constraints=constraints, metadata=metadata)
+        return await follow_to_end(run, display, redactor=redactor_of(agent.store))
+    finally:
+        await agent.aclose()
 
 
 def run_to_end(agent: Agent, goal: str, constraints: Sequence[str], display: Display) -> RunResult:

@@ -76,6 +76,7 @@ FLAGS: Mapping[str, str] = {
     "planner": "--planner",
     "executor": "--executor",
     "tools": "--tools",
+    "mcp": "--mcp or --mcp-url",
     "policy": "--policy",
     "replan": "--replan",
     "planner_settings": "--planner-setting",

@@ -9,6 +9,7 @@ server registering agents from spec files reads the same fields with :meth:`Agen
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -16,6 +17,7 @@ from typing import Any, cast
 from planexec.errors import Problem, UsageError
 from planexec.executor import ModelExecutor
 from planexec.log import Event, RunStarted
+from planexec.mcp import MCPHttp, MCPStdio, MCPToolset
 from planexec.models import Model, ModelSettings, Providers, missing_keys, unsupported_settings
 from planexec.planner import Planner, PolicyName, ReplanPolicy, TurnFormat
 from planexec.runs._loading import (
@@ -52,7 +54,7 @@ __all__ = [
     "recorded_spec",
 ]
 
-SPEC_VERSION = 3
+SPEC_VERSION = 4
 """Version of the recorded spec (1: first version; 2: planner_settings, executor_settings and
 step_timeout; 3: the rules, under ``rules``. What an earlier version lacks reads as unset)."""
 
@@ -87,12 +89,15 @@ class AgentSpec:
     ``planner``/``executor``/``rules["judge"]`` are model strings (``scripted:FILE`` is made
     absolute when recorded); ``tools`` are ``module:attr`` references imported from ``cwd``;
     ``budget`` maps :class:`~planexec.Budget` fields to numbers as text (``"none"`` lifts a cap);
-    settings are ``KEY=VALUE`` texts, a later key winning.
+    settings are ``KEY=VALUE`` texts, a later key winning. ``mcp``: MCP servers whose tools the
+    agent uses, each a command line (spawned, spoken to over stdio) or an ``http(s)://`` URL
+    (streamable HTTP); added in spec version 4.
     """
 
     planner: str | None = None
     executor: str | None = None
     tools: tuple[str, ...] = ()
+    mcp: tuple[str, ...] = ()
     policy: str = "upfront"
     replan: str = "on_failure"
     budget: Mapping[str, str] = field(default_factory=dict)
@@ -120,6 +125,7 @@ class AgentSpec:
             planner=absolute_model_string(self.planner) if self.planner is not None else None,
             executor=absolute_model_string(self.executor) if self.executor is not None else None,
             tools=self.tools,
+            mcp=self.mcp,
             policy=self.policy,
             replan=self.replan,
             budget=dict(self.budget),
@@ -139,6 +145,7 @@ class AgentSpec:
             "planner": self.planner,
             "executor": self.executor,
             "tools": list(self.tools),
+            "mcp": list(self.mcp),
             "policy": self.policy,
             "replan": self.replan,
             "budget": dict(self.budget),
@@ -189,6 +196,7 @@ def _from_dict(data: Mapping[str, Any], where: str, problems: Problems) -> Agent
         return default
 
     tools = _strings(data.get("tools", []))
+    mcp = _strings(data.get("mcp", []))
     constraints = _strings(data.get("constraints", []))
     planner_settings = _strings(data.get("planner_settings", []))
     executor_settings = _strings(data.get("executor_settings", []))
@@ -217,6 +225,7 @@ def _from_dict(data: Mapping[str, Any], where: str, problems: Problems) -> Agent
         "planner",
         "executor",
         "tools",
+        "mcp",
         "policy",
         "replan",
         "budget",
@@ -233,6 +242,7 @@ def _from_dict(data: Mapping[str, Any], where: str, problems: Problems) -> Agent
         planner=text("planner", None),
         executor=text("executor", None),
         tools=tools if tools is not None else (),
+        mcp=mcp if mcp is not None else (),
         policy=text("policy", "upfront") or "upfront",
         replan=text("replan", "on_failure") or "on_failure",
         budget=dict(budget),
@@ -246,6 +256,7 @@ def _from_dict(data: Mapping[str, Any], where: str, problems: Problems) -> Agent
     )
     listed = (
         ("tools", tools),
+        ("mcp", mcp),
         ("constraints", constraints),
         ("planner_settings", planner_settings),
         ("executor_settings", executor_settings),
@@ -254,6 +265,33 @@ def _from_dict(data: Mapping[str, Any], where: str, problems: Problems) -> Agent
     for key in bad:
         problems.add(where, f"the spec has an unreadable {key!r}; give it again", code="spec")
     return spec
+
+
+def mcp_toolsets(servers: Sequence[str], cwd: str | None, problems: Problems) -> list[MCPToolset]:
+    """A toolset for each MCP server: a URL is reached over streamable HTTP, anything else is a
+    command line spawned (from ``cwd``) and spoken to over stdio."""
+    toolsets = []
+    for server in servers:
+        where = f"mcp {server!r}"
+        try:
+            if server.startswith(("http://", "https://")):
+                toolsets.append(MCPToolset(server=MCPHttp(url=server)))
+                continue
+            if "://" in server.split(" ", 1)[0]:
+                problems.add(where, "an MCP server's URL is http:// or https://")
+                continue
+            words = shlex.split(server)
+        except ValueError as e:
+            problems.add(where, f"cannot read {server!r} as a command line: {e}")
+            continue
+        except UsageError as e:
+            problems.add_usage_error(where, e)
+            continue
+        if not words:
+            problems.add(where, "an MCP server is a command line or an http(s):// URL")
+            continue
+        toolsets.append(MCPToolset(server=MCPStdio(command=words[0], args=tuple(words[1:]), cwd=cwd)))
+    return toolsets
 
 
 def _from_log(first: RunStarted) -> AgentSpec:
@@ -372,7 +410,8 @@ def build_agent(
         )
     before = len(problems)
     tools = load_tools(spec.tools, problems)
-    if needs_tools and len(problems) == before:
+    servers = mcp_toolsets(spec.mcp, spec.cwd, problems)
+    if needs_tools and not servers and len(problems) == before:  # an MCP server's tools are listed when it starts
         have = Toolset(*tools).names
         missing = [name for name in needs_tools if name not in have]
         if missing:
@@ -394,7 +433,7 @@ def build_agent(
                 settings=planner_settings,
                 turn_format=cast(TurnFormat, turn_format),
             ),
-            tools=tools,
+            tools=[*tools, *servers],
             executor=(
                 ModelExecutor(model=executor, settings=executor_settings, step_timeout=step_timeout)
                 if executor is not None
