@@ -90,7 +90,7 @@ class AgentSpec:
     absolute when recorded); ``tools`` are ``module:attr`` references imported from ``cwd``;
     ``budget`` maps :class:`~planexec.Budget` fields to numbers as text (``"none"`` lifts a cap);
     settings are ``KEY=VALUE`` texts, a later key winning. ``mcp``: MCP servers whose tools the
-    agent uses, each a command line (spawned, spoken to over stdio) or an ``http(s)://`` URL
+    agent uses, each a command line (spawned, spoken to over stdio) or an ``http://`` or ``https://`` URL
     (streamable HTTP); added in spec version 4.
     """
 
@@ -288,7 +288,7 @@ def mcp_toolsets(servers: Sequence[str], cwd: str | None, problems: Problems) ->
             problems.add_usage_error(where, e)
             continue
         if not words:
-            problems.add(where, "an MCP server is a command line or an http(s):// URL")
+            problems.add(where, "an MCP server is a command line or an http:// or https:// URL")
             continue
         toolsets.append(MCPToolset(server=MCPStdio(command=words[0], args=tuple(words[1:]), cwd=cwd)))
     return toolsets
