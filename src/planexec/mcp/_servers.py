@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,10 +45,22 @@ class MCPStdio:
 
     def target(self) -> Any:
         from mcp import StdioServerParameters
+        from mcp.client.stdio import stdio_client
 
-        return StdioServerParameters(
+        params = StdioServerParameters(
             command=self.command, args=list(self.args), env=dict(self.env) or None, cwd=self.cwd
         )
+        return stdio_client(params, errlog=_server_errors())
+
+
+def _server_errors() -> Any:
+    """Where a stdio server's stderr goes: this process's stderr when it is a file (a terminal, a
+    log), else nowhere (a notebook's or a test's stderr has no file to hand a child process)."""
+    try:
+        sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return subprocess.DEVNULL
+    return sys.stderr
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
