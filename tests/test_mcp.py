@@ -21,8 +21,8 @@ pytest.importorskip("mcp")
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
-from planexec import Agent, Approvals
-from planexec.errors import ToolError, TransientToolError, UsageError
+from planexec import Agent, Approvals, Limits
+from planexec.errors import ToolDefinitionError, ToolError, TransientToolError, UsageError
 from planexec.log import StepStarted, StepSucceeded, ToolProgress
 from planexec.mcp import IDEMPOTENCY_META_KEY, MCPHttp, MCPStdio, MCPTool, MCPToolset
 from planexec.runtime import ApprovalRequest
@@ -430,3 +430,43 @@ def test_a_bad_mcp_command_is_a_problem_under_its_flag(tmp_path: Path) -> None:
     assert result.exit_code != 0
     assert "--mcp or --mcp-url '\"unclosed'" in result.output
     assert "--mcp or --mcp-url 'ftp://x'" in result.output
+
+
+async def test_tool_names_that_collide_once_made_usable_are_refused_together() -> None:
+    server = MCPServer("clash")
+
+    @server.tool(name="look up")
+    def one() -> str:
+        """One."""
+        return "1"
+
+    @server.tool(name="look_up")
+    def two() -> str:
+        """Two."""
+        return "2"
+
+    toolset = MCPToolset(server=server)
+    with pytest.raises(ToolDefinitionError) as refused:
+        await toolset.open()
+    await toolset.close()
+    assert [p.where for p in refused.value.problems] == ["look_up"]
+    # Keeping one of them is the way out.
+    async with MCPToolset(server=server, only=("look_up",)) as kept:
+        assert [t.name for t in kept] == ["look_up"]
+
+
+async def test_an_output_too_large_to_keep_fails_its_step() -> None:
+    server = MCPServer("big")
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+    def flood() -> str:
+        """Answer with a lot of text."""
+        return "x" * 200_000
+
+    async with MCPToolset(server=server) as tools:
+        model = ScriptedModel([{"steps": [tool_step("f", "flood", {})]}, {"reason": "too big", "steps": []}])
+        agent = Agent(model, tools=list(tools), limits=Limits(max_output_chars=10_000))
+        result = await agent.run("flood")
+    error = result.steps["f"].error
+    assert error is not None
+    assert error.kind == "invalid_output"
