@@ -57,6 +57,7 @@ from planexec.log import (
     StepSucceeded,
     ToolCalled,
     ToolProgress,
+    ToolsChanged,
     dump_event,
     load_event,
 )
@@ -159,6 +160,11 @@ EXAMPLES: dict[str, Event] = {
         duration=0.5,
     ),
     "tool_progress": ToolProgress(at=9.5, step_id="b", progress=3, total=10, message="rows", call_id="call_1"),
+    "tools_changed": ToolsChanged(
+        at=9.75,
+        tools=({"name": "extra", "description": "new", "parameters": {"type": "object"}, "side_effect": False},),
+        removed=("old",),
+    ),
     "step_succeeded": StepSucceeded(
         at=10.0, step_id="a", output={"rows": [1, 2]}, verdict=Verdict(passed=True), attempts=2
     ),
@@ -241,7 +247,7 @@ def test_every_event_kind_has_an_example() -> None:
 def test_event_round_trip(kind: str) -> None:
     event = EXAMPLES[kind]
     dumped = dump_event(event)
-    assert dumped["v"] == EVENT_SCHEMA_VERSION == 7
+    assert dumped["v"] == EVENT_SCHEMA_VERSION == 8
     assert dumped["event"]["kind"] == kind
     text = json.dumps(dumped, ensure_ascii=False)
     loaded = load_event(json.loads(text))
@@ -689,3 +695,32 @@ def test_v7_fixture_loads_and_folds() -> None:
         old = json.loads(line)
         assert old["v"] == 7
         assert _kept(dump_event(event)["event"], old["event"])
+
+
+# -- the version 8 fixture log: an MCP server added a tool while the run went on ---------------------
+
+
+def test_v8_fixture_loads_and_folds() -> None:
+    events = _load_log(FIXTURES / "events_v8.jsonl")
+    state = RunState.fold(events)
+    assert state.stop is not None
+    assert state.stop.kind == "goal_met"
+    [change] = [e for e in events if isinstance(e, ToolsChanged)]
+    assert [spec["name"] for spec in change.tools] == ["extra"]
+    assert change.removed == ()
+    assert state.tools == ("grow", "shrink", "extra")
+    assert state.tool_changes == [change]
+    assert state.outputs["e"] == {"result": "extra"}
+    for line, event in zip(
+        (FIXTURES / "events_v8.jsonl").read_text(encoding="utf-8").splitlines(), events, strict=True
+    ):
+        old = json.loads(line)
+        assert old["v"] == 8
+        assert _kept(dump_event(event)["event"], old["event"])
+
+
+async def test_v8_fixture_replays_exactly() -> None:
+    from planexec.runtime import replay_log
+
+    report = await replay_log(_load_log(FIXTURES / "events_v8.jsonl"))
+    assert report.matched, report.divergence

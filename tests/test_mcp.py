@@ -21,9 +21,9 @@ pytest.importorskip("mcp")
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
-from planexec import Agent, Approvals, Limits
+from planexec import Agent, Approvals, Limits, Planner
 from planexec.errors import ToolDefinitionError, ToolError, TransientToolError, UsageError
-from planexec.log import StepStarted, StepSucceeded, ToolProgress
+from planexec.log import PlannerOutputRejected, RunState, StepStarted, StepSucceeded, ToolProgress, ToolsChanged
 from planexec.mcp import IDEMPOTENCY_META_KEY, MCPHttp, MCPStdio, MCPTool, MCPToolset
 from planexec.runtime import ApprovalRequest
 from planexec.store import MemoryStore
@@ -353,7 +353,9 @@ async def test_progress_notifications_become_events_few_and_in_order() -> None:
     assert report.matched, report.divergence
 
 
-async def test_an_agent_opens_its_mcp_servers_lists_changes_between_runs_and_closes_them() -> None:
+def growing_server() -> MCPServer:
+    """A server whose tool ``grow`` adds the tool ``extra`` and ``shrink`` takes it away, each
+    telling the client (``tools/list_changed``)."""
     server = MCPServer("growing")
 
     async def grow(ctx: Context) -> str:
@@ -362,34 +364,96 @@ async def test_an_agent_opens_its_mcp_servers_lists_changes_between_runs_and_clo
         await ctx.notify_tools_changed()
         return "grown"
 
+    async def shrink(ctx: Context) -> str:
+        """Remove the tool 'extra' and tell the client."""
+        server.remove_tool("extra")
+        await ctx.notify_tools_changed()
+        return "shrunk"
+
     def extra() -> str:
         """A tool added while the server runs."""
         return "extra"
 
     server.add_tool(grow, annotations=ToolAnnotations(readOnlyHint=True))
-    toolset = MCPToolset(server=server)
+    server.add_tool(shrink, annotations=ToolAnnotations(readOnlyHint=True))
+    return server
+
+
+async def test_a_run_takes_up_tools_a_server_adds_before_its_next_plan_and_a_replay_does_too(tmp_path: Path) -> None:
+    from planexec.store import SQLiteStore
+    from tests.cli_support import invoke
+
+    toolset = MCPToolset(server=growing_server())
     model = ScriptedModel(
         [
             {"steps": [tool_step("g", "grow", {})]},
-            {"answer": "grown"},
-            {"steps": [tool_step("e", "extra", {})]},
+            {"steps": [tool_step("e", "extra", {})]},  # a tool that did not exist when the run began
+            {"steps": []},
             {"answer": "used the new tool"},
         ]
     )
-    agent = Agent(model, tools=[toolset])
+    store = SQLiteStore(tmp_path / "runs.db")
+    agent = Agent(Planner(model=model, replan="after_each_step"), tools=[toolset], store=store)
     with pytest.raises(UsageError, match="is not open"):
         agent.start("grow")  # a run cannot wait for a server to start: run() or open() first
-    first = await agent.run("grow")  # opens the server
-    assert first.stop.kind == "goal_met", first.stop
-    assert toolset.is_open
-    assert toolset.changed
-    assert [t.name for t in agent.tools] == ["grow"]
-    second = await agent.run("use what is new")  # lists the tools again first
-    assert second.stop.kind == "goal_met", second.stop
-    assert second.outputs == {"e": {"result": "extra"}}
-    assert sorted(t.name for t in agent.tools) == ["extra", "grow"]
+    result = await agent.run("grow, then use what is new", run_id="grows")  # opens the server
+    assert result.stop.kind == "goal_met", result.stop
+    assert result.outputs["e"] == {"result": "extra"}
+    [change] = events_of(result, ToolsChanged)
+    assert [spec["name"] for spec in change.tools] == ["extra"]
+    assert change.removed == ()
+    assert RunState.fold(result.events).tools == ("grow", "shrink", "extra")
+    assert not toolset.changed
+    # The change is in the run's record: a replay checks the second plan against the same tools.
+    report = await agent.replay("grows")
+    assert report.matched, report.divergence
     await agent.aclose()
     assert not toolset.is_open
+    await store.close()
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    shown = await asyncio.to_thread(invoke, ["show", "grows", "--json", "--store", url])
+    assert shown.exit_code == 0, shown.output
+    assert [(c["tools"], c["removed"]) for c in json.loads(shown.stdout)["tool_changes"]] == [(["extra"], [])]
+    table = await asyncio.to_thread(invoke, ["show", "grows", "--store", url])
+    assert "tools changed" in table.stdout
+    assert "+extra" in table.stdout
+
+
+async def test_a_plan_for_a_tool_the_server_took_away_is_refused_and_the_planner_told() -> None:
+    toolset = MCPToolset(server=growing_server())
+    model = ScriptedModel(
+        [
+            {"steps": [tool_step("g", "grow", {})]},
+            {"steps": [tool_step("s", "shrink", {})]},
+            {"steps": [tool_step("e", "extra", {})]},  # gone by now: refused, the planner told why
+            {"steps": []},
+            {"answer": "extra is gone"},
+        ]
+    )
+    async with Agent(Planner(model=model, replan="after_each_step"), tools=[toolset]) as agent:
+        result = await agent.run("grow, shrink, try the tool that went")
+    assert result.stop.kind == "goal_met", result.stop
+    assert "e" not in result.steps
+    changes = events_of(result, ToolsChanged)
+    assert [([s["name"] for s in c.tools], c.removed) for c in changes] == [(["extra"], ()), ([], ("extra",))]
+    [rejected] = events_of(result, PlannerOutputRejected)
+    assert "extra" in str(rejected.problems)
+    assert "extra" not in [t.name for t in agent.tools]
+
+
+async def test_an_agent_lists_tools_again_between_runs_when_a_server_said_they_changed() -> None:
+    server = growing_server()
+    toolset = MCPToolset(server=server)
+    model = ScriptedModel([{"steps": [tool_step("e", "extra", {})]}, {"answer": "used the new tool"}])
+    async with toolset:
+        toolset.changed = True  # as if the server had said so while no run was going on
+        server.add_tool(lambda: "extra", name="extra", description="A tool added while no run went on.")
+        agent = Agent(model, tools=[toolset])
+        assert [t.name for t in agent.tools] == ["grow", "shrink"]
+        result = await agent.run("use what is new")  # lists the tools again first
+        assert result.stop.kind == "goal_met", result.stop
+        assert sorted(t.name for t in agent.tools) == ["extra", "grow", "shrink"]
+        assert events_of(result, ToolsChanged) == []  # the run began with them
 
 
 async def test_a_toolset_the_caller_opened_stays_open_after_the_agent_closes() -> None:

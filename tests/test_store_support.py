@@ -47,6 +47,7 @@ from planexec.log import (
     StepSucceeded,
     ToolCalled,
     ToolProgress,
+    ToolsChanged,
 )
 from planexec.models import ModelResponse, ToolCall, Usage
 from planexec.plan import NonEmpty
@@ -126,6 +127,7 @@ def full_run(run_id: str, *, t0: float = 1_000.0, goal: str = "total the orders"
         StepStarted(at=t0 + 10, step_id="fetch", executor="tools", tool="fetch", args={"q": "orders"}),
         StepAttemptFailed(at=t0 + 11, step_id="fetch", attempt=1, error=error, retry_in=0.25),
         ToolProgress(at=t0 + 11.5, step_id="fetch", progress=1, total=2, message="half the orders"),
+        ToolsChanged(at=t0 + 11.75, tools=({"name": "count", "description": "Count.", "parameters": {}},), removed=()),
         StepSucceeded(
             at=t0 + 12,
             step_id="fetch",

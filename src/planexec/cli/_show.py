@@ -4,7 +4,7 @@ with their answers — as rich tables, or as one JSON document."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -75,7 +75,7 @@ def print_run(console: Console, log: Sequence[Event], state: RunState | None = N
         console.print(_approvals(list(state.approvals.values())))
     if state.rejections:
         console.print(_rejections(state))
-    if state.information or state.reviews:
+    if state.information or state.reviews or state.tool_changes:
         console.print(_heard(state))
 
 
@@ -90,17 +90,24 @@ def _rejections(state: RunState) -> Table:
 
 
 def _heard(state: RunState) -> Table:
-    """What people told the run, and how its final answers were reviewed."""
-    table = Table(title="told and reviewed", title_justify="left", title_style="bold", expand=True)
+    """What people told the run, how its final answers were reviewed, and how its tools changed."""
+    table = Table(title="told, reviewed, changed", title_justify="left", title_style="bold", expand=True)
     for name in ("at", "what", "text"):
         table.add_column(name, overflow="fold")
     rows = [(i.at, "constraint" if i.constraint else "information", f"{i.by}: {i.text}") for i in state.information]
     for r in state.reviews:
         verdict = "passed" if r.passed else "refused: " + "; ".join(r.problems)
         rows.append((r.at, f"{r.reviewer} review", f"{cut(r.answer, 200)} — {verdict}"))
+    for c in state.tool_changes:
+        rows.append((c.at, "tools changed", _tool_change(c.tools, c.removed)))
     for at, what, text in sorted(rows, key=lambda row: row[0]):
         table.add_row(when(at), what, shown(text))
     return table
+
+
+def _tool_change(tools: Sequence[Mapping[str, Any]], removed: Sequence[str]) -> str:
+    """``+name`` for each new or redefined tool, ``-name`` for each tool gone."""
+    return " ".join([*(f"+{spec.get('name')}" for spec in tools), *(f"-{name}" for name in removed)])
 
 
 def _head(state: RunState) -> RenderableType:
@@ -286,6 +293,10 @@ def run_json(log: Sequence[Event], state: RunState | None = None) -> dict[str, A
         ],
         "information": [
             {"at": i.at, "text": i.text, "by": i.by, "constraint": i.constraint} for i in state.information
+        ],
+        "tool_changes": [
+            {"at": c.at, "tools": [spec.get("name") for spec in c.tools], "removed": list(c.removed)}
+            for c in state.tool_changes
         ],
         "answer_reviews": [
             {"at": r.at, "answer": r.answer, "passed": r.passed, "reviewer": r.reviewer, "problems": list(r.problems)}

@@ -43,6 +43,7 @@ from planexec.log._events import (
     StepSucceeded,
     ToolCalled,
     ToolProgress,
+    ToolsChanged,
     dump_event,
     load_event,
 )
@@ -93,6 +94,7 @@ __all__ = [
     "StopReason",
     "ToolCalled",
     "ToolProgress",
+    "ToolsChanged",
     "canonical_call",
     "dump_event",
     "load_event",

@@ -31,6 +31,9 @@ fixture log of every version loadable in the tests):
        prompt cache (``cache_write_tokens``). Older logs load unchanged.
     7: tool_progress (a tool said how far it has come: an MCP server's progress notifications,
        or a tool calling ``ToolContext.report``). Older logs load unchanged.
+    8: tools_changed (the tools a run may use changed while it ran: an MCP server said its tools
+       changed and listed them again; the event holds the new or redefined tools' specs and the
+       names of the tools gone). Older logs load unchanged.
 """
 
 from __future__ import annotations
@@ -77,12 +80,13 @@ __all__ = [
     "StepSucceeded",
     "ToolCalled",
     "ToolProgress",
+    "ToolsChanged",
     "dump_event",
     "load_event",
 ]
 
-EVENT_SCHEMA_VERSION = 7
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+EVENT_SCHEMA_VERSION = 8
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
 
 PlanTrigger = Literal["initial", "failure", "after_step", "turn", "human", "information", "review"]
 PlanningTrigger = Literal["initial", "failure", "after_step", "turn", "finish", "information", "review"]
@@ -283,6 +287,19 @@ class StepAttemptFailed:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ToolsChanged:
+    """The tools the run may use changed, between two planning rounds: ``tools`` are the specs of
+    the tools that are new or redefined (as ``run_started`` records its tools in ``config``),
+    ``removed`` the names of the tools that are gone. The next plan is checked against the tools
+    as they are now; a replay uses the same."""
+
+    kind: Literal["tools_changed"] = "tools_changed"
+    at: float
+    tools: tuple[dict[str, Any], ...] = ()
+    removed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ToolProgress:
     """A tool said how far its call has come: ``progress`` of ``total`` (when it knows the total),
     with a ``message``. ``call_id``: the call of a model-driven step it belongs to (None: the
@@ -458,6 +475,7 @@ Event: TypeAlias = Annotated[
     | StepStarted
     | StepAttemptFailed
     | ToolProgress
+    | ToolsChanged
     | ToolCalled
     | StepRequeued
     | StepHeld

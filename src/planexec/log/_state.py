@@ -38,6 +38,7 @@ from planexec.log._events import (
     StepSucceeded,
     ToolCalled,
     ToolProgress,
+    ToolsChanged,
 )
 from planexec.log._stop import StopReason
 from planexec.models import Usage
@@ -131,6 +132,8 @@ class RunState:
     replan: str = ""
     budget: dict[str, float | int | None] = field(default_factory=dict)
     tools: tuple[str, ...] = ()
+    """The names of the tools the run may use now (as it started, then as ``tools_changed`` says)."""
+    tool_changes: list[ToolsChanged] = field(default_factory=list)
     started_at: float = 0.0
     finished_at: float | None = None
     plans: list[Plan] = field(default_factory=list)
@@ -313,6 +316,12 @@ class RunState:
         if rec is not None:
             rec.progress = e
 
+    def _tools_changed(self, e: ToolsChanged) -> None:
+        gone = set(e.removed)
+        kept = [n for n in self.tools if n not in gone]
+        self.tools = (*kept, *(n for spec in e.tools if (n := str(spec.get("name", ""))) and n not in kept))
+        self.tool_changes.append(e)
+
     def _tool_called(self, e: ToolCalled) -> None:
         self.steps[e.step_id].tool_calls.append(e)
         self.tool_calls += e.attempts
@@ -389,6 +398,7 @@ _HANDLERS: dict[type, Callable[[RunState, Any], None]] = {
     StepStarted: RunState._step_started,
     StepAttemptFailed: RunState._attempt_failed,
     ToolProgress: RunState._tool_progress,
+    ToolsChanged: RunState._tools_changed,
     ToolCalled: RunState._tool_called,
     StepRequeued: RunState._step_requeued,
     StepHeld: RunState._step_held,

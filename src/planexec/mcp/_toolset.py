@@ -79,8 +79,11 @@ class MCPToolset:
     _lock: asyncio.Lock | None = field(default=None, init=False, repr=False)
     _names: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     _listed_once: bool = field(default=False, init=False, repr=False)
+    _asked: int = field(default=0, init=False, repr=False)
+    _refresher: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
     changed: bool = field(default=False, init=False)
-    """The server said its tools changed (``tools/list_changed``) since they were listed."""
+    """The server said its tools changed (``tools/list_changed``) and they have not been listed
+    again since (they are, in the background, as soon as it says so)."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -112,6 +115,7 @@ class MCPToolset:
 
     async def refresh(self) -> None:
         """List the server's tools again."""
+        asked = self._asked
         client = await self._connected()
         listed: list[Any] = []
         cursor: str | None = None
@@ -139,10 +143,16 @@ class MCPToolset:
             tools.append(made)
         if problems:
             raise ToolDefinitionError(f"the MCP server {self._label} offers tools planexec cannot use", problems)
-        self._listed, self._names, self.changed, self._listed_once = tuple(tools), names, False, True
+        self._listed, self._names, self._listed_once = tuple(tools), names, True
+        self.changed = self._asked != asked  # said again while listing: list once more
 
     async def close(self) -> None:
         """End the connection (the server process, for stdio, is stopped)."""
+        refresher, self._refresher = self._refresher, None
+        if refresher is not None and not refresher.done():
+            refresher.cancel()
+            with contextlib.suppress(BaseException):
+                await refresher
         holder, self._holder = self._holder, None
         if holder is None:
             return
@@ -243,7 +253,7 @@ class MCPToolset:
         try:
             async with client.listen(tools_list_changed=True) as changes:
                 async for _event in changes:
-                    self.changed = True
+                    self._said_changed()
         except ListenNotSupportedError:
             return
         except Exception:  # a server that cannot listen still serves its tools
@@ -252,7 +262,32 @@ class MCPToolset:
     async def _on_message(self, message: Any) -> None:
         method = getattr(getattr(message, "root", message), "method", None)
         if method == "notifications/tools/list_changed":
-            self.changed = True
+            self._said_changed()
+
+    def _said_changed(self) -> None:
+        """The server said its tools changed: list them again in the background, so that the
+        next planning round of a run sees them (``changed`` stays set if listing fails: the next
+        ``open`` tries again, and says why)."""
+        self._asked += 1
+        self.changed = True
+        if self._refresher is None or self._refresher.done():
+            self._refresher = asyncio.create_task(self._relist(), name=f"mcp-relist:{self._label}")
+
+    async def _relist(self) -> None:
+        while self.changed and self._holder is not None:
+            try:
+                await self.refresh()
+            except Exception:
+                return
+
+    async def _settled(self) -> None:
+        """Wait (a while) for a listing under way: a call that changed the server's tools returns
+        once they are listed again, so the planner's next round sees them."""
+        await asyncio.sleep(0)  # let a notification that came with the result be handled
+        refresher = self._refresher
+        if refresher is not None and not refresher.done():
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(refresher), self.connect_timeout)
 
     # -- tools ----------------------------------------------------------------------------------
 
@@ -300,6 +335,7 @@ class MCPToolset:
                 await self._drop(client)
                 raise TransientToolError(f"the MCP server {self._label} went away during the call: {_why(e)}") from None
             raise ToolError(f"the MCP server {self._label} refused the call: {_why(e)}") from None
+        await self._settled()
         return _output(result)
 
 

@@ -33,6 +33,7 @@ from planexec.runtime._engine import Engine
 from planexec.runtime._recorded_world import Fault
 from planexec.runtime._replays import ReplayReport, replay_log
 from planexec.runtime._settings import AnswerReview, ApprovalDecision, Approvals, Escalation, Limits, RunContext
+from planexec.runtime._tool_specs import tool_spec
 from planexec.store import RunStore
 from planexec.tools import Tool, Toolset
 
@@ -228,7 +229,8 @@ class Agent:
 
     @property
     def tools(self) -> Toolset:
-        return self._parts.tools
+        """The agent's tools, its MCP servers' as they last listed them included."""
+        return self._current_tools()
 
     @property
     def executors(self) -> Mapping[str, Executor]:
@@ -302,7 +304,14 @@ class Agent:
             escalation=self.escalation,
             review=self.review,
             providers=self.providers,
+            current_tools=self._current_tools if self._mcp else None,
         )
+
+    def _current_tools(self) -> Toolset:
+        """The agent's tools with its MCP servers' as they list them now (a run takes them up
+        before each planning round)."""
+        self._sync_tools()
+        return self._parts.tools
 
     def _description(self) -> dict[str, Any]:
         """``_describe``, made once: an agent's set-up does not change between its runs."""
@@ -315,17 +324,7 @@ class Agent:
         parts = self._parts
         planner = _bound(parts.planner, self.providers)
         return {
-            "tools": [
-                {
-                    **t.spec(),
-                    "output_schema": dict(t.output_schema) if t.output_schema is not None else None,
-                    "side_effect": t.side_effect,
-                    "sensitive": t.sensitive,
-                    "idempotent": t.idempotent,
-                    "requires_approval": t.requires_approval,
-                }
-                for t in parts.tools
-            ],
+            "tools": [tool_spec(t) for t in parts.tools],
             "executors": {name: e.kind for name, e in parts.executors.items()},
             "default_executor": parts.default_executor,
             "planner": {

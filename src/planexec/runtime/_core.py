@@ -7,7 +7,7 @@ what that part alone needs; no part imports the loop, so each can be read, and c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -25,7 +25,8 @@ __all__ = ["Core", "EngineConfig"]
 
 @dataclass(frozen=True, kw_only=True)
 class EngineConfig:
-    """Everything a run is configured with, fixed for the run."""
+    """Everything a run is configured with, fixed for the run (its tools may change between
+    planning rounds: see ``current_tools``)."""
 
     planner: Planner
     tools: Toolset
@@ -41,6 +42,9 @@ class EngineConfig:
     review: AnswerReview | None = None
     providers: Providers = field(default_factory=Providers.default)
     """What model calls are charged and which limits they keep to."""
+    current_tools: Callable[[], Toolset] | None = None
+    """The tools as they are now, for tools that may change while the run goes on (an MCP
+    server's listing): read when a planning round starts. None: ``tools`` for the whole run."""
 
 
 class Core(Protocol):

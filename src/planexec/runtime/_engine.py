@@ -32,6 +32,7 @@ from planexec.log import (
     StepFailed,
     StepSucceeded,
     StopReason,
+    ToolsChanged,
     canonical_call,
 )
 from planexec.models import Model, ModelRequest, ModelResponse
@@ -50,9 +51,10 @@ from planexec.runtime._settings import (
 )
 from planexec.runtime._stalls import RepeatWatch
 from planexec.runtime._step_runner import StepDone, run_step
+from planexec.runtime._tool_specs import tools_changed, with_change
 from planexec.runtime._world import LiveWorld, Outlet, World
 from planexec.store import RunStore
-from planexec.tools import Tool
+from planexec.tools import Tool, Toolset
 
 if TYPE_CHECKING:
     import random
@@ -104,7 +106,14 @@ class Engine:
         world: World | None = None,
         recorded: Mapping[str, Any] | None = None,
     ) -> None:
+        self.world: World = world if world is not None else LiveWorld(config.context)
+        """Everything outside the loop: the time, ids, models' answers, steps' outcomes, humans."""
+        if self.world.serving:  # a record: its tools as they were where it goes on
+            for event in history or []:
+                if isinstance(event, ToolsChanged):
+                    config = replace(config, tools=with_change(config.tools, event))
         self.config = config
+        self._tools_seen: Toolset = config.tools
         self.goal = goal
         self.constraints = constraints
         self.run_id = run_id
@@ -114,8 +123,6 @@ class Engine:
         self.resuming = bool(history)
         self.policy: PlanningPolicy = policy_of(config.planner)
         """When the planner is consulted, and what it is asked for."""
-        self.world: World = world if world is not None else LiveWorld(config.context)
-        """Everything outside the loop: the time, ids, models' answers, steps' outcomes, humans."""
         self.world.resume_at(len(self.events))
         self.budget = config.budget
         """The caps checked before each call (a world that serves its own wall-time stop lifts that cap)."""
@@ -177,6 +184,32 @@ class Engine:
 
     def subscribe(self, listener: Callable[[Event], None]) -> None:
         self._listeners.append(listener)
+
+    def refresh_tools(self) -> None:
+        """Before a planning round: take up the tools as they are now (an MCP server listed its
+        tools again), logged as ``tools_changed``; a record serves the change it holds here."""
+        if self.world.serving:
+            recorded = self.world.tools_change()
+            if recorded is None:
+                return
+            self.emit(recorded)
+            self._use_tools(with_change(self.config.tools, recorded))
+            return
+        source = self.config.current_tools
+        if source is None:
+            return
+        tools = source()
+        if tools is self._tools_seen:
+            return
+        self._tools_seen = tools
+        change = tools_changed(self.config.tools, tools, at=self.now())
+        if change is not None:
+            self.emit(change)
+            self._use_tools(tools)
+
+    def _use_tools(self, tools: Toolset) -> None:
+        self.config = replace(self.config, tools=tools)
+        self.planning.use_tools(tools)
 
     def unsubscribe(self, listener: Callable[[Event], None]) -> None:
         if listener in self._listeners:

@@ -48,13 +48,19 @@ class Humans:
     def __init__(self, engine: Loop) -> None:
         self._engine = engine
         self._futures: dict[str, asyncio.Future[ApprovalDecision]] = {}
-        self._gated_tools = frozenset(t.name for t in engine.config.tools if t.sensitive or t.requires_approval)
-        """Tools whose every call passes the gate."""
         self.waiting_steps: set[str] = set()
         """Steps whose task is blocked on a human's answer."""
         self.planning_waits = False
         self._callbacks: set[asyncio.Task[None]] = set()
         self._poller: asyncio.Task[None] | None = None
+
+    def _gated(self, tool: str | None) -> bool:
+        """Whether every call of ``tool`` passes the gate (as the run's tools are now)."""
+        tools = self._engine.config.tools
+        if tool is None or tool not in tools:
+            return False
+        spec = tools.get(tool)
+        return spec.sensitive or spec.requires_approval
 
     @property
     def open_questions(self) -> list[str]:
@@ -64,7 +70,7 @@ class Humans:
 
     def may_ask(self, step: Step) -> bool:
         """Whether ``gate`` can do anything for ``step`` (a cheap test that spares most steps a wait)."""
-        if step.approval == "always" or step.confidence is not None or step.tool in self._gated_tools:
+        if step.approval == "always" or step.confidence is not None or self._gated(step.tool):
             return True
         approvals = self._engine.config.approvals
         return approvals.steps == "all" or (approvals.plan and self._engine.side_effecting(step))

@@ -9,7 +9,7 @@ import functools
 import inspect
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from planexec._util.clip import clip
@@ -66,7 +66,7 @@ from planexec.runtime._policies import PlanKind, PlanningPolicy
 from planexec.runtime._scheduler import ReadyQueue
 from planexec.runtime._settings import AnswerCheck, ApprovalDecision, ApprovalRequest
 from planexec.runtime._world import _RecordedError
-from planexec.tools import ToolCrashed, run_in_thread
+from planexec.tools import ToolCrashed, Toolset, run_in_thread
 
 __all__ = ["PlanDone", "Planning", "crash_stop", "error_stop"]
 
@@ -92,6 +92,8 @@ class _Loop(Core, Protocol):
     def stall(self, rule: StallRule, detail: str) -> None: ...
 
     def budget_stop(self, hit: BudgetHit) -> None: ...
+
+    def refresh_tools(self) -> None: ...
 
     async def call_model(
         self,
@@ -195,6 +197,10 @@ class Planning:
     def idle(self) -> bool:
         return self.task is None
 
+    def use_tools(self, tools: Toolset) -> None:
+        """Check plans against ``tools`` from now on (the run's tools changed)."""
+        self._checks = replace(self._checks, tools=tools)
+
     def start(self, kind: PlanKind, why: str, *, announce: bool = True) -> None:
         engine = self._engine
         state = engine.state
@@ -204,6 +210,7 @@ class Planning:
             self.after_step_wanted = False
         failed = frozenset(engine.unaddressed)
         self.round_problems = ""
+        engine.refresh_tools()
         if announce:
             engine.emit(PlanningStarted(at=engine.now(), trigger=kind, why=why))
         # what the planner may rely on is fixed when the round starts, so a replay decides the same

@@ -39,6 +39,7 @@ from planexec.log import (
     StepSucceeded,
     ToolCalled,
     ToolProgress,
+    ToolsChanged,
 )
 from planexec.models import ModelCrashed, ModelResponse
 from planexec.runtime._budget import BudgetHit
@@ -339,6 +340,12 @@ class RecordedWorld:
         assert isinstance(event, AnswerReviewed)
         self.outlet.emit(event)
         return event
+
+    def tools_change(self) -> ToolsChanged | None:
+        if self.live or self.cursor >= len(self.log):
+            return None
+        event = self.log[self.cursor]
+        return event if isinstance(event, ToolsChanged) else None
 
     async def _external_news(self, outlet: Outlet) -> None:
         """Information another process added to the run: emit it where the log has it. (No

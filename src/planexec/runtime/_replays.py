@@ -20,13 +20,14 @@ from planexec.runtime._budget import Budget
 from planexec.runtime._core import EngineConfig
 from planexec.runtime._engine import Engine
 from planexec.runtime._recorded_world import Fault, RecordedWorld
+from planexec.runtime._tool_specs import stand_in_tool
 
 if TYPE_CHECKING:
     from planexec.faults import FaultProfile, FaultyModel
 from planexec.log import RunResult
 from planexec.runtime._settings import AnswerReview, Approvals, Escalation, Limits, RunContext
 from planexec.store import RunStore
-from planexec.tools import Tool, ToolContext, Toolset
+from planexec.tools import Toolset
 
 __all__ = ["ReplayReport", "recorded_config", "replay_log"]
 
@@ -67,28 +68,12 @@ class _StreamingStandIn(_StandIn):
         yield  # pragma: no cover - makes this an async generator
 
 
-def _stand_in_tool(spec: Mapping[str, Any]) -> Tool:
-    async def invoke(args: dict[str, Any], ctx: ToolContext) -> Any:
-        raise UsageError(f"a replay does not call tools (asked {spec['name']})")
-
-    return Tool(
-        name=spec["name"],
-        description=spec.get("description") or spec["name"],
-        parameters=spec.get("parameters", {"type": "object"}),
-        invoke=invoke,
-        output_schema=spec.get("output_schema"),
-        side_effect=bool(spec.get("side_effect", False)),
-        sensitive=bool(spec.get("sensitive", False)),
-        idempotent=bool(spec.get("idempotent", False)),
-    )
-
-
 def recorded_config(first: RunStarted) -> EngineConfig:
     """The set-up a log records, with stand-ins for tools and models (they are never called)."""
     cfg = first.config
     if "tools" not in cfg:
         raise UsageError("this log does not record its set-up (an older planexec wrote it): replay it with an agent")
-    tools = Toolset(*(_stand_in_tool(spec) for spec in cfg["tools"]))
+    tools = Toolset(*(stand_in_tool(spec) for spec in cfg["tools"]))
     planner_cfg = cfg.get("planner", {})
     model_executors = cfg.get("model_executors", {})
     executors: dict[str, Executor] = {}
@@ -189,6 +174,7 @@ def with_faults(config: EngineConfig, faults: FaultProfile) -> tuple[EngineConfi
     config = replace(
         config,
         tools=Toolset(*faults.wrap_tools(list(config.tools))),
+        current_tools=None,  # the tools it started with, spoiled as the profile says
         planner=replace(config.planner, model=planner_model),
         executors=executors,
     )

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from planexec.executor import StepError, Verdict
-from planexec.log import AnswerReviewed, Event
+from planexec.log import AnswerReviewed, Event, ToolsChanged
 from planexec.models import ModelResponse
 from planexec.plan import Step
 from planexec.runtime._budget import BudgetHit
@@ -120,6 +120,10 @@ class World(Protocol):
         """The verdict of the answer's checks when it is already known, or None to run them."""
         ...
 
+    def tools_change(self) -> ToolsChanged | None:
+        """The change of tools a record holds where the run now is (None: none, or live)."""
+        ...
+
 
 class LiveWorld:
     """The world as it is: the run's clock and ids, real models, tools and humans."""
@@ -167,4 +171,7 @@ class LiveWorld:
         return None
 
     async def answer_checks(self) -> AnswerReviewed | None:
+        return None
+
+    def tools_change(self) -> ToolsChanged | None:
         return None
