@@ -441,6 +441,34 @@ async def test_a_plan_for_a_tool_the_server_took_away_is_refused_and_the_planner
     assert "extra" not in [t.name for t in agent.tools]
 
 
+async def test_a_server_that_keeps_saying_its_tools_changed_cannot_hold_a_run_up() -> None:
+    server = MCPServer("churning")
+
+    async def churn(ctx: Context) -> str:
+        """Add 100 tools, saying so after each."""
+        for i in range(100):
+            server.add_tool(lambda: "made", name=f"made_{i}", description="A tool made by churn.")
+            await ctx.notify_tools_changed()
+        return "churned"
+
+    server.add_tool(churn, annotations=ToolAnnotations(readOnlyHint=True))
+    model = ScriptedModel(
+        [
+            {"steps": [tool_step("c", "churn", {})]},
+            {"steps": [tool_step("m", "made_99", {})]},
+            {"steps": []},
+            {"answer": "done"},
+        ]
+    )
+    async with Agent(Planner(model=model, replan="after_each_step"), tools=[MCPToolset(server=server)]) as agent:
+        result = await asyncio.wait_for(agent.run("churn"), 60)
+    assert result.stop.kind == "goal_met", result.stop
+    assert result.outputs["m"] == "made"
+    changes = events_of(result, ToolsChanged)
+    assert len(changes) == 1  # one change a planning round at most, however often the server spoke
+    assert len(changes[0].tools) == 100
+
+
 async def test_an_agent_lists_tools_again_between_runs_when_a_server_said_they_changed() -> None:
     server = growing_server()
     toolset = MCPToolset(server=server)
