@@ -524,6 +524,47 @@ def test_a_bad_mcp_command_is_a_problem_under_its_flag(tmp_path: Path) -> None:
     assert "--mcp or --mcp-url 'ftp://x'" in result.output
 
 
+def test_planexec_run_sends_headers_from_the_environment_and_records_only_the_reference(
+    tmp_path: Path, http_server_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.cli_support import invoke, write_script
+
+    monkeypatch.setenv("TEAM_MCP_TOKEN", "s3cret-value")
+    plan = {"steps": [tool_step("who", "authorization", {})]}
+    planner = write_script(tmp_path, [plan, {"answer": "sent"}])
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    args = ["run", "which header?", "--planner", planner, "--mcp-url", http_server_url]
+    header = ["--mcp-header", "Authorization: Custom ${TEAM_MCP_TOKEN}", "--mcp-header", "X-Team: ops"]
+    result = invoke([*args, *header, "--store", store, "--json", "--no-live"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["steps"][0]["output"] == {"result": "Custom s3cret-value"}
+    exported = invoke(["export", data["run_id"], "--store", store])
+    assert exported.exit_code == 0, exported.output
+    started = exported.stdout.splitlines()[0]  # run_started: the agent's spec is recorded there
+    assert "s3cret-value" not in started  # the spec keeps ${TEAM_MCP_TOKEN}, not its value
+    assert "Custom ${TEAM_MCP_TOKEN}" in started
+
+
+def test_bad_mcp_headers_are_problems_listed_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.cli_support import invoke, write_script
+
+    monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
+    planner = write_script(tmp_path, [{"answer": "x"}])
+    headers = ["Authorization: Bearer literal-secret", "no colon here", "X-Key: ${NOT_SET_ANYWHERE}", "X-Ok: a\x07"]
+    args = ["run", "go", "--planner", planner, "--mcp-url", "http://127.0.0.1:9/mcp", "--no-live"]
+    result = invoke([*args, *(f for h in headers for f in ("--mcp-header", h.replace("\\x07", "\x07")))])
+    assert result.exit_code == 2, result.output
+    assert "--mcp-header 'Authorization': Authorization carries a credential" in result.output
+    assert "--mcp-header 'no colon here': a header is NAME: VALUE" in result.output
+    assert "the environment has no NOT_SET_ANYWHERE" in result.output
+    assert "no control characters" in result.output
+    assert "literal-secret" not in result.output
+    alone = invoke(["run", "go", "--planner", planner, "--mcp-header", "X-Team: ops", "--no-live"])
+    assert alone.exit_code == 2, alone.output
+    assert "--mcp-header: headers are sent to MCP servers given by URL" in alone.output
+
+
 async def test_tool_names_that_collide_once_made_usable_are_refused_together() -> None:
     server = MCPServer("clash")
 

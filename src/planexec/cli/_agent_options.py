@@ -38,6 +38,7 @@ _KEYS = (
     "tool_refs",
     "mcp_commands",
     "mcp_urls",
+    "mcp_headers",
     "policy",
     "replan",
     "approve_plan",
@@ -71,6 +72,8 @@ class AgentFlags:
     tools: tuple[str, ...] = ()
     mcp: tuple[str, ...] = ()
     """MCP servers: command lines (``--mcp``) and URLs (``--mcp-url``), in that order."""
+    mcp_headers: tuple[str, ...] = ()
+    """``NAME: VALUE`` headers for the URL servers (``--mcp-header``)."""
     policy: str | None = None
     replan: str | None = None
     budget: Mapping[str, str] = field(default_factory=dict)
@@ -105,6 +108,7 @@ class AgentFlags:
             executor=own["executor_spec"],
             tools=tuple(own["tool_refs"] or ()),
             mcp=(*(own["mcp_commands"] or ()), *(own["mcp_urls"] or ())),
+            mcp_headers=tuple(own["mcp_headers"] or ()),
             policy=own["policy"],
             replan=own["replan"],
             budget={name: raw for name, raw in budget.items() if raw is not None},
@@ -132,6 +136,7 @@ class AgentFlags:
             executor=self.executor,
             tools=self.tools,
             mcp=self.mcp,
+            mcp_headers=self.mcp_headers,
             policy=self.policy or "upfront",
             replan=self.replan or "on_failure",
             budget=dict(self.budget),
@@ -152,6 +157,7 @@ class AgentFlags:
             executor=absolute_model_string(self.executor) if self.executor is not None else spec.executor,
             tools=self.tools or spec.tools,
             mcp=self.mcp or spec.mcp,
+            mcp_headers=self.mcp_headers or spec.mcp_headers,
             policy=self.policy if self.policy is not None else spec.policy,
             replan=self.replan if self.replan is not None else spec.replan,
             budget={**spec.budget, **self.budget},
@@ -258,6 +264,14 @@ def agent_options(*, for_run: bool) -> Callable[[F], F]:
             multiple=True,
             metavar="URL",
             help="An MCP server over streamable HTTP whose tools the agent may use (repeatable)." + later,
+        )(fn)
+        fn = click.option(
+            "--mcp-header",
+            "mcp_headers",
+            multiple=True,
+            metavar='"NAME: VALUE"',
+            help="A header sent to every --mcp-url server (repeatable); ${VAR} in VALUE is read from the "
+            "environment, and a credential (Authorization, a key or token) must be given that way." + later,
         )(fn)
         fn = click.option(
             "--mcp",

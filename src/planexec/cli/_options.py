@@ -77,6 +77,7 @@ FLAGS: Mapping[str, str] = {
     "executor": "--executor",
     "tools": "--tools",
     "mcp": "--mcp or --mcp-url",
+    "mcp_headers": "--mcp-header",
     "policy": "--policy",
     "replan": "--replan",
     "planner_settings": "--planner-setting",

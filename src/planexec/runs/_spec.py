@@ -9,6 +9,7 @@ server registering agents from spec files reads the same fields with :meth:`Agen
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -91,13 +92,16 @@ class AgentSpec:
     ``budget`` maps :class:`~planexec.Budget` fields to numbers as text (``"none"`` lifts a cap);
     settings are ``KEY=VALUE`` texts, a later key winning. ``mcp``: MCP servers whose tools the
     agent uses, each a command line (spawned, spoken to over stdio) or an ``http://`` or ``https://`` URL
-    (streamable HTTP); added in spec version 4.
+    (streamable HTTP); added in spec version 4. ``mcp_headers``: ``NAME: VALUE`` headers sent to
+    every URL server, ``${VAR}`` in a value read from the environment when the agent is built
+    (the spec keeps the reference, never the value).
     """
 
     planner: str | None = None
     executor: str | None = None
     tools: tuple[str, ...] = ()
     mcp: tuple[str, ...] = ()
+    mcp_headers: tuple[str, ...] = ()
     policy: str = "upfront"
     replan: str = "on_failure"
     budget: Mapping[str, str] = field(default_factory=dict)
@@ -126,6 +130,7 @@ class AgentSpec:
             executor=absolute_model_string(self.executor) if self.executor is not None else None,
             tools=self.tools,
             mcp=self.mcp,
+            mcp_headers=self.mcp_headers,
             policy=self.policy,
             replan=self.replan,
             budget=dict(self.budget),
@@ -146,6 +151,7 @@ class AgentSpec:
             "executor": self.executor,
             "tools": list(self.tools),
             "mcp": list(self.mcp),
+            "mcp_headers": list(self.mcp_headers),
             "policy": self.policy,
             "replan": self.replan,
             "budget": dict(self.budget),
@@ -197,6 +203,7 @@ def _from_dict(data: Mapping[str, Any], where: str, problems: Problems) -> Agent
 
     tools = _strings(data.get("tools", []))
     mcp = _strings(data.get("mcp", []))
+    mcp_headers = _strings(data.get("mcp_headers", []))
     constraints = _strings(data.get("constraints", []))
     planner_settings = _strings(data.get("planner_settings", []))
     executor_settings = _strings(data.get("executor_settings", []))
@@ -226,6 +233,7 @@ def _from_dict(data: Mapping[str, Any], where: str, problems: Problems) -> Agent
         "executor",
         "tools",
         "mcp",
+        "mcp_headers",
         "policy",
         "replan",
         "budget",
@@ -243,6 +251,7 @@ def _from_dict(data: Mapping[str, Any], where: str, problems: Problems) -> Agent
         executor=text("executor", None),
         tools=tools if tools is not None else (),
         mcp=mcp if mcp is not None else (),
+        mcp_headers=mcp_headers if mcp_headers is not None else (),
         policy=text("policy", "upfront") or "upfront",
         replan=text("replan", "on_failure") or "on_failure",
         budget=dict(budget),
@@ -257,6 +266,7 @@ def _from_dict(data: Mapping[str, Any], where: str, problems: Problems) -> Agent
     listed = (
         ("tools", tools),
         ("mcp", mcp),
+        ("mcp_headers", mcp_headers),
         ("constraints", constraints),
         ("planner_settings", planner_settings),
         ("executor_settings", executor_settings),
@@ -267,15 +277,21 @@ def _from_dict(data: Mapping[str, Any], where: str, problems: Problems) -> Agent
     return spec
 
 
-def mcp_toolsets(servers: Sequence[str], cwd: str | None, problems: Problems) -> list[MCPToolset]:
-    """A toolset for each MCP server: a URL is reached over streamable HTTP, anything else is a
-    command line spawned (from ``cwd``) and spoken to over stdio."""
+def mcp_toolsets(
+    servers: Sequence[str], cwd: str | None, problems: Problems, *, headers: Sequence[str] = ()
+) -> list[MCPToolset]:
+    """A toolset for each MCP server: a URL is reached over streamable HTTP (with ``headers``:
+    ``NAME: VALUE`` texts, ``${VAR}`` read from the environment), anything else is a command line
+    spawned (from ``cwd``) and spoken to over stdio."""
     toolsets = []
+    sent = mcp_headers(headers, problems)
+    if headers and not any(s.startswith(("http://", "https://")) for s in servers):
+        problems.add("mcp_headers", "headers are sent to MCP servers given by URL, and none is given")
     for server in servers:
         where = f"mcp {server!r}"
         try:
             if server.startswith(("http://", "https://")):
-                toolsets.append(MCPToolset(server=MCPHttp(url=server)))
+                toolsets.append(MCPToolset(server=MCPHttp(url=server, headers=sent)))
                 continue
             if "://" in server.split(" ", 1)[0]:
                 problems.add(where, "an MCP server's URL is http:// or https://")
@@ -292,6 +308,41 @@ def mcp_toolsets(servers: Sequence[str], cwd: str | None, problems: Problems) ->
             continue
         toolsets.append(MCPToolset(server=MCPStdio(command=words[0], args=tuple(words[1:]), cwd=cwd)))
     return toolsets
+
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_SECRET_HEADER = re.compile(r"authorization|cookie|key|token|secret|password", re.IGNORECASE)
+
+
+def mcp_headers(headers: Sequence[str], problems: Problems) -> dict[str, str]:
+    """``NAME: VALUE`` texts as headers, ``${VAR}`` in a value replaced by the environment's. A
+    header that carries a credential must name a variable: the spec is recorded with every run,
+    and a secret written out in it would be too."""
+    sent: dict[str, str] = {}
+    for text in headers:
+        where = f"mcp_headers {text.split(':', 1)[0]!r}"
+        name, colon, value = text.partition(":")
+        name, value = name.strip(), value.strip()
+        if not colon or not _HEADER_NAME.fullmatch(name):
+            problems.add(where, "a header is NAME: VALUE, NAME letters, digits and - (e.g. 'X-Team: ops')")
+            continue
+        if any(ord(c) < 32 or ord(c) == 127 for c in value):
+            problems.add(where, "a header's value holds no control characters")
+            continue
+        if _SECRET_HEADER.search(name) and not _VARIABLE.search(value):
+            problems.add(
+                where,
+                f"{name} carries a credential: give it from the environment, e.g. '{name}: Bearer ${{MCP_TOKEN}}' "
+                "(the spec, recorded with the run, keeps the reference, not the secret)",
+            )
+            continue
+        missing = [v for v in _VARIABLE.findall(value) if v not in os.environ]
+        if missing:
+            problems.add(where, f"the environment has no {', '.join(missing)}")
+            continue
+        sent[name] = _VARIABLE.sub(lambda m: os.environ[m.group(1)], value)
+    return sent
 
 
 def _from_log(first: RunStarted) -> AgentSpec:
@@ -410,7 +461,7 @@ def build_agent(
         )
     before = len(problems)
     tools = load_tools(spec.tools, problems)
-    servers = mcp_toolsets(spec.mcp, spec.cwd, problems)
+    servers = mcp_toolsets(spec.mcp, spec.cwd, problems, headers=spec.mcp_headers)
     if needs_tools and not servers and len(problems) == before:  # an MCP server's tools are listed when it starts
         have = Toolset(*tools).names
         missing = [name for name in needs_tools if name not in have]

@@ -226,8 +226,11 @@ SECRET_RULES: tuple[RedactionRule, ...] = (
     RedactionRule(
         name="bearer_token",
         pattern=re.compile(
-            _alone_after("A-Za-z0-9_") + r"(?:authorization[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token|digest)\s+)?"
+            _alone_after("A-Za-z0-9_")
+            + r"(?:authorization[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token|digest|[A-Za-z][\w-]{0,30})\s+)?"
             r"|bearer\s+(?=[\w\-.~+/]{20}|[\w\-.~+/]{0,19}\d)(?=[\w\-.~+/]{8}))"
+            # a scheme before a ${VAR} reference (a header whose secret comes from the environment) is no secret
+            r"(?![\w\-.~+/]+=*\s+\$\{[A-Za-z_])"
             r"(?P<secret>[\w\-.~+/]{4,}=*)",
             re.IGNORECASE,
         ),
