@@ -8,7 +8,12 @@ from __future__ import annotations
 
 __all__ = ["install_hint"]
 
-_REQUIREMENTS = {"openai": "openai>=3.40", "anthropic": "anthropic>=2.0", "postgres": "psycopg[binary]>=3.1", "mcp": "mcp>=2.3,<3"}
+_REQUIREMENTS = {
+    "openai": "openai>=3.40",
+    "anthropic": "anthropic>=2.0",
+    "postgres": "psycopg[binary]>=3.1",
+    "mcp": "mcp>=2.3,<3",
+}
 
 
 def install_hint(extra: str) -> str:

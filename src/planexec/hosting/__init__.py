@@ -10,7 +10,7 @@ Needs the ``mcp`` extra (``pip install 'planexec[mcp]'``).
 """
 
 from planexec.hosting._host import AgentSource
-from planexec.hosting._server import mcp_server
+from planexec.hosting._server import mcp_server, require_mcp
 from planexec.hosting._serving import DEFAULT_PORT, MAX_BODY_BYTES, http_app, is_loopback, serve_http, serve_stdio
 from planexec.hosting._token import TOKEN_ENV, Token, default_token_path, server_token
 from planexec.hosting._views import (
@@ -40,6 +40,7 @@ __all__ = [
     "http_app",
     "is_loopback",
     "mcp_server",
+    "require_mcp",
     "serve_http",
     "serve_stdio",
     "server_token",
