@@ -191,30 +191,32 @@ class RunHost:
     ) -> AnswerView:
         """Record a human's answer to a question ``run_id`` waits for (``question_id``; None: its
         only open one)."""
+        summary = f"cannot answer run {run_id!r}"
         problems: list[Problem] = []
         if decision not in ("approve", "reject", "answer"):
             problems.append(_problem("decision", f"{decision!r} is not one of approve, reject, answer"))
         if text is not None and len(text) > MAX_TEXT_CHARS:
             problems.append(_problem("text", f"is longer than {MAX_TEXT_CHARS:,} characters"))
+        elif decision == "reject" and (text is None or not text.strip()):
+            problems.append(_problem("text", "say why the answer is no"))
+        elif decision == "answer" and (text is None or not text.strip()):
+            problems.append(_problem("text", "the answer is empty"))
+        try:
+            log = await load_run(self.store, run_id)
+            rec = pick_question(RunState.fold(log), question_id)
+        except UsageError as e:
+            raise UsageError(summary, [*e.problems, *problems]) from None
+        if decision == "answer" and rec.subject not in ("question", "escalation"):
+            problems.append(
+                _problem(
+                    "decision", f"{rec.approval_id} is about {question_about(rec)}: answer it with approve or reject"
+                )
+            )
         if problems:
-            raise UsageError(f"cannot answer run {run_id!r}", problems)
-        log = await load_run(self.store, run_id)
-        state = RunState.fold(log)
-        rec = pick_question(state, question_id)
+            raise UsageError(summary, problems)
         if decision == "reject":
-            if text is None or not text.strip():
-                problems.append(_problem("text", "say why the answer is no"))
             made = ApprovalDecision(approved=False, reason=text or "", by=ANSWERED_BY)
         elif decision == "answer":
-            if rec.subject not in ("question", "escalation"):
-                problems.append(
-                    _problem(
-                        "decision",
-                        f"{rec.approval_id} is about {question_about(rec)}: answer it with approve or reject",
-                    )
-                )
-            if text is None or not text.strip():
-                problems.append(_problem("text", "the answer is empty"))
             guidance: Any = "guidance" if rec.subject == "escalation" else None
             made = ApprovalDecision(approved=True, text=text, choice=guidance, by=ANSWERED_BY)
         else:
@@ -224,12 +226,10 @@ class RunHost:
                 approved=True,
                 reason="" if guided else text or "",
                 text=text if guided else None,
-                choice=choice,  # type: ignore[arg-type]  # checked by answer()
+                choice=choice,  # type: ignore[arg-type]  # answer() checks it against the question
                 checklist=ticked,
                 by=ANSWERED_BY,
             )
-        if problems:
-            raise UsageError(f"cannot answer run {run_id!r}", problems)
         after = await answer(self.store, run_id, made, approval_id=rec.approval_id, log=log)
         return answer_view(after, rec.approval_id, decision)
 

@@ -7,7 +7,6 @@ here): the SDK reads each tool's signature for its input schema, and ``Context``
 when a server is made, since ``mcp`` is an optional extra.
 """
 
-import importlib.util
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -86,11 +85,13 @@ RunId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, description=
 
 def require_mcp() -> None:
     """Raise :class:`~planexec.UsageError` saying what to install when the ``mcp`` SDK is missing."""
-    if importlib.util.find_spec("mcp") is None:
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
         raise UsageError(
             "planexec as an MCP server needs the mcp SDK",
             [Problem(code="extra", where="mcp", message=install_hint("mcp"))],
-        )
+        ) from None
 
 
 def mcp_server(agent: AgentSource, store: RunStore, *, name: str = "planexec") -> "MCPServer[Any]":

@@ -7,7 +7,9 @@ import hmac
 import ipaddress
 import json
 import socket
+import sys
 from collections.abc import Awaitable, Callable, MutableMapping
+from contextlib import redirect_stdout
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -124,7 +126,16 @@ async def serve_http(
 
 
 async def serve_stdio(server: MCPServer[Any]) -> None:
-    """Serve ``server`` over this process's stdin and stdout until stdin closes. While it serves,
-    the SDK points the process's own stdin at nothing and its stdout at stderr, so that a tool's
-    ``print`` (or a child process's output) cannot break the protocol."""
-    await server.run_stdio_async()
+    """Serve ``server`` over this process's stdin and stdout until stdin closes.
+
+    Nothing but the protocol reaches stdout meanwhile: the SDK points the process's file
+    descriptors 0 and 1 elsewhere (so a child process's output misses the wire), and what Python
+    code prints (a tool's ``print``) goes to stderr.
+    """
+    from mcp.server.stdio import stdio_server
+
+    lowlevel = server._lowlevel_server  # what MCPServer.run_stdio_async serves; the streams are ours to wrap
+    async with stdio_server() as (read_stream, write_stream):
+        sys.stdout.flush()
+        with redirect_stdout(sys.stderr):
+            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
