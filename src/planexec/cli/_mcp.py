@@ -37,6 +37,7 @@ _HTTP_ONLY = ("host", "port", "path", "token_file")
 
 
 @click.group()
+@global_options()
 def mcp() -> None:
     """Serve planexec itself as an MCP server (planexec mcp serve).
 
