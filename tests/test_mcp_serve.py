@@ -346,6 +346,9 @@ async def test_a_plan_approval_is_answered_and_resumed_after_the_server_restarts
         assert not any(token in line for line in second.lines)
         seen, record = recorder()
         async with connected(second.url, token) as client:
+            wrong = await client.call_tool("answer_question", {"run_id": run_id, "decision": "answer"})
+            assert "answer it with approve or reject" in error_text(wrong)
+            assert "the answer is empty" in error_text(wrong)
             answered = data(
                 await client.call_tool(
                     "answer_question", {"run_id": run_id, "question_id": question["question_id"], "decision": "approve"}
@@ -426,3 +429,17 @@ def test_without_the_mcp_sdk_it_says_what_to_install(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(sys.modules, "mcp", None)
     with pytest.raises(UsageError, match=r"pip install .*planexec\[mcp\]|\.\[mcp\]"):
         require_mcp()
+
+
+async def test_an_agent_built_by_a_function_must_log_to_the_servers_store() -> None:
+    from planexec import Agent
+    from planexec.hosting import mcp_server
+    from planexec.store import MemoryStore
+    from planexec.testing import ScriptedModel
+
+    store, elsewhere = MemoryStore(), MemoryStore()
+    server = mcp_server(lambda _: Agent(ScriptedModel([{"answer": "done"}]), store=elsewhere), store)
+    async with Client(server) as client:
+        refused = await client.call_tool("run_goal", {"goal": "anything"})
+    assert "return an Agent(..., store=store)" in error_text(refused)
+    assert await elsewhere.list_runs() == []

@@ -4,6 +4,7 @@ assistant, an IDE, another agent) can hand it a goal. The agent is configured wi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -121,9 +122,14 @@ def serve(
         ctx.exit(0)
 
 
+@dataclass(frozen=True, kw_only=True)
 class _Http:
-    def __init__(self, *, host: str, port: int, path: str, token_file: Path | None) -> None:
-        self.host, self.port, self.path, self.token_file = host, port, path, token_file
+    """Where and how the HTTP transport listens."""
+
+    host: str
+    port: int
+    path: str
+    token_file: Path | None
 
 
 def _say(text: str) -> None:

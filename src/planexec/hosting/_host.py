@@ -104,7 +104,7 @@ class RunHost:
             agent = build_agent(spec, store=self.store)
             every, metadata = spec.constraints, spec.metadata()
         else:
-            agent = self.agent(self.store)
+            agent = self._built()
             every, metadata = tuple(constraints), None
         await agent.open()
         try:
@@ -128,12 +128,24 @@ class RunHost:
             recorded = await recorded_spec(self.store, first)
             agent = build_agent(recorded.spec, store=self.store, recorded=recorded, used=log, needs_tools=state.tools)
         else:
-            agent = self.agent(self.store)
+            agent = self._built()
         try:
             run = await agent.resume(run_id)
             return await self._follow(run, since=run.state.events, progress=progress)
         finally:
             await agent.aclose()
+
+    def _built(self) -> Agent:
+        """The agent the host's function builds; it must log to the host's store."""
+        assert not isinstance(self.agent, AgentSpec)
+        agent = self.agent(self.store)
+        if not isinstance(agent, Agent) or agent.store is not self.store:
+            what = "an Agent logging elsewhere" if isinstance(agent, Agent) else type(agent).__name__
+            raise UsageError(
+                "cannot build the agent",
+                [_problem("agent", f"the function returned {what}: return an Agent(..., store=store)")],
+            )
+        return agent
 
     def _check_idle(self, run_id: str) -> None:
         if run_id in self._active:

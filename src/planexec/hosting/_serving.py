@@ -83,7 +83,9 @@ def http_app(
     """``server`` as an ASGI app speaking streamable HTTP at ``path``: every request needs
     ``Authorization: Bearer <token>``; bodies over ``max_body`` bytes are refused. On a loopback
     ``host``, requests naming another host or origin are refused too (DNS rebinding)."""
-    app: App = server.streamable_http_app(streamable_http_path=path, max_request_body_size=max_body, host=host)
+    app: App = server.streamable_http_app(
+        streamable_http_path=path, max_request_body_size=max_body, host=host.strip("[]")
+    )
     return _Bearer(app, token)
 
 
