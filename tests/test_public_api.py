@@ -62,6 +62,7 @@ SUBPACKAGES = [
     "planexec.faults",
     "planexec.runtime",
     "planexec.eval",
+    "planexec.hosting",
 ]
 
 

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 __all__ = ["install_hint"]
 
-_REQUIREMENTS = {"openai": "openai>=3.40", "anthropic": "anthropic>=2.0", "postgres": "psycopg[binary]>=3.1"}
+_REQUIREMENTS = {
+    "openai": "openai>=3.40",
+    "anthropic": "anthropic>=2.0",
+    "postgres": "psycopg[binary]>=3.1",
+    "mcp": "mcp>=2.3,<3",
+}
 
 
 def install_hint(extra: str) -> str:
-    """How to install ``extra`` (``openai``, ``anthropic`` or ``postgres``)."""
+    """How to install ``extra`` (``openai``, ``anthropic``, ``postgres`` or ``mcp``)."""
     return (
         f"install planexec's {extra} extra — pip install -e '.[{extra}]' in a clone of planexec — "
         f"or pip install '{_REQUIREMENTS[extra]}'"

@@ -53,6 +53,7 @@ COMMANDS: dict[str, _Command] = {
         "under review fails (the planner patches), a final answer goes back to the planner with the reason and "
         "the failed checklist items (--fail N=NOTE).",
     ),
+    "mcp": _Command("_mcp", "mcp", "Serve planexec itself as an MCP server (planexec mcp serve)."),
     "replay": _Command("_replay", "replay", "Replay RUN from its log."),
     "resume": _Command(
         "_resume", "resume", "Go on with RUN from its log: after a crash, or once its questions are answered."

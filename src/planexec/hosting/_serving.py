@@ -1,0 +1,143 @@
+"""Serving an MCP server: over this process's stdin and stdout, or over streamable HTTP on a
+socket, every request carrying the bearer token."""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import socket
+import sys
+from collections.abc import Awaitable, Callable, MutableMapping
+from contextlib import redirect_stdout
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+__all__ = ["DEFAULT_PORT", "MAX_BODY_BYTES", "http_app", "is_loopback", "serve_http", "serve_stdio"]
+
+DEFAULT_PORT = 8765
+MAX_BODY_BYTES = 1_048_576
+"""The largest request body the HTTP server reads (1 MiB); a larger one is refused with 413."""
+SHUTDOWN_GRACE = 5
+"""Seconds open connections get to finish when the HTTP server is stopped."""
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine only: ``localhost`` or a loopback address."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class _Bearer:
+    """An ASGI app that lets a request through to ``app`` only with ``Authorization: Bearer TOKEN``
+    (compared in constant time); any other gets 401 before its body is read."""
+
+    def __init__(self, app: App, token: str) -> None:
+        self._app = app
+        self._token = token.encode("ascii")
+
+    def _allowed(self, scope: Scope) -> bool:
+        given = b""
+        for name, value in scope.get("headers", ()):
+            if name.lower() == b"authorization":
+                given = value
+                break
+        scheme, _, credentials = given.partition(b" ")
+        ok = hmac.compare_digest(credentials.strip(), self._token)
+        return scheme.lower() == b"bearer" and ok
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self._allowed(scope):
+            await self._app(scope, receive, send)
+            return
+        body = json.dumps({"error": "unauthorized: send the server's token as Authorization: Bearer TOKEN"}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", b'Bearer realm="planexec"'),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+def http_app(
+    server: MCPServer[Any], *, token: str, path: str = "/mcp", host: str = "127.0.0.1", max_body: int = MAX_BODY_BYTES
+) -> App:
+    """``server`` as an ASGI app speaking streamable HTTP at ``path``: every request needs
+    ``Authorization: Bearer <token>``; bodies over ``max_body`` bytes are refused. On a loopback
+    ``host``, requests naming another host or origin are refused too (DNS rebinding)."""
+    app: App = server.streamable_http_app(
+        streamable_http_path=path, max_request_body_size=max_body, host=host.strip("[]")
+    )
+    return _Bearer(app, token)
+
+
+async def serve_http(
+    server: MCPServer[Any],
+    *,
+    token: str,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    path: str = "/mcp",
+    max_body: int = MAX_BODY_BYTES,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve ``server`` over streamable HTTP until the process is told to stop (SIGINT, SIGTERM).
+
+    ``on_ready`` is told the URL once the socket listens (with ``port=0``, the port chosen)."""
+    import uvicorn
+
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+        sock.setblocking(False)
+        config = uvicorn.Config(
+            http_app(server, token=token, path=path, host=host, max_body=max_body),
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=SHUTDOWN_GRACE,
+            lifespan="on",
+        )
+        bound = sock.getsockname()[1]
+        shown = f"[{host.strip('[]')}]" if family == socket.AF_INET6 else host
+        if on_ready is not None:
+            on_ready(f"http://{shown}:{bound}{path}")
+        await uvicorn.Server(config).serve(sockets=[sock])
+    finally:
+        sock.close()
+
+
+async def serve_stdio(server: MCPServer[Any]) -> None:
+    """Serve ``server`` over this process's stdin and stdout until stdin closes.
+
+    Nothing but the protocol reaches stdout meanwhile: the SDK points the process's file
+    descriptors 0 and 1 elsewhere (so a child process's output misses the wire), and what Python
+    code prints (a tool's ``print``) goes to stderr.
+    """
+    from mcp.server.stdio import stdio_server
+
+    lowlevel = server._lowlevel_server  # what MCPServer.run_stdio_async serves; the streams are ours to wrap
+    async with stdio_server() as (read_stream, write_stream):
+        sys.stdout.flush()
+        with redirect_stdout(sys.stderr):
+            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
