@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -25,7 +26,7 @@ from planexec import Agent, Approvals, Limits, Planner
 from planexec.errors import ToolDefinitionError, ToolError, TransientToolError, UsageError
 from planexec.log import PlannerOutputRejected, RunState, StepStarted, StepSucceeded, ToolProgress, ToolsChanged
 from planexec.mcp import IDEMPOTENCY_META_KEY, MCPHttp, MCPStdio, MCPTool, MCPToolset
-from planexec.runtime import ApprovalRequest
+from planexec.runtime import ApprovalDecision, ApprovalRequest
 from planexec.store import MemoryStore
 from planexec.testing import ScriptedModel
 from planexec.tools import ToolContext
@@ -512,6 +513,52 @@ def test_planexec_run_with_an_mcp_server_and_a_resume_that_starts_it_again(tmp_p
     # The spec recorded with the run names the server: the run can be shown and resumed anywhere.
     shown = invoke(["show", data["run_id"], "--store", store, "--json"])
     assert shown.exit_code == 0, shown.output
+
+
+def _children_running(name: str) -> list[int]:
+    """This process's children whose command line mentions ``name`` (and that have not exited)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == os.getpid() and fields[0] != "Z" and name in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not TIME_SERVER.exists() or not Path("/proc").is_dir(), reason="needs mcp-server-time and /proc")
+async def test_a_run_picked_up_from_the_store_stops_its_mcp_servers_when_it_ends(tmp_path: Path) -> None:
+    from planexec import runs
+    from planexec.store import SQLiteStore
+    from tests.cli_support import invoke, write_script
+
+    plan = {"steps": [tool_step("now", "get_current_time", {"timezone": "UTC"})]}
+    planner = write_script(tmp_path, [plan, {"answer": "it is some time"}])
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    args = ["run", "what time is it?", "--planner", planner, "--mcp", f'"{TIME_SERVER}" --local-timezone UTC']
+    started = await asyncio.to_thread(invoke, [*args, "--approve-plan", "--no-input", "--store", url, "--json"])
+    assert started.exit_code == 3, started.output  # waits for the plan's approval
+    run_id = json.loads(started.stdout)["run_id"]
+    store = SQLiteStore(tmp_path / "runs.db")
+    try:
+        await runs.answer(store, run_id, ApprovalDecision(approved=True))
+        run = await runs.resume(store, run_id)
+        assert _children_running("mcp-server-time")  # started again for the run
+        result = await run.result()
+        assert result.stop.kind == "goal_met", result.stop
+        for _ in range(200):  # the server is stopped as the run ends: give it up to 10 s to exit
+            if not _children_running("mcp-server-time"):
+                break
+            await asyncio.sleep(0.05)
+        assert _children_running("mcp-server-time") == []
+    finally:
+        await store.close()
 
 
 def test_a_bad_mcp_command_is_a_problem_under_its_flag(tmp_path: Path) -> None:

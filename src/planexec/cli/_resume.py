@@ -63,15 +63,18 @@ async def resume_run(store: RunStore, choice: StoreChoice, log: list[Event], fla
     )
     agent = build(spec, store=store, approvals=approvals, recorded=recorded, used=log, needs_tools=first.tools)
     try:
-        run = await agent.resume(run_id)
-    except UsageError as e:
-        problems = Problems()
-        problems.add_usage_error("RUN", e)
-        raise Refused(problems) from None
-    since = run.state.events
-    if not view.as_json:
-        say(view.console, f"resuming run {run_id} after event {since}")
-    result = await follow_to_end(run, view.display, since=since, store=store, redactor=redactor_of(store))
+        try:
+            run = await agent.resume(run_id)
+        except UsageError as e:
+            problems = Problems()
+            problems.add_usage_error("RUN", e)
+            raise Refused(problems) from None
+        since = run.state.events
+        if not view.as_json:
+            say(view.console, f"resuming run {run_id} after event {since}")
+        result = await follow_to_end(run, view.display, since=since, store=store, redactor=redactor_of(store))
+    finally:
+        await agent.aclose()  # its MCP servers
     return report_result(view, result, choice, store)
 
 

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from planexec.log import Event, RunStarted, RunState
 from planexec.models import Providers
 from planexec.runs._spec import AgentSpec, build_agent, recorded_spec
 from planexec.runs._stored import load_run
-from planexec.runtime import Approvals, Run
+from planexec.runtime import Agent, Approvals, Run
 from planexec.store import RunStore
 
 __all__ = ["resume", "still_waiting"]
@@ -39,7 +40,8 @@ async def resume(
     questions saved in the log; ``providers`` resolve, charge and limit its models (the default ones
     when None). A finished run is returned as it is. Raises
     :class:`~planexec.UsageError` listing every problem (an unknown run, a spec that cannot be
-    built, tools the run used that are missing).
+    built, tools the run used that are missing). The agent's MCP servers are stopped when the run
+    ends or is suspended.
     """
     events = log if log is not None else await load_run(store, run_id)
     first = events[0]
@@ -55,4 +57,24 @@ async def resume(
         needs_tools=first.tools,
         providers=providers,
     )
-    return await agent.resume(run_id)
+    run = await agent.resume(run_id)
+    _close_when_done(run, agent)
+    return run
+
+
+_closing: set[asyncio.Task[None]] = set()
+
+
+def _close_when_done(run: Run, agent: Agent) -> None:
+    """The agent was built for this run alone: its MCP servers stop when the run ends (or is
+    suspended)."""
+
+    async def close() -> None:
+        try:
+            await run.result()
+        finally:
+            await agent.aclose()
+
+    task = asyncio.create_task(close(), name=f"close:{run.run_id}")
+    _closing.add(task)
+    task.add_done_callback(_closing.discard)
