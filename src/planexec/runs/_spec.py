@@ -51,6 +51,7 @@ __all__ = [
     "Recorded",
     "build_agent",
     "dropped_settings",
+    "read_mcp_servers",
     "recorded_spec",
 ]
 
@@ -292,6 +293,15 @@ def mcp_toolsets(servers: Sequence[str], cwd: str | None, problems: Problems) ->
             continue
         toolsets.append(MCPToolset(server=MCPStdio(command=words[0], args=tuple(words[1:]), cwd=cwd)))
     return toolsets
+
+
+def read_mcp_servers(servers: Sequence[str], cwd: str | None) -> tuple[list[MCPToolset], list[Problem]]:
+    """The toolsets of MCP servers given as texts (a command line, or an http:// or https:// URL;
+    the forms of ``AgentSpec.mcp``), not yet open; and every problem with the texts, each under
+    ``mcp 'TEXT'``."""
+    problems = Problems()
+    toolsets = mcp_toolsets(servers, cwd, problems)
+    return toolsets, list(problems)
 
 
 def _from_log(first: RunStarted) -> AgentSpec:
