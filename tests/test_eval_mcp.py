@@ -141,7 +141,7 @@ tasks:
     found = [(p.where, p.message) for p in caught.value.problems]
     assert [where for where, _ in found] == ["mcp[0]", "mcp[1]", "mcp[2]", "mcp[3]", "mcp[4]", "mcp[5]"]
     messages = dict(found)
-    assert "is not an MCP server: a command line or an http(s) URL" in messages["mcp[0]"]
+    assert "is not an MCP server: a command line, or an http:// or https:// URL" in messages["mcp[0]"]
     assert "cannot read" in messages["mcp[1]"]
     assert "http:// or https://" in messages["mcp[2]"]
     assert "42 is not an MCP server" in messages["mcp[3]"]

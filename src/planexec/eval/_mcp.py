@@ -35,7 +35,7 @@ def mcp_entries(value: Any, root: Path, where: str = "mcp") -> tuple[tuple[str, 
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list | tuple):
-        return (), [_problem(where, "must be a list of MCP servers: command lines or http(s) URLs")]
+        return (), [_problem(where, "must be a list of MCP servers: command lines, or http:// or https:// URLs")]
     problems = []
     if len(value) > MAX_MCP_SERVERS:
         problems.append(_problem(where, f"names {len(value)} servers; a suite may start at most {MAX_MCP_SERVERS}"))
@@ -43,7 +43,9 @@ def mcp_entries(value: Any, root: Path, where: str = "mcp") -> tuple[tuple[str, 
     for index, entry in enumerate(value[:MAX_MCP_SERVERS]):
         here = f"{where}[{index}]"
         if not isinstance(entry, str) or not entry.strip():
-            problems.append(_problem(here, f"{shown(entry)} is not an MCP server: a command line or an http(s) URL"))
+            problems.append(
+                _problem(here, f"{shown(entry)} is not an MCP server: a command line, or an http:// or https:// URL")
+            )
             continue
         toolsets, found = read_mcp_servers([entry], str(root))
         problems += [_problem(here, p.message) for p in found]

@@ -188,8 +188,9 @@ class Suite:
     concurrency: int = 4
     tolerances: Tolerances = field(default_factory=Tolerances)
     mcp: tuple[str, ...] = ()
-    """MCP servers whose tools every task may use: command lines (spawned from ``root``) or
-    http(s) URLs. A run of the suite starts them once, lists their tools, and stops them at the end."""
+    """MCP servers whose tools every task may use: command lines (spawned from ``root``), or
+    ``http://`` or ``https://`` URLs. A run of the suite starts them once, lists their tools, and
+    stops them at the end."""
 
     def __post_init__(self) -> None:
         problems = _count_problems(self, (("seed", 0, MAX_SEED), ("concurrency", 1, MAX_CONCURRENCY)))
