@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,16 @@ EXPECTED: dict[str, list[str]] = {
         "check_reports          failed    attempts 1 (timeout: health timed out after 0.5s)",
         "check_reports_mirror   succeeded attempts 1",
         "goal_met: 7 services are up",
+    ],
+    "git_agent.py": [
+        "approver: asked to run git_add ",
+        "approver: asked to run git_commit ",
+        "  stage    git_add after status, diff",
+        "  commit   git_commit after stage, history",
+        "+Install it with `pip install tool`.",
+        "goal_met: Committed the README's install line as 'Say how to install the tool'.",
+        "last commit: Say how to install the tool",
+        "README.md | 2 ++",
     ],
     "replay_a_run.py": [
         "recorded: goal_met",
@@ -102,3 +113,23 @@ def test_example_switches_to_a_real_provider(name: str, tmp_path: Path) -> None:
     done = run_example(name, "--model", "openai:gpt-4.1-mini", cwd=tmp_path)
     assert done.returncode != 0
     assert "OPENAI_API_KEY" in done.stderr, done.stderr
+
+
+TIMELINE = re.compile(r"^ +(\d+\.\d+)s (\w+) +(\w+)$", re.MULTILINE)
+
+
+def test_the_git_agent_reads_at_once_and_commits_only_after_approval(tmp_path: Path) -> None:
+    done = run_example("git_agent.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    timeline = [(kind, step) for _at, kind, step in TIMELINE.findall(done.stdout)]
+    reads = {"status", "history", "diff"}
+    started = [i for i, (kind, step) in enumerate(timeline) if kind == "step_started" and step in reads]
+    finished = [i for i, (kind, step) in enumerate(timeline) if kind == "step_succeeded" and step in reads]
+    assert len(started) == len(finished) == 3
+    assert max(started) < min(finished)  # all three under way at once: nothing ordered them
+    for write in ("stage", "commit"):
+        asked = timeline.index(("approval_requested", write))
+        decided = timeline.index(("approval_decided", write))
+        assert asked < decided < timeline.index(("step_started", write))
+    assert timeline.index(("step_succeeded", "stage")) < timeline.index(("step_started", "commit"))
+    assert timeline[-1] == ("step_succeeded", "commit")

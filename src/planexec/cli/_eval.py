@@ -173,6 +173,8 @@ def eval_command(
         report = asyncio.run(_run(suite, settings, options.store, console, no_live=no_live))
     except Refused as e:
         problem_exit(ctx, e.problems)
+    except SuiteInvalid as e:  # its MCP servers cannot start, or their tools do not fit the tasks
+        problem_exit(ctx, _suite_problems(options.suite_path, e))
     ctx.exit(_finish(report, suite, base, options, console))
 
 
@@ -232,12 +234,19 @@ def _read_suite(options: _Options, problems: Problems) -> Suite | None:
     try:
         return load_suite(options.suite_path, agent=options.settings.agent)
     except SuiteInvalid as e:
-        where = str(options.suite_path)
-        if not e.problems:
-            problems.add(where, e.summary)
-        for p in e.problems:
-            problems.add(where, str(p))
+        problems += _suite_problems(options.suite_path, e)
     return None
+
+
+def _suite_problems(path: Path, error: SuiteInvalid) -> Problems:
+    """Every problem of a suite, under its file."""
+    problems = Problems()
+    where = str(path)
+    if not error.problems:
+        problems.add(where, error.summary)
+    for p in error.problems:
+        problems.add(where, str(p))
+    return problems
 
 
 def _read_faults(value: str | None, problems: Problems) -> FaultSpec | None:

@@ -3,9 +3,11 @@
 The whole suite is checked before anything runs, and every problem is reported at once in one
 :class:`SuiteInvalid`: unknown keys, keys given twice, missing goals, duplicate ids, model strings
 and tool references that do not resolve, numbers out of their range (NaN, infinities, booleans and
-texts are not numbers), patterns that do not compile, unknown fault profiles … A file, or a
-mapping, beyond the bounds of :mod:`planexec.eval._limits` (size, aliases, nesting) is refused
-before any of that, with the limit it goes beyond.
+texts are not numbers), patterns that do not compile, unknown fault profiles, MCP server entries
+that cannot be read … Tool names only the suite's MCP servers can supply are checked once a run of
+the suite has started them (see :mod:`planexec.eval._mcp`). A file, or a mapping, beyond the
+bounds of :mod:`planexec.eval._limits` (size, aliases, nesting) is refused before any of that,
+with the limit it goes beyond.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from planexec.eval._limits import (
     shape_problems,
     shown,
 )
+from planexec.eval._mcp import mcp_entries
 from planexec.eval._refs import anchor_model, importable_from, load_check_ref, load_tool_ref, model_problems
 from planexec.eval._suite import (
     AGENT_KINDS,
@@ -44,6 +47,7 @@ from planexec.eval._suite import (
     JudgeCheck,
     MatchMode,
     Suite,
+    SuiteInvalid,
     Task,
     Tolerances,
     ToolExpectation,
@@ -57,7 +61,7 @@ __all__ = ["SUITE_FORMAT_VERSION", "SuiteInvalid", "load_suite", "suite_from_map
 SUITE_FORMAT_VERSION = 1
 """Suite file format (``version:``): 1, the first."""
 
-_SUITE_KEYS = ("version", "name", "seed", "concurrency", "tolerances", "defaults", "tasks")
+_SUITE_KEYS = ("version", "name", "seed", "concurrency", "tolerances", "mcp", "defaults", "tasks")
 _TASK_KEYS = (
     "goal",
     "constraints",
@@ -101,10 +105,6 @@ _RANGES: dict[type[Any], dict[str, tuple[float, float]]] = {
     },
 }
 """The range of each number of a settings object where it is not 0 to ``MAX_NUMBER``."""
-
-
-class SuiteInvalid(UsageError):
-    """A suite has problems; every one found is in ``problems``."""
 
 
 def load_suite(path: str | Path, *, agent: AgentKind = "planexec") -> Suite:
@@ -154,6 +154,8 @@ class _Reader:
         self.problems: list[Problem] = []
         self._models: dict[str, list[Problem]] = {}
         self._tools: dict[str, list[Tool]] = {}
+        self.mcp: tuple[str, ...] = ()
+        """The suite's MCP servers: tool names only they can supply are checked once they list them."""
 
     def add(self, where: str, message: str, code: str = "suite") -> None:
         self.problems.append(Problem(code=code, where=where, message=message))
@@ -177,6 +179,8 @@ class _Reader:
         seed = self.integer(data.get("seed", 0), "seed", minimum=0, maximum=MAX_SEED)
         concurrency = self.integer(data.get("concurrency", 4), "concurrency", minimum=1, maximum=MAX_CONCURRENCY)
         tolerances = self.tolerances(data.get("tolerances", {}))
+        self.mcp, found = mcp_entries(data.get("mcp", []), self.root)
+        self.problems += found
         defaults = data.get("defaults", {})
         if not isinstance(defaults, Mapping):
             self.add("defaults", "must be a mapping of task fields")
@@ -221,6 +225,7 @@ class _Reader:
             seed=seed,
             concurrency=concurrency,
             tolerances=tolerances,
+            mcp=self.mcp,
         )
 
     # -- one task ------------------------------------------------------------------------------
@@ -419,7 +424,7 @@ class _Reader:
         if names is None:
             return None
         unknown = [n for n in names if n not in tools]
-        if unknown and len(tools):
+        if unknown and len(tools) and not self.mcp:  # else checked when the servers have listed their tools
             self.add(f"{where}.tools", f"not among the task's tools: {', '.join(unknown)}")
         return ToolExpectation(match=cast(MatchMode, match), tools=tuple(names)) if match else None
 

@@ -1,5 +1,7 @@
 """Running a suite: every task as many times as it asks, concurrently within a bound, each run
-isolated (fresh models, its own fault profile and seed), then checked and measured."""
+isolated (fresh models, its own fault profile and seed), then checked and measured. The suite's MCP
+servers are the one thing the runs share: started once, before the first run, and stopped after the
+last."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from planexec.errors import Problem, UsageError
 from planexec.eval._faults import describe_faults, run_seed, seeded_profile
 from planexec.eval._limits import MAX_CONCURRENCY, MAX_SEED, number_problem, shape_problems
 from planexec.eval._matchers import CheckOutcome, check_answer, judge_answer, match_tools
+from planexec.eval._mcp import served_tools
 from planexec.eval._metrics import RunMetrics, Trace, trace_of
 from planexec.eval._refs import fresh_model
 from planexec.eval._report import EvalReport, RunReport, TaskReport, summarize
@@ -74,22 +77,27 @@ class ProgressSink(Protocol):
 async def run_suite(
     suite: Suite, settings: EvalSettings | None = None, *, progress: ProgressSink | None = None
 ) -> EvalReport:
-    """Run every task of ``suite`` and return the report (a failed run is a result, not an error)."""
+    """Run every task of ``suite`` and return the report (a failed run is a result, not an error).
+
+    The suite's MCP servers are started first and stopped at the end; one that cannot start, or
+    whose tools do not fit the tasks, is a :class:`SuiteInvalid` raised before any run."""
     settings = settings or EvalSettings()
     seed = settings.seed if settings.seed is not None else suite.seed
     limit = asyncio.Semaphore(settings.concurrency or suite.concurrency)
 
-    async def one(task: Task, index: int) -> RunReport:
-        async with limit:
-            if progress is not None:
-                progress.started(task.id, index)
-            report = await _run_one(suite, task, index, settings, seed)
-            if progress is not None:
-                progress.finished(report)
-            return report
+    async with served_tools(suite) as served:
 
-    jobs = [one(task, index) for task in suite.tasks for index in range(task.repeat)]
-    runs = await asyncio.gather(*jobs)
+        async def one(task: Task, index: int) -> RunReport:
+            async with limit:
+                if progress is not None:
+                    progress.started(task.id, index)
+                report = await _run_one(suite, task, index, settings, seed, served)
+                if progress is not None:
+                    progress.finished(report)
+                return report
+
+        jobs = [one(task, index) for task in suite.tasks for index in range(task.repeat)]
+        runs = await asyncio.gather(*jobs)
     tasks = tuple(
         TaskReport(
             id=task.id,
@@ -112,12 +120,14 @@ async def run_suite(
     )
 
 
-async def _run_one(suite: Suite, task: Task, index: int, settings: EvalSettings, seed: int) -> RunReport:
+async def _run_one(
+    suite: Suite, task: Task, index: int, settings: EvalSettings, seed: int, served: tuple[Tool, ...]
+) -> RunReport:
     faults = settings.faults if settings.faults is not None else task.faults
     this_seed = run_seed(seed, task.id, index)
     try:
         profile = seeded_profile(faults, this_seed) if faults is not None else None
-        result = await _execute(suite, task, index, settings, profile, this_seed)
+        result = await _execute(suite, task, index, settings, profile, this_seed, served)
     except Exception as e:  # building the run failed (a model factory, a fault profile …): the run fails
         return _broken(task, index, _redactor(settings).redact_text(f"{type(e).__name__}: {e}"))
     trace = trace_of(result, profile)
@@ -160,9 +170,15 @@ def _model(spec: ModelSpec, role: str, wrap: Callable[[Model, str], Model]) -> M
 
 
 async def _execute(
-    suite: Suite, task: Task, index: int, settings: EvalSettings, profile: FaultProfile | None, seed: int
+    suite: Suite,
+    task: Task,
+    index: int,
+    settings: EvalSettings,
+    profile: FaultProfile | None,
+    seed: int,
+    served: tuple[Tool, ...],
 ) -> RunResult | ReactResult:
-    tools: list[Tool] = list(task.tools)
+    tools: list[Tool] = [*task.tools, *served]
     if profile is not None:
         tools = list(profile.wrap_tools(tools))
     wrap = _wrapper(profile)

@@ -35,6 +35,7 @@ __all__ = [
     "MatchMode",
     "ModelSpec",
     "Suite",
+    "SuiteInvalid",
     "Task",
     "Tolerances",
     "ToolExpectation",
@@ -52,6 +53,10 @@ built in Python, a function that returns a fresh model for each run."""
 
 FaultSpec: TypeAlias = "str | Mapping[str, Any]"
 """A fault profile's name, or its fields as a mapping (see :mod:`planexec.faults`)."""
+
+
+class SuiteInvalid(UsageError):
+    """A suite has problems; every one found is in ``problems``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,6 +187,10 @@ class Suite:
     seed: int = 0
     concurrency: int = 4
     tolerances: Tolerances = field(default_factory=Tolerances)
+    mcp: tuple[str, ...] = ()
+    """MCP servers whose tools every task may use: command lines (spawned from ``root``), or
+    ``http://`` or ``https://`` URLs. A run of the suite starts them once, lists their tools, and
+    stops them at the end."""
 
     def __post_init__(self) -> None:
         problems = _count_problems(self, (("seed", 0, MAX_SEED), ("concurrency", 1, MAX_CONCURRENCY)))

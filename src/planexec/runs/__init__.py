@@ -18,6 +18,7 @@ from planexec.runs._spec import (
     Recorded,
     build_agent,
     dropped_settings,
+    read_mcp_servers,
     recorded_spec,
 )
 from planexec.runs._stored import (
@@ -53,6 +54,7 @@ __all__ = [
     "parse_age",
     "pick_question",
     "question_about",
+    "read_mcp_servers",
     "read_run",
     "recorded_spec",
     "resume",

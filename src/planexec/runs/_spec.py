@@ -52,6 +52,7 @@ __all__ = [
     "Recorded",
     "build_agent",
     "dropped_settings",
+    "read_mcp_servers",
     "recorded_spec",
 ]
 
@@ -308,6 +309,15 @@ def mcp_toolsets(
             continue
         toolsets.append(MCPToolset(server=MCPStdio(command=words[0], args=tuple(words[1:]), cwd=cwd)))
     return toolsets
+
+
+def read_mcp_servers(servers: Sequence[str], cwd: str | None) -> tuple[list[MCPToolset], list[Problem]]:
+    """The toolsets of MCP servers given as texts (a command line, or an http:// or https:// URL;
+    the forms of ``AgentSpec.mcp``), not yet open; and every problem with the texts, each under
+    ``mcp 'TEXT'``."""
+    problems = Problems()
+    toolsets = mcp_toolsets(servers, cwd, problems)
+    return toolsets, list(problems)
 
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
