@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pydantic
 import pytest
 
 pytest.importorskip("mcp")
@@ -109,12 +108,6 @@ def raw_server(tools: list[dict[str, Any]], result: dict[str, Any] | None = None
     return MCPToolset(server=MCPStdio(command=sys.executable, args=tuple(args)), connect_timeout=20)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pydantic.ValidationError,
-    reason="the SDK refuses the whole listing (a pydantic ValidationError) before planexec sees the tool; "
-    "MCPToolset.refresh does not yet turn that into a ToolDefinitionError",
-)
 async def test_an_input_schema_that_is_not_an_object_is_a_typed_error_naming_the_tool() -> None:
     tools = [
         {"name": "fine", "inputSchema": {"type": "object"}},
@@ -127,7 +120,10 @@ async def test_an_input_schema_that_is_not_an_object_is_a_typed_error_naming_the
     finally:
         await toolset.close()
     assert isinstance(caught.value, ToolDefinitionError)
-    assert "words" in str(caught.value)
+    assert "sent a tool listing planexec cannot read" in caught.value.summary
+    assert [(p.where, p.message) for p in caught.value.problems] == [
+        ("words: inputSchema.type", "Input should be 'object'")
+    ]
 
 
 # -- results that do not match the declared output schema ------------------------------------------
@@ -168,9 +164,10 @@ async def test_a_result_off_its_output_schema_fails_the_step_and_is_not_tried_ag
     assert count.error is not None
     assert mute.error is not None
     # The SDK's client checks the result against the schema the tool declared; the step fails
-    # with its words (a ToolError: the server's answer is wrong, trying again will not mend it).
+    # saying so (a ToolError: the server's answer is wrong, trying again will not mend it).
     assert count.error.kind == "tool_error"
-    assert "Invalid structured content returned by tool count: 'many' is not of type 'integer'" in count.error.message
+    assert "answered count with a result that does not fit the output schema it declared" in count.error.message
+    assert "'many' is not of type 'integer'" in count.error.message
     assert mute.error.kind == "tool_error"
     assert "Tool mute has an output schema but did not return structured content" in mute.error.message
     assert (count.attempts, mute.attempts) == (1, 1)

@@ -120,7 +120,18 @@ class MCPToolset:
         listed: list[Any] = []
         cursor: str | None = None
         for _ in range(100):  # a server that pages forever is cut off
-            page = await asyncio.wait_for(client.list_tools(cursor=cursor, cache_mode="refresh"), self.connect_timeout)
+            try:
+                page = await asyncio.wait_for(
+                    client.list_tools(cursor=cursor, cache_mode="refresh"), self.connect_timeout
+                )
+            except TimeoutError:
+                raise TransientToolError(
+                    f"the MCP server {self._label} did not list its tools within {self.connect_timeout:g} s"
+                ) from None
+            except Exception as e:
+                if _is_connection_error(e):
+                    raise TransientToolError(f"the MCP server {self._label} went away: {_why(e)}") from None
+                raise await self._unreadable(client, cursor, e) from None
             listed += page.tools
             cursor = page.next_cursor
             if cursor is None:
@@ -145,6 +156,43 @@ class MCPToolset:
             raise ToolDefinitionError(f"the MCP server {self._label} offers tools planexec cannot use", problems)
         self._listed, self._names, self._listed_once = tuple(tools), names, True
         self.changed = self._asked != asked  # said again while listing: list once more
+
+    async def _unreadable(self, client: Any, cursor: str | None, error: Exception) -> ToolDefinitionError:
+        """A listing the SDK could not read (a tool that breaks the protocol's own schema, such as
+        an input schema that is not an object): every problem, each under its tool's name when
+        the raw listing says it."""
+        import pydantic
+
+        summary = f"the MCP server {self._label} sent a tool listing planexec cannot read"
+        if not isinstance(error, pydantic.ValidationError):
+            return ToolDefinitionError(summary, [Problem(code="mcp", where="tools/list", message=_why(error))])
+        names = await self._raw_names(client, cursor)
+        problems = []
+        for found in error.errors()[:20]:
+            loc = list(found.get("loc", ()))
+            where = "tools/list"
+            if len(loc) >= 2 and loc[0] == "tools" and isinstance(loc[1], int):
+                index = loc[1]
+                tool = names[index] if index < len(names) else f"tool {index + 1} of the listing"
+                where = ": ".join(x for x in (tool, ".".join(map(str, loc[2:]))) if x)
+            problems.append(Problem(code="mcp", where=where, message=clip(str(found.get("msg", "")), 300)))
+        return ToolDefinitionError(summary, problems)
+
+    async def _raw_names(self, client: Any, cursor: str | None) -> list[str]:
+        """The tools' names as the server sent them, read as plain JSON (for error messages only:
+        the SDK has no public way to a listing it cannot read, so none is named when this fails)."""
+        send = getattr(getattr(client.session, "_dispatcher", None), "send_raw_request", None)
+        if send is None:
+            return []
+        try:
+            params = {"cursor": cursor} if cursor is not None else None
+            raw = await asyncio.wait_for(send("tools/list", params, {}), self.connect_timeout)
+        except Exception:
+            return []
+        tools = raw.get("tools") if isinstance(raw, dict) else None
+        if not isinstance(tools, list):
+            return []
+        return [clip(str(t.get("name")), 80) if isinstance(t, dict) else "?" for t in tools]
 
     async def close(self) -> None:
         """End the connection (the server process, for stdio, is stopped)."""
@@ -186,7 +234,7 @@ class MCPToolset:
     @property
     def _label(self) -> str:
         label = getattr(self.server, "label", None)
-        return label if isinstance(label, str) else type(self.server).__name__
+        return clip(label, 160) if isinstance(label, str) else type(self.server).__name__
 
     async def _connected(self) -> Any:
         if self._lock is None:
@@ -334,6 +382,11 @@ class MCPToolset:
             if self._holder is None or self._holder.done() or _is_connection_error(e):
                 await self._drop(client)
                 raise TransientToolError(f"the MCP server {self._label} went away during the call: {_why(e)}") from None
+            if isinstance(e, RuntimeError) and "structured content" in str(e):  # the SDK checked the result
+                raise ToolError(
+                    f"the MCP server {self._label} answered {remote} with a result that does not fit the output "
+                    f"schema it declared: {clip(str(e), 500)}"
+                ) from None
             raise ToolError(f"the MCP server {self._label} refused the call: {_why(e)}") from None
         await self._settled()
         return _output(result)
