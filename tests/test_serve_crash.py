@@ -46,3 +46,30 @@ def test_a_server_killed_mid_run_finishes_the_run_when_started_again_with_no_eff
     ledger = read_ledger(tmp_path / "ledger.jsonl")
     assert [(e["amount"], e["new"]) for e in ledger] == [(7, True), (-7, True)]
     assert len({e["key"] for e in ledger}) == 2
+
+
+def test_a_server_stopped_mid_run_leaves_the_run_unfinished_and_goes_on_with_it_when_started_again(
+    tmp_path: Path,
+) -> None:
+    agents = [write_agent(tmp_path, "payer", [CHARGE_PLAN, {"answer": "paid and refunded"}])]
+    first = Server(tmp_path, agents).start()
+    try:
+        with first.client() as api:
+            run_id = api.post("/v1/runs", json={"agent": "payer", "goal": "pay, wait, refund"}).json()["run_id"]
+            wait_for(lambda: first.reached(run_id), what="the run to reach its gate")
+    finally:
+        first.kill(signal.SIGTERM)
+    assert first.process is not None and first.process.returncode == -signal.SIGTERM  # uvicorn ends as signalled
+    (tmp_path / "gates" / f"{run_id}.reached").unlink()
+    second = Server(tmp_path, agents).start()
+    try:
+        with second.client() as api:
+            stopped = api.get(f"/v1/runs/{run_id}").json()
+            assert stopped["stop"] is None
+            wait_for(lambda: second.reached(run_id), what="the restarted server to go on with the run")
+            second.open_gate(run_id)
+            done = wait_for(run_status(api, run_id, "finished"), what="the run to finish")
+            assert done["stop"]["kind"] == "goal_met"
+    finally:
+        second.kill(signal.SIGTERM)
+    assert [(e["amount"], e["new"]) for e in read_ledger(tmp_path / "ledger.jsonl")] == [(7, True), (-7, True)]
