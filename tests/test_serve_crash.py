@@ -59,7 +59,8 @@ def test_a_server_stopped_mid_run_leaves_the_run_unfinished_and_goes_on_with_it_
             wait_for(lambda: first.reached(run_id), what="the run to reach its gate")
     finally:
         first.kill(signal.SIGTERM)
-    assert first.process is not None and first.process.returncode == -signal.SIGTERM  # uvicorn ends as signalled
+    assert first.process is not None
+    assert first.process.returncode == -signal.SIGTERM  # uvicorn ends as signalled, after the app shut down
     (tmp_path / "gates" / f"{run_id}.reached").unlink()
     second = Server(tmp_path, agents).start()
     try:
