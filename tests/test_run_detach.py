@@ -5,6 +5,7 @@ same exactly-once rules as after a crash."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -49,7 +50,7 @@ class World:
         return [charge, email]
 
 
-def replies(step: dict[str, object]) -> list[object]:
+def replies(step: dict[str, Any]) -> list[Any]:
     return [{"steps": [step]}, {"answer": "done"}]
 
 
