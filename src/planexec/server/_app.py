@@ -38,6 +38,7 @@ from planexec.server._views import (
     RunSummary,
     agent_of,
     detail,
+    detail_of_summary,
     pending_summary,
     question,
     summary,
@@ -400,12 +401,12 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         return RunList(runs=page, next_cursor=_cursor(page[-1]) if more and page else None)
 
     @api.get("/v1/runs/{run_id}", tags=["runs"], responses={404: {"description": "No such run"}})
-    async def get_run(run_id: str) -> RunDetail | RunSummary:
+    async def get_run(run_id: str) -> RunDetail:
         """A run: its state, plan versions, steps, usage, cost and open questions."""
         _checked_id(run_id, "run_id")
         early = not_stored(run_id)
         if early is not None:
-            return early
+            return detail_of_summary(early)
         log = await run_log(run_id)
         return detail(RunState.fold(log), log)
 

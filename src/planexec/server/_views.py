@@ -276,3 +276,18 @@ def detail(state: RunState, events: Sequence[Event]) -> RunDetail:
         questions=[question(state.run_id, r) for r in state.pending_approvals],
         events=len(events),
     )
+
+
+def detail_of_summary(base: RunSummary) -> RunDetail:
+    """The detail of a run that has no log yet (accepted, waiting for a worker; or one that could
+    not begin): what its summary says, no plan, no step."""
+    return RunDetail(
+        **base.model_dump(exclude={"steps", "questions"}),
+        answer=None,
+        constraints=[],
+        plans=[],
+        steps=[],
+        usage=Usage(model_calls=0, input_tokens=0, output_tokens=0, tool_calls=0, cost=0.0),
+        questions=[],
+        events=0,
+    )
