@@ -241,11 +241,14 @@ class Workers:
                     self._note_failed_start(run_id, e)
                     return
                 self.live[run_id] = run
-                self.pending.pop(run_id, None)
                 if run_id in self._cancel:
                     run.cancel()
                 try:
+                    seen = 0
                     async for _event in run.events():
+                        seen += 1
+                        if seen == 2:  # its first event has reached the store: it reads as any stored run
+                            self.pending.pop(run_id, None)
                         self.changed(run_id)
                     with contextlib.suppress(UsageError):  # detached as the server stopped: left unfinished
                         await run.result()
@@ -344,7 +347,7 @@ class Workers:
         self._watchers.clear()
         await asyncio.gather(*(run.detach() for run in list(self.live.values())), return_exceptions=True)
         for run_id, task in list(self._tasks.items()):
-            if run_id in self.pending:
+            if run_id in self.pending and run_id not in self.live:
                 task.cancel()
         waiting = [t for rid, t in self._tasks.items() if rid in self.live or rid in self.pending]
         if waiting:
