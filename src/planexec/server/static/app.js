@@ -45,7 +45,7 @@ function tokenForm(problem = null) {
     "form",
     { class: "card token-form", "aria-labelledby": "token-title" },
     h("h1", { id: "token-title" }, "Sign in"),
-    h("p", {}, "Paste the token `planexec serve` printed, or the one in its token file (", h("code", {}, "--token-file"), ")."),
+    h("p", {}, "Paste the token ", h("code", {}, "planexec serve"), " printed, or the one in its token file (", h("code", {}, "--token-file"), ")."),
     h("label", { for: input.id }, "Token"),
     input,
     h("div", { class: "actions" }, h("button", { type: "submit", class: "primary" }, "Continue")),
