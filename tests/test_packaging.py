@@ -121,14 +121,17 @@ def test_the_package_installs_into_a_fresh_environment(dist: Dist, tmp_path: Pat
         )
 
 
-WEB_PAGE = ("index.html", "style.css", "app.js", "api.js", "ui.js", "dag.js", "runs.js", "run.js", "inbox.js")
+WEB_PAGE = (
+    "index.html",
+    *(f"assets/{name}" for name in ("style.css", "app.js", "api.js", "ui.js", "dag.js", "runs.js", "run.js", "inbox.js")),
+)
 
 
 @pytest.mark.install
 def test_the_wheel_and_the_sdist_ship_the_web_page(dist: Dist) -> None:
     """``planexec serve``'s page works offline: its files are in the package, not on a CDN."""
     static = ROOT / "src" / "planexec" / "server" / "static"
-    assert sorted(p.name for p in static.iterdir()) == sorted(WEB_PAGE)
+    assert sorted(str(p.relative_to(static)) for p in static.rglob("*") if p.is_file()) == sorted(WEB_PAGE)
     with zipfile.ZipFile(dist.wheel) as wheel:
         names = set(wheel.namelist())
     with tarfile.open(dist.sdist) as sdist:

@@ -13,11 +13,12 @@ _REQUIREMENTS = {
     "anthropic": "anthropic>=2.0",
     "postgres": "psycopg[binary]>=3.1",
     "mcp": "mcp>=2.3,<3",
+    "server": "fastapi>=0.115 uvicorn>=0.30",
 }
 
 
 def install_hint(extra: str) -> str:
-    """How to install ``extra`` (``openai``, ``anthropic``, ``postgres`` or ``mcp``)."""
+    """How to install ``extra`` (``openai``, ``anthropic``, ``postgres``, ``mcp`` or ``server``)."""
     return (
         f"install planexec's {extra} extra — pip install -e '.[{extra}]' in a clone of planexec — "
         f"or pip install '{_REQUIREMENTS[extra]}'"

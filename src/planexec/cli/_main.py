@@ -61,6 +61,11 @@ COMMANDS: dict[str, _Command] = {
     "run": _Command("_run", "run", "Run GOAL with a planner model, tools and budgets."),
     "runs": _Command("_listing", "runs", "List the runs in the store, newest first."),
     "schema": _Command("_schema", "schema", "Print the JSON Schema of a plan (versioned)."),
+    "serve": _Command(
+        "_serve",
+        "serve",
+        "Serve the HTTP API and its web page: start runs, follow their events, answer their questions.",
+    ),
     "show": _Command(
         "_listing",
         "show",

@@ -11,7 +11,17 @@ Needs the ``mcp`` extra (``pip install 'planexec[mcp]'``).
 
 from planexec.hosting._host import AgentSource
 from planexec.hosting._server import mcp_server, require_mcp
-from planexec.hosting._serving import DEFAULT_PORT, MAX_BODY_BYTES, http_app, is_loopback, serve_http, serve_stdio
+from planexec.hosting._serving import (
+    DEFAULT_PORT,
+    MAX_BODY_BYTES,
+    App,
+    BearerGuard,
+    http_app,
+    is_loopback,
+    serve_asgi,
+    serve_http,
+    serve_stdio,
+)
 from planexec.hosting._token import TOKEN_ENV, Token, default_token_path, server_token
 from planexec.hosting._views import (
     AnswerView,
@@ -29,6 +39,8 @@ __all__ = [
     "TOKEN_ENV",
     "AgentSource",
     "AnswerView",
+    "App",
+    "BearerGuard",
     "OutcomeView",
     "QuestionView",
     "RunDetailView",
@@ -41,6 +53,7 @@ __all__ = [
     "is_loopback",
     "mcp_server",
     "require_mcp",
+    "serve_asgi",
     "serve_http",
     "serve_stdio",
     "server_token",

@@ -15,7 +15,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-__all__ = ["DEFAULT_PORT", "MAX_BODY_BYTES", "http_app", "is_loopback", "serve_http", "serve_stdio"]
+__all__ = [
+    "DEFAULT_PORT",
+    "MAX_BODY_BYTES",
+    "App",
+    "BearerGuard",
+    "http_app",
+    "is_loopback",
+    "serve_asgi",
+    "serve_http",
+    "serve_stdio",
+]
 
 DEFAULT_PORT = 8765
 MAX_BODY_BYTES = 1_048_576
@@ -40,15 +50,31 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class _Bearer:
-    """An ASGI app that lets a request through to ``app`` only with ``Authorization: Bearer TOKEN``
-    (compared in constant time); any other gets 401 before its body is read."""
+UNAUTHORIZED = {"error": "unauthorized: send the server's token as Authorization: Bearer TOKEN"}
+"""What the MCP server answers a request without the token."""
 
-    def __init__(self, app: App, token: str) -> None:
+
+class BearerGuard:
+    """An ASGI app that lets an HTTP request through to ``app`` only with ``Authorization: Bearer
+    TOKEN`` (compared in constant time); any other gets 401 with ``unauthorized`` as its JSON body,
+    before its body is read. ``is_open(path)`` names paths that need no token (a health check)."""
+
+    def __init__(
+        self,
+        app: App,
+        token: str,
+        *,
+        unauthorized: Any = None,
+        is_open: Callable[[str], bool] | None = None,
+    ) -> None:
         self._app = app
         self._token = token.encode("ascii")
+        self._body = json.dumps(UNAUTHORIZED if unauthorized is None else unauthorized).encode()
+        self._is_open = is_open
 
     def _allowed(self, scope: Scope) -> bool:
+        if self._is_open is not None and self._is_open(str(scope.get("path", ""))):
+            return True
         given = b""
         for name, value in scope.get("headers", ()):
             if name.lower() == b"authorization":
@@ -62,19 +88,18 @@ class _Bearer:
         if scope["type"] != "http" or self._allowed(scope):
             await self._app(scope, receive, send)
             return
-        body = json.dumps({"error": "unauthorized: send the server's token as Authorization: Bearer TOKEN"}).encode()
         await send(
             {
                 "type": "http.response.start",
                 "status": 401,
                 "headers": [
                     (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
+                    (b"content-length", str(len(self._body)).encode()),
                     (b"www-authenticate", b'Bearer realm="planexec"'),
                 ],
             }
         )
-        await send({"type": "http.response.body", "body": body})
+        await send({"type": "http.response.body", "body": self._body})
 
 
 def http_app(
@@ -86,7 +111,43 @@ def http_app(
     app: App = server.streamable_http_app(
         streamable_http_path=path, max_request_body_size=max_body, host=host.strip("[]")
     )
-    return _Bearer(app, token)
+    return BearerGuard(app, token)
+
+
+async def serve_asgi(
+    app: App,
+    *,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    path: str = "/",
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve the ASGI ``app`` with uvicorn on ``host``:``port`` until the process is told to stop
+    (SIGINT, SIGTERM). ``on_ready`` is told the URL (ending in ``path``) once the socket listens
+    (with ``port=0``, the port chosen)."""
+    import uvicorn
+
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+        sock.setblocking(False)
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=SHUTDOWN_GRACE,
+            lifespan="on",
+        )
+        bound = sock.getsockname()[1]
+        shown = f"[{host.strip('[]')}]" if family == socket.AF_INET6 else host
+        if on_ready is not None:
+            on_ready(f"http://{shown}:{bound}{path}")
+        await uvicorn.Server(config).serve(sockets=[sock])
+    finally:
+        sock.close()
 
 
 async def serve_http(
@@ -102,29 +163,8 @@ async def serve_http(
     """Serve ``server`` over streamable HTTP until the process is told to stop (SIGINT, SIGTERM).
 
     ``on_ready`` is told the URL once the socket listens (with ``port=0``, the port chosen)."""
-    import uvicorn
-
-    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host.strip("[]"), port))
-        sock.listen(128)
-        sock.setblocking(False)
-        config = uvicorn.Config(
-            http_app(server, token=token, path=path, host=host, max_body=max_body),
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=SHUTDOWN_GRACE,
-            lifespan="on",
-        )
-        bound = sock.getsockname()[1]
-        shown = f"[{host.strip('[]')}]" if family == socket.AF_INET6 else host
-        if on_ready is not None:
-            on_ready(f"http://{shown}:{bound}{path}")
-        await uvicorn.Server(config).serve(sockets=[sock])
-    finally:
-        sock.close()
+    app = http_app(server, token=token, path=path, host=host, max_body=max_body)
+    await serve_asgi(app, host=host, port=port, path=path, on_ready=on_ready)
 
 
 async def serve_stdio(server: MCPServer[Any]) -> None:

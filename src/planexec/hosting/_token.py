@@ -1,5 +1,6 @@
 """The bearer token an HTTP server asks of every request: from a file, from the environment, or
-generated once into a file only its owner can read, beside the default store."""
+generated once into a file only its owner can read, beside the default store. The MCP server and
+the HTTP API each have their own variable and file (``TOKEN_ENV``/``mcp-token`` for the MCP server)."""
 
 from __future__ import annotations
 
@@ -31,10 +32,10 @@ class Token:
     created: bool = False
 
 
-def default_token_path() -> Path:
-    """``mcp-token`` in planexec's data folder, beside the default store
+def default_token_path(name: str = "mcp-token") -> Path:
+    """The file ``name`` in planexec's data folder, beside the default store
     (``$XDG_DATA_HOME/planexec/``, else ``~/.local/share/planexec/``)."""
-    return default_store_path().parent / "mcp-token"
+    return default_store_path().parent / name
 
 
 def _checked(value: str, source: str) -> str:
@@ -61,19 +62,27 @@ def _read(path: Path, source: str) -> str:
     return _checked(text, source)
 
 
-def server_token(token_file: Path | None = None, *, environ: Mapping[str, str] | None = None) -> Token:
-    """The token: read from ``token_file``; else ``$PLANEXEC_MCP_TOKEN``; else read from
-    :func:`default_token_path`, generated there (readable by its owner only) when missing.
+def server_token(
+    token_file: Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    env_name: str = TOKEN_ENV,
+    default_file: Path | None = None,
+) -> Token:
+    """The token: read from ``token_file``; else from the variable ``env_name``
+    (``$PLANEXEC_MCP_TOKEN`` by default); else read from ``default_file``
+    (:func:`default_token_path` by default), generated there (readable by its owner only) when
+    missing.
 
     Raises :class:`~planexec.UsageError` for a token that is too short, or a file that cannot be read.
     """
     env = os.environ if environ is None else environ
     if token_file is not None:
         return Token(value=_read(token_file, f"--token-file {token_file}"), source=f"the file {token_file}")
-    given = env.get(TOKEN_ENV, "")
+    given = env.get(env_name, "")
     if given.strip():
-        return Token(value=_checked(given, f"${TOKEN_ENV}"), source=f"${TOKEN_ENV}")
-    path = default_token_path()
+        return Token(value=_checked(given, f"${env_name}"), source=f"${env_name}")
+    path = default_file if default_file is not None else default_token_path()
     if path.exists():
         return Token(value=_read(path, str(path)), source=f"the file {path}")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,31 @@
+"""Serving the API with uvicorn on a socket."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from planexec.hosting import serve_asgi
+from planexec.server._app import AppSettings, build_app
+from planexec.server._identity import DEFAULT_PORT
+from planexec.server._workers import Workers
+from planexec.store import RunStore
+
+__all__ = ["serve"]
+
+
+async def serve(
+    store: RunStore,
+    settings: AppSettings,
+    *,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    on_ready: Callable[[str], None] | None = None,
+) -> int:
+    """Serve the API over ``store`` until the process is told to stop (SIGINT, SIGTERM); return how
+    many runs were still under way. Those are left as they are (not cancelled), to be picked up
+    when a server with the same instance id starts: a process that serves should end without
+    cancelling its remaining tasks (``os._exit``) when there are any."""
+    workers = Workers(store, {a.name: a for a in settings.agents}, instance=settings.instance, workers=settings.workers)
+    app = build_app(store, settings, workers=workers)
+    await serve_asgi(app, host=host, port=port, path="/", on_ready=on_ready)
+    return workers.under_way()

@@ -1,0 +1,342 @@
+"""Running goals in the server's process: each run an asyncio task, at most ``workers`` at once
+(the others wait their turn), every one recorded as this server's so that the next start picks
+up what a crash or a stop left unfinished. Watchers of a run are woken at each event it adds."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from planexec.errors import Problem, UsageError
+from planexec.log import Event, RunFinished, RunStarted, RunState, StopReason
+from planexec.runs import build_agent, load_run, recorded_spec, still_waiting
+from planexec.runs import resume as resume_stored
+from planexec.runtime import Agent, Approvals, Run
+from planexec.server._agents import ServedAgent
+from planexec.store import AppendConflict, RunStore
+
+__all__ = ["SERVE_KEY", "Pending", "Workers", "request_digest", "served_by"]
+
+SERVE_KEY = "serve"
+"""Where in a run's metadata the server records itself: its instance id, the agent's name, and the
+idempotency key and request digest the run was started with."""
+RECOVER_SCAN = 10_000
+"""At most this many unfinished runs are looked at when the server starts."""
+
+
+def request_digest(data: Mapping[str, Any]) -> str:
+    """A digest of a request's body, to tell a retried request from a different one."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def served_by(first: RunStarted) -> Mapping[str, Any]:
+    """What the server recorded with a run (empty for runs started elsewhere)."""
+    found = first.config.get(SERVE_KEY)
+    return found if isinstance(found, dict) else {}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pending:
+    """A run accepted but not started yet (waiting for a worker): not in the store yet."""
+
+    run_id: str
+    agent: str
+    goal: str
+    constraints: tuple[str, ...]
+    accepted_at: float
+    idempotency_key: str | None
+    digest: str
+
+
+def _problem(where: str, message: str, code: str) -> Problem:
+    return Problem(code=code, where=where, message=message)
+
+
+class Workers:
+    """The runs this server executes, over one store."""
+
+    def __init__(self, store: RunStore, agents: Mapping[str, ServedAgent], *, instance: str, workers: int = 4) -> None:
+        self.store = store
+        self.agents = dict(agents)
+        self.instance = instance
+        self._slots = asyncio.Semaphore(workers)
+        self.live: dict[str, Run] = {}
+        """Runs under way in this process."""
+        self.pending: dict[str, Pending] = {}
+        """New runs waiting for a worker."""
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._cancel: set[str] = set()
+        self._watchers: dict[str, set[asyncio.Event]] = {}
+        self._keys: dict[str, asyncio.Lock] = {}
+        self.failed_starts: dict[str, tuple[Pending, str]] = {}
+        """New runs whose agent could not begin (e.g. an MCP server that would not start), and why."""
+
+    # -- watching ---------------------------------------------------------------------------------
+
+    def watch(self, run_id: str) -> asyncio.Event:
+        """An event set each time run ``run_id`` changes here (forget it with :meth:`unwatch`)."""
+        flag = asyncio.Event()
+        self._watchers.setdefault(run_id, set()).add(flag)
+        return flag
+
+    def unwatch(self, run_id: str, flag: asyncio.Event) -> None:
+        watchers = self._watchers.get(run_id)
+        if watchers is not None:
+            watchers.discard(flag)
+            if not watchers:
+                del self._watchers[run_id]
+
+    def changed(self, run_id: str) -> None:
+        """Wake whoever watches run ``run_id``."""
+        for flag in self._watchers.get(run_id, ()):
+            flag.set()
+
+    def busy(self, run_id: str) -> bool:
+        """Whether this server runs ``run_id`` now (or is about to)."""
+        return run_id in self._tasks
+
+    # -- starting ---------------------------------------------------------------------------------
+
+    def key_lock(self, key: str) -> asyncio.Lock:
+        return self._keys.setdefault(key, asyncio.Lock())
+
+    @staticmethod
+    def run_id_for(key: str | None) -> str:
+        """A new run's id: derived from its idempotency key (so a retry finds the run), else random."""
+        if key is None:
+            return uuid.uuid4().hex
+        return "k" + hashlib.sha256(f"planexec-serve:{key}".encode()).hexdigest()[:31]
+
+    def start(
+        self,
+        agent: ServedAgent,
+        goal: str,
+        *,
+        constraints: Sequence[str],
+        budget: Mapping[str, float | None],
+        key: str | None,
+        digest: str,
+    ) -> Pending:
+        """Accept a goal: it starts as soon as a worker is free. Problems building the agent are
+        raised at once (:class:`~planexec.UsageError`), before anything is accepted."""
+        run_id = self.run_id_for(key)
+        built, every, metadata = agent.build(self.store, run_id, constraints=constraints, budget=budget)
+        served = {"instance": self.instance, "agent": agent.name, "digest": digest}
+        if key is not None:
+            served["idempotency_key"] = key
+        metadata = {**metadata, SERVE_KEY: served}
+        pending = Pending(
+            run_id=run_id,
+            agent=agent.name,
+            goal=goal,
+            constraints=every,
+            accepted_at=time.time(),
+            idempotency_key=key,
+            digest=digest,
+        )
+        self.pending[run_id] = pending
+
+        async def begin() -> Run:
+            await built.open()
+            return built.start(goal, constraints=every, run_id=run_id, metadata=metadata)
+
+        self._launch(run_id, begin, built)
+        return pending
+
+    def resume(self, run_id: str, log: list[Event]) -> None:
+        """Go on with a stored run here, with the agent it was started with (by name when this server
+        started it, else from the spec it recorded)."""
+        first = log[0]
+        assert isinstance(first, RunStarted)
+        name = served_by(first).get("agent")
+        agent = self.agents.get(name) if isinstance(name, str) else None
+        if agent is not None and agent.builder is not None:
+            built = agent.builder(self.store, run_id)
+
+            async def again() -> Run:
+                return await built.resume(run_id)
+
+            self._launch(run_id, again, built)
+            return
+
+        async def from_log() -> Run:
+            return await resume_stored(self.store, run_id, log=log)
+
+        self._launch(run_id, from_log, None)
+
+    def fork(self, run_id: str, log: list[Event], at: int, agent: ServedAgent | None) -> str:
+        """Replay run ``run_id`` up to event ``at`` and go on live from there as a new run (returned)."""
+        new_id = uuid.uuid4().hex
+        first = log[0]
+        assert isinstance(first, RunStarted)
+        metadata: dict[str, Any] = {SERVE_KEY: {"instance": self.instance, "agent": None, "forked_from": run_id}}
+
+        async def build() -> Agent:
+            if agent is not None:
+                built, _, spec_record = agent.build(self.store, new_id)
+                metadata.update(spec_record)
+                metadata[SERVE_KEY]["agent"] = agent.name
+                return built
+            name = served_by(first).get("agent")
+            known = self.agents.get(name) if isinstance(name, str) else None
+            if known is not None and known.builder is not None:
+                metadata[SERVE_KEY]["agent"] = known.name
+                return known.builder(self.store, new_id)
+            recorded = await recorded_spec(self.store, first)
+
+            metadata[SERVE_KEY]["agent"] = name
+            return build_agent(
+                recorded.spec,
+                store=self.store,
+                approvals=Approvals(deferred=True, plan=recorded.spec.approve_plan),
+                recorded=recorded,
+                used=log[:at],
+                needs_tools=first.tools,
+            )
+
+        async def replayed() -> None:
+            built = await build()
+            try:
+                await built.replay(run_id, fork_at=at, new_run_id=new_id, metadata=metadata)
+            finally:
+                await built.aclose()
+
+        self._tasks[new_id] = asyncio.create_task(self._drive_replay(new_id, replayed), name=f"fork:{new_id}")
+        return new_id
+
+    async def _drive_replay(self, run_id: str, replayed: Callable[[], Awaitable[None]]) -> None:
+        async with self._slots:
+            stop = asyncio.create_task(self._poke_while(run_id))
+            try:
+                await replayed()
+            except Exception:  # the fork's own log says how it ended, when it got that far
+                pass
+            finally:
+                stop.cancel()
+                self._tasks.pop(run_id, None)
+                self.changed(run_id)
+
+    async def _poke_while(self, run_id: str) -> None:
+        """Wake the watchers of a run whose events this process cannot follow, now and then."""
+        while True:
+            await asyncio.sleep(0.2)
+            self.changed(run_id)
+
+    def _launch(self, run_id: str, begin: Callable[[], Awaitable[Run]], agent: Agent | None) -> None:
+        self._tasks[run_id] = asyncio.create_task(self._drive(run_id, begin, agent), name=f"serve:{run_id}")
+
+    async def _drive(self, run_id: str, begin: Callable[[], Awaitable[Run]], agent: Agent | None) -> None:
+        try:
+            async with self._slots:
+                try:
+                    run = await begin()
+                except Exception as e:  # e.g. an MCP server that would not start: the run never began
+                    self._note_failed_start(run_id, e)
+                    return
+                self.live[run_id] = run
+                self.pending.pop(run_id, None)
+                if run_id in self._cancel:
+                    run.cancel()
+                try:
+                    async for _event in run.events():
+                        self.changed(run_id)
+                    await run.result()
+                finally:
+                    self.live.pop(run_id, None)
+                    if agent is not None:
+                        await agent.aclose()
+        finally:
+            self._tasks.pop(run_id, None)
+            self.pending.pop(run_id, None)
+            self._cancel.discard(run_id)
+            self.changed(run_id)
+
+    def _note_failed_start(self, run_id: str, error: Exception) -> None:
+        pending = self.pending.get(run_id)
+        if pending is not None:
+            self.failed_starts[run_id] = (pending, f"{type(error).__name__}: {error}")
+
+    # -- stopping ---------------------------------------------------------------------------------
+
+    async def cancel(self, run_id: str) -> None:
+        """Cancel a run: one this server runs stops (its log says ``cancelled``); a waiting one is
+        finished as cancelled. Raises :class:`~planexec.UsageError` (code ``finished``,
+        ``elsewhere``) when neither can be done."""
+        if run_id in self._tasks:
+            self._cancel.add(run_id)
+            live = self.live.get(run_id)
+            if live is not None:
+                live.cancel()
+            task = self._tasks.get(run_id)
+            if task is not None:
+                await asyncio.wait({task}, timeout=10)
+            return
+        for _ in range(5):
+            log = await load_run(self.store, run_id)
+            state = RunState.fold(log)
+            if state.finished:
+                raise UsageError(
+                    f"cannot cancel run {run_id!r}",
+                    [_problem("run_id", f"it has finished already ({state.stop})", "finished")],
+                )
+            if state.status != "waiting":
+                raise UsageError(
+                    f"cannot cancel run {run_id!r}",
+                    [
+                        _problem(
+                            "run_id",
+                            "it is running in another process: cancel it there (or resume it here first)",
+                            "elsewhere",
+                        )
+                    ],
+                )
+            stop = StopReason(kind="cancelled", detail="cancelled while waiting for a human")
+            try:
+                await self.store.append(run_id, [RunFinished(at=time.time(), stop=stop)], expected_seq=len(log))
+            except AppendConflict:
+                continue
+            self.changed(run_id)
+            return
+        raise UsageError(
+            f"cannot cancel run {run_id!r}", [_problem("run_id", "its log kept changing while it was written", "busy")]
+        )
+
+    # -- recovering -------------------------------------------------------------------------------
+
+    async def recover(self) -> list[str]:
+        """Go on with every unfinished run this server owned that waits for no one: what a crash or
+        a stop left under way. Returns their ids."""
+        picked: list[str] = []
+        for status in ("running", "waiting"):
+            for summary in await self.store.list_runs(status=status, limit=RECOVER_SCAN):
+                if summary.run_id in self._tasks:
+                    continue
+                try:
+                    log = await load_run(self.store, summary.run_id)
+                except UsageError:
+                    continue
+                first = log[0]
+                assert isinstance(first, RunStarted)
+                if served_by(first).get("instance") != self.instance:
+                    continue
+                state = RunState.fold(log)
+                if state.finished or still_waiting(state) or state.pending_approvals:
+                    continue
+                self.resume(summary.run_id, log)
+                picked.append(summary.run_id)
+        return picked
+
+    def under_way(self) -> int:
+        """How many runs this server is executing or about to."""
+        return len(self._tasks)
+
+    async def close(self) -> None:
+        """Forget the tasks without cancelling them: a cancelled run would be recorded as cancelled,
+        and a stopped server's runs are picked up again when it starts next."""
+        self._watchers.clear()
