@@ -123,11 +123,11 @@ class Screenshots:
 
     folder: Path
     extra: Path | None
-    prefix: str
     taken: list[Path] = field(default_factory=list)
 
     def take(self, page: Page, name: str) -> Path:
-        path = self.folder / f"{self.prefix}-{name}.png"
+        """Save the whole page as ``NAME.png`` (a name unique across the tests, for ``$PLANEXEC_SCREENSHOTS``)."""
+        path = self.folder / f"{name}.png"
         page.screenshot(path=str(path), full_page=True)
         self.taken.append(path)
         if self.extra is not None:
@@ -145,7 +145,7 @@ def screenshots(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Scre
     extra = Path(extra_dir) if extra_dir else None
     if extra is not None:
         extra.mkdir(parents=True, exist_ok=True)
-    shots = Screenshots(folder=folder, extra=extra, prefix=request.node.name.removeprefix("test_"))
+    shots = Screenshots(folder=folder, extra=extra)
     yield shots
     for path in shots.taken:
         request.node.user_properties.append(("screenshot", str(path)))

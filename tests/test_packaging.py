@@ -123,7 +123,10 @@ def test_the_package_installs_into_a_fresh_environment(dist: Dist, tmp_path: Pat
 
 WEB_PAGE = (
     "index.html",
-    *(f"assets/{name}" for name in ("style.css", "app.js", "api.js", "ui.js", "dag.js", "runs.js", "run.js", "inbox.js")),
+    *(
+        f"assets/{name}"
+        for name in ("style.css", "app.js", "api.js", "ui.js", "dag.js", "runs.js", "run.js", "inbox.js")
+    ),
 )
 
 

@@ -144,7 +144,7 @@ def test_a_run_started_in_the_page_updates_its_dag_live_and_its_sensitive_step_i
     expect(node(page, "gather_docs")).to_have_attribute("data-status", "running")
     expect(node(page, "publish")).to_have_attribute("data-status", "pending")
     expect(node(page, "gather_web")).to_contain_text("running")  # the status is written, not only coloured
-    screenshots.take(page, "1-running")
+    screenshots.take(page, "live-1-running")
 
     (gates / "web").touch()
     expect(node(page, "gather_web")).to_have_attribute("data-status", "succeeded")
@@ -156,13 +156,13 @@ def test_a_run_started_in_the_page_updates_its_dag_live_and_its_sensitive_step_i
     node(page, "gather_docs").focus()
     page.keyboard.press("Enter")  # a node is chosen with the keyboard: its details show
     expect(page.locator("#step-output")).to_have_text("notes from docs")
-    screenshots.take(page, "2-waiting")
+    screenshots.take(page, "live-2-waiting")
 
     # the inbox: Tab to the Approve button and press Enter
     page.get_by_role("link", name=re.compile("^Inbox")).click()
     card = page.locator("section.question", has_text=run_id)
     expect(card).to_contain_text("publish")
-    screenshots.take(page, "3-inbox")
+    screenshots.take(page, "live-3-inbox")
     approve = card.get_by_role("button", name="Approve")
     page.locator("body").focus()
     for _ in range(30):
@@ -179,7 +179,7 @@ def test_a_run_started_in_the_page_updates_its_dag_live_and_its_sensitive_step_i
     expect(node(page, "publish")).to_have_attribute("data-status", "succeeded")
     expect(page.locator(".answer")).to_contain_text("the weekly report is out")
     expect(page.locator('table.log tr[data-kind="run_finished"]')).to_have_count(1)
-    screenshots.take(page, "4-finished")
+    screenshots.take(page, "live-4-finished")
 
 
 def test_a_plan_edited_in_the_page_is_checked_and_its_diff_shown(
@@ -200,7 +200,7 @@ def test_a_plan_edited_in_the_page_is_checked_and_its_diff_shown(
     card.get_by_role("button", name="Approve edited plan").click()
     problems = card.locator(".problems")
     expect(problems).to_contain_text("first")
-    screenshots.take(page, "1-refused")
+    screenshots.take(page, "edit-1-refused")
 
     editor.fill(json.dumps([s for s in steps if s["id"] != "second"], indent=2))
     card.get_by_role("button", name="Approve edited plan").click()
@@ -210,6 +210,9 @@ def test_a_plan_edited_in_the_page_is_checked_and_its_diff_shown(
     expect(node(page, "second")).to_have_count(0)
     latest = page.locator("details.plan-version").first
     expect(latest).to_contain_text("by human")
-    expect(latest.locator(".diff .removed")).to_contain_text("second")
-    screenshots.take(page, "2-diff")
-    assert run_id
+    edit = latest.locator(".edit")
+    expect(edit).to_contain_text("Edited before approval")
+    expect(edit.locator(".diff .removed")).to_have_text(re.compile(r"second"))
+    expect(edit.locator(".diff .added, .diff .changed")).to_have_count(0)
+    screenshots.take(page, "edit-2-diff")
+    assert run_id in page.url

@@ -40,6 +40,8 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
   let refreshTimer = null;
   let stopped = false;
   const liveStatus = new Map(); // step id -> status from the event stream, ahead of the next fetch
+  const proposals = new Map(); // approval id -> {plan, version} a human was asked to approve
+  const edits = []; // {version, proposed, edited, by, reason}: plans a human edited before approving
 
   const header = h("div", { class: "run-head" });
   const actions = h("div", { class: "actions run-actions" });
@@ -238,6 +240,16 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
           ),
           plan.reason ? h("p", { class: "reason" }, "Reason: ", plan.reason) : null,
           diffView(plan, previous),
+          edits
+            .filter((edit) => edit.version === plan.version)
+            .map((edit) =>
+              h(
+                "div",
+                { class: "edit" },
+                h("h3", {}, "Edited before approval", edit.by ? ` (by ${edit.by})` : "", edit.reason ? ` — ${edit.reason}` : ""),
+                diffView({ version: plan.version, steps: edit.edited.steps, diff: planDiff(edit.proposed, edit.edited) }, edit.proposed),
+              ),
+            ),
         );
       }),
     );
@@ -322,6 +334,13 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
 
   const onEvent = (message) => {
     appendEvent(message);
+    const event = message.event ?? {};
+    if (message.kind === "approval_requested" && event.subject === "plan" && event.plan) {
+      proposals.set(event.approval_id, { plan: event.plan, version: event.plan_version ?? event.plan.version });
+    } else if (message.kind === "approval_decided" && event.edited_plan && proposals.has(event.approval_id)) {
+      const asked = proposals.get(event.approval_id);
+      edits.push({ version: event.edited_plan.version ?? asked.version, proposed: asked.plan, edited: event.edited_plan, by: event.by ?? "a human", reason: event.reason });
+    }
     const status = STEP_EVENTS[message.kind];
     if (status && message.event?.step_id) {
       liveStatus.set(message.event.step_id, status);
@@ -415,6 +434,17 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
 
 function isDone(status) {
   return ["succeeded", "failed", "cancelled", "dropped"].includes(status);
+}
+
+/** The ids of the steps added, removed and changed from plan `a` to plan `b`. */
+function planDiff(a, b) {
+  const before = new Map(a.steps.map((x) => [x.id, JSON.stringify(x)]));
+  const after = new Map(b.steps.map((x) => [x.id, JSON.stringify(x)]));
+  return {
+    added: [...after.keys()].filter((id) => !before.has(id)),
+    removed: [...before.keys()].filter((id) => !after.has(id)),
+    changed: [...after.keys()].filter((id) => before.has(id) && before.get(id) !== after.get(id)),
+  };
 }
 
 /** What changed from `previous` to `plan`: added, removed and changed steps, field by field. */
