@@ -72,6 +72,12 @@ EDIT_PLAN = {
 }
 
 
+expect.set_options(timeout=15_000)
+
+WAIT_PLAN = {"steps": [tool_step("wait", "gather", {"source": "never"})]}
+"""One step that runs until it is cancelled (its gate is never opened)."""
+
+
 def agent_spec(workdir: Path, name: str, replies: list[Any], module: str, **fields: Any) -> str:
     """Write a scripted planner and an agent spec using the test tools; returns ``NAME=spec.json``."""
     script = workdir / f"{name}-planner.json"
@@ -90,8 +96,9 @@ def agent_spec(workdir: Path, name: str, replies: list[Any], module: str, **fiel
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """``planexec serve`` with two agents: ``reporter`` (parallel steps, then a sensitive one) and
-    ``counter`` (its plans approved by a human), a SQLite store and a token file."""
+    """``planexec serve`` with three agents — ``reporter`` (parallel steps, then a sensitive one),
+    ``counter`` (its plans approved by a human) and ``waiter`` (a step that runs until cancelled) —
+    a SQLite store and a token file."""
     workdir = tmp_path_factory.mktemp("serve")
     gates = workdir / "gates"
     gates.mkdir()
@@ -100,6 +107,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     agents = [
         agent_spec(workdir, "reporter", [LIVE_PLAN, {"answer": "the weekly report is out"}], module),
         agent_spec(workdir, "counter", [EDIT_PLAN, {"answer": "counted"}], module, approve_plan=True),
+        agent_spec(workdir, "waiter", [WAIT_PLAN, {"answer": "waited"}], module),
     ]
     args = ["--store", f"sqlite:///{workdir / 'runs.db'}"]
     for agent in agents:
@@ -216,3 +224,42 @@ def test_a_plan_edited_in_the_page_is_checked_and_its_diff_shown(
     expect(edit.locator(".diff .added, .diff .changed")).to_have_count(0)
     screenshots.take(page, "edit-2-diff")
     assert run_id in page.url
+
+
+def test_a_run_is_cancelled_and_forked_from_an_event_through_keyboard_dialogs(
+    page: Page, served: Served, screenshots: Screenshots
+) -> None:
+    open_page(page, served)
+    run_id = start_run(page, "waiter", "Wait for a source that never comes")
+    expect(node(page, "wait")).to_have_attribute("data-status", "running")
+
+    cancel = page.get_by_role("button", name="Cancel run")
+    cancel.focus()
+    page.keyboard.press("Enter")
+    dialog = page.get_by_role("dialog", name="Cancel this run?")
+    expect(dialog).to_be_visible()
+    page.keyboard.press("Escape")  # keeps the run
+    expect(dialog).to_have_count(0)
+    expect(page.locator("#run-status")).to_have_attribute("data-status", "running")
+    cancel.focus()
+    page.keyboard.press("Enter")
+    expect(dialog).to_be_visible()
+    page.keyboard.press("Enter")  # the dialog's default button confirms
+    expect(page.locator("#run-status")).to_contain_text("cancelled")
+    expect(node(page, "wait")).to_have_attribute("data-status", "cancelled")
+    screenshots.take(page, "actions-1-cancelled")
+
+    # fork from the plan's event: the new run replays up to it, then runs the step again
+    proposed = page.locator('table.log tr[data-kind="plan_proposed"]')
+    seq = proposed.get_attribute("data-seq")
+    proposed.get_by_role("button", name="Fork here").click()
+    fork = page.get_by_role("dialog", name=f"Fork from event {seq}")
+    expect(fork.get_by_label("Agent")).to_have_value("waiter")
+    fork.get_by_role("button", name="Fork").click()
+    page.wait_for_url(re.compile(r"#/runs/(?!" + re.escape(run_id) + r"$)"))
+    expect(node(page, "wait")).to_have_attribute("data-status", "running")
+    expect(page.locator("table.log tbody tr").first).to_have_attribute("data-kind", "run_started")
+    screenshots.take(page, "actions-2-forked")
+    page.get_by_role("button", name="Cancel run").click()
+    page.get_by_role("dialog").get_by_role("button", name="Cancel run").click()
+    expect(page.locator("#run-status")).to_contain_text("cancelled")

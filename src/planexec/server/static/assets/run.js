@@ -39,6 +39,7 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
   let stream = null;
   let refreshTimer = null;
   let stopped = false;
+  let misses = 0; // 404s before the run was first seen
   const liveStatus = new Map(); // step id -> status from the event stream, ahead of the next fetch
   const proposals = new Map(); // approval id -> {plan, version} a human was asked to approve
   const edits = []; // {version, proposed, edited, by, reason}: plans a human edited before approving
@@ -295,13 +296,26 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
 
   const refresh = async () => {
     try {
-      run = await api(`/v1/runs/${encodeURIComponent(runId)}`);
+      const fetched = await api(`/v1/runs/${encodeURIComponent(runId)}`);
+      // a run accepted but not begun yet comes as a summary: no step records, plans or questions
+      run = {
+        ...fetched,
+        steps: Array.isArray(fetched.steps) ? fetched.steps : [],
+        plans: fetched.plans ?? [],
+        questions: Array.isArray(fetched.questions) ? fetched.questions : [],
+        usage: fetched.usage ?? {},
+      };
       // the fetched run is at least as new as the events seen before the request
       liveStatus.clear();
       if (!stopped) render();
       setInboxCount();
     } catch (error) {
-      if (error instanceof ApiError && error.status === 404) {
+      if (error instanceof ApiError && error.status === 404 && run === null && misses < 6) {
+        // a run just accepted may not be in the store for a moment: look again shortly
+        misses += 1;
+        await new Promise((resolve) => setTimeout(resolve, 300 * misses));
+        if (!stopped) await refresh();
+      } else if (error instanceof ApiError && error.status === 404) {
         fill(main, h("h1", {}, "No such run"), h("p", {}, h("code", {}, runId), " is not in this server's store."), h("a", { href: "#/" }, "Back to runs"));
         stopped = true;
         stream?.close();

@@ -164,6 +164,11 @@ export function mountRuns(main) {
         agents.map((a) => h("option", { value: a.name }, a.approve_plan ? `${a.name} (plans approved by you)` : a.name)),
       );
       for (const a of agents) agentFilter.append(h("option", { value: a.name }, a.name));
+      const offerExample = () => {
+        goal.placeholder = agents.find((a) => a.name === agent.value)?.example ?? "";
+      };
+      agent.addEventListener("change", offerExample);
+      offerExample();
       if (!agents.length) fill(startFeedback, h("p", {}, "This server has no agents."));
     })
     .catch((error) => {
