@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,12 +50,13 @@ class Run:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+        self._watchers: list[asyncio.Queue[Event | None]] = []
         self._task: asyncio.Task[RunState] = asyncio.create_task(engine.run(), name=f"run:{engine.run_id}")
         self._task.add_done_callback(self._closed)
 
     def _closed(self, task: asyncio.Task[RunState]) -> None:
-        if task.cancelled() and not self._engine.state.finished:  # cancelled before its loop started
-            self._engine.finish_unstarted()
+        if task.cancelled() and not self._engine.state.finished and not self._engine.detaching:
+            self._engine.finish_unstarted()  # cancelled before its loop started
 
     @property
     def run_id(self) -> str:
@@ -67,21 +69,27 @@ class Run:
 
     async def events(self) -> AsyncIterator[Event]:
         """Every event of the run, from the first, live until the run finishes."""
-        queue: asyncio.Queue[Event] = asyncio.Queue()
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
         for e in self._engine.events:
             queue.put_nowait(e)
+        if self._engine.detaching and self._task.done():
+            queue.put_nowait(None)
         self._engine.subscribe(queue.put_nowait)
+        self._watchers.append(queue)
         earlier = self._engine.history_length  # a resumed run's log holds earlier suspensions
         try:
             seen = 0
             while True:
                 event = await queue.get()
+                if event is None:  # detached: no more events in this process
+                    return
                 seen += 1
                 yield event
                 if isinstance(event, RunFinished) or (isinstance(event, RunSuspended) and seen > earlier):
                     return
         finally:
             self._engine.unsubscribe(queue.put_nowait)
+            self._watchers.remove(queue)
 
     async def result(self) -> RunResult:
         try:
@@ -89,12 +97,34 @@ class Run:
         except asyncio.CancelledError:
             if not self._task.done():
                 raise  # the caller was cancelled, not the run
-        if self._task.cancelled() and not self._engine.state.finished:
+        state = self._engine.state
+        if self._engine.detaching and not state.finished and state.suspended is None:
+            raise UsageError(f"run {self.run_id} was detached from this process unfinished: resume it to go on")
+        if self._task.cancelled() and not state.finished:
             self._engine.finish_unstarted()
-        return RunResult.from_state(self._engine.state, self._engine.events)
+        return RunResult.from_state(state, self._engine.events)
 
     def cancel(self) -> None:
         self._task.cancel()
+
+    async def detach(self) -> None:
+        """Stop working on the run in this process and leave it unfinished, as a process that
+        stops would: steps under way are cancelled without an outcome and nothing more is logged
+        (what was logged is saved first). Any process can ``resume`` it later; steps that were
+        under way are then handled as after a crash — re-run when that is safe (a read, an
+        idempotent call with the same key), otherwise asked about. A finished run is left as it
+        is. For a server that shuts down with runs under way, and a restart that picks them up."""
+        if self._task.done():
+            return
+        self._engine.detaching = True
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        for queue in self._watchers:
+            queue.put_nowait(None)
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
 
     def decide(
         self,

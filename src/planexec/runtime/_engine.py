@@ -153,6 +153,8 @@ class Engine:
         self.unaddressed: list[str] = []
         """Failed steps of the current plan that no patch has answered yet."""
         self._finished = self.state.finished
+        self.detaching = False
+        """This process leaves the run unfinished (``Run.detach``): a cancellation ends no run."""
         self.journal: Journal | None = None
         if store is not None:
             self.journal = Journal(store, run_id, persisted=len(self.events), on_foreign=self._foreign)
@@ -342,6 +344,10 @@ class Engine:
             await self._close_journal()
             return self.state
         except asyncio.CancelledError:
+            if self.detaching:  # left, not ended: the log stops here, as a stopped process's would
+                await self._shutdown("", log=False)
+                await self._close_journal()
+                raise
             await self._shutdown("run cancelled")
             self._finish(_Stop(StopReason(kind="cancelled", detail="the run was cancelled")))
             await self._close_journal()

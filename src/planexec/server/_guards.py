@@ -16,6 +16,9 @@ __all__ = ["MAX_BODY_BYTES", "ApiError", "BodyLimit", "error_body"]
 
 MAX_BODY_BYTES = 1_048_576
 """The largest request body the API reads (1 MiB)."""
+DRAIN_BYTES = 64 * 1_048_576
+"""How much of a refused body is taken off the socket (and dropped) so that the client, still
+sending it, gets to read the 413; past this, the connection is closed instead."""
 
 
 def error_body(code: str, message: str, problems: Sequence[Problem] = ()) -> dict[str, Any]:
@@ -37,6 +40,18 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.problems = tuple(problems)
+
+
+async def _drain(receive: Any) -> None:
+    """Take the rest of a refused body off the socket, keeping none of it (at most DRAIN_BYTES)."""
+    dropped = 0
+    while dropped <= DRAIN_BYTES:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        dropped += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 class _TooLarge(HTTPException):
@@ -63,6 +78,7 @@ class BodyLimit:
                     await self._refuse(send, 400, "bad_request", "Content-Length is not a number")
                     return
                 if declared > self._limit:
+                    await _drain(receive)
                     await self._refuse_large(send)
                     return
         seen = 0
@@ -74,6 +90,8 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self._limit:
+                    if message.get("more_body", False):
+                        await _drain(receive)
                     raise _TooLarge(413, f"the request body is larger than {self._limit:,} bytes")
             return message
 

@@ -5,6 +5,7 @@ up what a crash or a stop left unfinished. Watchers of a run are woken at each e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import time
@@ -246,7 +247,8 @@ class Workers:
                 try:
                     async for _event in run.events():
                         self.changed(run_id)
-                    await run.result()
+                    with contextlib.suppress(UsageError):  # detached as the server stopped: left unfinished
+                        await run.result()
                 finally:
                     self.live.pop(run_id, None)
                     if agent is not None:
@@ -333,10 +335,17 @@ class Workers:
         return picked
 
     def under_way(self) -> int:
-        """How many runs this server is executing or about to."""
+        """How many runs this server is still executing (forks replaying when it stops)."""
         return len(self._tasks)
 
     async def close(self) -> None:
-        """Forget the tasks without cancelling them: a cancelled run would be recorded as cancelled,
-        and a stopped server's runs are picked up again when it starts next."""
+        """Leave every run under way here unfinished (detached, not cancelled: a cancelled run would
+        be recorded as finished), for the next start to pick up; runs not begun yet are dropped."""
         self._watchers.clear()
+        await asyncio.gather(*(run.detach() for run in list(self.live.values())), return_exceptions=True)
+        for run_id, task in list(self._tasks.items()):
+            if run_id in self.pending:
+                task.cancel()
+        waiting = [t for rid, t in self._tasks.items() if rid in self.live or rid in self.pending]
+        if waiting:
+            await asyncio.wait(waiting, timeout=10)

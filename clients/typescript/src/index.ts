@@ -1,0 +1,1 @@
+export { parseEvents, type ServerSentEvent } from "./sse.js";
