@@ -11,7 +11,8 @@ import pytest
 
 from planexec.models import allow_model_requests
 
-pytest_plugins = ("tests.mock_servers",)  # fakellm and llmock, started once per session when a test asks
+# fakellm and llmock, started once per session when a test asks; headless Chromium for the browser tests
+pytest_plugins = ("tests.mock_servers", "tests.browser_support")
 
 allow_model_requests(False)
 os.environ["PLANEXEC_STORE"] = "memory://"  # agents that open their default store keep it in memory

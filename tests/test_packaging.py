@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tarfile
 import tomllib
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,3 +119,26 @@ def test_the_package_installs_into_a_fresh_environment(dist: Dist, tmp_path: Pat
             env=env,
             cwd=tmp_path,
         )
+
+
+WEB_PAGE = (
+    "index.html",
+    *(
+        f"assets/{name}"
+        for name in ("style.css", "app.js", "api.js", "ui.js", "dag.js", "runs.js", "run.js", "inbox.js")
+    ),
+)
+
+
+@pytest.mark.install
+def test_the_wheel_and_the_sdist_ship_the_web_page(dist: Dist) -> None:
+    """``planexec serve``'s page works offline: its files are in the package, not on a CDN."""
+    static = ROOT / "src" / "planexec" / "server" / "static"
+    assert sorted(str(p.relative_to(static)) for p in static.rglob("*") if p.is_file()) == sorted(WEB_PAGE)
+    with zipfile.ZipFile(dist.wheel) as wheel:
+        names = set(wheel.namelist())
+    with tarfile.open(dist.sdist) as sdist:
+        sdist_names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
+    for name in WEB_PAGE:
+        assert f"planexec/server/static/{name}" in names, name
+        assert f"src/planexec/server/static/{name}" in sdist_names, name
