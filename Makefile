@@ -5,10 +5,14 @@ BIN := $(VENV)/bin
 READY := $(VENV)/.ready
 BENCH_READY := $(VENV)/.bench-ready
 
-.PHONY: demo test docs bench bench-quick bench-core bench-store bench-startup lint
+.PHONY: demo serve test docs bench bench-quick bench-core bench-store bench-startup lint
 
 demo: $(READY)
 	$(BIN)/planexec demo
+
+# The HTTP API and the web page with the demo agent, on http://127.0.0.1:8700 (the URL with the token is printed).
+serve: $(READY)
+	$(BIN)/planexec serve
 
 test: $(READY)
 	$(BIN)/ruff check src tests benchmarks examples

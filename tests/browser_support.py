@@ -54,9 +54,9 @@ def _missing(reason: str) -> None:
     pytest.skip(f"{reason}; install Debian's chromium package to run the browser tests")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # the sync API holds an event loop in this thread while it is open
 def browser() -> Iterator[Browser]:
-    """Headless Chromium for the whole session."""
+    """Headless Chromium for the tests of one module."""
     if sync_playwright is None:
         _missing("the playwright package is not installed (pip install -e '.[dev]')")
     if not CHROMIUM.exists():

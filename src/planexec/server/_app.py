@@ -30,7 +30,7 @@ from planexec.plan import Plan
 from planexec.runs import answer, load_run, open_questions, pick_question, read_run, still_waiting, tell
 from planexec.runtime import ApprovalDecision
 from planexec.server._agents import ServedAgent, check_budget
-from planexec.server._guards import MAX_BODY_BYTES, ApiError, BodyLimit, error_body
+from planexec.server._guards import MAX_BODY_BYTES, BodyLimit, _ApiError, error_body
 from planexec.server._stream import EventStream, event_frames
 from planexec.server._views import (
     Question,
@@ -161,7 +161,7 @@ class AgentList(BaseModel):
 
 def _checked_id(value: str, what: str) -> str:
     if not ID.match(value):
-        raise ApiError(
+        raise _ApiError(
             400,
             "bad_id",
             f"not a {what}",
@@ -173,13 +173,13 @@ def _checked_id(value: str, what: str) -> str:
 _STATUS_OF = {"unknown_run": 404, "not_a_run": 404, "finished": 409, "decided": 409, "conflict": 409, "busy": 409}
 
 
-def _from_usage(error: UsageError) -> ApiError:
+def _from_usage(error: UsageError) -> _ApiError:
     problems = list(error.problems)
     codes = [p.code for p in problems]
     for code in codes:
         if code in _STATUS_OF:
-            return ApiError(_STATUS_OF[code], code, str(error.args[0]) if error.args else str(error), problems)
-    return ApiError(422, "invalid", str(error.args[0]) if error.args else str(error), problems)
+            return _ApiError(_STATUS_OF[code], code, str(error.args[0]) if error.args else str(error), problems)
+    return _ApiError(422, "invalid", str(error.args[0]) if error.args else str(error), problems)
 
 
 class _Folds:
@@ -217,7 +217,7 @@ def _read_cursor(text: str) -> tuple[float, str]:
         at, _, run_id = raw.partition("|")
         return float(at), run_id
     except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise ApiError(
+        raise _ApiError(
             400,
             "bad_cursor",
             "not a cursor",
@@ -286,8 +286,8 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
 
     # -- errors -----------------------------------------------------------------------------
 
-    @api.exception_handler(ApiError)
-    async def on_api_error(_request: Request, e: ApiError) -> Response:
+    @api.exception_handler(_ApiError)
+    async def on_api_error(_request: Request, e: _ApiError) -> Response:
         return JSONResponse(error_body(e.code, e.message, e.problems), status_code=e.status)
 
     @api.exception_handler(UsageError)
@@ -329,7 +329,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
             return await load_run(store, run_id)
         except UsageError as e:
             if any(p.code == "unknown_run" for p in e.problems):
-                raise ApiError(
+                raise _ApiError(
                     404,
                     "unknown_run",
                     f"no run {run_id!r}",
@@ -439,7 +439,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         start = after or 0
         if last_event_id is not None:
             if not last_event_id.strip().isdigit():
-                raise ApiError(
+                raise _ApiError(
                     400,
                     "bad_event_id",
                     "Last-Event-ID is not an event's sequence number",
@@ -466,7 +466,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         key = body.idempotency_key or idempotency_key
         agent = agents.get(body.agent)
         if agent is None:
-            raise ApiError(
+            raise _ApiError(
                 404,
                 "unknown_agent",
                 f"no agent {body.agent!r}",
@@ -476,7 +476,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         if not body.goal.strip():
             problems.append(Problem(code="goal", where="goal", message="the goal is empty"))
         if problems:
-            raise ApiError(422, "invalid", "cannot start the run", problems)
+            raise _ApiError(422, "invalid", "cannot start the run", problems)
         digest = request_digest(body.model_dump(exclude={"idempotency_key"}))
         if key is None:
             pending = workers.start(
@@ -494,7 +494,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
                     before = served_by(first).get("digest") if isinstance(first, RunStarted) else ""
             if before is not None:
                 if before != digest:
-                    raise ApiError(
+                    raise _ApiError(
                         409,
                         "idempotency_conflict",
                         "this idempotency key started a run with another request",
@@ -529,7 +529,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         elif still_waiting(state) or state.pending_approvals:
             why = ("waiting", "it waits for an answer: answer its questions first")
         if why is not None:
-            raise ApiError(
+            raise _ApiError(
                 409, why[0], f"cannot resume run {run_id!r}", [Problem(code=why[0], where="run_id", message=why[1])]
             )
         workers.resume(run_id, log)
@@ -557,7 +557,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         live with the agent (the run's own, or the one named)."""
         log = await run_log(run_id)
         if body.at > len(log):
-            raise ApiError(
+            raise _ApiError(
                 422,
                 "invalid",
                 "cannot fork the run",
@@ -571,7 +571,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         if body.agent is not None:
             agent = agents.get(body.agent)
             if agent is None:
-                raise ApiError(404, "unknown_agent", f"no agent {body.agent!r}")
+                raise _ApiError(404, "unknown_agent", f"no agent {body.agent!r}")
         new_id = workers.fork(run_id, log, body.at, agent)
         first = log[0]
         assert isinstance(first, RunStarted)
@@ -601,7 +601,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
     async def page() -> Response:
         index = STATIC / "index.html"
         if not index.is_file():
-            raise ApiError(404, "no_page", "the web page is not installed with this planexec")
+            raise _ApiError(404, "no_page", "the web page is not installed with this planexec")
         return FileResponse(index, headers={"cache-control": "no-cache"})
 
     api.mount("/assets", StaticFiles(directory=STATIC / "assets", check_dir=False), name="assets")
@@ -664,7 +664,7 @@ def _decision(body: Answer, rec: Any) -> ApprovalDecision:
     elif rec.checklist and body.decision == "approve":
         checklist = tuple(ChecklistResult(item=item, passed=True) for item in rec.checklist)
     if problems:
-        raise ApiError(422, "invalid", f"cannot answer {rec.approval_id}", problems)
+        raise _ApiError(422, "invalid", f"cannot answer {rec.approval_id}", problems)
     if body.decision == "reject":
         return ApprovalDecision(approved=False, reason=text or "", by=ANSWERED_BY, checklist=checklist)
     if body.decision == "answer":

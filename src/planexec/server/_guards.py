@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException
 from planexec.errors import Problem
 from planexec.hosting import App
 
-__all__ = ["MAX_BODY_BYTES", "ApiError", "BodyLimit", "error_body"]
+__all__ = ["MAX_BODY_BYTES", "BodyLimit", "_ApiError", "error_body"]
 
 MAX_BODY_BYTES = 1_048_576
 """The largest request body the API reads (1 MiB)."""
@@ -31,7 +31,7 @@ def error_body(code: str, message: str, problems: Sequence[Problem] = ()) -> dic
     }
 
 
-class ApiError(Exception):
+class _ApiError(Exception):
     """A refusal: the HTTP status, a code programs can test, a message, and every problem found."""
 
     def __init__(self, status: int, code: str, message: str, problems: Sequence[Problem] = ()) -> None:
