@@ -118,9 +118,15 @@ async def start_runs(
 
 
 async def wait_finished(client: httpx.AsyncClient, run_ids: list[str]) -> None:
-    for run_id in run_ids:  # they finish roughly in the order they were started
-        while (await client.get(f"/v1/runs/{run_id}")).json()["status"] != "finished":  # noqa: ASYNC110  # another process
-            await asyncio.sleep(0.02)
+    """Until every run has finished: the last one started is watched (runs are taken in order),
+    then each is checked once."""
+    left = list(run_ids)
+    while left:
+        status = (await client.get(f"/v1/runs/{left[-1]}")).json()["status"]
+        if status == "finished":
+            left = [r for r in left if (await client.get(f"/v1/runs/{r}")).json()["status"] != "finished"]
+        else:
+            await asyncio.sleep(0.05)
 
 
 async def follow(client: httpx.AsyncClient, run_id: str, latencies: list[float], counted: list[int]) -> bool:

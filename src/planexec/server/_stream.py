@@ -31,6 +31,9 @@ reconnects with ``Last-Event-ID`` and loses nothing."""
 LIVE_POLL = 0.1
 """How often a run this server executes is read again while it is woken (its log is written in
 batches just after the events happen)."""
+SETTLE_POLL = 0.002
+"""How often the store is asked for a woken run's newest event until its batch is there (a point
+read: cheap)."""
 FOREIGN_POLL = 0.5
 """How often a run executed elsewhere (or not at all) is read for new events."""
 
@@ -74,7 +77,7 @@ async def event_frames(store: RunStore, workers: Workers, run_id: str, after: in
                 await asyncio.wait_for(flag.wait(), timeout=timeout)
                 if not live:
                     continue
-                await asyncio.sleep(LIVE_POLL / 2)  # let the batch the event belongs to reach the store
+                await _stored_after(store, run_id, seq)  # the batch the event belongs to, in the store
             except TimeoutError:
                 pass
             if time.monotonic() - last_sent >= PING_SECONDS:
@@ -82,6 +85,16 @@ async def event_frames(store: RunStore, workers: Workers, run_id: str, after: in
                 last_sent = time.monotonic()
         finally:
             workers.unwatch(run_id, flag)
+
+
+async def _stored_after(store: RunStore, run_id: str, seq: int) -> None:
+    """Wait (up to ``LIVE_POLL``) until the store holds an event after ``seq``: a run's events are
+    written in batches just after they happen, and a stream sends only what the store holds."""
+    deadline = time.monotonic() + LIVE_POLL
+    while time.monotonic() < deadline:
+        if await store.last_seq(run_id) > seq:
+            return
+        await asyncio.sleep(SETTLE_POLL)
 
 
 class EventStream(Response):
