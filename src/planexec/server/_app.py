@@ -61,6 +61,10 @@ LIST_SCAN = 100_000
 FOLDS_KEPT = 5_000
 """Runs whose folded state a listing keeps between requests."""
 ANSWERED_BY = "api"
+DIGITS = re.compile(r"^[0-9]{1,20}$")
+"""A Last-Event-ID (ASCII digits only: ``str.isdigit`` takes "²" too)."""
+MAX_SEQ = 2**63 - 1
+"""The largest event position a request may name (the store keeps positions as 64-bit integers)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -412,7 +416,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
 
     @api.get("/v1/runs/{run_id}/events", tags=["events"])
     async def get_events(
-        run_id: str, after: int = Query(default=0, ge=0), limit: int = Query(default=500, ge=1, le=5_000)
+        run_id: str, after: int = Query(default=0, ge=0, le=MAX_SEQ), limit: int = Query(default=500, ge=1, le=5_000)
     ) -> EventPage:
         """The run's events after event ``after`` (seq: the 1-based position in its log)."""
         _checked_id(run_id, "run_id")
@@ -430,7 +434,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
     )
     async def stream_events(
         run_id: str,
-        after: int | None = Query(default=None, ge=0),
+        after: int | None = Query(default=None, ge=0, le=MAX_SEQ),
         last_event_id: str | None = Header(default=None, max_length=20),
     ) -> Any:
         """The run's events as Server-Sent Events, from ``Last-Event-ID`` (or ``after``) on, live
@@ -438,7 +442,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         _checked_id(run_id, "run_id")
         start = after or 0
         if last_event_id is not None:
-            if not last_event_id.strip().isdigit():
+            if not DIGITS.match(last_event_id.strip()):
                 raise _ApiError(
                     400,
                     "bad_event_id",
