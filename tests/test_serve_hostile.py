@@ -147,6 +147,13 @@ def test_thousands_of_budget_keys_or_constraints_are_refused(api: httpx.Client) 
     refused(api.post("/v1/runs", json={"agent": "adder", "goal": "add", "constraints": many}), 422, "invalid")
 
 
+@pytest.mark.parametrize("depth", [1_000, 10_000])
+def test_deeply_nested_json_is_refused_as_bad_json(api: httpx.Client, depth: int) -> None:
+    body = '{"agent": "adder", "goal": "add", "budget": ' + "[" * depth + "]" * depth + "}"
+    response = api.post("/v1/runs", content=body, headers={"content-type": "application/json"})
+    refused(response, 400, "bad_json")
+
+
 def test_duplicate_keys_take_the_last_value(api: httpx.Client) -> None:
     body = '{"agent": "nobody", "goal": "add", "agent": "adder"}'
     response = api.post("/v1/runs", content=body, headers={"content-type": "application/json"})

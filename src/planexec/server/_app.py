@@ -320,7 +320,8 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
 
     @api.exception_handler(HTTPException)
     async def on_http(_request: Request, e: HTTPException) -> Response:
-        codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+        # A 400 comes from reading the body: JSON the parser gives up on (nested too deep, say).
+        codes = {400: "bad_json", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
         return JSONResponse(
             error_body(codes.get(e.status_code, "http"), str(e.detail)), status_code=e.status_code, headers=e.headers
         )
