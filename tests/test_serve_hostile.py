@@ -523,6 +523,27 @@ def test_the_page_puts_server_data_in_as_text_only() -> None:
     assert "unsafe-inline" not in page
 
 
+def test_the_page_and_errors_are_not_sniffed_as_markup(server: Server, api: httpx.Client) -> None:
+    evil = "<img src=x onerror=alert(1)>"
+    response = api.post("/v1/runs", json={"agent": evil, "goal": "add"})
+    assert response.status_code == 404
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.headers.get("x-content-type-options") == "nosniff"
+    with server.client(token=None) as anonymous:
+        page = anonymous.get("/")
+        assert page.status_code == 200
+        assert page.headers.get("x-content-type-options") == "nosniff"
+        assert page.headers.get("x-frame-options") == "DENY"
+        script = anonymous.get("/assets/app.js")
+        assert script.headers.get("x-content-type-options") == "nosniff"
+        denied = anonymous.get("/v1/runs")
+        assert denied.status_code == 401
+        assert denied.headers.get("x-content-type-options") == "nosniff"
+    stream = api.get("/v1/runs/no-such-run/events/stream")
+    assert stream.status_code == 404
+    assert stream.headers.get("x-frame-options") == "DENY"
+
+
 # -- tools that misbehave -----------------------------------------------------------------------------
 
 

@@ -30,7 +30,7 @@ from planexec.plan import Plan
 from planexec.runs import answer, load_run, open_questions, pick_question, read_run, still_waiting, tell
 from planexec.runtime import ApprovalDecision
 from planexec.server._agents import ServedAgent, check_budget
-from planexec.server._guards import MAX_BODY_BYTES, BodyLimit, _ApiError, error_body
+from planexec.server._guards import MAX_BODY_BYTES, BodyLimit, SafeHeaders, _ApiError, error_body
 from planexec.server._stream import EventStream, event_frames
 from planexec.server._views import (
     Question,
@@ -260,7 +260,7 @@ def build_app(store: RunStore, settings: AppSettings, *, workers: Workers | None
             allow_methods=["GET", "POST"],
             allow_headers=["authorization", "content-type", "idempotency-key", "last-event-id"],
         )
-    return app
+    return SafeHeaders(app)
 
 
 def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None) -> FastAPI:
