@@ -373,6 +373,28 @@ def test_a_tool_that_never_returns_is_stopped_by_the_wall_time_budget(server: Se
     assert kinds[-1] == "run_finished"
 
 
+def test_a_run_waiting_for_a_worker_is_cancelled_at_once(server: Server, api: httpx.Client) -> None:
+    held = [start(api, "holder", goal=f"hold {i}")["run_id"] for i in range(4)]
+    queued = [start(api, "adder", goal=f"queued {i}")["run_id"] for i in range(2)]
+    try:
+        wait_for(lambda: all(server.reached(run_id) for run_id in held), what="the runs to hold")
+        began = time.monotonic()
+        cancelled = api.post(f"/v1/runs/{queued[0]}/cancel")
+        assert time.monotonic() - began < 3
+        assert cancelled.status_code == 202, cancelled.text
+        assert (cancelled.json()["status"], cancelled.json()["stop"]["kind"]) == ("finished", "cancelled")
+        assert api.get(f"/v1/runs/{queued[1]}").json()["status"] == "running"
+        kinds = [e["event"]["kind"] for e in api.get(f"/v1/runs/{queued[0]}/events").json()["events"]]
+        assert kinds[0] == "run_started"
+        assert kinds[-1] == "run_finished"
+        assert kinds.count("run_finished") == 1
+    finally:
+        for run_id in held:
+            server.open_gate(run_id)
+    for run_id in [*held, queued[1]]:
+        assert wait_for(run_status(api, run_id, "finished"))["stop"]["kind"] == "goal_met"
+
+
 def test_an_idempotency_key_reused_with_another_agent_is_a_conflict(api: httpx.Client) -> None:
     first = api.post("/v1/runs", json={"agent": "adder", "goal": "add"}, headers={"Idempotency-Key": "shared-1"})
     assert first.status_code == 201
