@@ -205,3 +205,22 @@ def sse_events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
                 current["data"] = json.loads(value)
             elif name in ("id", "event"):
                 current[name] = value
+
+
+# -- tools that misbehave ---------------------------------------------------------------------------
+
+
+@tool
+def flood(megabytes: int) -> str:
+    """Return an output of ``megabytes`` MiB."""
+    return "x" * (megabytes * 1_048_576)
+
+
+@tool
+async def boom(after: float) -> str:
+    """Fail part-way through its work."""
+    await asyncio.sleep(after)
+    raise RuntimeError("the service went away mid-stream")
+
+
+HOSTILE_TOOLS = [*TOOLS, flood, boom]

@@ -30,7 +30,7 @@ from planexec.plan import Plan
 from planexec.runs import answer, load_run, open_questions, pick_question, read_run, still_waiting, tell
 from planexec.runtime import ApprovalDecision
 from planexec.server._agents import ServedAgent, check_budget
-from planexec.server._guards import MAX_BODY_BYTES, BodyLimit, _ApiError, error_body
+from planexec.server._guards import MAX_BODY_BYTES, BodyLimit, SafeHeaders, _ApiError, error_body
 from planexec.server._stream import EventStream, event_frames
 from planexec.server._views import (
     Question,
@@ -61,6 +61,10 @@ LIST_SCAN = 100_000
 FOLDS_KEPT = 5_000
 """Runs whose folded state a listing keeps between requests."""
 ANSWERED_BY = "api"
+DIGITS = re.compile(r"^[0-9]{1,20}$")
+"""A Last-Event-ID (ASCII digits only: ``str.isdigit`` takes "²" too)."""
+MAX_SEQ = 2**63 - 1
+"""The largest event position a request may name (the store keeps positions as 64-bit integers)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,7 +260,7 @@ def build_app(store: RunStore, settings: AppSettings, *, workers: Workers | None
             allow_methods=["GET", "POST"],
             allow_headers=["authorization", "content-type", "idempotency-key", "last-event-id"],
         )
-    return app
+    return SafeHeaders(app)
 
 
 def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None) -> FastAPI:
@@ -316,7 +320,8 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
 
     @api.exception_handler(HTTPException)
     async def on_http(_request: Request, e: HTTPException) -> Response:
-        codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+        # A 400 comes from reading the body: JSON the parser gives up on (nested too deep, say).
+        codes = {400: "bad_json", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
         return JSONResponse(
             error_body(codes.get(e.status_code, "http"), str(e.detail)), status_code=e.status_code, headers=e.headers
         )
@@ -412,7 +417,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
 
     @api.get("/v1/runs/{run_id}/events", tags=["events"])
     async def get_events(
-        run_id: str, after: int = Query(default=0, ge=0), limit: int = Query(default=500, ge=1, le=5_000)
+        run_id: str, after: int = Query(default=0, ge=0, le=MAX_SEQ), limit: int = Query(default=500, ge=1, le=5_000)
     ) -> EventPage:
         """The run's events after event ``after`` (seq: the 1-based position in its log)."""
         _checked_id(run_id, "run_id")
@@ -430,7 +435,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
     )
     async def stream_events(
         run_id: str,
-        after: int | None = Query(default=None, ge=0),
+        after: int | None = Query(default=None, ge=0, le=MAX_SEQ),
         last_event_id: str | None = Header(default=None, max_length=20),
     ) -> Any:
         """The run's events as Server-Sent Events, from ``Last-Event-ID`` (or ``after``) on, live
@@ -438,7 +443,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         _checked_id(run_id, "run_id")
         start = after or 0
         if last_event_id is not None:
-            if not last_event_id.strip().isdigit():
+            if not DIGITS.match(last_event_id.strip()):
                 raise _ApiError(
                     400,
                     "bad_event_id",

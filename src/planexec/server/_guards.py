@@ -12,10 +12,17 @@ from starlette.exceptions import HTTPException
 from planexec.errors import Problem
 from planexec.hosting import App
 
-__all__ = ["MAX_BODY_BYTES", "BodyLimit", "_ApiError", "error_body"]
+__all__ = ["MAX_BODY_BYTES", "BodyLimit", "SafeHeaders", "_ApiError", "error_body"]
 
 MAX_BODY_BYTES = 1_048_576
 """The largest request body the API reads (1 MiB)."""
+SAFE_HEADERS = (
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+)
+"""Sent with every response: no content sniffing (an error echoing ``<script>`` stays JSON), and
+the page is never framed by another site (whose clicks could approve a plan)."""
 DRAIN_BYTES = 64 * 1_048_576
 """How much of a refused body is taken off the socket (and dropped) so that the client, still
 sending it, gets to read the 413; past this, the connection is closed instead."""
@@ -125,3 +132,25 @@ class BodyLimit:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+
+class SafeHeaders:
+    """An ASGI app adding :data:`SAFE_HEADERS` to every HTTP response of ``app``."""
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+
+        async def with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                given = list(message.get("headers", ()))
+                names = {name.lower() for name, _ in given}
+                extra = [(name, value) for name, value in SAFE_HEADERS if name not in names]
+                message = {**message, "headers": [*given, *extra]}
+            await send(message)
+
+        await self._app(scope, receive, with_headers)

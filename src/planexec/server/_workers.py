@@ -10,7 +10,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +73,8 @@ class Workers:
         """New runs waiting for a worker."""
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._cancel: set[str] = set()
+        self._cancelled: dict[str, asyncio.Event] = {}
+        """Set when a run is cancelled: one waiting for a worker then begins without one."""
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._keys: dict[str, asyncio.Lock] = {}
         self.failed_starts: dict[str, tuple[Pending, str]] = {}
@@ -232,9 +234,31 @@ class Workers:
     def _launch(self, run_id: str, begin: Callable[[], Awaitable[Run]], agent: Agent | None) -> None:
         self._tasks[run_id] = asyncio.create_task(self._drive(run_id, begin, agent), name=f"serve:{run_id}")
 
+    @contextlib.asynccontextmanager
+    async def _slot(self, run_id: str) -> AsyncIterator[None]:
+        """A worker for run ``run_id``; none for a run cancelled while it waits for one, which then
+        begins at once only to be recorded as cancelled (no one waits for a worker to cancel it)."""
+        flag = self._cancelled.setdefault(run_id, asyncio.Event())
+        if run_id in self._cancel:
+            flag.set()
+        acquire = asyncio.ensure_future(self._slots.acquire())
+        cancelled = asyncio.ensure_future(flag.wait())
+        try:
+            await asyncio.wait({acquire, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cancelled.cancel()
+            acquire.cancel()
+            await asyncio.gather(acquire, cancelled, return_exceptions=True)
+        held = not acquire.cancelled() and acquire.exception() is None
+        try:
+            yield
+        finally:
+            if held:
+                self._slots.release()
+
     async def _drive(self, run_id: str, begin: Callable[[], Awaitable[Run]], agent: Agent | None) -> None:
         try:
-            async with self._slots:
+            async with self._slot(run_id):
                 try:
                     run = await begin()
                 except Exception as e:  # e.g. an MCP server that would not start: the run never began
@@ -260,6 +284,7 @@ class Workers:
             self._tasks.pop(run_id, None)
             self.pending.pop(run_id, None)
             self._cancel.discard(run_id)
+            self._cancelled.pop(run_id, None)
             self.changed(run_id)
 
     def _note_failed_start(self, run_id: str, error: Exception) -> None:
@@ -275,6 +300,9 @@ class Workers:
         ``elsewhere``) when neither can be done."""
         if run_id in self._tasks:
             self._cancel.add(run_id)
+            flag = self._cancelled.get(run_id)
+            if flag is not None:
+                flag.set()
             live = self.live.get(run_id)
             if live is not None:
                 live.cancel()
