@@ -114,6 +114,10 @@ def http_app(
     return BearerGuard(app, token)
 
 
+MAX_CONNECTIONS = 1_000
+"""Connections and requests served at once; more are answered 503 Service Unavailable."""
+
+
 async def serve_asgi(
     app: App,
     *,
@@ -142,6 +146,7 @@ async def serve_asgi(
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=SHUTDOWN_GRACE,
+            limit_concurrency=MAX_CONNECTIONS,  # beyond it, 503: open connections cannot use up the process's files
             lifespan="on",
         )
         bound = sock.getsockname()[1]
