@@ -196,6 +196,7 @@ async def _serve(
             token=token.value,
             agents=registered,
             instance=instance_id(folder),
+            accepted=folder / "serve-accepted.jsonl",
             cors_origins=cors_origins,
             workers=workers,
         )

@@ -78,6 +78,8 @@ class AppSettings:
     cors_origins: Sequence[str] = ()
     max_body: int = MAX_BODY_BYTES
     workers: int = 4
+    accepted: Path | None = None
+    """Where accepted runs are written down before they are acknowledged (beside ``serve-id``)."""
 
 
 # -- request bodies -------------------------------------------------------------------------------
@@ -266,7 +268,9 @@ def build_app(store: RunStore, settings: AppSettings, *, workers: Workers | None
 def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None) -> FastAPI:
     agents = {a.name: a for a in settings.agents}
     if workers is None:
-        workers = Workers(store, agents, instance=settings.instance, workers=settings.workers)
+        workers = Workers(
+            store, agents, instance=settings.instance, workers=settings.workers, accepted=settings.accepted
+        )
     folds = _Folds(store)
 
     @asynccontextmanager

@@ -25,7 +25,8 @@ async def serve(
     many runs were still under way. Those are left as they are (not cancelled), to be picked up
     when a server with the same instance id starts: a process that serves should end without
     cancelling its remaining tasks (``os._exit``) when there are any."""
-    workers = Workers(store, {a.name: a for a in settings.agents}, instance=settings.instance, workers=settings.workers)
+    agents = {a.name: a for a in settings.agents}
+    workers = Workers(store, agents, instance=settings.instance, workers=settings.workers, accepted=settings.accepted)
     app = build_app(store, settings, workers=workers)
     await serve_asgi(app, host=host, port=port, path="/", on_ready=on_ready)
     return workers.under_way()

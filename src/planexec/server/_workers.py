@@ -8,10 +8,12 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from planexec.errors import Problem, UsageError
@@ -27,6 +29,8 @@ __all__ = ["SERVE_KEY", "Pending", "Workers", "request_digest", "served_by"]
 SERVE_KEY = "serve"
 """Where in a run's metadata the server records itself: its instance id, the agent's name, and the
 idempotency key and request digest the run was started with."""
+COMPACT_AFTER = 10_000
+"""Lines in the file of accepted runs past which it is rewritten with the runs not begun yet."""
 RECOVER_SCAN = 10_000
 """At most this many unfinished runs are looked at when the server starts."""
 
@@ -62,8 +66,20 @@ def _problem(where: str, message: str, code: str) -> Problem:
 class Workers:
     """The runs this server executes, over one store."""
 
-    def __init__(self, store: RunStore, agents: Mapping[str, ServedAgent], *, instance: str, workers: int = 4) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        agents: Mapping[str, ServedAgent],
+        *,
+        instance: str,
+        workers: int = 4,
+        accepted: Path | None = None,
+    ) -> None:
         self.store = store
+        self._accepted = accepted
+        """A file where each accepted run is written before it is acknowledged (JSON Lines): a run
+        accepted and not begun when the process stops or crashes is started by the next start."""
+        self._accepted_lines = 0
         self.agents = dict(agents)
         self.instance = instance
         self._slots = asyncio.Semaphore(workers)
@@ -125,10 +141,12 @@ class Workers:
         budget: Mapping[str, float | None],
         key: str | None,
         digest: str,
+        run_id: str | None = None,
+        remember: bool = True,
     ) -> Pending:
         """Accept a goal: it starts as soon as a worker is free. Problems building the agent are
         raised at once (:class:`~planexec.UsageError`), before anything is accepted."""
-        run_id = self.run_id_for(key)
+        run_id = run_id or self.run_id_for(key)
         built, every, metadata = agent.build(self.store, run_id, constraints=constraints, budget=budget)
         served = {"instance": self.instance, "agent": agent.name, "digest": digest}
         if key is not None:
@@ -143,6 +161,8 @@ class Workers:
             idempotency_key=key,
             digest=digest,
         )
+        if remember:
+            self._remember(pending, agent.name, constraints, budget)
         self.pending[run_id] = pending
 
         async def begin() -> Run:
@@ -340,11 +360,97 @@ class Workers:
             f"cannot cancel run {run_id!r}", [_problem("run_id", "its log kept changing while it was written", "busy")]
         )
 
+    # -- accepted, not begun ----------------------------------------------------------------------
+
+    def _remember(
+        self, pending: Pending, agent: str, constraints: Sequence[str], budget: Mapping[str, float | None]
+    ) -> None:
+        """Write the accepted run down (synced to disk) before the request is answered."""
+        if self._accepted is None:
+            return
+        line = {
+            "run_id": pending.run_id,
+            "agent": agent,
+            "goal": pending.goal,
+            "constraints": list(constraints),
+            "budget": dict(budget),
+            "key": pending.idempotency_key,
+            "digest": pending.digest,
+            "accepted_at": pending.accepted_at,
+        }
+        fd = os.open(self._accepted, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (json.dumps(line, separators=(",", ":")) + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._accepted_lines += 1
+        if self._accepted_lines > COMPACT_AFTER and self._accepted_lines > 4 * len(self.pending):
+            self._compact({*self.pending, pending.run_id})
+
+    def _compact(self, keep: Collection[str]) -> None:
+        """Rewrite the file with the runs ``keep`` only (atomically: a crash leaves the old file or
+        the new one)."""
+        assert self._accepted is not None
+        kept = [line for line in self._read_accepted() if line.get("run_id") in keep]
+        part = self._accepted.with_name(self._accepted.name + ".new")
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in kept).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(part, self._accepted)
+        self._accepted_lines = len(kept)
+
+    def _read_accepted(self) -> list[dict[str, Any]]:
+        if self._accepted is None or not self._accepted.exists():
+            return []
+        lines = []
+        for text in self._accepted.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                line = json.loads(text)
+            except ValueError:  # the last line of a crash cut short
+                continue
+            if isinstance(line, dict) and isinstance(line.get("run_id"), str):
+                lines.append(line)
+        return lines
+
+    async def _start_accepted(self) -> list[str]:
+        """Start the runs accepted before a stop or a crash that never began (not in the store)."""
+        started: list[str] = []
+        waiting: dict[str, dict[str, Any]] = {}
+        for line in self._read_accepted():
+            run_id = line["run_id"]
+            if run_id in self._tasks or run_id in waiting or await self.store.last_seq(run_id) > 0:
+                continue
+            agent = self.agents.get(str(line.get("agent")))
+            if agent is None:  # no longer registered: nothing can run it
+                continue
+            try:
+                self.start(
+                    agent,
+                    str(line.get("goal", "")),
+                    constraints=[str(c) for c in line.get("constraints") or []],
+                    budget=dict(line.get("budget") or {}),
+                    key=line.get("key"),
+                    digest=str(line.get("digest", "")),
+                    run_id=run_id,
+                    remember=False,
+                )
+            except UsageError:
+                continue
+            waiting[run_id] = line
+            started.append(run_id)
+        if self._accepted is not None and self._accepted.exists():
+            self._compact(waiting)
+        return started
+
     # -- recovering -------------------------------------------------------------------------------
 
     async def recover(self) -> list[str]:
-        """Go on with every unfinished run this server owned that waits for no one: what a crash or
-        a stop left under way. Returns their ids."""
+        """Go on with every unfinished run this server owned that waits for no one — what a crash or
+        a stop left under way — then begin the runs it accepted and never began. Returns their ids."""
         picked: list[str] = []
         for status in ("running", "waiting"):
             for summary in await self.store.list_runs(status=status, limit=RECOVER_SCAN):
@@ -363,7 +469,7 @@ class Workers:
                     continue
                 self.resume(summary.run_id, log)
                 picked.append(summary.run_id)
-        return picked
+        return picked + await self._start_accepted()  # then those accepted and never begun, in order
 
     def under_way(self) -> int:
         """How many runs this server is still executing (forks replaying when it stops)."""
@@ -371,7 +477,8 @@ class Workers:
 
     async def close(self) -> None:
         """Leave every run under way here unfinished (detached, not cancelled: a cancelled run would
-        be recorded as finished), for the next start to pick up; runs not begun yet are dropped."""
+        be recorded as finished), for the next start to pick up; runs not begun yet are begun by the
+        next start (they are written down as they are accepted)."""
         self._watchers.clear()
         await asyncio.gather(*(run.detach() for run in list(self.live.values())), return_exceptions=True)
         for run_id, task in list(self._tasks.items()):
