@@ -3,6 +3,7 @@ process picks the run up (it was this server's) and finishes it, and no effect h
 
 from __future__ import annotations
 
+import functools
 import signal
 from pathlib import Path
 
@@ -98,7 +99,7 @@ def test_runs_accepted_but_not_begun_when_the_server_dies_are_begun_by_the_next_
     try:
         with second.client() as api:
             for run_id in ids:
-                wait_for(lambda run_id=run_id: second.reached(run_id), what=f"run {run_id} to reach its gate")
+                wait_for(functools.partial(second.reached, run_id), what=f"run {run_id} to reach its gate")
                 second.open_gate(run_id)
                 done = wait_for(run_status(api, run_id, "finished"), what=f"run {run_id} to finish")
                 assert (done["stop"]["kind"], done["answer"]) == ("goal_met", "held")
