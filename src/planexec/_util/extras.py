@@ -14,11 +14,12 @@ _REQUIREMENTS = {
     "postgres": "psycopg[binary]>=3.1",
     "mcp": "mcp>=2.3,<3",
     "server": "fastapi>=0.115 uvicorn>=0.30",
+    "otel": "opentelemetry-sdk>=1.30 opentelemetry-exporter-otlp-proto-http>=1.30",
 }
 
 
 def install_hint(extra: str) -> str:
-    """How to install ``extra`` (``openai``, ``anthropic``, ``postgres``, ``mcp`` or ``server``)."""
+    """How to install ``extra`` (``openai``, ``anthropic``, ``postgres``, ``mcp``, ``server`` or ``otel``)."""
     return (
         f"install planexec's {extra} extra — pip install -e '.[{extra}]' in a clone of planexec — "
         f"or pip install '{_REQUIREMENTS[extra]}'"

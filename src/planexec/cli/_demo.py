@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import click
 
-from planexec.cli._common import View, run_command, say, start_and_follow
+from planexec.cli._common import View, say, start_and_follow
 from planexec.cli._finish import report_result
 from planexec.cli._globals import global_options
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
+from planexec.cli._telemetry import TelemetryFlags, run_observed, telemetry_options
 from planexec.demo import build_demo
 from planexec.errors import UsageError
 from planexec.models import Model, resolve_model
@@ -35,16 +37,19 @@ __all__ = ["demo"]
 )
 @click.option("--planner", "planner_spec", metavar="MODEL", help="A real planning model instead of the scripted one.")
 @click.option("--executor", "executor_spec", metavar="MODEL", help="A real model for the analyst's step.")
+@telemetry_options
 @global_options()
 @click.pass_context
 def demo(
     ctx: click.Context,
+    /,
     workdir: Path | None,
     no_live: bool,
     as_json: bool,
     pace: float,
     planner_spec: str | None,
     executor_spec: str | None,
+    **observed: Any,
 ) -> None:
     """Run the offline demo: an agent audits a failing customer workflow.
 
@@ -65,7 +70,7 @@ def demo(
         )
     except UsageError as e:
         raise click.UsageError(str(e)) from None
-    run_command(ctx, _demo(view, root, pace, store_choice(ctx), models))
+    run_observed(ctx, TelemetryFlags.take(observed), _demo(view, root, pace, store_choice(ctx), models))
 
 
 async def _demo(

@@ -9,11 +9,12 @@ import click
 
 from planexec.cli import _terminal_approver
 from planexec.cli._agent_options import AgentFlags, agent_options, build, live_options
-from planexec.cli._common import EXIT_WAITING, View, follow_to_end, run_command, say
+from planexec.cli._common import EXIT_WAITING, View, follow_to_end, say
 from planexec.cli._finish import report_result, waiting_lines
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
+from planexec.cli._telemetry import TelemetryFlags, run_observed, telemetry_options
 from planexec.cli._text import plain, redactor_of
 from planexec.errors import UsageError
 from planexec.log import Event, RunResult, RunStarted, RunState
@@ -87,6 +88,7 @@ async def resume_run(store: RunStore, choice: StoreChoice, log: list[Event], fla
     help="Approve each new plan version before it runs. Default: as the run recorded it.",
 )
 @live_options
+@telemetry_options
 @global_options()
 @click.pass_context
 def resume(ctx: click.Context, /, run_id: str, no_live: bool, no_input: bool, as_json: bool, **values: Any) -> None:
@@ -100,9 +102,10 @@ def resume(ctx: click.Context, /, run_id: str, no_live: bool, no_input: bool, as
     Exit status as `planexec run`: 0 goal met, 1 stopped otherwise, 2 wrong command line, 3 the run
     waits for a human's answer.
     """
+    observed = TelemetryFlags.take(values)
     flags = AgentFlags.take(values)
     view = View.make(as_json=as_json, no_live=no_live, no_input=no_input)
-    run_command(ctx, _resume(run_id, flags, view, store_choice(ctx)))
+    run_observed(ctx, observed, _resume(run_id, flags, view, store_choice(ctx)))
 
 
 async def _resume(run_id: str, flags: AgentFlags, view: View, choice: StoreChoice) -> int:

@@ -8,11 +8,12 @@ from typing import Any
 import click
 
 from planexec.cli._agent_options import AgentFlags, agent_options, build, live_options
-from planexec.cli._common import View, run_command, start_and_follow
+from planexec.cli._common import View, start_and_follow
 from planexec.cli._finish import report_result
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
+from planexec.cli._telemetry import TelemetryFlags, run_observed, telemetry_options
 from planexec.cli._terminal_approver import approvals_for
 from planexec.cli._text import plain, redactor_of
 from planexec.runs import AgentSpec, dropped_settings
@@ -32,6 +33,7 @@ __all__ = ["run"]
     help="Approve each plan version before it runs: asked at the terminal, or saved in the log without one.",
 )
 @live_options
+@telemetry_options
 @global_options()
 @click.pass_context
 def run(
@@ -59,9 +61,10 @@ def run(
     Exit status: 0 when the goal is met, 1 when the run stopped otherwise, 2 when the command
     line is wrong, 3 when the run waits for a human's answer.
     """
+    observed = TelemetryFlags.take(values)
     spec = AgentFlags.take(values).spec_for_run(constraints)
     view = View.make(as_json=as_json, no_live=no_live, no_input=no_input)
-    run_command(ctx, _run(goal, spec, view, store_choice(ctx)))
+    run_observed(ctx, observed, _run(goal, spec, view, store_choice(ctx)))
 
 
 async def _run(goal: str, spec: AgentSpec, view: View, choice: StoreChoice) -> int:

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -16,6 +17,7 @@ from planexec.cli._common import problem_exit
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
 from planexec.cli._store_options import StoreChoice, is_memory, store_choice, using_store
+from planexec.cli._telemetry import TelemetryFlags, exporting, telemetry_options
 from planexec.cli._text import plain
 from planexec.errors import StoreError, UsageError
 from planexec.hosting import default_token_path, is_loopback
@@ -79,10 +81,12 @@ def _say(text: str) -> None:
     help="Scale the simulated latency of the demo agent's models and tools (0: none).",
 )
 @click.option("--openapi", is_flag=True, help="Print the API's OpenAPI document and exit.")
+@telemetry_options
 @global_options()
 @click.pass_context
 def serve(
     ctx: click.Context,
+    /,
     host: str,
     port: int,
     token_file: Path | None,
@@ -91,6 +95,7 @@ def serve(
     workers: int,
     demo_pace: float,
     openapi: bool,
+    **observed: Any,
 ) -> None:
     """Serve the HTTP API and its web page: start runs, follow their events, answer their questions.
 
@@ -116,22 +121,34 @@ def serve(
         if not origin.startswith(("http://", "https://")) or origin.count("/") != 2:
             problems.add("--cors-origin", f"{origin!r} is not an origin: scheme://host[:port], no path")
     folder = token_file.resolve().parent if token_file is not None else default_token_path().parent
+    flags = TelemetryFlags.take(observed)
+    flags.check(problems)
     loop = asyncio.new_event_loop()
-    try:
-        left = loop.run_until_complete(
-            _serve(
-                store_choice(ctx), host, port, token_file, folder, agents, cors_origins, workers, demo_pace, problems
+    with exporting(flags, problems):
+        try:
+            left = loop.run_until_complete(
+                _serve(
+                    store_choice(ctx),
+                    host,
+                    port,
+                    token_file,
+                    folder,
+                    agents,
+                    cors_origins,
+                    workers,
+                    demo_pace,
+                    problems,
+                )
             )
-        )
-    except Refused as e:
-        problem_exit(ctx, e.problems)
-    except UsageError as e:
-        problems.add_usage_error("", e)
-        problem_exit(ctx, problems)
-    except StoreError as e:
-        problem_exit(ctx, [plain(str(e))])
-    except KeyboardInterrupt:
-        left = 0
+        except Refused as e:
+            problem_exit(ctx, e.problems)
+        except UsageError as e:
+            problems.add_usage_error("", e)
+            problem_exit(ctx, problems)
+        except StoreError as e:
+            problem_exit(ctx, [plain(str(e))])
+        except KeyboardInterrupt:
+            left = 0
     if left:
         # Runs still under way are not cancelled (that would finish them): the next start goes on with them.
         _say(f"stopped; {counted(left, 'run')} under way go on when the server starts again")

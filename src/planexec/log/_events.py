@@ -34,6 +34,8 @@ fixture log of every version loadable in the tests):
     8: tools_changed (the tools a run may use changed while it ran: an MCP server said its tools
        changed and listed them again; the event holds the new or redefined tools' specs and the
        names of the tools gone). Older logs load unchanged.
+    9: run_started may carry ``trace``, the run's trace context (W3C ``traceparent``) when it was
+       traced, so that a run resumed elsewhere continues the same trace. Older logs load unchanged.
 """
 
 from __future__ import annotations
@@ -85,8 +87,8 @@ __all__ = [
     "load_event",
 ]
 
-EVENT_SCHEMA_VERSION = 8
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+EVENT_SCHEMA_VERSION = 9
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 
 PlanTrigger = Literal["initial", "failure", "after_step", "turn", "human", "information", "review"]
 PlanningTrigger = Literal["initial", "failure", "after_step", "turn", "finish", "information", "review"]
@@ -106,6 +108,8 @@ class RunStarted:
     config: dict[str, Any] = field(default_factory=dict)
     """How the run was set up, as far as data can say: tool specs, executors, limits, and for runs
     started from the command line the model strings and tool references to rebuild the agent."""
+    trace: dict[str, str] = field(default_factory=dict)
+    """The run's trace context (``traceparent``, ``tracestate``) when it was traced."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

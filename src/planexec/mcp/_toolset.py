@@ -30,6 +30,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
 from planexec._util.clip import clip
 from planexec.errors import Problem, ToolDefinitionError, ToolError, TransientToolError, UsageError
 from planexec.mcp._servers import MCPHttp, MCPStdio
@@ -39,6 +41,10 @@ __all__ = ["IDEMPOTENCY_META_KEY", "MCPTool", "MCPToolset"]
 
 IDEMPOTENCY_META_KEY = "dev.planexec/idempotency-key"
 """Where a write tool's request carries the step's idempotency key, in ``_meta``."""
+
+_TRACE_CONTEXT = TraceContextTextMapPropagator()
+"""A traced call's context goes in the request's ``_meta`` as ``traceparent`` (and ``tracestate``),
+where MCP servers that trace look for it."""
 
 _NAME = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -371,10 +377,11 @@ class MCPToolset:
         self, remote: str, args: dict[str, Any], ctx: ToolContext, *, write: bool, read_timeout: float | None
     ) -> Any:
         client = await self._connected()
-        meta = {IDEMPOTENCY_META_KEY: ctx.idempotency_key} if write else None
+        meta: dict[str, Any] = {IDEMPOTENCY_META_KEY: ctx.idempotency_key} if write else {}
+        _TRACE_CONTEXT.inject(meta)  # the call's span, when traced: the server's spans join the trace
         try:
             result = await client.call_tool(
-                remote, args, read_timeout_seconds=read_timeout, progress_callback=_progress_of(ctx), meta=meta
+                remote, args, read_timeout_seconds=read_timeout, progress_callback=_progress_of(ctx), meta=meta or None
             )
         except asyncio.CancelledError:
             raise

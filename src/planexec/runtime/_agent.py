@@ -36,6 +36,7 @@ from planexec.runtime._replays import ReplayReport, replay_log
 from planexec.runtime._settings import AnswerReview, ApprovalDecision, Approvals, Escalation, Limits, RunContext
 from planexec.runtime._tool_specs import tool_spec
 from planexec.store import RunStore
+from planexec.telemetry import Telemetry
 from planexec.tools import Tool, Toolset
 
 if TYPE_CHECKING:
@@ -195,7 +196,9 @@ class Agent:
     tool. ``executors``: more named executors that plans may route steps to. ``providers``: what
     the model strings of the planner, the executors and the judges resolve through, what each model
     call is charged (before the call, against the cost budget, and after it, in the log) and which
-    limits calls to each provider keep to (``Providers.default()`` when None).
+    limits calls to each provider keep to (``Providers.default()`` when None). ``name``: the agent's
+    name on its runs' spans and metrics (``gen_ai.agent.name``). ``telemetry``: what its runs send
+    to OpenTelemetry and the ``planexec`` logger (``Telemetry()``: the global providers, no content).
     """
 
     def __init__(
@@ -214,6 +217,8 @@ class Agent:
         escalation: Escalation | None = None,
         review: AnswerReview | None = None,
         providers: Providers | None = None,
+        name: str = "planexec",
+        telemetry: Telemetry | None = None,
     ) -> None:
         given = [tools] if isinstance(tools, Toolset) else list(tools)
         self._mcp = [t for t in given if isinstance(t, MCPToolset)]
@@ -233,7 +238,15 @@ class Agent:
         self.context = context or RunContext()
         self.escalation = escalation or Escalation()
         self.review = review
+        self.name = name
+        self.telemetry = Telemetry() if telemetry is None else telemetry
         problems: list[Problem] = []
+        if not isinstance(name, str) or not name.strip() or len(name) > 200 or not name.isprintable():
+            problems.append(
+                Problem(code="agent", where="name", message="must be printable text of 1 to 200 characters")
+            )
+        if not isinstance(self.telemetry, Telemetry):
+            problems.append(Problem(code="agent", where="telemetry", message="must be a Telemetry(...)"))
         if self.escalation is not None and not isinstance(self.escalation, Escalation):
             problems.append(Problem(code="agent", where="escalation", message="must be an Escalation"))
         if review is not None and not isinstance(review, AnswerReview):
@@ -335,6 +348,8 @@ class Agent:
             review=self.review,
             providers=self.providers,
             current_tools=self._current_tools if self._mcp else None,
+            telemetry=self.telemetry,
+            agent_name=self.name,
         )
 
     def _current_tools(self) -> Toolset:

@@ -18,6 +18,7 @@ from planexec.planner import Planner
 from planexec.runtime._budget import Budget
 from planexec.runtime._settings import AnswerReview, Approvals, Escalation, Limits, RunContext
 from planexec.runtime._world import World
+from planexec.telemetry import RunTelemetry, Telemetry
 from planexec.tools import Toolset
 
 __all__ = ["Core", "EngineConfig"]
@@ -45,6 +46,10 @@ class EngineConfig:
     current_tools: Callable[[], Toolset] | None = None
     """The tools as they are now, for tools that may change while the run goes on (an MCP
     server's listing): read when a planning round starts. None: ``tools`` for the whole run."""
+    telemetry: Telemetry = field(default_factory=Telemetry)
+    """What the run sends to OpenTelemetry and the ``planexec`` logger."""
+    agent_name: str = "planexec"
+    """The agent's name on spans and metrics (``gen_ai.agent.name``)."""
 
 
 class Core(Protocol):
@@ -58,6 +63,8 @@ class Core(Protocol):
     budget: Budget
     """The caps that hold for this run (a replay lifts the wall-time cap)."""
     can_ask_humans: bool
+    telemetry: RunTelemetry | None
+    """The run's spans, metrics and log records; None when it has none to make."""
 
     def emit(self, event: Event) -> None:
         """Add ``event`` to the log (and the state), and tell whoever listens."""

@@ -9,6 +9,7 @@ log as it grows, and a run can be resumed from it in another process.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,7 @@ from planexec.runtime._step_runner import StepDone, run_step
 from planexec.runtime._tool_specs import tools_changed, with_change
 from planexec.runtime._world import LiveWorld, Outlet, World
 from planexec.store import RunStore
+from planexec.telemetry import run_telemetry
 from planexec.tools import Tool, Toolset
 
 if TYPE_CHECKING:
@@ -158,6 +160,14 @@ class Engine:
         self.journal: Journal | None = None
         if store is not None:
             self.journal = Journal(store, run_id, persisted=len(self.events), on_foreign=self._foreign)
+        self.telemetry = run_telemetry(
+            config.telemetry,
+            run_id=run_id,
+            agent=config.agent_name,
+            state=self.state,
+            store_redactor=getattr(store, "redactor", None),
+        )
+        """The run's spans, metrics and log records (None: nothing to make)."""
         self.humans = Humans(self)
         self.models = ModelCalls(self)
         approvals = config.approvals
@@ -223,6 +233,8 @@ class Engine:
         self.state.apply(event)
         if self.journal is not None:
             self.journal.add(event)
+        if self.telemetry is not None:
+            self.telemetry.on_event(event)
         for listener in self._listeners:
             listener(event)
 
@@ -232,6 +244,8 @@ class Engine:
         self.events[at:at] = events
         for e in events:
             self.state.apply(e)
+            if self.telemetry is not None:
+                self.telemetry.on_event(e)
             for listener in self._listeners:
                 listener(e)
         self.humans.answered_elsewhere(events)
@@ -303,6 +317,11 @@ class Engine:
     def planning_idle(self) -> bool:
         return self.planning.idle
 
+    def planning_context(self) -> contextvars.Context | None:
+        """The context a planning task starts in: its round's span current, when the run is traced."""
+        telemetry = self.telemetry
+        return None if telemetry is None else telemetry.planning_context()
+
     def decide(self, approval_id: str, decision: ApprovalDecision) -> None:
         """Answer an open question of this run, from this process."""
         self.humans.decide(approval_id, decision)
@@ -312,6 +331,16 @@ class Engine:
     async def run(self) -> RunState:
         if self._finished:
             return self.state
+        telemetry = self.telemetry
+        if telemetry is None:
+            return await self._run()
+        telemetry.begin(self.events)
+        try:
+            return await self._run()
+        finally:
+            telemetry.end()
+
+    async def _run(self) -> RunState:
         cfg = self.config
         if self.resuming:
             self.emit(RunResumed(at=self.now(), events=len(self.events)))
@@ -408,6 +437,7 @@ class Engine:
             budget=cfg.budget.as_dict(),
             tools=cfg.tools.names,
             config=dict(cfg.metadata),
+            trace=self.telemetry.carrier() if self.telemetry is not None else {},
         )
 
     def finish_unstarted(self) -> None:

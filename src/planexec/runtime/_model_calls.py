@@ -167,6 +167,8 @@ class ModelCalls:
                 )
             )
 
+        telemetry = engine.telemetry
+        live = None if telemetry is None else telemetry.model_call(role, model.name, request)
         try:
             with use_providers(providers), failed_attempts_to(attempt_failed):
                 answer = await (send or model.request)(request)
@@ -175,6 +177,8 @@ class ModelCalls:
             error = e
         except BaseException as e:  # a real cancellation goes on; anything else a model raises is a crash
             if cancelled_for_real(e):
+                if telemetry is not None:
+                    telemetry.model_abandoned(live)
                 raise
             error = ModelCrashed(model.name, e)
         finally:
@@ -192,7 +196,10 @@ class ModelCalls:
             duration=loop.time() - t0,
         )
         if error is not None:
-            engine.emit(replace(record, error=f"{type(error).__name__}: {error}"))
+            failed = replace(record, error=f"{type(error).__name__}: {error}")
+            engine.emit(failed)
+            if telemetry is not None:
+                telemetry.model_done(live, failed, None)
             if isinstance(error, UsageError | ModelCrashed) or role != "executor":
                 raise error
             raise StepFailure(
@@ -201,9 +208,10 @@ class ModelCalls:
         cost = _charged(model, response, price)
         if cost != response.cost:
             response = replace(response, cost=cost)
-        engine.emit(
-            replace(record, response=response, usage=response.usage, cost=cost, answered_by=response.answered_by)
-        )
+        called = replace(record, response=response, usage=response.usage, cost=cost, answered_by=response.answered_by)
+        engine.emit(called)
+        if telemetry is not None:
+            telemetry.model_done(live, called, response)
         return response
 
 

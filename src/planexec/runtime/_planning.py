@@ -95,6 +95,8 @@ class _Loop(Core, Protocol):
 
     def refresh_tools(self) -> None: ...
 
+    def planning_context(self) -> contextvars.Context | None: ...
+
     async def call_model(
         self,
         role: str,
@@ -217,7 +219,9 @@ class Planning:
         ctx = self._context()
         self._streamed = None
         self._streaming_open = kind != "finish"
-        self.task = asyncio.create_task(self._plan(kind, why, failed, ctx), name=f"planner:{kind}")
+        self.task = asyncio.create_task(
+            self._plan(kind, why, failed, ctx), name=f"planner:{kind}", context=engine.planning_context()
+        )
 
     def resume_approval(self, kind: PlanKind, plan: Plan, approval_id: str) -> None:
         """After a restart: wait again for the answer about a plan the planner already proposed."""

@@ -175,10 +175,18 @@ class StepCtx:
             before_retry=before_retry,
             on_progress=self._progress_to(call_id if inner else None),
         )
+        telemetry = engine.telemetry
+        live = None if telemetry is None else telemetry.tool_call(tool, self.step, args, call_id)
         try:
             outcome = await call_tool(tool, args, site)
+        except BaseException:
+            if telemetry is not None:
+                telemetry.tool_abandoned(live)
+            raise
         finally:
             engine.inner_tool_calls_ended(counted)
+        if telemetry is not None:
+            telemetry.tool_done(live, tool, outcome)
         if inner:
             self._log_inner(
                 call_id or "", tool, args, outcome.attempts, asyncio.get_running_loop().time() - t0, outcome

@@ -108,7 +108,11 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
         retries = engine.retries_on_fail(step)
         known = await engine.world.step_outcome(step)
         while known is None:
-            done.output = await executor.run(step, args, ctx)
+            if engine.telemetry is None:
+                done.output = await executor.run(step, args, ctx)
+            else:
+                with engine.telemetry.step(step.id):
+                    done.output = await executor.run(step, args, ctx)
             if executor.kind == "model":  # a tool step's output was checked where the tool was called
                 limit = engine.config.limits.max_output_chars
                 problem = json_problem(done.output, max_chars=limit, where="output")

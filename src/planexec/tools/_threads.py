@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import queue
 import threading
 from collections.abc import Callable
@@ -94,5 +96,6 @@ _workers = _Workers()
 
 
 def run_in_thread(fn: Callable[[], Any]) -> asyncio.Future[Any]:
-    """Run ``fn`` in a daemon worker thread; await the returned future for its result."""
-    return _workers.submit(fn)
+    """Run ``fn`` in a daemon worker thread, in a copy of the caller's context (its context
+    variables: the current span, among others); await the returned future for its result."""
+    return _workers.submit(functools.partial(contextvars.copy_context().run, fn))

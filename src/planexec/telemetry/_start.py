@@ -1,0 +1,86 @@
+"""Whether a run has telemetry to do, and its :class:`RunTelemetry` when it has."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import metrics, trace
+
+from planexec.store import Redactor
+from planexec.telemetry._logs import LOGGER_NAME
+from planexec.telemetry._metrics import instruments_of
+from planexec.telemetry._names import TRACER_NAME
+from planexec.telemetry._run import RunTelemetry
+from planexec.telemetry._settings import Telemetry
+
+if TYPE_CHECKING:
+    from planexec.log import RunState
+
+__all__ = ["run_telemetry"]
+
+
+def _proxy_meter_provider() -> tuple[type, ...]:
+    try:  # the API's stand-in until an SDK is set: not public, so looked up with care
+        module = importlib.import_module("opentelemetry.metrics._internal")
+        proxy = getattr(module, "_ProxyMeterProvider", None)
+    except ImportError:
+        proxy = None
+    return (metrics.NoOpMeterProvider, proxy) if isinstance(proxy, type) else (metrics.NoOpMeterProvider,)
+
+
+_NO_METERS = _proxy_meter_provider()
+_NO_TRACERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+
+
+def _logged(logger: logging.Logger) -> bool:
+    """Whether records of ``logger`` would reach a handler that does something with them (its
+    own ``NullHandler`` does nothing; Python's last-resort handler is not counted)."""
+    if not logger.isEnabledFor(logging.CRITICAL):
+        return False
+    current: logging.Logger | None = logger
+    while current is not None:
+        if any(not isinstance(h, logging.NullHandler) for h in current.handlers):
+            return True
+        current = current.parent if current.propagate else None
+    return False
+
+
+def run_telemetry(
+    settings: Telemetry,
+    *,
+    run_id: str,
+    agent: str,
+    state: RunState,
+    store_redactor: Redactor | None,
+) -> RunTelemetry | None:
+    """The telemetry of one run, or None when it has none to do: no tracer or meter provider
+    configured (the API's no-ops) and the ``planexec`` logger not enabled for any record."""
+    tracer: Any = None
+    if settings.traces:
+        provider: Any = settings.tracer_provider or trace.get_tracer_provider()
+        if not isinstance(provider, _NO_TRACERS):
+            from planexec import __version__
+
+            tracer = provider.get_tracer(TRACER_NAME, __version__)
+    instruments = None
+    if settings.metrics:
+        meters: Any = settings.meter_provider or metrics.get_meter_provider()
+        if not isinstance(meters, _NO_METERS):
+            instruments = instruments_of(meters)
+    logs = settings.logs and _logged(logging.getLogger(LOGGER_NAME))
+    if tracer is None and instruments is None and not logs:
+        return None
+    redactor = settings.redactor or store_redactor or Redactor()
+    return RunTelemetry(
+        run_id=run_id,
+        agent=agent,
+        state=state,
+        tracer=tracer,
+        instruments=instruments,
+        logs=logs,
+        capture_content=settings.captures_content,
+        max_content_chars=settings.max_content_chars,
+        redactor=redactor,
+    )
