@@ -724,3 +724,33 @@ async def test_v8_fixture_replays_exactly() -> None:
 
     report = await replay_log(_load_log(FIXTURES / "events_v8.jsonl"))
     assert report.matched, report.divergence
+
+
+# -- the version 9 fixture log: a traced run keeps its trace context -------------------------------
+
+
+def test_v9_fixture_loads_and_folds() -> None:
+    events = _load_log(FIXTURES / "events_v9.jsonl")
+    state = RunState.fold(events)
+    assert state.stop is not None
+    assert state.stop.kind == "goal_met"
+    first = events[0]
+    assert isinstance(first, RunStarted)
+    assert first.trace == {"traceparent": "00-3caad72d8643627c901661aa0f5924f0-05369803d0c97b22-03"}
+    assert state.outputs == {"a": 4, "b": 8}
+    for line, event in zip(
+        (FIXTURES / "events_v9.jsonl").read_text(encoding="utf-8").splitlines(), events, strict=True
+    ):
+        old = json.loads(line)
+        assert old["v"] == 9
+        assert _kept(dump_event(event)["event"], old["event"])
+    older = _load_log(FIXTURES / "events_v8.jsonl")[0]
+    assert isinstance(older, RunStarted)
+    assert older.trace == {}  # a log from before: no trace context
+
+
+async def test_v9_fixture_replays_exactly() -> None:
+    from planexec.runtime import replay_log
+
+    report = await replay_log(_load_log(FIXTURES / "events_v9.jsonl"))
+    assert report.matched, report.divergence

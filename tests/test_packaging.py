@@ -70,6 +70,11 @@ EXTRA_CHECKS = {
     "openai": "from planexec.models import OpenAIModel\nassert OpenAIModel('gpt-4o-mini').missing_keys()",
     "anthropic": "from planexec.models import AnthropicModel\nassert AnthropicModel('claude-x').missing_keys()",
     "postgres": "from planexec.store import PostgresStore\nPostgresStore('postgresql://localhost/x')",
+    "otel": "from planexec.telemetry import configure_otlp\n"
+    "export = configure_otlp('http://127.0.0.1:9', set_global=False)\nexport.tracer_provider.shutdown()",
+    "without otel": "from planexec.telemetry import configure_otlp\n"
+    "try:\n    configure_otlp('http://127.0.0.1:9')\nexcept planexec.errors.UsageError as e:\n"
+    "    assert '[otel]' in str(e.problems), e\nelse:\n    raise AssertionError('the otel extra is not installed')",
 }
 
 OFFLINE_RUN = """
@@ -95,6 +100,7 @@ assert result.stop.kind == "goal_met" and result.outputs == {"s": 3}, result.sto
         ("wheel", "openai"),
         ("wheel", "anthropic"),
         ("wheel", "postgres"),
+        ("wheel", "otel"),
         ("sdist", "openai,anthropic,postgres"),
     ],
 )
@@ -113,6 +119,7 @@ def test_the_package_installs_into_a_fresh_environment(dist: Dist, tmp_path: Pat
     assert Path(where.stdout.strip()).is_relative_to(tmp_path / "venv")  # the installed copy, not this clone
     run([str(bin_dir / "python"), "-c", OFFLINE_RUN], env=env, cwd=tmp_path)
     checks = extras.split(",") + ([] if "openai" in extras else ["without openai"])
+    checks += [] if "otel" in extras else ["without otel"]
     for check in checks:
         run(
             [str(bin_dir / "python"), "-c", "import planexec, planexec.errors\n" + EXTRA_CHECKS[check]],

@@ -61,6 +61,7 @@ SUBPACKAGES = [
     "planexec.store",
     "planexec.faults",
     "planexec.runtime",
+    "planexec.telemetry",
     "planexec.eval",
     "planexec.hosting",
 ]

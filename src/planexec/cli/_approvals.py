@@ -7,6 +7,7 @@ from __future__ import annotations
 import getpass
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
@@ -22,6 +23,7 @@ from planexec.cli._questions import about, answer_commands, approval_json, under
 from planexec.cli._report import json_text
 from planexec.cli._resume import load_log, resume_run
 from planexec.cli._store_options import StoreChoice, store_choice, store_flag, using_store
+from planexec.cli._telemetry import TelemetryFlags, run_observed, telemetry_options
 from planexec.cli._text import plain, shown
 from planexec.errors import UsageError
 from planexec.log import ApprovalRecord, ChecklistResult, RunStarted, RunState
@@ -175,6 +177,7 @@ def _resume_option() -> Callable[[Callable[..., None]], Callable[..., None]]:
 @click.option("--by", default=None, metavar="NAME", help="Who answers (default: the user name).")
 @_resume_option()
 @live_options
+@telemetry_options
 @global_options()
 @click.pass_context
 def approve(
@@ -192,6 +195,7 @@ def approve(
     no_live: bool,
     no_input: bool,
     as_json: bool,
+    **observed: Any,
 ) -> None:
     """Approve question ID of RUN (with no ID: its only open question).
 
@@ -225,7 +229,11 @@ def approve(
         return answer
 
     view = View.make(as_json=as_json, no_live=no_live, no_input=no_input)
-    run_command(ctx, _decide(store_choice(ctx), run_id, approval_id, make, resume=resume, view=view))
+    run_observed(
+        ctx,
+        TelemetryFlags.take(observed),
+        _decide(store_choice(ctx), run_id, approval_id, make, resume=resume, view=view),
+    )
 
 
 @click.command()
@@ -242,6 +250,7 @@ def approve(
 @click.option("--by", default=None, metavar="NAME", help="Who answers (default: the user name).")
 @_resume_option()
 @live_options
+@telemetry_options
 @global_options()
 @click.pass_context
 def reject(
@@ -256,6 +265,7 @@ def reject(
     no_live: bool,
     no_input: bool,
     as_json: bool,
+    **observed: Any,
 ) -> None:
     """Reject question ID of RUN: the plan or step is not run, an escalation stops the run, a
     step's result under review fails (the planner patches), a final answer goes back to the
@@ -275,7 +285,11 @@ def reject(
         return answer
 
     view = View.make(as_json=as_json, no_live=no_live, no_input=no_input)
-    run_command(ctx, _decide(store_choice(ctx), run_id, approval_id, make, resume=resume, view=view))
+    run_observed(
+        ctx,
+        TelemetryFlags.take(observed),
+        _decide(store_choice(ctx), run_id, approval_id, make, resume=resume, view=view),
+    )
 
 
 @click.command()
@@ -285,6 +299,7 @@ def reject(
 @click.option("--by", default=None, metavar="NAME", help="Who answers (default: the user name).")
 @_resume_option()
 @live_options
+@telemetry_options
 @global_options()
 @click.pass_context
 def answer(
@@ -298,6 +313,7 @@ def answer(
     no_live: bool,
     no_input: bool,
     as_json: bool,
+    **observed: Any,
 ) -> None:
     """Answer the planner's question ID of RUN with TEXT (for an escalation: TEXT is guidance).
 
@@ -314,7 +330,11 @@ def answer(
         return ApprovalDecision(approved=True, by=by or _default_by(), text=text, choice=choice)  # type: ignore[arg-type]
 
     view = View.make(as_json=as_json, no_live=no_live, no_input=no_input)
-    run_command(ctx, _decide(store_choice(ctx), run_id, approval_id, make, resume=resume, view=view))
+    run_observed(
+        ctx,
+        TelemetryFlags.take(observed),
+        _decide(store_choice(ctx), run_id, approval_id, make, resume=resume, view=view),
+    )
 
 
 @click.command()
@@ -324,6 +344,7 @@ def answer(
 @click.option("--by", default=None, metavar="NAME", help="Who tells (default: the user name).")
 @_resume_option()
 @live_options
+@telemetry_options
 @global_options()
 @click.pass_context
 def tell(
@@ -337,6 +358,7 @@ def tell(
     no_live: bool,
     no_input: bool,
     as_json: bool,
+    **observed: Any,
 ) -> None:
     """Tell RUN something new, or change a constraint (--constraint): the planner replans with it
     at the next safe point, keeping the work already done.
@@ -345,7 +367,11 @@ def tell(
     suspended run is resumed here (--no-resume: only record it).
     """
     view = View.make(as_json=as_json, no_live=no_live, no_input=no_input)
-    run_command(ctx, _tell(store_choice(ctx), run_id, text, constraint, by or _default_by(), resume=resume, view=view))
+    run_observed(
+        ctx,
+        TelemetryFlags.take(observed),
+        _tell(store_choice(ctx), run_id, text, constraint, by or _default_by(), resume=resume, view=view),
+    )
 
 
 async def _tell(

@@ -36,7 +36,11 @@ def _endpoint_problems(endpoint: Any) -> list[Problem]:
         return [Problem(code="otlp", where="endpoint", message="must be a URL such as http://127.0.0.1:4318")]
     parsed = urllib.parse.urlsplit(endpoint)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        return [Problem(code="otlp", where="endpoint", message=f"must be an http(s) URL with a host, not {endpoint!r}")]
+        return [
+            Problem(
+                code="otlp", where="endpoint", message=f"must be an http or https URL with a host, not {endpoint!r}"
+            )
+        ]
     if parsed.username or parsed.password:
         return [
             Problem(

@@ -1,0 +1,443 @@
+"""The spans of a run folded from its events: the run's, each planning round's and each step's,
+with the events that happen to them (see :mod:`planexec.telemetry._run` for the tree)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Link, Span, SpanKind
+
+from planexec.log import (
+    AnswerReviewed,
+    ApprovalDecided,
+    ApprovalRequested,
+    BudgetExhaustedEvent,
+    Event,
+    InformationAdded,
+    ModelAttemptFailed,
+    PlannerOutputRejected,
+    PlanningStarted,
+    PlanProposed,
+    RunFinished,
+    RunStarted,
+    RunSuspended,
+    StallDetected,
+    StepAttemptFailed,
+    StepCancelled,
+    StepFailed,
+    StepHeld,
+    StepRequeued,
+    StepStarted,
+    StepStreamed,
+    StepSucceeded,
+    ToolCalled,
+    ToolProgress,
+    ToolsChanged,
+)
+from planexec.telemetry._metrics import Instruments
+from planexec.telemetry._names import (
+    AGENT_NAME,
+    ERROR_TYPE,
+    INPUT_MESSAGES,
+    INPUT_TOKENS,
+    OPERATION,
+    OUTPUT_MESSAGES,
+    OUTPUT_TOKENS,
+    SPAN_KIND_HINT,
+    TOOL_CALL_ID,
+    TOOL_NAME,
+    TOOL_TYPE,
+)
+from planexec.telemetry._values import Values, failed
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
+
+    from planexec.log import RunState
+
+__all__ = ["SpanFold", "StepSpan"]
+
+
+@dataclass(slots=True)
+class StepSpan:
+    span: Span
+    started: float
+    executor: str
+
+
+class SpanFold:
+    """What the spans need to remember between events, and how each event changes them."""
+
+    def __init__(
+        self,
+        *,
+        agent: str,
+        state: RunState,
+        tracer: Tracer | None,
+        instruments: Instruments | None,
+        values: Values,
+        capture: bool,
+    ) -> None:
+        self.agent = agent
+        self.state = state
+        self.tracer = tracer
+        self.instruments = instruments
+        self.values = values
+        self.capture = capture
+        self.run: Span | None = None
+        """The run's span in this process (None before it begins and once it ended)."""
+        self.run_started_at = 0.0
+        self.round: Span | None = None
+        self.rounds = 0
+        self.steps: dict[str, StepSpan] = {}
+        self.failures: list[Span] = []
+        """Spans of steps that failed since the last planning round: the next round links to them."""
+
+    def apply(self, event: Event) -> None:
+        """Fold ``event``, just logged, into the spans and metrics."""
+        fold = self
+        run = fold.run
+        match event:
+            case StepStarted():
+                self._step_started(event)
+            case StepSucceeded():
+                rec = self._step_ended(event.step_id, "succeeded")
+                if rec is not None and rec.span.is_recording():
+                    span = rec.span
+                    span.set_attribute("planexec.step.attempts", event.attempts)
+                    span.set_attribute("planexec.step.verdict", "passed" if event.verdict.passed else "failed")
+                    if event.confidence is not None:
+                        span.set_attribute("planexec.step.confidence", event.confidence)
+                    if self.capture:
+                        span.set_attribute("planexec.step.output", self.values.content(event.output))
+                    span.end()
+            case StepFailed():
+                rec = self._step_ended(event.step_id, "failed")
+                ended = rec.span if rec is not None else self._unstarted(event.step_id)
+                if ended is not None and ended.is_recording():
+                    ended.set_attribute("planexec.step.attempts", event.attempts)
+                    if event.verdict is not None:
+                        ended.set_attribute("planexec.step.verdict", "passed" if event.verdict.passed else "failed")
+                    failed(ended, event.error.kind, self.values.text(event.error.message))
+                    fold.failures.append(ended)
+                    ended.end()
+            case StepCancelled():
+                rec = self._step_ended(event.step_id, "cancelled")
+                if rec is not None:
+                    if rec.span.is_recording():
+                        rec.span.set_attribute("planexec.step.cancelled", self.values.text(event.reason))
+                    rec.span.end()
+            case StepAttemptFailed():
+                self._on_step(
+                    event.step_id,
+                    "planexec.retry",
+                    {
+                        "planexec.step.attempt": event.attempt,
+                        ERROR_TYPE: event.error.kind,
+                        "planexec.error": self.values.text(event.error.message),
+                        "planexec.retry_in": event.retry_in if event.retry_in is not None else -1.0,
+                    },
+                )
+            case ToolProgress():
+                attrs: dict[str, Any] = {"planexec.progress": event.progress}
+                if event.total is not None:
+                    attrs["planexec.progress.total"] = event.total
+                self._on_step(event.step_id, "planexec.progress", attrs)
+            case PlanningStarted():
+                self._round_started(event)
+            case PlanProposed():
+                self._plan_proposed(event)
+            case PlannerOutputRejected():
+                if fold.round is not None:
+                    problems = "; ".join(str(p) for p in event.problems)
+                    fold.round.add_event(
+                        "planexec.plan_refused",
+                        {"planexec.attempt": event.attempt, "planexec.problems": self.values.text(problems)},
+                    )
+            case StepStreamed():
+                if fold.round is not None:
+                    fold.round.add_event("planexec.step_streamed", {"planexec.step.id": event.step.id})
+            case ToolCalled() if event.attempts == 0 and self.tracer is not None:
+                # a call refused before any attempt (an unknown tool, a gated one): a span of no length
+                name = self.values.text(event.tool)[:200]  # a model chose it: anything may be in it
+                refused = self.tracer.start_span(
+                    f"execute_tool {name}",
+                    attributes={
+                        OPERATION: "execute_tool",
+                        TOOL_NAME: name,
+                        TOOL_CALL_ID: event.call_id,
+                        "planexec.step.id": event.step_id,
+                        "planexec.tool.attempts": 0,
+                        SPAN_KIND_HINT: "TOOL",
+                    },
+                )
+                if event.error is not None:
+                    failed(refused, event.error.kind, self.values.text(event.error.message))
+                refused.end()
+            case ModelAttemptFailed():
+                span = trace.get_current_span()  # the call's own span, in the task making the call
+                if span.is_recording():
+                    attrs = {"planexec.attempt": event.attempt, "planexec.error": self.values.text(event.error)}
+                    if event.status is not None:
+                        attrs["http.response.status_code"] = event.status
+                    if event.retry_in is not None:
+                        attrs["planexec.retry_in"] = event.retry_in
+                    span.add_event("planexec.model_retry", attrs)
+            case ApprovalRequested() if run is not None:
+                attrs = {"planexec.approval.id": event.approval_id, "planexec.approval.subject": event.subject}
+                if event.step_id is not None:
+                    attrs["planexec.step.id"] = event.step_id
+                if event.reason:
+                    attrs["planexec.reason"] = self.values.text(event.reason)
+                run.add_event("planexec.approval.requested", attrs)
+            case ApprovalDecided() if run is not None:
+                attrs = {
+                    "planexec.approval.id": event.approval_id,
+                    "planexec.approval.approved": event.approved,
+                    "planexec.approval.by": self.values.text(event.by),
+                }
+                if event.choice is not None:
+                    attrs["planexec.approval.choice"] = event.choice
+                if event.reason:
+                    attrs["planexec.reason"] = self.values.text(event.reason)
+                run.add_event("planexec.approval.decided", attrs)
+            case BudgetExhaustedEvent() if run is not None:
+                run.add_event(
+                    "planexec.budget_exhausted",
+                    {
+                        "planexec.budget": event.budget,
+                        "planexec.budget.limit": float(event.limit),
+                        "planexec.budget.used": float(event.used),
+                        "planexec.budget.needed": float(event.needed),
+                    },
+                )
+            case StallDetected() if run is not None:
+                run.add_event(
+                    "planexec.stall",
+                    {"planexec.stall.rule": event.rule, "planexec.detail": self.values.text(event.detail)},
+                )
+            case ToolsChanged() if run is not None:
+                added = [str(spec.get("name", "")) for spec in event.tools]
+                run.add_event(
+                    "planexec.tools_changed",
+                    {"planexec.tools.added": added, "planexec.tools.removed": list(event.removed)},
+                )
+            case InformationAdded() if run is not None:
+                run.add_event(
+                    "planexec.information",
+                    {"planexec.by": self.values.text(event.by), "planexec.constraint": event.constraint},
+                )
+            case AnswerReviewed() if run is not None:
+                run.add_event(
+                    "planexec.answer_reviewed", {"planexec.passed": event.passed, "planexec.reviewer": event.reviewer}
+                )
+            case StepHeld() if run is not None:
+                run.add_event(
+                    "planexec.step_held", {"planexec.step.id": event.step_id, "planexec.approval.id": event.approval_id}
+                )
+            case StepRequeued() if run is not None:
+                run.add_event(
+                    "planexec.step_requeued",
+                    {"planexec.step.id": event.step_id, "planexec.reason": self.values.text(event.reason)},
+                )
+            case RunStarted() if run is not None:
+                run.set_attributes(
+                    {
+                        "planexec.policy": event.policy,
+                        "planexec.replan": event.replan,
+                        "planexec.tools": list(event.tools),
+                    }
+                )
+                if self.capture:
+                    run.set_attribute(
+                        INPUT_MESSAGES,
+                        self.values.content([{"role": "user", "parts": [{"type": "text", "content": event.goal}]}]),
+                    )
+            case RunSuspended():
+                self._close_round()
+                if run is not None:
+                    run.add_event("planexec.suspended", {"planexec.approvals": list(event.approvals)})
+                    run.set_attribute("planexec.run.status", "suspended")
+                    run.end()
+                    fold.run = None
+            case RunFinished():
+                self._run_finished(event)
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def _step_started(self, event: StepStarted) -> None:
+        if self.tracer is None:
+            self.steps[event.step_id] = StepSpan(span=trace.INVALID_SPAN, started=event.at, executor=event.executor)
+            return
+        attributes: dict[str, Any] = {
+            "planexec.step.id": event.step_id,
+            "planexec.executor": event.executor,
+        }
+        rec = self.state.steps.get(event.step_id)
+        if rec is not None:
+            attributes["planexec.plan.version"] = rec.plan_version
+            attributes["planexec.step.attempt"] = max(1, rec.attempts)
+        if event.tool is not None:
+            name = f"execute_tool {event.tool}"
+            attributes.update(
+                {
+                    OPERATION: "execute_tool",
+                    TOOL_NAME: event.tool,
+                    TOOL_CALL_ID: event.step_id,
+                    TOOL_TYPE: "function",
+                    SPAN_KIND_HINT: "TOOL",
+                }
+            )
+        else:
+            name = f"invoke_agent {event.executor}"
+            attributes.update({OPERATION: "invoke_agent", AGENT_NAME: event.executor, SPAN_KIND_HINT: "AGENT"})
+        if event.idempotency_key is not None:
+            attributes["planexec.idempotency_key"] = event.idempotency_key
+        parent = self.run
+        context = trace.set_span_in_context(parent) if parent is not None else None
+        span = self.tracer.start_span(name, context=context, kind=SpanKind.INTERNAL, attributes=attributes)
+        self.steps[event.step_id] = StepSpan(span=span, started=event.at, executor=event.executor)
+
+    def _step_ended(self, step_id: str, status: str) -> StepSpan | None:
+        rec = self.steps.pop(step_id, None)
+        if self.instruments is not None:
+            executor = rec.executor if rec is not None else ""
+            duration = None if rec is None else max(0.0, time.time() - rec.started)
+            self.instruments.step(self.agent, executor, status, duration)
+        if rec is not None and rec.span.is_recording():
+            rec.span.set_attribute("planexec.step.status", status)
+        return rec
+
+    def _unstarted(self, step_id: str) -> Span | None:
+        """A step that failed before it started (its arguments could not be bound): a span of
+        no length, so that the failure shows and a patch can link to it."""
+        if self.tracer is None:
+            return None
+        parent = self.run
+        context = trace.set_span_in_context(parent) if parent is not None else None
+        return self.tracer.start_span(
+            f"step {step_id}",
+            context=context,
+            attributes={"planexec.step.id": step_id, "planexec.step.status": "failed", "planexec.step.started": False},
+        )
+
+    def _on_step(self, step_id: str, name: str, attributes: dict[str, Any]) -> None:
+        rec = self.steps.get(step_id)
+        if rec is not None and rec.span.is_recording():
+            rec.span.add_event(name, attributes)
+
+    # -- planning rounds ---------------------------------------------------------------------
+
+    def _round_started(self, event: PlanningStarted) -> None:
+        fold = self
+        self._close_round()
+        fold.rounds += 1
+        links = [Link(s.get_span_context(), {"planexec.link": "failure"}) for s in fold.failures]
+        fold.failures = []
+        if self.tracer is None:
+            return
+        parent = fold.run
+        context = trace.set_span_in_context(parent) if parent is not None else None
+        attributes: dict[str, Any] = {
+            OPERATION: "plan",
+            AGENT_NAME: self.agent,
+            "planexec.planning.trigger": event.trigger,
+            "planexec.planning.round": fold.rounds,
+            SPAN_KIND_HINT: "CHAIN",
+        }
+        if event.why:
+            attributes["planexec.planning.why"] = self.values.text(event.why)
+        fold.round = self.tracer.start_span(
+            f"plan {self.agent}", context=context, kind=SpanKind.INTERNAL, attributes=attributes, links=links
+        )
+
+    def _plan_proposed(self, event: PlanProposed) -> None:
+        fold = self
+        plan = event.plan
+        span = fold.round
+        if span is not None and span.is_recording():
+            span.set_attributes(
+                {
+                    "planexec.plan.version": plan.version,
+                    "planexec.plan.steps": len(plan.steps),
+                    "planexec.plan.trigger": event.trigger,
+                }
+            )
+            if event.cancelled:
+                span.set_attribute("planexec.plan.cancelled", list(event.cancelled))
+            if self.capture:
+                span.set_attribute("planexec.plan", self.values.content([s.id for s in plan.steps]))
+        if event.trigger != "initial" and fold.run is not None:
+            fold.run.add_event(
+                "planexec.replan",
+                {
+                    "planexec.plan.version": plan.version,
+                    "planexec.plan.trigger": event.trigger,
+                    "planexec.plan.cancelled": list(event.cancelled),
+                },
+            )
+        self._close_round()
+
+    def _close_round(self) -> None:
+        fold = self
+        if fold.round is not None:
+            fold.round.end()
+            fold.round = None
+
+    # -- the end -----------------------------------------------------------------------------
+
+    def _run_finished(self, event: RunFinished) -> None:
+        fold = self
+        self._close_round()
+        stop = event.stop
+        if self.instruments is not None:
+            self.instruments.run(self.agent, stop.kind, stop.code, max(0.0, event.at - self.run_started_at))
+        span = fold.run
+        if span is None:
+            return
+        if span.is_recording():
+            state = self.state
+            attributes: dict[str, Any] = {
+                "planexec.stop_reason": stop.kind,
+                "planexec.run.status": "finished",
+                "planexec.cost": state.cost,
+                INPUT_TOKENS: state.usage.input_tokens,
+                OUTPUT_TOKENS: state.usage.output_tokens,
+                "planexec.model_calls": state.model_calls,
+                "planexec.tool_calls": state.tool_calls,
+                "planexec.steps": state.steps_started,
+                "planexec.replans": state.replans,
+            }
+            if state.plans:
+                attributes["planexec.plan.version"] = state.plans[-1].version
+            if stop.code is not None:
+                attributes["planexec.stop_code"] = stop.code
+            if stop.budget is not None:
+                attributes["planexec.stop_budget"] = stop.budget
+            if stop.detail:
+                attributes["planexec.stop_detail"] = self.values.text(stop.detail)
+            span.set_attributes(attributes)
+            if self.capture and event.answer is not None:
+                span.set_attribute(
+                    OUTPUT_MESSAGES,
+                    self.values.content([{"role": "assistant", "parts": [{"type": "text", "content": event.answer}]}]),
+                )
+            if stop.kind == "error":
+                failed(span, stop.code or "error", self.values.text(stop.detail))
+        span.end()
+        fold.run = None
+
+    def end_all(self) -> None:
+        """Close whatever is still open (the run ended in this process without a last event)."""
+        for rec in self.steps.values():
+            rec.span.end()
+        self.steps.clear()
+        self._close_round()
+        if self.run is not None:
+            if self.run.is_recording():
+                self.run.set_attribute("planexec.run.status", "left")
+            self.run.end()
+            self.run = None
