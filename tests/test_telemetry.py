@@ -21,7 +21,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 from opentelemetry import propagate, trace
 
-from planexec import Agent, ToolError, tool
+from planexec import Agent, Approvals, ToolError, tool
 from planexec.log import ApprovalDecided, ApprovalRequested
 from planexec.mcp import MCPToolset
 from planexec.models import FunctionModel, ModelRequest
@@ -38,6 +38,7 @@ from tests.telemetry_support import (
     all_text,
     named,
     shop_agent,
+    shop_tools,
     tree,
 )
 
@@ -493,3 +494,129 @@ async def test_an_mcp_tool_call_is_an_execute_tool_span_whose_context_reaches_th
     traceparent = meta["traceparent"] if isinstance(meta, dict) else getattr(meta, "traceparent", None)
     assert traceparent is not None
     assert traceparent.startswith(f"00-{span.trace_id}-{span.span_id}-")
+
+
+# -- what a broken dependency or a hostile model sends ------------------------------------------------
+
+
+class _BrokenTracerProvider:
+    """An OpenTelemetry provider whose tracer fails after a while (a broken SDK or processor)."""
+
+    def __init__(self, inner: Any, fail_after: int) -> None:
+        self._inner = inner
+        self.calls = 0
+        self.fail_after = fail_after
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
+        provider = self
+
+        class Tracer:
+            def start_span(self, *a: Any, **k: Any) -> Any:
+                provider.calls += 1
+                if provider.calls > provider.fail_after:
+                    raise RuntimeError("the tracer broke")
+                return provider._inner.get_tracer("x").start_span(*a, **k)
+
+        return Tracer()
+
+
+@pytest.mark.parametrize("fail_after", [0, 1, 3, 6])
+async def test_a_tracer_that_breaks_mid_run_turns_telemetry_off_and_the_run_goes_on(
+    captured: Captured, fail_after: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorded: list[int] = []
+    broken = _BrokenTracerProvider(captured.tracer_provider, fail_after)
+    planner = ScriptedModel([PLAN, PATCH, {"answer": "42"}])
+    agent = Agent(
+        planner,
+        tools=shop_tools(recorded),
+        store=None,
+        approvals=Approvals(steps="none"),
+        telemetry=Telemetry(tracer_provider=broken, meter_provider=captured.meter_provider),  # type: ignore[arg-type]
+    )
+    result = await agent.run("price of the lamp")
+    assert result.stop.kind == "goal_met", result.stop
+    assert recorded == [42]
+    warnings = [r.getMessage() for r in caplog.records if "telemetry turned off" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "the tracer broke" in warnings[0]
+
+
+async def test_hostile_model_output_reaches_spans_redacted_and_cut_to_size(captured: Captured) -> None:
+    huge = "x" * 50_000
+
+    def executor(request: ModelRequest) -> Any:
+        from planexec.models import ModelResponse, Usage
+
+        return ModelResponse(
+            text=f"{huge} {SECRET}",
+            model=f"evil-model {SECRET}",
+            usage=Usage(input_tokens=1, output_tokens=1),
+        )
+
+    planner = ScriptedModel(
+        [{"steps": [{"id": "s", "description": f"say {SECRET}"}]}, {"answer": "ok"}],
+    )
+    agent = Agent(
+        planner,
+        executor=FunctionModel(executor, name=f"openai-compatible:m@http://u:{SECRET}@host"),
+        store=None,
+        telemetry=captured.telemetry(capture_content=True, max_content_chars=1_000),
+    )
+    result = await agent.run("go")
+    assert result.stop.kind == "goal_met", result.stop
+    spans = captured.spans()
+    for text in all_text(spans):
+        assert SECRET not in text
+    [chat] = [s for s in spans if s.attributes.get("planexec.role") == "executor"]
+    assert len(chat.attributes["gen_ai.output.messages"]) <= 1_000
+    assert chat.attributes["gen_ai.request.model"] == "m"
+
+
+async def test_an_unreachable_collector_never_slows_a_run_and_the_command_exits(tmp_path: Path) -> None:
+    out = await asyncio.to_thread(
+        subprocess.run,
+        [
+            *(sys.executable, "-m", "planexec", "demo", "--store", "memory://", "--no-live"),
+            *("--workdir", str(tmp_path), "--otlp-endpoint", "http://127.0.0.1:9", "--otlp-metrics"),
+        ],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Failed to export" in out.stderr  # the exporter says so; the run was not held up
+
+
+def test_bad_otlp_flags_are_refused_with_every_problem_and_no_credential_shown(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            *(sys.executable, "-m", "planexec", "run", "x", "--planner", "scripted:/nope.json"),
+            *("--otlp-endpoint", "ftp://user:pw@host", "--store", "memory://"),
+        ],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 2
+    assert "--otlp-endpoint" in out.stderr
+    assert "http or https URL" in out.stderr
+    assert "must not hold credentials" in out.stderr
+    assert "pw" not in out.stderr
+    metrics_only = subprocess.run(
+        [sys.executable, "-m", "planexec", "run", "x", "--otlp-metrics", "--store", "memory://"],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert metrics_only.returncode == 2
+    assert "--otlp-metrics: needs --otlp-endpoint" in metrics_only.stderr

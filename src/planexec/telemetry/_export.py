@@ -10,6 +10,7 @@ from typing import Any
 
 from planexec._util.extras import install_hint
 from planexec.errors import Problem, UsageError
+from planexec.store import safe_url
 
 __all__ = ["OtlpExport", "configure_otlp"]
 
@@ -34,22 +35,27 @@ class OtlpExport:
 def _endpoint_problems(endpoint: Any) -> list[Problem]:
     if not isinstance(endpoint, str) or not endpoint.strip():
         return [Problem(code="otlp", where="endpoint", message="must be a URL such as http://127.0.0.1:4318")]
-    parsed = urllib.parse.urlsplit(endpoint)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        return [
-            Problem(
-                code="otlp", where="endpoint", message=f"must be an http or https URL with a host, not {endpoint!r}"
-            )
-        ]
+    try:
+        parsed = urllib.parse.urlsplit(endpoint)
+        host = parsed.hostname
+        _ = parsed.port
+    except ValueError as e:
+        return [Problem(code="otlp", where="endpoint", message=f"is not a URL: {e}")]
+    problems = []
     if parsed.username or parsed.password:
-        return [
+        problems.append(
             Problem(
                 code="otlp",
                 where="endpoint",
                 message="must not hold credentials: send them as headers (OTEL_EXPORTER_OTLP_HEADERS)",
             )
-        ]
-    return []
+        )
+    if parsed.scheme not in ("http", "https") or not host:
+        shown = safe_url(endpoint)
+        problems.append(
+            Problem(code="otlp", where="endpoint", message=f"must be an http or https URL with a host, not {shown!r}")
+        )
+    return problems
 
 
 def configure_otlp(
@@ -59,13 +65,16 @@ def configure_otlp(
     metrics: bool = False,
     headers: Mapping[str, str] | None = None,
     resource: Mapping[str, str] | None = None,
+    timeout: float = 5.0,
     set_global: bool = True,
 ) -> OtlpExport:
     """Send traces (and, with ``metrics``, metrics) over OTLP/HTTP to ``endpoint``: its base URL,
     to which ``/v1/traces`` and ``/v1/metrics`` are added (Phoenix ``http://127.0.0.1:6006``, an
     OpenTelemetry Collector or Jaeger ``http://127.0.0.1:4318``). ``headers`` go with every export
     (also read from ``OTEL_EXPORTER_OTLP_HEADERS``, e.g. a backend's key); ``resource`` adds
-    resource attributes (Phoenix files traces under ``openinference.project.name``).
+    resource attributes (Phoenix files traces under ``openinference.project.name``). ``timeout``
+    bounds each export, retries included (a backend that is down delays the process's exit by at
+    most about that much; runs are never slowed: spans are sent from a thread of their own).
 
     With ``set_global`` (the default) the providers become the process's global ones, so every
     run (and every other instrumented library) uses them."""
@@ -74,6 +83,8 @@ def configure_otlp(
         isinstance(headers, Mapping) and all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
     ):
         problems.append(Problem(code="otlp", where="headers", message="must map header names to text"))
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 300:
+        problems.append(Problem(code="otlp", where="timeout", message="must be a number of seconds from 0 to 300"))
     if problems:
         raise UsageError("cannot export telemetry", problems)
     try:
@@ -95,12 +106,14 @@ def configure_otlp(
     made = Resource.create({"service.name": service_name, **dict(resource or {})})
     tracer_provider = TracerProvider(resource=made)
     tracer_provider.add_span_processor(
-        BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{base}/v1/traces", headers=dict(headers or {}) or None))
+        BatchSpanProcessor(
+            OTLPSpanExporter(endpoint=f"{base}/v1/traces", headers=dict(headers or {}) or None, timeout=timeout)
+        )
     )
     meter_provider = None
     if metrics:
         reader = PeriodicExportingMetricReader(
-            OTLPMetricExporter(endpoint=f"{base}/v1/metrics", headers=dict(headers or {}) or None)
+            OTLPMetricExporter(endpoint=f"{base}/v1/metrics", headers=dict(headers or {}) or None, timeout=timeout)
         )
         meter_provider = MeterProvider(resource=made, metric_readers=[reader])
     if set_global:

@@ -25,12 +25,15 @@ Span events: on the run's span ``planexec.replan``, ``planexec.approval.requeste
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import functools
+import logging
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -49,7 +52,7 @@ from planexec.log import (
 )
 from planexec.store import Redactor
 from planexec.telemetry._fold import SpanFold
-from planexec.telemetry._logs import EventLogger
+from planexec.telemetry._logs import LOGGER_NAME, EventLogger
 from planexec.telemetry._metrics import Instruments
 from planexec.telemetry._names import (
     AGENT_NAME,
@@ -102,6 +105,50 @@ class LiveCall:
     """The call is the step itself (a tool step): its span is the step's, ended with the step."""
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _guarded(fallback: Any) -> Callable[[F], F]:
+    """Telemetry never breaks a run: a method that fails (a broken SDK, exporter or handler) turns
+    the run's telemetry off, says so once on the ``planexec`` logger, and returns ``fallback``."""
+
+    def wrap(method: F) -> F:
+        @functools.wraps(method)
+        def guarded(self: RunTelemetry, *args: Any, **kwargs: Any) -> Any:
+            if self._broken:
+                return fallback
+            try:
+                return method(self, *args, **kwargs)
+            except Exception as e:
+                self._break(e)
+                return fallback
+
+        return cast(F, guarded)
+
+    return wrap
+
+
+class _Current:
+    """A span made the current one for a block (and no longer after it)."""
+
+    __slots__ = ("_owner", "_span", "_token")
+
+    def __init__(self, owner: RunTelemetry, span: Span) -> None:
+        self._owner = owner
+        self._span = span
+        self._token: object | None = None
+
+    def __enter__(self) -> None:
+        try:
+            self._token = otel_context.attach(trace.set_span_in_context(self._span))
+        except Exception as e:
+            self._owner._break(e)
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._token is not None:
+            otel_context.detach(self._token)  # type: ignore[arg-type]
+
+
 class RunTelemetry:
     """The telemetry of one run in this process. Built by the engine when any signal is on."""
 
@@ -132,9 +179,24 @@ class RunTelemetry:
             EventLogger(run_id, redactor, capture_content=capture_content, span_ids=self._current_ids) if logs else None
         )
         self._seq = 0
+        self._broken = False
+
+    def _break(self, error: Exception) -> None:
+        """Something telemetry uses failed: no more telemetry for this run; the run goes on."""
+        if self._broken:
+            return
+        self._broken = True
+        self.tracer = self.instruments = None
+        self._fold.tracer = self._fold.instruments = None
+        self._logger = None
+        with contextlib.suppress(Exception):
+            logging.getLogger(LOGGER_NAME).warning(
+                "run %s: telemetry turned off for the rest of the run: %s: %s", self.run_id, type(error).__name__, error
+            )
 
     # -- the run's span ----------------------------------------------------------------------
 
+    @_guarded(None)
     def begin(self, history: Sequence[Event]) -> None:
         """The run starts (or goes on from ``history``) in this process: open its span and make
         it the current one of the task running the loop (and of every task started from it)."""
@@ -172,6 +234,7 @@ class RunTelemetry:
                 if isinstance(event, ApprovalDecided | InformationAdded):
                     self._fold.apply(event)
 
+    @_guarded({})
     def carrier(self) -> dict[str, str]:
         """The run's trace context (W3C ``traceparent``), for its log: a resumed run continues it."""
         span = self._fold.run
@@ -181,6 +244,7 @@ class RunTelemetry:
         _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
         return carrier
 
+    @_guarded(None)
     def end(self) -> None:
         """The engine is done with the run in this process: close whatever is still open."""
         self._fold.end_all()
@@ -199,6 +263,7 @@ class RunTelemetry:
 
     # -- contexts for the loop's tasks -------------------------------------------------------
 
+    @_guarded(None)
     def planning_context(self) -> contextvars.Context | None:
         """The context a planning task runs in: its round's span is the current one."""
         span = self._fold.round
@@ -208,21 +273,16 @@ class RunTelemetry:
         context.run(otel_context.attach, trace.set_span_in_context(span))
         return context
 
-    @contextmanager
-    def step(self, step_id: str) -> Iterator[None]:
+    def step(self, step_id: str) -> AbstractContextManager[None]:
         """While a step's executor runs: its span is the current one."""
-        rec = self._fold.steps.get(step_id)
-        if rec is None:
-            yield
-            return
-        token = otel_context.attach(trace.set_span_in_context(rec.span))
-        try:
-            yield
-        finally:
-            otel_context.detach(token)
+        rec = None if self._broken else self._fold.steps.get(step_id)
+        if rec is None or self.tracer is None:
+            return nullcontext()
+        return _Current(self, rec.span)
 
     # -- calls under way ---------------------------------------------------------------------
 
+    @_guarded(None)
     def model_call(self, role: str, model: str, request: ModelRequest) -> LiveCall | None:
         """A model call begins: its ``chat`` span, current until ``model_done``."""
         if self.tracer is None:
@@ -255,6 +315,7 @@ class RunTelemetry:
         token = otel_context.attach(trace.set_span_in_context(span))
         return LiveCall(span=span, token=token, started=time.monotonic())
 
+    @_guarded(None)
     def model_done(self, live: LiveCall | None, record: ModelCalled, response: ModelResponse | None) -> None:
         """The call ended as ``record`` logs it."""
         provider, requested = provider_and_model(record.answered_by or record.model)
@@ -306,6 +367,7 @@ class RunTelemetry:
                 failed(span, record.error.split(":", 1)[0], self._values.text(record.error))
         span.end()
 
+    @_guarded(None)
     def tool_call(self, tool: Tool, step: Step, args: dict[str, Any], call_id: str | None) -> LiveCall | None:
         """A tool call begins. A tool step's own call is the step's span; a call a step's model
         made gets an ``execute_tool`` span of its own, current until ``tool_done``."""
@@ -333,6 +395,7 @@ class RunTelemetry:
         token = otel_context.attach(trace.set_span_in_context(span))
         return LiveCall(span=span, token=token, started=started)
 
+    @_guarded(None)
     def tool_done(self, live: LiveCall | None, tool: Tool, outcome: ToolCallOutcome) -> None:
         if live is None:
             return
@@ -352,6 +415,7 @@ class RunTelemetry:
         if not live.own:
             span.end()
 
+    @_guarded(None)
     def tool_abandoned(self, live: LiveCall | None) -> None:
         """The call did not end (it was cancelled, or the step's task stopped)."""
         if live is None:
@@ -369,6 +433,7 @@ class RunTelemetry:
 
     # -- the fold ----------------------------------------------------------------------------
 
+    @_guarded(None)
     def on_event(self, event: Event) -> None:
         """``event`` was just logged."""
         seq = self._seq
