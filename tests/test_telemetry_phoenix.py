@@ -199,3 +199,51 @@ def test_the_demo_is_traced_from_the_command_line(phoenix: Phoenix, tmp_path: Pa
     assert names["plan planexec"] >= 4
     [root] = [s for s in spans if s.parent_id is None]
     assert root.attributes["planexec.stop_reason"] == "goal_met"
+
+
+def test_a_run_the_server_goes_on_with_after_a_restart_stays_one_trace_in_phoenix(
+    phoenix: Phoenix, tmp_path: Path, monkeypatch: Any
+) -> None:
+    import signal
+
+    from tests.serve_support import CHARGE_PLAN, Server, run_status, wait_for, write_agent
+
+    project = _project()
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", f"openinference.project.name={project}")
+    agents = [write_agent(tmp_path, "payer", [CHARGE_PLAN, {"answer": "paid and refunded"}])]
+    traced = ["--otlp-endpoint", phoenix.url]
+    first = Server(tmp_path, agents, extra=traced).start()
+    try:
+        with first.client() as api:
+            run_id = api.post("/v1/runs", json={"agent": "payer", "goal": "pay, wait, refund"}).json()["run_id"]
+            wait_for(lambda: first.reached(run_id), what="the run to reach its gate")
+    finally:
+        first.kill(signal.SIGTERM)  # the server stops; the run is left unfinished, its spans sent
+    (tmp_path / "gates" / f"{run_id}.reached").unlink()
+    second = Server(tmp_path, agents, extra=traced).start()
+    try:
+        with second.client() as api:
+            wait_for(lambda: second.reached(run_id), what="the restarted server to go on with the run")
+            second.open_gate(run_id)
+            done = wait_for(run_status(api, run_id, "finished"), what="the run to finish")
+            assert done["stop"]["kind"] == "goal_met"
+    finally:
+        second.kill(signal.SIGTERM)
+
+    ours = 10  # two runs' spans; each a planning round with its chat; pay, wait; wait again, refund
+    spans = phoenix.wait_for_spans(project, ours)
+    runs = sorted((s for s in spans if s.name == "invoke_agent planexec"), key=lambda s: s.start_time)
+    assert len(runs) == 2
+    first_run, second_run = runs
+    by_id = {s.span_id: s for s in spans}
+    if first_run.parent_id is not None:  # FastAPI traces its requests: the run is part of the POST's trace
+        assert by_id[first_run.parent_id].name.startswith("fastapi")
+    assert first_run.attributes["planexec.run.status"] == "left"
+    assert second_run.parent_id == first_run.span_id
+    assert second_run.attributes["planexec.stop_reason"] == "goal_met"
+    planexecs = [s for s in spans if any(k.startswith(("planexec.", "gen_ai.")) for k in s.attributes)]
+    assert len(planexecs) == ours
+    assert {s.trace_id for s in planexecs} == {first_run.trace_id}
+    steps = {s.attributes.get("planexec.step.id"): s for s in spans if s.name.startswith("execute_tool ")}
+    assert steps["pay"].parent_id == first_run.span_id
+    assert steps["refund"].parent_id == second_run.span_id

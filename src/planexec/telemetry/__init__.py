@@ -11,7 +11,7 @@ telemetry work. The spans a run makes, their attributes and events are listed in
 records in :mod:`planexec.telemetry._logs`.
 """
 
-from planexec.telemetry._export import OtlpExport, configure_otlp
+from planexec.telemetry._export import OtlpExport, configure_otlp, flush_telemetry
 from planexec.telemetry._logs import LOGGER_NAME, log_to_stream
 from planexec.telemetry._run import LiveCall, RunTelemetry
 from planexec.telemetry._settings import CAPTURE_VARIABLE, DEFAULT_CONTENT_CHARS, Telemetry
@@ -26,6 +26,7 @@ __all__ = [
     "RunTelemetry",
     "Telemetry",
     "configure_otlp",
+    "flush_telemetry",
     "log_to_stream",
     "run_telemetry",
 ]

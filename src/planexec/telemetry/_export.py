@@ -3,6 +3,7 @@ extra: ``pip install 'planexec[otel]'``)."""
 
 from __future__ import annotations
 
+import contextlib
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from planexec._util.extras import install_hint
 from planexec.errors import Problem, UsageError
 from planexec.store import safe_url
 
-__all__ = ["OtlpExport", "configure_otlp"]
+__all__ = ["OtlpExport", "configure_otlp", "flush_telemetry"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,3 +122,18 @@ def configure_otlp(
         if meter_provider is not None:
             otel_metrics.set_meter_provider(meter_provider)
     return OtlpExport(tracer_provider=tracer_provider, meter_provider=meter_provider)
+
+
+def flush_telemetry(timeout: float = 5.0) -> None:
+    """Send what the global tracer and meter providers hold now (blocking, at most about
+    ``timeout`` seconds each): for a process about to end by a signal, whose exit handlers will
+    not run. Providers without ``force_flush`` (the API's no-ops) are left alone."""
+    from opentelemetry import metrics as otel_metrics
+    from opentelemetry import trace
+
+    millis = int(timeout * 1000)
+    for provider in (trace.get_tracer_provider(), otel_metrics.get_meter_provider()):
+        flush = getattr(provider, "force_flush", None)
+        if callable(flush):
+            with contextlib.suppress(Exception):  # a failing exporter says so itself; the process ends anyway
+                flush(millis)
