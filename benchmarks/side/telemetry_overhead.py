@@ -10,6 +10,8 @@ model in one call; a step's figure is the run's wall time ÷ steps. In one proce
 
 * ``off``: the default ``Telemetry()`` with no OpenTelemetry SDK configured and no log handler:
   the run has no telemetry to do;
+* ``off, the SDK's span per step alone``: telemetry off, and the tool itself makes one span of
+  the SDK per call (five attributes, the same provider): the floor of tracing one span per step;
 * ``traces``: the SDK's ``TracerProvider`` with a ``BatchSpanProcessor`` and an exporter that
   drops every batch (a span per step and per planning round, a chat span per model call);
 * ``traces + metrics``: and the SDK's ``MeterProvider`` (an in-memory reader, never read);
@@ -43,7 +45,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from benchmarks.core import W1_BUDGET, _noop_tool, chain_plan
-from planexec import Agent
+from planexec import Agent, Tool, tool
 from planexec.telemetry import Telemetry, log_to_stream
 from planexec.testing import ScriptedModel
 
@@ -61,10 +63,23 @@ class _Dropping(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-async def _w1(steps: int, telemetry: Telemetry) -> float:
+def _spanning_tool(tracer: Any) -> Tool:
+    """W1's no-op tool, making one span of the SDK per call itself: what the SDK alone costs for
+    the span a step gets, with planexec's telemetry off (the floor of tracing a step)."""
+
+    @tool
+    async def noop(x: int = 0) -> int:
+        """Return x."""
+        tracer.start_span("noop", attributes={"a": "b", "c": "d", "e": "f", "g": "h", "i": 1}).end()
+        return x
+
+    return noop
+
+
+async def _w1(steps: int, telemetry: Telemetry, the_tool: Tool | None = None) -> float:
     agent = Agent(
         ScriptedModel([chain_plan(steps), {"answer": "ok"}]),
-        tools=[_noop_tool()],
+        tools=[the_tool or _noop_tool()],
         budget=W1_BUDGET,
         store=None,
         telemetry=telemetry,
@@ -81,8 +96,10 @@ async def in_process(steps: int, rounds: int) -> dict[str, Any]:
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=65536))
     meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    floor_tool = _spanning_tool(tracer_provider.get_tracer("floor"))
     configs: dict[str, Telemetry] = {
         "off": Telemetry(),
+        "off, the SDK's span per step alone": Telemetry(),
         "traces": Telemetry(tracer_provider=tracer_provider, metrics=False),
         "traces + metrics": Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider),
         "traces + metrics + logs": Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider),
@@ -92,7 +109,7 @@ async def in_process(steps: int, rounds: int) -> dict[str, Any]:
     async def once(name: str) -> float:
         stop = log_to_stream("INFO", io.StringIO()) if name.endswith("logs") else None
         try:
-            return await _w1(steps, configs[name])
+            return await _w1(steps, configs[name], floor_tool if name.endswith("alone") else None)
         finally:
             if stop is not None:
                 stop()
@@ -156,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     off = medians["off"]
     print(f"W1, N = {args.steps}: framework time per step, median of {args.rounds} runs each, alternating")
     for name, value in medians.items():
-        print(f"  {name:26} {value:8.1f} µs   ×{value / off:.2f}")
+        print(f"  {name:36} {value:8.1f} µs   ×{value / off:.2f}")
     print(f"  spans exported (dropped): {report['spans_exported']:,}")
     if args.against_tree is not None:
         before = against_tree(args.against_tree.resolve(), args.steps, args.rounds)

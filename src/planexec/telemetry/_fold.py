@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind
 
 from planexec.log import (
@@ -37,7 +38,7 @@ from planexec.log import (
     ToolProgress,
     ToolsChanged,
 )
-from planexec.telemetry._metrics import Instruments
+from planexec.telemetry._metrics import RunMeters
 from planexec.telemetry._names import (
     AGENT_NAME,
     ERROR_TYPE,
@@ -49,7 +50,6 @@ from planexec.telemetry._names import (
     SPAN_KIND_HINT,
     TOOL_CALL_ID,
     TOOL_NAME,
-    TOOL_TYPE,
 )
 from planexec.telemetry._values import Values, failed
 
@@ -77,7 +77,7 @@ class SpanFold:
         agent: str,
         state: RunState,
         tracer: Tracer | None,
-        instruments: Instruments | None,
+        instruments: RunMeters | None,
         values: Values,
         capture: bool,
     ) -> None:
@@ -95,6 +95,17 @@ class SpanFold:
         self.steps: dict[str, StepSpan] = {}
         self.failures: list[Span] = []
         """Spans of steps that failed since the last planning round: the next round links to them."""
+        self._run_context: tuple[Span, Context] | None = None
+
+    def run_context(self) -> Context | None:
+        """The context whose current span is the run's (made once per run span)."""
+        run = self.run
+        if run is None:
+            return None
+        made = self._run_context
+        if made is None or made[0] is not run:
+            made = self._run_context = (run, trace.set_span_in_context(run))
+        return made[1]
 
     def apply(self, event: Event) -> None:
         """Fold ``event``, just logged, into the spans and metrics."""
@@ -104,31 +115,51 @@ class SpanFold:
             case StepStarted():
                 self._step_started(event)
             case StepSucceeded():
-                rec = self._step_ended(event.step_id, "succeeded")
-                if rec is not None and rec.span.is_recording():
+                rec = self._step_ended(event.step_id)
+                if rec is not None:
                     span = rec.span
-                    span.set_attribute("planexec.step.attempts", event.attempts)
-                    span.set_attribute("planexec.step.verdict", "passed" if event.verdict.passed else "failed")
-                    if event.confidence is not None:
-                        span.set_attribute("planexec.step.confidence", event.confidence)
-                    if self.capture:
-                        span.set_attribute("planexec.step.output", self.values.content(event.output))
+                    if span.is_recording():
+                        ended: dict[str, Any] = {"planexec.step.status": "succeeded"}
+                        if event.attempts > 1:
+                            ended["planexec.step.attempts"] = event.attempts
+                        if event.verdict.checks:
+                            ended["planexec.step.verdict"] = "passed" if event.verdict.passed else "failed"
+                        if event.confidence is not None:
+                            ended["planexec.step.confidence"] = event.confidence
+                        if self.capture:
+                            ended["planexec.step.output"] = self.values.content(event.output)
+                        span.set_attributes(ended)
                     span.end()
+                if self.instruments is not None:
+                    self._count_step(rec, "succeeded")
             case StepFailed():
-                rec = self._step_ended(event.step_id, "failed")
-                ended = rec.span if rec is not None else self._unstarted(event.step_id)
-                if ended is not None and ended.is_recording():
-                    ended.set_attribute("planexec.step.attempts", event.attempts)
+                rec = self._step_ended(event.step_id)
+                if self.instruments is not None:
+                    self._count_step(rec, "failed")
+                failing = rec.span if rec is not None else self._unstarted(event.step_id)
+                if failing is not None and failing.is_recording():
+                    attributes: dict[str, Any] = {
+                        "planexec.step.status": "failed",
+                        "planexec.step.attempts": event.attempts,
+                    }
                     if event.verdict is not None:
-                        ended.set_attribute("planexec.step.verdict", "passed" if event.verdict.passed else "failed")
-                    failed(ended, event.error.kind, self.values.text(event.error.message))
-                    fold.failures.append(ended)
-                    ended.end()
+                        attributes["planexec.step.verdict"] = "passed" if event.verdict.passed else "failed"
+                    failing.set_attributes(attributes)
+                    failed(failing, event.error.kind, self.values.text(event.error.message))
+                    fold.failures.append(failing)
+                    failing.end()
             case StepCancelled():
-                rec = self._step_ended(event.step_id, "cancelled")
+                rec = self._step_ended(event.step_id)
+                if self.instruments is not None:
+                    self._count_step(rec, "cancelled")
                 if rec is not None:
                     if rec.span.is_recording():
-                        rec.span.set_attribute("planexec.step.cancelled", self.values.text(event.reason))
+                        rec.span.set_attributes(
+                            {
+                                "planexec.step.status": "cancelled",
+                                "planexec.step.cancelled": self.values.text(event.reason),
+                            }
+                        )
                     rec.span.end()
             case StepAttemptFailed():
                 self._on_step(
@@ -258,6 +289,8 @@ class SpanFold:
                     )
             case RunSuspended():
                 self._close_round()
+                if self.instruments is not None:
+                    self.instruments.flush()
                 if run is not None:
                     run.add_event("planexec.suspended", {"planexec.approvals": list(event.approvals)})
                     run.set_attribute("planexec.run.status", "suspended")
@@ -272,55 +305,46 @@ class SpanFold:
         if self.tracer is None:
             self.steps[event.step_id] = StepSpan(span=trace.INVALID_SPAN, started=event.at, executor=event.executor)
             return
-        attributes: dict[str, Any] = {
-            "planexec.step.id": event.step_id,
-            "planexec.executor": event.executor,
-        }
+        # few attributes: a span per step is the most telemetry costs a run (the rest is in the log)
+        if event.tool is not None:
+            name = f"execute_tool {event.tool}"
+            attributes: dict[str, Any] = {
+                OPERATION: "execute_tool",
+                TOOL_NAME: event.tool,
+                "planexec.step.id": event.step_id,
+                SPAN_KIND_HINT: "TOOL",
+            }
+        else:
+            name = f"invoke_agent {event.executor}"
+            attributes = {
+                OPERATION: "invoke_agent",
+                AGENT_NAME: event.executor,
+                "planexec.step.id": event.step_id,
+                SPAN_KIND_HINT: "AGENT",
+            }
         rec = self.state.steps.get(event.step_id)
         if rec is not None:
             attributes["planexec.plan.version"] = rec.plan_version
-            attributes["planexec.step.attempt"] = max(1, rec.attempts)
-        if event.tool is not None:
-            name = f"execute_tool {event.tool}"
-            attributes.update(
-                {
-                    OPERATION: "execute_tool",
-                    TOOL_NAME: event.tool,
-                    TOOL_CALL_ID: event.step_id,
-                    TOOL_TYPE: "function",
-                    SPAN_KIND_HINT: "TOOL",
-                }
-            )
-        else:
-            name = f"invoke_agent {event.executor}"
-            attributes.update({OPERATION: "invoke_agent", AGENT_NAME: event.executor, SPAN_KIND_HINT: "AGENT"})
-        if event.idempotency_key is not None:
-            attributes["planexec.idempotency_key"] = event.idempotency_key
-        parent = self.run
-        context = trace.set_span_in_context(parent) if parent is not None else None
-        span = self.tracer.start_span(name, context=context, kind=SpanKind.INTERNAL, attributes=attributes)
+        span = self.tracer.start_span(name, context=self.run_context(), kind=SpanKind.INTERNAL, attributes=attributes)
         self.steps[event.step_id] = StepSpan(span=span, started=event.at, executor=event.executor)
 
-    def _step_ended(self, step_id: str, status: str) -> StepSpan | None:
-        rec = self.steps.pop(step_id, None)
-        if self.instruments is not None:
-            executor = rec.executor if rec is not None else ""
-            duration = None if rec is None else max(0.0, time.time() - rec.started)
-            self.instruments.step(self.agent, executor, status, duration)
-        if rec is not None and rec.span.is_recording():
-            rec.span.set_attribute("planexec.step.status", status)
-        return rec
+    def _step_ended(self, step_id: str) -> StepSpan | None:
+        return self.steps.pop(step_id, None)
+
+    def _count_step(self, rec: StepSpan | None, status: str) -> None:
+        assert self.instruments is not None
+        executor = rec.executor if rec is not None else ""
+        duration = None if rec is None else max(0.0, time.time() - rec.started)
+        self.instruments.step(self.agent, executor, status, duration)
 
     def _unstarted(self, step_id: str) -> Span | None:
         """A step that failed before it started (its arguments could not be bound): a span of
         no length, so that the failure shows and a patch can link to it."""
         if self.tracer is None:
             return None
-        parent = self.run
-        context = trace.set_span_in_context(parent) if parent is not None else None
         return self.tracer.start_span(
             f"step {step_id}",
-            context=context,
+            context=self.run_context(),
             attributes={"planexec.step.id": step_id, "planexec.step.status": "failed", "planexec.step.started": False},
         )
 
@@ -403,7 +427,7 @@ class SpanFold:
             attributes: dict[str, Any] = {
                 "planexec.stop_reason": stop.kind,
                 "planexec.run.status": "finished",
-                "planexec.cost": state.cost,
+                "planexec.cost": round(state.cost, 9),
                 INPUT_TOKENS: state.usage.input_tokens,
                 OUTPUT_TOKENS: state.usage.output_tokens,
                 "planexec.model_calls": state.model_calls,
@@ -432,6 +456,8 @@ class SpanFold:
 
     def end_all(self) -> None:
         """Close whatever is still open (the run ended in this process without a last event)."""
+        if self.instruments is not None:
+            self.instruments.flush()
         for rec in self.steps.values():
             rec.span.end()
         self.steps.clear()

@@ -7,7 +7,8 @@ redacted; prompts, outputs, arguments and answers left out unless content captur
 ``otel_trace_id``/``otel_span_id`` when the run is traced, so a log line finds its span.
 
 Levels: failures, refusals, budget stops and stalls are WARNING; a run that ends in error is
-ERROR; progress and model calls are DEBUG; everything else INFO. The logger has no handler of
+ERROR; a step's start and success, model and tool calls and progress are DEBUG; everything else
+(the run's start and end, plans, questions and answers, new information) INFO. The logger has no handler of
 its own (a ``NullHandler``): where records go is the application's choice.
 """
 
@@ -58,7 +59,8 @@ _WARNING = frozenset(
         "step_held",
     }
 )
-_DEBUG = frozenset({"tool_progress", "model_called", "tool_called", "step_streamed"})
+_DEBUG = frozenset({"step_started", "step_succeeded", "tool_progress", "model_called", "tool_called", "step_streamed"})
+"""Every step's own events: at INFO a run says what it planned and how it ended, not each step."""
 
 
 def level_of(event: Event) -> int:

@@ -17,6 +17,7 @@ Instrument                          Kind       Unit     Attributes (besides ``ge
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from planexec.telemetry._names import AGENT_NAME, ERROR_TYPE, OPERATION, PROVIDER, REQUEST_MODEL, TOOL_NAME
@@ -24,7 +25,7 @@ from planexec.telemetry._names import AGENT_NAME, ERROR_TYPE, OPERATION, PROVIDE
 if TYPE_CHECKING:
     from opentelemetry.metrics import Counter, Histogram, MeterProvider
 
-__all__ = ["Instruments", "instruments_of"]
+__all__ = ["FLUSH_SECONDS", "Instruments", "RunMeters", "instruments_of"]
 
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 _TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
@@ -77,6 +78,37 @@ class Instruments:
             explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
         )
 
+
+FLUSH_SECONDS = 1.0
+"""How long a run keeps its counters' increments before handing them to the SDK (at most; and at
+once when the run ends, is suspended or is left): one call per counter and attribute set instead of
+one per step. Histograms get each value as it comes."""
+
+
+class RunMeters:
+    """One run's measurements, into a provider's :class:`Instruments`."""
+
+    __slots__ = ("_flushed", "_i", "_pending")
+
+    def __init__(self, instruments: Instruments) -> None:
+        self._i = instruments
+        self._pending: dict[tuple[int, tuple[tuple[str, Any], ...]], tuple[Counter, float]] = {}
+        self._flushed = time.monotonic()
+
+    def _add(self, counter: Counter, amount: float, attrs: dict[str, Any]) -> None:
+        key = (id(counter), tuple(attrs.items()))
+        held = self._pending.get(key)
+        self._pending[key] = (counter, amount if held is None else held[1] + amount)
+        if time.monotonic() - self._flushed >= FLUSH_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Hand the counters' increments held so far to the SDK."""
+        pending, self._pending = self._pending, {}
+        self._flushed = time.monotonic()
+        for (_, attrs), (counter, amount) in pending.items():
+            counter.add(amount, dict(attrs))
+
     def model_call(
         self,
         agent: str,
@@ -98,33 +130,34 @@ class Instruments:
         }
         if error is not None:
             attrs[ERROR_TYPE] = error
-        self.model_calls.add(1, attrs)
-        self.operation_duration.record(duration, attrs)
+        self._add(self._i.model_calls, 1, attrs)
+        self._i.operation_duration.record(duration, attrs)
         if error is None:
-            self.token_usage.record(input_tokens, {**attrs, "gen_ai.token.type": "input"})
-            self.token_usage.record(output_tokens, {**attrs, "gen_ai.token.type": "output"})
+            self._i.token_usage.record(input_tokens, {**attrs, "gen_ai.token.type": "input"})
+            self._i.token_usage.record(output_tokens, {**attrs, "gen_ai.token.type": "output"})
         if cost:
-            self.cost.add(cost, {AGENT_NAME: agent, "planexec.role": role, REQUEST_MODEL: model})
+            self._add(self._i.cost, cost, {AGENT_NAME: agent, "planexec.role": role, REQUEST_MODEL: model})
 
     def tool_call(self, agent: str, tool: str, duration: float, error: str | None) -> None:
         attrs: dict[str, Any] = {AGENT_NAME: agent, TOOL_NAME: tool}
         if error is not None:
             attrs[ERROR_TYPE] = error
-        self.tool_calls.add(1, attrs)
-        self.tool_duration.record(duration, attrs)
+        self._add(self._i.tool_calls, 1, attrs)
+        self._i.tool_duration.record(duration, attrs)
 
     def step(self, agent: str, executor: str, status: str, duration: float | None) -> None:
         attrs = {AGENT_NAME: agent, "planexec.executor": executor, "planexec.step.status": status}
-        self.steps.add(1, attrs)
+        self._add(self._i.steps, 1, attrs)
         if duration is not None:
-            self.step_duration.record(duration, attrs)
+            self._i.step_duration.record(duration, attrs)
 
     def run(self, agent: str, stop: str, code: str | None, duration: float) -> None:
         attrs: dict[str, Any] = {AGENT_NAME: agent, "planexec.stop_reason": stop}
         if code is not None:
             attrs["planexec.stop_code"] = code
-        self.runs.add(1, attrs)
-        self.run_duration.record(duration, {AGENT_NAME: agent, "planexec.stop_reason": stop})
+        self._add(self._i.runs, 1, attrs)
+        self.flush()
+        self._i.run_duration.record(duration, {AGENT_NAME: agent, "planexec.stop_reason": stop})
 
 
 _made: dict[int, tuple[MeterProvider, Instruments]] = {}

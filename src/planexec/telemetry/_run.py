@@ -53,7 +53,7 @@ from planexec.log import (
 from planexec.store import Redactor
 from planexec.telemetry._fold import SpanFold
 from planexec.telemetry._logs import LOGGER_NAME, EventLogger
-from planexec.telemetry._metrics import Instruments
+from planexec.telemetry._metrics import RunMeters
 from planexec.telemetry._names import (
     AGENT_NAME,
     CACHE_READ_TOKENS,
@@ -159,7 +159,7 @@ class RunTelemetry:
         agent: str,
         state: RunState,
         tracer: Tracer | None,
-        instruments: Instruments | None,
+        instruments: RunMeters | None,
         logs: bool,
         capture_content: bool,
         max_content_chars: int,
@@ -344,7 +344,7 @@ class RunTelemetry:
                     OUTPUT_TOKENS: usage.output_tokens,
                     CACHE_READ_TOKENS: usage.cached_input_tokens,
                     CACHE_WRITE_TOKENS: usage.cache_write_tokens,
-                    "planexec.cost": record.cost,
+                    "planexec.cost": round(record.cost, 9),
                 }
             )
             if record.answered_by is not None:
@@ -407,7 +407,8 @@ class RunTelemetry:
         if live.token is not None:
             otel_context.detach(live.token)  # type: ignore[arg-type]
         if span.is_recording():
-            span.set_attribute("planexec.tool.attempts", outcome.attempts)
+            if not live.own:  # a tool step's attempts are the step's
+                span.set_attribute("planexec.tool.attempts", outcome.attempts)
             if error is not None:
                 failed(span, error.kind, self._values.text(error.message))
             elif self.capture:
@@ -433,12 +434,15 @@ class RunTelemetry:
 
     # -- the fold ----------------------------------------------------------------------------
 
-    @_guarded(None)
     def on_event(self, event: Event) -> None:
-        """``event`` was just logged."""
+        """``event`` was just logged. (Guarded as the other methods are, written out: it is the
+        one called for every event.)"""
         seq = self._seq
         self._seq = seq + 1
-        if self.tracer is not None or self.instruments is not None:
-            self._fold.apply(event)
-        if self._logger is not None:
-            self._logger.log(event, seq)
+        try:
+            if self.tracer is not None or self.instruments is not None:
+                self._fold.apply(event)
+            if self._logger is not None:
+                self._logger.log(event, seq)
+        except Exception as e:
+            self._break(e)

@@ -10,7 +10,7 @@ from opentelemetry import metrics, trace
 
 from planexec.store import Redactor
 from planexec.telemetry._logs import LOGGER_NAME
-from planexec.telemetry._metrics import instruments_of
+from planexec.telemetry._metrics import RunMeters, instruments_of
 from planexec.telemetry._names import TRACER_NAME
 from planexec.telemetry._run import RunTelemetry
 from planexec.telemetry._settings import Telemetry
@@ -68,7 +68,7 @@ def run_telemetry(
     if settings.metrics:
         meters: Any = settings.meter_provider or metrics.get_meter_provider()
         if not isinstance(meters, _NO_METERS):
-            instruments = instruments_of(meters)
+            instruments = RunMeters(instruments_of(meters))
     logs = settings.logs and _logged(logging.getLogger(LOGGER_NAME))
     if tracer is None and instruments is None and not logs:
         return None
