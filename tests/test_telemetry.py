@@ -621,3 +621,65 @@ def test_bad_otlp_flags_are_refused_with_every_problem_and_no_credential_shown(t
     )
     assert metrics_only.returncode == 2
     assert "--otlp-metrics: needs --otlp-endpoint" in metrics_only.stderr
+
+
+async def test_budget_stops_and_stalls_are_events_on_the_runs_span(captured: Captured) -> None:
+    from planexec import Budget, Limits
+
+    @tool
+    async def ok(n: int) -> int:
+        """Return n."""
+        return n
+
+    @tool
+    async def flaky(n: int) -> int:
+        """Always fails."""
+        raise ToolError("down")
+
+    planner = ScriptedModel([{"steps": [tool_step("a", "ok", {"n": 1})]}, {"answer": "1"}])
+    agent = Agent(planner, tools=[ok], store=None, budget=Budget(model_calls=1), telemetry=captured.telemetry())
+    result = await agent.run("a plan and an answer on a budget of one call")
+    assert result.stop.kind == "budget_exhausted", result.stop
+    [run] = [s for s in captured.spans() if s.name == "invoke_agent planexec"]
+    [(_, attrs)] = [e for e in run.events if e[0] == "planexec.budget_exhausted"]
+    assert attrs["planexec.budget"] == "model_calls"
+    assert attrs["planexec.budget.limit"] == 1.0
+    assert run.attributes["planexec.stop_reason"] == "budget_exhausted"
+    assert run.attributes["planexec.stop_budget"] == "model_calls"
+
+    again = {"steps": [tool_step("c", "flaky", {"n": 3})]}
+    planner = ScriptedModel([again, again, again, again, {"answer": "gave up"}])
+    stalled = Captured()
+    try:
+        agent = Agent(planner, tools=[flaky], store=None, limits=Limits(stall_rounds=1), telemetry=stalled.telemetry())
+        result = await agent.run("keep failing")
+        [run] = [s for s in stalled.spans() if s.name == "invoke_agent planexec"]
+        stalls = [attrs for name, attrs in run.events if name == "planexec.stall"]
+        assert stalls, (result.stop, [name for name, _ in run.events])
+        assert stalls[0]["planexec.stall.rule"] in ("no_progress", "repeated_failure")
+        assert result.stop.kind == "stalled"
+    finally:
+        stalled.shutdown()
+
+
+def test_log_level_prints_the_runs_records_on_stderr(tmp_path: Path) -> None:
+    script = tmp_path / "planner.json"
+    script.write_text(json.dumps([{"steps": [{"id": "s", "description": "think"}]}, {"answer": "done"}]))
+    executor = tmp_path / "executor.json"
+    executor.write_text(json.dumps(["thought about it"]))
+    common = [sys.executable, "-m", "planexec", "run", "ponder", "--planner", f"scripted:{script}"]
+    common += ["--executor", f"scripted:{executor}", "--store", "memory://", "--no-live"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    info = subprocess.run([*common, "--log-level", "info"], env=env, capture_output=True, text=True, timeout=60)
+    assert info.returncode == 0, info.stderr
+    lines = [line for line in info.stderr.splitlines() if line.startswith(("info ", "debug ", "warning "))]
+    assert lines[0].startswith("info run ")
+    assert "run started" in lines[0]
+    assert any("plan version 1 (1 steps, initial)" in line for line in lines)
+    assert "run finished: goal_met" in lines[-1]
+    assert not any(line.startswith("debug ") for line in lines)
+    debug = subprocess.run([*common, "--log-level", "debug"], env=env, capture_output=True, text=True, timeout=60)
+    assert debug.returncode == 0, debug.stderr
+    assert "debug run " in debug.stderr
+    assert "step s started" in debug.stderr
+    assert "executor called" in debug.stderr
