@@ -12,10 +12,10 @@ import click
 from click.core import ParameterSource
 
 from planexec.cli._agent_options import AgentFlags, agent_options, build
-from planexec.cli._common import run_command
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems
 from planexec.cli._store_options import StoreChoice, is_memory, store_choice, using_store
+from planexec.cli._telemetry import TelemetryFlags, run_observed, telemetry_options
 from planexec.cli._text import plain
 from planexec.errors import UsageError
 from planexec.hosting import (
@@ -83,6 +83,7 @@ def mcp() -> None:
     help=f"A file holding the bearer token every HTTP request must carry. Default: ${TOKEN_ENV}, else a token "
     "generated on first start into mcp-token beside the default store (readable by its owner only).",
 )
+@telemetry_options
 @global_options()
 @click.pass_context
 def serve(
@@ -114,10 +115,11 @@ def serve(
                 problems.add(f"--{name.replace('_', '-')}", "applies to --transport http only")
     if not path.startswith("/") or any(c.isspace() for c in path):
         problems.add("--path", f"{path!r} is not a URL path: it begins with / and holds no spaces")
+    observed = TelemetryFlags.take(values)
     spec = AgentFlags.take(values).spec_for_run(())
     settings = _Http(host=host, port=port, path=path, token_file=token_file) if transport == "http" else None
     try:
-        run_command(ctx, _serve(spec, store_choice(ctx), settings, problems))
+        run_observed(ctx, observed, _serve(spec, store_choice(ctx), settings, problems))
     except KeyboardInterrupt:  # Ctrl-C: the server stops
         ctx.exit(0)
 

@@ -3,12 +3,14 @@ socket, every request carrying the bearer token."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hmac
 import ipaddress
 import json
 import socket
 import sys
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from contextlib import redirect_stdout
 from typing import TYPE_CHECKING, Any
 
@@ -118,6 +120,28 @@ MAX_CONNECTIONS = 1_000
 """Connections and requests served at once; more are answered 503 Service Unavailable."""
 
 
+@functools.cache
+def _flushing_server() -> type[Any]:
+    """uvicorn's server class, made on first use (uvicorn is an optional import)."""
+    import uvicorn
+
+    class FlushingServer(uvicorn.Server):
+        """uvicorn's server, sending the process's telemetry before a stopping signal it caught is
+        raised again (the process then ends by that signal: no exit handler runs after it)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            with super().capture_signals():
+                try:
+                    yield
+                finally:
+                    from planexec.telemetry import flush_telemetry
+
+                    flush_telemetry()
+
+    return FlushingServer
+
+
 async def serve_asgi(
     app: App,
     *,
@@ -153,7 +177,7 @@ async def serve_asgi(
         shown = f"[{host.strip('[]')}]" if family == socket.AF_INET6 else host
         if on_ready is not None:
             on_ready(f"http://{shown}:{bound}{path}")
-        await uvicorn.Server(config).serve(sockets=[sock])
+        await _flushing_server()(config).serve(sockets=[sock])
     finally:
         sock.close()
 

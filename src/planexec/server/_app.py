@@ -3,7 +3,6 @@ behind the bearer token and the body-size limit; ``/healthz`` and the static pag
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import re
@@ -46,7 +45,6 @@ from planexec.server._views import (
 )
 from planexec.server._workers import Workers, request_digest, served_by
 from planexec.store import RunStore
-from planexec.telemetry import flush_telemetry
 
 __all__ = ["STATIC", "AppSettings", "build_app", "openapi_document"]
 
@@ -282,9 +280,6 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
             yield
         finally:
             await workers.close()
-            # the server may end by the signal that stopped it, with no exit handler run: the spans
-            # of the runs just left (and of the others) are sent now
-            await asyncio.to_thread(flush_telemetry)
 
     api = FastAPI(
         title="planexec",
