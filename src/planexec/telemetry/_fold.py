@@ -3,7 +3,6 @@ with the events that happen to them (see :mod:`planexec.telemetry._run` for the 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -131,11 +130,11 @@ class SpanFold:
                         span.set_attributes(ended)
                     span.end()
                 if self.instruments is not None:
-                    self._count_step(rec, "succeeded")
+                    self._count_step(rec, "succeeded", event.at)
             case StepFailed():
                 rec = self._step_ended(event.step_id)
                 if self.instruments is not None:
-                    self._count_step(rec, "failed")
+                    self._count_step(rec, "failed", event.at)
                 failing = rec.span if rec is not None else self._unstarted(event.step_id)
                 if failing is not None and failing.is_recording():
                     attributes: dict[str, Any] = {
@@ -151,7 +150,7 @@ class SpanFold:
             case StepCancelled():
                 rec = self._step_ended(event.step_id)
                 if self.instruments is not None:
-                    self._count_step(rec, "cancelled")
+                    self._count_step(rec, "cancelled", event.at)
                 if rec is not None:
                     if rec.span.is_recording():
                         rec.span.set_attributes(
@@ -331,10 +330,11 @@ class SpanFold:
     def _step_ended(self, step_id: str) -> StepSpan | None:
         return self.steps.pop(step_id, None)
 
-    def _count_step(self, rec: StepSpan | None, status: str) -> None:
+    def _count_step(self, rec: StepSpan | None, status: str, at: float) -> None:
+        """Count a step that ended at ``at`` (the log's time, as its start's: right in replays too)."""
         assert self.instruments is not None
         executor = rec.executor if rec is not None else ""
-        duration = None if rec is None else max(0.0, time.time() - rec.started)
+        duration = None if rec is None else max(0.0, at - rec.started)
         self.instruments.step(self.agent, executor, status, duration)
 
     def _unstarted(self, step_id: str) -> Span | None:
