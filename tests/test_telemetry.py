@@ -683,3 +683,89 @@ def test_log_level_prints_the_runs_records_on_stderr(tmp_path: Path) -> None:
     assert "debug run " in debug.stderr
     assert "step s started" in debug.stderr
     assert "executor called" in debug.stderr
+
+
+class _Receiver(http.server.BaseHTTPRequestHandler):
+    """An OTLP/HTTP receiver: the requests' protobuf bodies, decoded, by path."""
+
+    got: ClassVar[dict[str, list[Any]]] = {}
+
+    def do_POST(self) -> None:
+        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        message: Any
+        if self.path == "/v1/traces":
+            message = ExportTraceServiceRequest()
+        elif self.path == "/v1/metrics":
+            message = ExportMetricsServiceRequest()
+        else:
+            self.send_response(404)
+            self.end_headers()
+            return
+        message.ParseFromString(body)
+        type(self).got.setdefault(self.path, []).append(message)
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+def test_otlp_metrics_and_traces_arrive_on_the_wire_from_the_command_line(tmp_path: Path) -> None:
+    _Receiver.got = {}
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        out = subprocess.run(
+            [
+                *(sys.executable, "-m", "planexec", "demo", "--store", "memory://", "--no-live", "--pace", "0"),
+                *("--workdir", str(tmp_path), "--otlp-endpoint", url, "--otlp-metrics"),
+            ],
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "OTEL_SERVICE_NAME": "audit-bot"},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert out.returncode == 0, out.stderr
+    spans = [
+        span
+        for request in _Receiver.got.get("/v1/traces", [])
+        for rs in request.resource_spans
+        for ss in rs.scope_spans
+        for span in ss.spans
+    ]
+    assert any(span.name == "invoke_agent planexec" for span in spans)
+    services = {
+        attr.value.string_value
+        for request in _Receiver.got["/v1/traces"]
+        for rs in request.resource_spans
+        for attr in rs.resource.attributes
+        if attr.key == "service.name"
+    }
+    assert services == {"audit-bot"}
+    metrics = {
+        metric.name
+        for request in _Receiver.got.get("/v1/metrics", [])
+        for rm in request.resource_metrics
+        for sm in rm.scope_metrics
+        for metric in sm.metrics
+    }
+    assert {
+        "planexec.runs",
+        "planexec.steps",
+        "planexec.model.calls",
+        "gen_ai.client.token.usage",
+        "gen_ai.client.operation.duration",
+        "planexec.tool.calls",
+        "gen_ai.execute_tool.duration",
+    } <= metrics
