@@ -15,7 +15,8 @@ from planexec import Agent, UsageError, tool
 from planexec.models import FunctionModel
 from planexec.telemetry import LOGGER_NAME, Telemetry, configure_otlp
 from planexec.testing import ScriptedModel
-from tests.telemetry_support import Captured
+from tests.support import tool_step
+from tests.telemetry_support import Captured, named
 
 
 @pytest.fixture
@@ -63,6 +64,32 @@ def _one_step_agent(executor: Any, model_name: str, telemetry: Telemetry, *tools
 async def weather(city: str) -> str:
     """The weather in a city."""
     return "sunny"
+
+
+class _MeterProviderThatCannot:
+    """An OpenTelemetry meter provider whose meter fails to make instruments (a broken SDK)."""
+
+    def get_meter(self, *args: Any, **kwargs: Any) -> Any:
+        class Meter:
+            def create_counter(self, *a: Any, **k: Any) -> Any:
+                raise RuntimeError("no counters today")
+
+            create_histogram = create_counter
+
+        return Meter()
+
+
+async def test_a_meter_provider_that_cannot_make_instruments_leaves_the_run_without_metrics(
+    captured: Captured, caplog: pytest.LogCaptureFixture
+) -> None:
+    telemetry = Telemetry(tracer_provider=captured.tracer_provider, meter_provider=_MeterProviderThatCannot())  # type: ignore[arg-type]
+    planner = ScriptedModel([{"steps": [tool_step("w", "weather", {"city": "Oslo"})]}, {"answer": "sunny"}])
+    result = await Agent(planner, tools=[weather], store=None, telemetry=telemetry).run("weather")
+    assert result.stop.kind == "goal_met", result.stop
+    assert named(captured.spans(), "execute_tool weather")  # the traces go on
+    assert any(
+        "no metrics for the run" in r.getMessage() and "no counters today" in r.getMessage() for r in caplog.records
+    )
 
 
 @pytest.mark.parametrize(
