@@ -10,11 +10,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from opentelemetry import trace
 
 from planexec import Agent, UsageError, tool
-from planexec.models import FunctionModel
+from planexec.models import FunctionModel, ModelRequest
 from planexec.telemetry import LOGGER_NAME, Telemetry, configure_otlp
-from planexec.testing import ScriptedModel
+from planexec.testing import ScriptedModel, tool_calls
 from tests.support import tool_step
 from tests.telemetry_support import Captured, named
 
@@ -90,6 +91,59 @@ async def test_a_meter_provider_that_cannot_make_instruments_leaves_the_run_with
     assert any(
         "no metrics for the run" in r.getMessage() and "no counters today" in r.getMessage() for r in caplog.records
     )
+
+
+class _MeterProviderThatBreaksOnExecutorCalls:
+    """A meter provider whose histograms fail once a step's model call is recorded."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def get_meter(self, *args: Any, **kwargs: Any) -> Any:
+        meter = self._inner.get_meter(*args, **kwargs)
+
+        class Histogram:
+            def __init__(self, inner: Any) -> None:
+                self._inner = inner
+
+            def record(self, amount: float, attributes: dict[str, Any] | None = None) -> None:
+                if (attributes or {}).get("planexec.role") == "executor":
+                    raise RuntimeError("the meter broke")
+                self._inner.record(amount, attributes)
+
+        class Meter:
+            def create_counter(self, *a: Any, **k: Any) -> Any:
+                return meter.create_counter(*a, **k)
+
+            def create_histogram(self, *a: Any, **k: Any) -> Any:
+                return Histogram(meter.create_histogram(*a, **k))
+
+        return Meter()
+
+
+async def test_a_model_calls_span_is_no_longer_current_once_telemetry_breaks_during_the_call(
+    captured: Captured,
+) -> None:
+    seen: list[trace.Span] = []
+
+    @tool
+    async def probe() -> str:
+        """Note which span is current (as an instrumented client would parent its own)."""
+        seen.append(trace.get_current_span())
+        return "probed"
+
+    def executor(request: ModelRequest) -> Any:
+        if any(m.role == "tool" for m in request.messages):
+            return "done"
+        return tool_calls(("probe", {}))
+
+    broken = _MeterProviderThatBreaksOnExecutorCalls(captured.meter_provider)
+    telemetry = Telemetry(tracer_provider=captured.tracer_provider, meter_provider=broken)  # type: ignore[arg-type]
+    result = await _one_step_agent(executor, "openai:gpt-4o", telemetry, probe).run("probe")
+    assert result.stop.kind == "goal_met", result.stop
+    [step] = named(captured.spans(), "invoke_agent model")
+    [current] = seen
+    assert f"{current.get_span_context().span_id:016x}" == step.span_id  # not the ended chat span
 
 
 @pytest.mark.parametrize(
