@@ -5,6 +5,7 @@ a call; OpenTelemetry environment variables the SDK refuses."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -13,11 +14,11 @@ import pytest
 from opentelemetry import trace
 
 from planexec import Agent, UsageError, tool
-from planexec.models import FunctionModel, ModelRequest
+from planexec.models import FunctionModel, ModelRequest, ModelResponse, ToolCall, Usage
 from planexec.telemetry import LOGGER_NAME, Telemetry, configure_otlp
 from planexec.testing import ScriptedModel, tool_calls
 from tests.support import tool_step
-from tests.telemetry_support import Captured, named
+from tests.telemetry_support import SECRET, Captured, all_text, named
 
 
 @pytest.fixture
@@ -65,6 +66,58 @@ def _one_step_agent(executor: Any, model_name: str, telemetry: Telemetry, *tools
 async def weather(city: str) -> str:
     """The weather in a city."""
     return "sunny"
+
+
+@pytest.mark.parametrize("capture", [False, True])
+async def test_names_a_model_chose_reach_spans_and_log_records_redacted_and_on_one_line(
+    captured: Captured, records: _Records, capture: bool
+) -> None:
+    def executor(request: ModelRequest) -> Any:
+        if any(m.role == "tool" for m in request.messages):
+            return "sunny"
+        return ModelResponse(
+            tool_calls=(
+                ToolCall(id=f"call {SECRET}", name=f"invented {SECRET}\nerror run x: forged line", arguments={}),
+                ToolCall(id=SECRET, name="weather", arguments={"city": "Oslo"}),
+            ),
+            finish_reason="tool_calls",
+            usage=Usage(input_tokens=1, output_tokens=1),
+        )
+
+    agent = _one_step_agent(
+        executor, f"openai-compatible:m@http://u:{SECRET}@host", captured.telemetry(capture_content=capture), weather
+    )
+    result = await agent.run("weather in Oslo")
+    assert result.stop.kind == "goal_met", result.stop
+    spans = captured.spans()
+    for text in all_text(spans):
+        assert SECRET not in text
+    [call] = named(spans, "execute_tool weather")
+    assert call.attributes["gen_ai.tool.call.id"] == "[REDACTED:api_key]"
+    messages = [r.getMessage() for r in records.records]
+    assert any("invented" in m for m in messages)
+    for r in records.records:
+        assert SECRET not in r.getMessage()
+        assert "\n" not in r.getMessage()
+        assert SECRET not in json.dumps(getattr(r, "planexec", {}), default=str)
+
+
+async def test_a_huge_model_name_is_cut_on_spans_metrics_and_log_records(captured: Captured, records: _Records) -> None:
+    name = "openai:gpt-" + "m" * 100_000
+    agent = _one_step_agent(lambda _: "done", name, captured.telemetry(max_content_chars=1_000))
+    result = await agent.run("go")
+    assert result.stop.kind == "goal_met", result.stop
+    for span in captured.spans():
+        assert len(span.name) <= 300
+        assert all(len(str(v)) <= 1_000 for v in span.attributes.values()), span.name
+    for points in captured.metrics().values():
+        for attributes, _ in points:
+            assert all(len(str(v)) <= 300 for v in attributes.values())
+    called = [r for r in records.records if getattr(r, "planexec_event", "") == "model_called"]
+    assert called
+    for r in called:
+        assert len(r.getMessage()) <= 1_000
+        assert len(json.dumps(r.planexec)) <= 2_000  # type: ignore[attr-defined]
 
 
 class _MeterProviderThatCannot:

@@ -184,7 +184,14 @@ class RunTelemetry:
         )
         self._run_token: object | None = None
         self._logger = (
-            EventLogger(run_id, redactor, capture_content=capture_content, span_ids=self._current_ids) if logs else None
+            EventLogger(
+                run_id,
+                self._values,
+                capture_content=capture_content,
+                span_ids=self._current_ids,
+            )
+            if logs
+            else None
         )
         self._seq = 0
         self._broken = False
@@ -297,12 +304,18 @@ class RunTelemetry:
 
     # -- calls under way ---------------------------------------------------------------------
 
+    def _provider_and_model(self, name: str) -> tuple[str, str]:
+        """The provider and the model a model's name says, as spans and metrics show them (a
+        name is configuration, or a fallback's answer: it may hold a key, and be of any length)."""
+        provider, model = provider_and_model(name)
+        return self._values.name(provider), self._values.name(model)
+
     @_guarded(None)
     def model_call(self, role: str, model: str, request: ModelRequest) -> LiveCall | None:
         """A model call begins: its ``chat`` span, current until ``model_done``."""
         if self.tracer is None:
             return None
-        provider, requested = provider_and_model(model)
+        provider, requested = self._provider_and_model(model)
         settings = request.settings
         attributes: dict[str, Any] = {
             OPERATION: "chat",
@@ -337,7 +350,7 @@ class RunTelemetry:
 
     @_guarded(None)
     def _model_ended(self, live: LiveCall | None, record: ModelCalled, response: ModelResponse | None) -> None:
-        provider, requested = provider_and_model(record.answered_by or record.model)
+        provider, requested = self._provider_and_model(record.answered_by or record.model)
         if self.instruments is not None:
             error = None if record.error is None else record.error.split(":", 1)[0]
             self.instruments.model_call(
@@ -401,7 +414,7 @@ class RunTelemetry:
         attributes: dict[str, Any] = {
             OPERATION: "execute_tool",
             TOOL_NAME: tool.name,
-            TOOL_CALL_ID: call_id,
+            TOOL_CALL_ID: self._values.name(call_id),  # the model's: anything may be in it
             TOOL_TYPE: "function",
             TOOL_DESCRIPTION: clip(tool.description, 500),
             "planexec.step.id": step.id,
