@@ -43,6 +43,8 @@ def _endpoint_problems(endpoint: Any) -> list[Problem]:
     except ValueError as e:
         return [Problem(code="otlp", where="endpoint", message=f"is not a URL: {e}")]
     problems = []
+    if any(c.isspace() for c in endpoint.strip()):
+        problems.append(Problem(code="otlp", where="endpoint", message="must not hold spaces"))
     if parsed.username or parsed.password:
         problems.append(
             Problem(
@@ -104,19 +106,25 @@ def configure_otlp(
             [Problem(code="otlp", where="opentelemetry-sdk", message=install_hint("otel"))],
         ) from e
     base = endpoint.rstrip("/")
-    made = Resource.create({"service.name": service_name, **dict(resource or {})})
-    tracer_provider = TracerProvider(resource=made)
-    tracer_provider.add_span_processor(
-        BatchSpanProcessor(
-            OTLPSpanExporter(endpoint=f"{base}/v1/traces", headers=dict(headers or {}) or None, timeout=timeout)
+    try:  # the SDK reads its OTEL_* environment variables here, and refuses some values
+        made = Resource.create({"service.name": service_name, **dict(resource or {})})
+        tracer_provider = TracerProvider(resource=made)
+        tracer_provider.add_span_processor(
+            BatchSpanProcessor(
+                OTLPSpanExporter(endpoint=f"{base}/v1/traces", headers=dict(headers or {}) or None, timeout=timeout)
+            )
         )
-    )
-    meter_provider = None
-    if metrics:
-        reader = PeriodicExportingMetricReader(
-            OTLPMetricExporter(endpoint=f"{base}/v1/metrics", headers=dict(headers or {}) or None, timeout=timeout)
-        )
-        meter_provider = MeterProvider(resource=made, metric_readers=[reader])
+        meter_provider = None
+        if metrics:
+            reader = PeriodicExportingMetricReader(
+                OTLPMetricExporter(endpoint=f"{base}/v1/metrics", headers=dict(headers or {}) or None, timeout=timeout)
+            )
+            meter_provider = MeterProvider(resource=made, metric_readers=[reader])
+    except ValueError as e:
+        raise UsageError(
+            "cannot export telemetry",
+            [Problem(code="otlp", where="environment", message=f"an OTEL_* variable is invalid: {e}")],
+        ) from e
     if set_global:
         trace.set_tracer_provider(tracer_provider)
         if meter_provider is not None:

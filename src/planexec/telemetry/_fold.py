@@ -192,13 +192,13 @@ class SpanFold:
                     fold.round.add_event("planexec.step_streamed", {"planexec.step.id": event.step.id})
             case ToolCalled() if event.attempts == 0 and self.tracer is not None:
                 # a call refused before any attempt (an unknown tool, a gated one): a span of no length
-                name = self.values.text(event.tool)[:200]  # a model chose it: anything may be in it
+                name = self.values.name(event.tool)  # a model chose it: anything may be in it
                 refused = self.tracer.start_span(
                     f"execute_tool {name}",
                     attributes={
                         OPERATION: "execute_tool",
                         TOOL_NAME: name,
-                        TOOL_CALL_ID: event.call_id,
+                        TOOL_CALL_ID: self.values.name(event.call_id),
                         "planexec.step.id": event.step_id,
                         "planexec.tool.attempts": 0,
                         SPAN_KIND_HINT: "TOOL",

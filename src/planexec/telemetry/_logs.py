@@ -1,9 +1,10 @@
 """Every event of a run as a ``logging`` record of the ``planexec`` logger.
 
-A record's message is one readable line (``run 3f2a… step fetch succeeded``); its structured
-form is in the record's attributes: ``planexec_run_id``, ``planexec_event`` (the event's kind),
-``planexec_seq`` (its place in the log) and ``planexec`` (the event's fields as JSON data,
-redacted; prompts, outputs, arguments and answers left out unless content capture is on), with
+A record's message is one readable line (``run 3f2a… step fetch succeeded``), redacted (it names
+tools and models, which a model or a configuration chose); its structured form is in the record's
+attributes: ``planexec_run_id``, ``planexec_event`` (the event's kind), ``planexec_seq`` (its place
+in the log) and ``planexec`` (the event's fields as JSON data, redacted, each text cut to
+``max_content_chars``; prompts, outputs, arguments and answers left out unless content capture is on), with
 ``otel_trace_id``/``otel_span_id`` when the run is traced, so a log line finds its span.
 
 Levels: failures, refusals, budget stops and stalls are WARNING; a run that ends in error is
@@ -16,10 +17,12 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from planexec._util.clip import clip
 from planexec.log import (
     Event,
     ModelAttemptFailed,
@@ -36,7 +39,7 @@ from planexec.log import (
     ToolProgress,
     dump_event,
 )
-from planexec.store import Redactor
+from planexec.telemetry._values import Values
 
 __all__ = ["LOGGER_NAME", "EventLogger", "log_to_stream"]
 
@@ -74,6 +77,13 @@ def level_of(event: Event) -> int:
     return logging.INFO
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""Characters that would break a message's line (or forge another one), made spaces."""
+
+_MESSAGE_CHARS = 500
+"""The most characters of a record's message (its fields are cut to ``max_content_chars``)."""
+
+
 def _message(event: Event) -> str:
     """One readable line about ``event`` (free text from the run is not in it: see the fields)."""
     match event:
@@ -107,19 +117,19 @@ def _message(event: Event) -> str:
 class EventLogger:
     """Writes a run's events to the ``planexec`` logger (when it is enabled for their level)."""
 
-    __slots__ = ("_capture", "_logger", "_redactor", "_run_id", "_span_ids")
+    __slots__ = ("_capture", "_logger", "_run_id", "_span_ids", "_values")
 
     def __init__(
         self,
         run_id: str,
-        redactor: Redactor,
+        values: Values,
         *,
         capture_content: bool,
         span_ids: Callable[[], tuple[str, str] | None],
     ) -> None:
         self._logger = logging.getLogger(LOGGER_NAME)
         self._run_id = run_id
-        self._redactor = redactor
+        self._values = values
         self._capture = capture_content
         self._span_ids = span_ids
 
@@ -135,12 +145,17 @@ class EventLogger:
             "planexec_run_id": self._run_id,
             "planexec_event": event.kind,
             "planexec_seq": seq,
-            "planexec": self._redactor.redact(data),
+            "planexec": self._values.data(data),
         }
         ids = self._span_ids()
         if ids is not None:
             extra["otel_trace_id"], extra["otel_span_id"] = ids
-        logger.log(level, "run %s: %s", self._run_id, _message(event), extra=extra)
+        logger.log(level, "run %s: %s", self._run_id, self._line(_message(event)), extra=extra)
+
+    def _line(self, message: str) -> str:
+        """``message`` as a record's one line: it names tools and models, which a model or a
+        configuration chose (a key, a line break may be in them), so redacted, on one line, cut."""
+        return clip(self._values.redactor.redact_text(_CONTROL.sub(" ", message)), _MESSAGE_CHARS)
 
 
 class _Lines(logging.Formatter):

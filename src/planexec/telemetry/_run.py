@@ -128,6 +128,14 @@ def _guarded(fallback: Any) -> Callable[[F], F]:
     return wrap
 
 
+def _release(live: LiveCall | None) -> None:
+    """``live``'s span is no longer the current one of the task that made the call: done first,
+    and also when telemetry broke during the call, so that the task's context is as it was."""
+    if live is not None and live.token is not None:
+        token, live.token = live.token, None
+        otel_context.detach(token)  # type: ignore[arg-type]
+
+
 class _Current:
     """A span made the current one for a block (and no longer after it)."""
 
@@ -176,19 +184,29 @@ class RunTelemetry:
         )
         self._run_token: object | None = None
         self._logger = (
-            EventLogger(run_id, redactor, capture_content=capture_content, span_ids=self._current_ids) if logs else None
+            EventLogger(
+                run_id,
+                self._values,
+                capture_content=capture_content,
+                span_ids=self._current_ids,
+            )
+            if logs
+            else None
         )
         self._seq = 0
         self._broken = False
 
     def _break(self, error: Exception) -> None:
-        """Something telemetry uses failed: no more telemetry for this run; the run goes on."""
+        """Something telemetry uses failed: no more telemetry for this run; the run goes on. The
+        spans still open are ended (if the SDK still can), so that the trace sent so far has them."""
         if self._broken:
             return
         self._broken = True
         self.tracer = self.instruments = None
         self._fold.tracer = self._fold.instruments = None
         self._logger = None
+        with contextlib.suppress(Exception):
+            self._fold.end_all()
         with contextlib.suppress(Exception):
             logging.getLogger(LOGGER_NAME).warning(
                 "run %s: telemetry turned off for the rest of the run: %s: %s", self.run_id, type(error).__name__, error
@@ -244,13 +262,17 @@ class RunTelemetry:
         _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
         return carrier
 
-    @_guarded(None)
     def end(self) -> None:
-        """The engine is done with the run in this process: close whatever is still open."""
+        """The engine is done with the run in this process: close whatever is still open. (The
+        run's span stops being the current one even when telemetry broke meanwhile.)"""
+        token, self._run_token = self._run_token, None
+        if token is not None:
+            otel_context.detach(token)  # type: ignore[arg-type]
+        self._end_spans()
+
+    @_guarded(None)
+    def _end_spans(self) -> None:
         self._fold.end_all()
-        if self._run_token is not None:
-            otel_context.detach(self._run_token)  # type: ignore[arg-type]
-            self._run_token = None
 
     def _current_ids(self) -> tuple[str, str] | None:
         ctx = trace.get_current_span().get_span_context()
@@ -282,12 +304,18 @@ class RunTelemetry:
 
     # -- calls under way ---------------------------------------------------------------------
 
+    def _provider_and_model(self, name: str) -> tuple[str, str]:
+        """The provider and the model a model's name says, as spans and metrics show them (a
+        name is configuration, or a fallback's answer: it may hold a key, and be of any length)."""
+        provider, model = provider_and_model(name)
+        return self._values.name(provider), self._values.name(model)
+
     @_guarded(None)
     def model_call(self, role: str, model: str, request: ModelRequest) -> LiveCall | None:
         """A model call begins: its ``chat`` span, current until ``model_done``."""
         if self.tracer is None:
             return None
-        provider, requested = provider_and_model(model)
+        provider, requested = self._provider_and_model(model)
         settings = request.settings
         attributes: dict[str, Any] = {
             OPERATION: "chat",
@@ -315,10 +343,14 @@ class RunTelemetry:
         token = otel_context.attach(trace.set_span_in_context(span))
         return LiveCall(span=span, token=token, started=time.monotonic())
 
-    @_guarded(None)
     def model_done(self, live: LiveCall | None, record: ModelCalled, response: ModelResponse | None) -> None:
         """The call ended as ``record`` logs it."""
-        provider, requested = provider_and_model(record.answered_by or record.model)
+        _release(live)
+        self._model_ended(live, record, response)
+
+    @_guarded(None)
+    def _model_ended(self, live: LiveCall | None, record: ModelCalled, response: ModelResponse | None) -> None:
+        provider, requested = self._provider_and_model(record.answered_by or record.model)
         if self.instruments is not None:
             error = None if record.error is None else record.error.split(":", 1)[0]
             self.instruments.model_call(
@@ -334,7 +366,6 @@ class RunTelemetry:
             )
         if live is None:
             return
-        otel_context.detach(live.token)  # type: ignore[arg-type]
         span = live.span
         if span.is_recording():
             usage = record.usage
@@ -383,7 +414,7 @@ class RunTelemetry:
         attributes: dict[str, Any] = {
             OPERATION: "execute_tool",
             TOOL_NAME: tool.name,
-            TOOL_CALL_ID: call_id,
+            TOOL_CALL_ID: self._values.name(call_id),  # the model's: anything may be in it
             TOOL_TYPE: "function",
             TOOL_DESCRIPTION: clip(tool.description, 500),
             "planexec.step.id": step.id,
@@ -395,8 +426,13 @@ class RunTelemetry:
         token = otel_context.attach(trace.set_span_in_context(span))
         return LiveCall(span=span, token=token, started=started)
 
-    @_guarded(None)
     def tool_done(self, live: LiveCall | None, tool: Tool, outcome: ToolCallOutcome) -> None:
+        """The call ended with ``outcome``."""
+        _release(live)
+        self._tool_ended(live, tool, outcome)
+
+    @_guarded(None)
+    def _tool_ended(self, live: LiveCall | None, tool: Tool, outcome: ToolCallOutcome) -> None:
         if live is None:
             return
         error = outcome.error
@@ -404,8 +440,6 @@ class RunTelemetry:
             kind = None if error is None else error.kind
             self.instruments.tool_call(self.agent, tool.name, time.monotonic() - live.started, kind)
         span = live.span
-        if live.token is not None:
-            otel_context.detach(live.token)  # type: ignore[arg-type]
         if span.is_recording():
             if not live.own:  # a tool step's attempts are the step's
                 span.set_attribute("planexec.tool.attempts", outcome.attempts)
@@ -416,13 +450,15 @@ class RunTelemetry:
         if not live.own:
             span.end()
 
-    @_guarded(None)
     def tool_abandoned(self, live: LiveCall | None) -> None:
         """The call did not end (it was cancelled, or the step's task stopped)."""
+        _release(live)
+        self._abandoned(live)
+
+    @_guarded(None)
+    def _abandoned(self, live: LiveCall | None) -> None:
         if live is None:
             return
-        if live.token is not None:
-            otel_context.detach(live.token)  # type: ignore[arg-type]
         if not live.own:
             if live.span.is_recording():
                 live.span.set_attribute(ERROR_TYPE, "cancelled")

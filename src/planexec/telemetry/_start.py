@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import metrics, trace
 
@@ -47,6 +49,22 @@ def _logged(logger: logging.Logger) -> bool:
     return False
 
 
+T = TypeVar("T")
+
+
+def _made(run_id: str, signal: str, make: Callable[[], T]) -> T | None:
+    """What ``make`` makes (a tracer, instruments), or None when the provider fails to make it:
+    the run goes without that signal, which the ``planexec`` logger says."""
+    try:
+        return make()
+    except Exception as e:
+        with contextlib.suppress(Exception):
+            logging.getLogger(LOGGER_NAME).warning(
+                "run %s: no %s for the run: the provider failed: %s: %s", run_id, signal, type(e).__name__, e
+            )
+        return None
+
+
 def run_telemetry(
     settings: Telemetry,
     *,
@@ -63,12 +81,12 @@ def run_telemetry(
         if not isinstance(provider, _NO_TRACERS):
             from planexec import __version__
 
-            tracer = provider.get_tracer(TRACER_NAME, __version__)
+            tracer = _made(run_id, "traces", lambda: provider.get_tracer(TRACER_NAME, __version__))
     instruments = None
     if settings.metrics:
         meters: Any = settings.meter_provider or metrics.get_meter_provider()
         if not isinstance(meters, _NO_METERS):
-            instruments = RunMeters(instruments_of(meters))
+            instruments = _made(run_id, "metrics", lambda: RunMeters(instruments_of(meters)))
     logs = settings.logs and _logged(logging.getLogger(LOGGER_NAME))
     if tracer is None and instruments is None and not logs:
         return None
