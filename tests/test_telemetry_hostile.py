@@ -219,3 +219,24 @@ def test_an_otel_variable_the_sdk_refuses_is_a_usage_problem(
 def test_an_endpoint_with_spaces_is_refused() -> None:
     with pytest.raises(UsageError, match="must not hold spaces"):
         configure_otlp("https://exa mple.com", set_global=False)
+
+
+async def test_a_step_id_shaped_like_a_key_reaches_spans_redacted(captured: Captured) -> None:
+    @tool
+    async def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    planner = ScriptedModel(
+        [
+            {"steps": [tool_step(SECRET, "echo", {"text": "hi"}), tool_step("b", "echo", {"text": "ho"}, SECRET)]},
+            {"answer": "hi"},
+        ]
+    )
+    agent = Agent(planner, tools=[echo], store=None, telemetry=captured.telemetry())
+    result = await agent.run("echo twice")
+    assert result.stop.kind == "goal_met", result.stop
+    spans = captured.spans()
+    assert len(named(spans, "execute_tool echo")) == 2
+    for text in all_text(spans):
+        assert SECRET not in text

@@ -57,7 +57,10 @@ if TYPE_CHECKING:
 
     from planexec.log import RunState
 
-__all__ = ["SpanFold", "StepSpan"]
+__all__ = ["MAX_NAMES", "SpanFold", "StepSpan"]
+
+MAX_NAMES = 100
+"""The most names a list on a span holds (the tools an MCP server added or removed)."""
 
 
 @dataclass(slots=True)
@@ -189,7 +192,9 @@ class SpanFold:
                     )
             case StepStreamed():
                 if fold.round is not None:
-                    fold.round.add_event("planexec.step_streamed", {"planexec.step.id": event.step.id})
+                    fold.round.add_event(
+                        "planexec.step_streamed", {"planexec.step.id": self.values.name(event.step.id)}
+                    )
             case ToolCalled() if event.attempts == 0 and self.tracer is not None:
                 # a call refused before any attempt (an unknown tool, a gated one): a span of no length
                 name = self.values.name(event.tool)  # a model chose it: anything may be in it
@@ -199,7 +204,7 @@ class SpanFold:
                         OPERATION: "execute_tool",
                         TOOL_NAME: name,
                         TOOL_CALL_ID: self.values.name(event.call_id),
-                        "planexec.step.id": event.step_id,
+                        "planexec.step.id": self.values.name(event.step_id),
                         "planexec.tool.attempts": 0,
                         SPAN_KIND_HINT: "TOOL",
                     },
@@ -219,7 +224,7 @@ class SpanFold:
             case ApprovalRequested() if run is not None:
                 attrs = {"planexec.approval.id": event.approval_id, "planexec.approval.subject": event.subject}
                 if event.step_id is not None:
-                    attrs["planexec.step.id"] = event.step_id
+                    attrs["planexec.step.id"] = self.values.name(event.step_id)
                 if event.reason:
                     attrs["planexec.reason"] = self.values.text(event.reason)
                 run.add_event("planexec.approval.requested", attrs)
@@ -253,7 +258,10 @@ class SpanFold:
                 added = [str(spec.get("name", "")) for spec in event.tools]
                 run.add_event(
                     "planexec.tools_changed",
-                    {"planexec.tools.added": added, "planexec.tools.removed": list(event.removed)},
+                    {
+                        "planexec.tools.added": [self.values.name(n) for n in added[:MAX_NAMES]],
+                        "planexec.tools.removed": [self.values.name(n) for n in event.removed[:MAX_NAMES]],
+                    },
                 )
             case InformationAdded() if run is not None:
                 run.add_event(
@@ -266,12 +274,16 @@ class SpanFold:
                 )
             case StepHeld() if run is not None:
                 run.add_event(
-                    "planexec.step_held", {"planexec.step.id": event.step_id, "planexec.approval.id": event.approval_id}
+                    "planexec.step_held",
+                    {"planexec.step.id": self.values.name(event.step_id), "planexec.approval.id": event.approval_id},
                 )
             case StepRequeued() if run is not None:
                 run.add_event(
                     "planexec.step_requeued",
-                    {"planexec.step.id": event.step_id, "planexec.reason": self.values.text(event.reason)},
+                    {
+                        "planexec.step.id": self.values.name(event.step_id),
+                        "planexec.reason": self.values.text(event.reason),
+                    },
                 )
             case RunStarted() if run is not None:
                 run.set_attributes(
@@ -305,12 +317,13 @@ class SpanFold:
             self.steps[event.step_id] = StepSpan(span=trace.INVALID_SPAN, started=event.at, executor=event.executor)
             return
         # few attributes: a span per step is the most telemetry costs a run (the rest is in the log)
+        step_id = self.values.name(event.step_id)  # a planner chose it: a key may be in it
         if event.tool is not None:
             name = f"execute_tool {event.tool}"
             attributes: dict[str, Any] = {
                 OPERATION: "execute_tool",
                 TOOL_NAME: event.tool,
-                "planexec.step.id": event.step_id,
+                "planexec.step.id": step_id,
                 SPAN_KIND_HINT: "TOOL",
             }
         else:
@@ -318,7 +331,7 @@ class SpanFold:
             attributes = {
                 OPERATION: "invoke_agent",
                 AGENT_NAME: event.executor,
-                "planexec.step.id": event.step_id,
+                "planexec.step.id": step_id,
                 SPAN_KIND_HINT: "AGENT",
             }
         rec = self.state.steps.get(event.step_id)
@@ -342,6 +355,7 @@ class SpanFold:
         no length, so that the failure shows and a patch can link to it."""
         if self.tracer is None:
             return None
+        step_id = self.values.name(step_id)
         return self.tracer.start_span(
             f"step {step_id}",
             context=self.run_context(),
