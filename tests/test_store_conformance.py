@@ -675,3 +675,31 @@ async def test_processes_appending_to_one_run(durable: Backend) -> None:
         assert summary.events == total
     finally:
         await store.close()
+
+
+# -- sessions ------------------------------------------------------------------------------------------
+
+
+async def test_runs_of_a_session_are_listed_with_their_turns(store: RunStore) -> None:
+    def started(run_id: str, at: float, session: Any) -> RunStarted:
+        config = {} if session is None else {"session": session}
+        return RunStarted(at=at, run_id=run_id, goal=f"goal {run_id}", budget={}, config=config)
+
+    await store.append("a1", [started("a1", 1.0, {"id": "chat-a", "turn": 1})], expected_seq=0)
+    await store.append("a2", [started("a2", 2.0, {"id": "chat-a", "turn": 2})], expected_seq=0)
+    await store.append("b1", [started("b1", 3.0, {"id": "chat-b", "turn": 1})], expected_seq=0)
+    await store.append("solo", [started("solo", 4.0, None)], expected_seq=0)
+    for odd, session in (("x1", {"id": "", "turn": 1}), ("x2", {"id": "chat-a", "turn": 0}), ("x3", "chat-a")):
+        await store.append(odd, [started(odd, 5.0, session)], expected_seq=0)  # not a session record
+    turns = await store.list_runs(session="chat-a")
+    assert [(r.run_id, r.session, r.turn) for r in turns] == [("a2", "chat-a", 2), ("a1", "chat-a", 1)]
+    assert [r.run_id for r in await store.list_runs(session="chat-b")] == ["b1"]
+    assert await store.list_runs(session="nobody") == []
+    everything = {r.run_id: (r.session, r.turn) for r in await store.list_runs()}
+    assert everything["solo"] == (None, None)
+    assert everything["x1"] == everything["x2"] == everything["x3"] == (None, None)
+    summary = await store.get_run("a2")
+    assert summary is not None
+    assert (summary.session, summary.turn) == ("chat-a", 2)
+    with pytest.raises(UsageError):
+        await store.list_runs(session="")

@@ -41,13 +41,13 @@ async def test_the_schema_version_is_recorded(durable: Backend) -> None:
         await store.append("r", step_batch("a"), expected_seq=0)
     finally:
         await store.close()
-    assert _raw(durable, "SELECT component, version FROM planexec_schema") == [("store", 1)]
+    assert _raw(durable, "SELECT component, version FROM planexec_schema") == [("store", 2)]
     again = durable.open()
     try:
         assert await again.last_seq("r") == 2  # opening again migrates nothing and finds the data
     finally:
         await again.close()
-    assert _raw(durable, "SELECT component, version FROM planexec_schema") == [("store", 1)]
+    assert _raw(durable, "SELECT component, version FROM planexec_schema") == [("store", 2)]
 
 
 async def test_a_newer_schema_is_refused(durable: Backend) -> None:
@@ -134,3 +134,28 @@ async def test_sqlite_checkpoints_in_the_worker(tmp_path: Path) -> None:
     finally:
         await store.close()
     assert store._checkpoint.done()
+
+
+async def test_a_version_1_sqlite_database_is_brought_up_to_date_with_its_runs(tmp_path: Path) -> None:
+    from planexec.log import RunStarted
+
+    path = tmp_path / "old.db"
+    store = SQLiteStore(path)
+    await store.append("r1", [RunStarted(at=1.0, run_id="r1", goal="before sessions", budget={})], expected_seq=0)
+    await store.close()
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:  # as version 1 left it
+        conn.execute("DROP INDEX planexec_runs_session")
+        conn.execute("ALTER TABLE planexec_runs DROP COLUMN turn")
+        conn.execute("ALTER TABLE planexec_runs DROP COLUMN session_id")
+        conn.execute("UPDATE planexec_schema SET version = 1 WHERE component = 'store'")
+    again = SQLiteStore(path)
+    try:
+        [run] = await again.list_runs()
+        assert (run.run_id, run.goal, run.session, run.turn) == ("r1", "before sessions", None, None)
+        started = RunStarted(at=2.0, run_id="r2", goal="a turn", budget={}, config={"session": {"id": "s", "turn": 1}})
+        await again.append("r2", [started], expected_seq=0)
+        assert [r.run_id for r in await again.list_runs(session="s")] == ["r2"]
+    finally:
+        await again.close()
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        assert conn.execute("SELECT version FROM planexec_schema").fetchall() == [(2,)]

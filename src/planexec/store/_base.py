@@ -69,6 +69,10 @@ class RunSummary:
     events: int
     """The log's last sequence number."""
     pending_approvals: int
+    session: str | None = None
+    """The session the run is a turn of (``run_started``'s ``config.session.id``), if any."""
+    turn: int | None = None
+    """Its turn in the session, from 1."""
 
     @property
     def duration(self) -> float | None:
@@ -117,8 +121,10 @@ class RunStore(Protocol):
         status: RunStatus | None = None,
         started_after: float | None = None,
         limit: int = 100,
+        session: str | None = None,
     ) -> list[RunSummary]:
-        """Runs, newest first, optionally only those with ``status`` or started after a time."""
+        """Runs, newest first, optionally only those with ``status``, started after a time, or
+        the turns of ``session``."""
         ...
 
     async def delete(self, run_id: str) -> bool:

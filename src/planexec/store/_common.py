@@ -20,8 +20,10 @@ def check_run_id(run_id: str) -> None:
         raise UsageError(f"a run id must be a non-empty string, not {run_id!r}")
 
 
-def check_list_args(status: str | None, limit: int) -> None:
+def check_list_args(status: str | None, limit: int, session: str | None = None) -> None:
     problems = []
+    if session is not None and (not isinstance(session, str) or not session):
+        problems.append(Problem(code="session", where="session", message="must be a session id (non-empty text)"))
     if status is not None and status not in _STATUSES:
         problems.append(Problem(code="status", where="status", message=f"must be one of {', '.join(_STATUSES)}"))
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
@@ -31,7 +33,7 @@ def check_list_args(status: str | None, limit: int) -> None:
 
 
 def list_runs_sql(
-    placeholder: str, status: RunStatus | None, started_after: float | None, limit: int
+    placeholder: str, status: RunStatus | None, started_after: float | None, limit: int, session: str | None = None
 ) -> tuple[str, tuple[Any, ...]]:
     """The ``list_runs`` query on ``planexec_runs`` and its parameters; ``placeholder`` is the
     driver's parameter marker (``?`` or ``%s``). Each row is the run id, then the summary columns."""
@@ -43,6 +45,9 @@ def list_runs_sql(
     if started_after is not None:
         where.append(f"started_at > {placeholder}")
         params.append(started_after)
+    if session is not None:
+        where.append(f"session_id = {placeholder}")
+        params.append(session)
     sql = f"SELECT run_id, {', '.join(SUMMARY_COLUMNS)} FROM planexec_runs"
     if where:
         sql += " WHERE " + " AND ".join(where)

@@ -68,15 +68,21 @@ class MemoryStore(StoreBase):
         return None if state is None else state.summary
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, started_after: float | None = None, limit: int = 100
+        self,
+        *,
+        status: RunStatus | None = None,
+        started_after: float | None = None,
+        limit: int = 100,
+        session: str | None = None,
     ) -> list[RunSummary]:
         self._check_open()
-        check_list_args(status, limit)
+        check_list_args(status, limit, session)
         runs = [
             s.summary
             for s in self._states.values()
             if (status is None or s.summary.status == status)
             and (started_after is None or s.summary.started_at > started_after)
+            and (session is None or s.summary.session == session)
         ]
         runs.sort(key=lambda r: (r.started_at, r.run_id), reverse=True)
         return runs[:limit]

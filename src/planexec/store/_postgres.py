@@ -74,9 +74,10 @@ DEFAULT_STATEMENT_TIMEOUT = 30.0
 
 INSTALL_HINT = install_hint("postgres")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Store schema changelog (one line per version; each version adds a migration below):
     1: planexec_schema, planexec_runs (one summary row per run), planexec_events (the logs).
+    2: planexec_runs.session_id and .turn (the session a run is a turn of), indexed.
 """
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -106,6 +107,11 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             data text NOT NULL,
             PRIMARY KEY (run_id, seq)
         )""",
+    ),
+    2: (
+        "ALTER TABLE planexec_runs ADD COLUMN session_id text",
+        "ALTER TABLE planexec_runs ADD COLUMN turn integer",
+        "CREATE INDEX planexec_runs_session ON planexec_runs (session_id, turn)",
     ),
 }
 
@@ -298,10 +304,15 @@ class PostgresStore(StoreBase):
         return await self._call(f"read the summary of run {run_id!r}", get)
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, started_after: float | None = None, limit: int = 100
+        self,
+        *,
+        status: RunStatus | None = None,
+        started_after: float | None = None,
+        limit: int = 100,
+        session: str | None = None,
     ) -> list[RunSummary]:
-        check_list_args(status, limit)
-        sql, params = list_runs_sql("%s", status, started_after, limit)
+        check_list_args(status, limit, session)
+        sql, params = list_runs_sql("%s", status, started_after, limit, session)
 
         async def select(conn: AsyncConnection[Any]) -> list[RunSummary]:
             cur = await conn.execute(sql, params)

@@ -55,9 +55,10 @@ __all__ = ["SQLiteStore"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Store schema changelog (one line per version; each version adds a migration below):
     1: planexec_schema, planexec_runs (one summary row per run), planexec_events (the logs).
+    2: planexec_runs.session_id and .turn (the session a run is a turn of), indexed.
 """
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -88,6 +89,11 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             data TEXT NOT NULL,
             PRIMARY KEY (run, seq)
         )""",
+    ),
+    2: (
+        "ALTER TABLE planexec_runs ADD COLUMN session_id TEXT",
+        "ALTER TABLE planexec_runs ADD COLUMN turn INTEGER",
+        "CREATE INDEX planexec_runs_session ON planexec_runs (session_id, turn)",
     ),
 }
 
@@ -322,10 +328,15 @@ class SQLiteStore(StoreBase):
         return await self._run(f"read the summary of run {run_id!r}", get, inline=True)
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, started_after: float | None = None, limit: int = 100
+        self,
+        *,
+        status: RunStatus | None = None,
+        started_after: float | None = None,
+        limit: int = 100,
+        session: str | None = None,
     ) -> list[RunSummary]:
-        check_list_args(status, limit)
-        sql, params = list_runs_sql("?", status, started_after, limit)
+        check_list_args(status, limit, session)
+        sql, params = list_runs_sql("?", status, started_after, limit, session)
 
         def select(conn: sqlite3.Connection) -> list[RunSummary]:
             rows = conn.execute(sql, params).fetchall()

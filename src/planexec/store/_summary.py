@@ -28,7 +28,16 @@ from planexec.log import (
 from planexec.store._base import RunStatus, RunSummary
 from planexec.store._failures import _Damaged
 
-__all__ = ["SUMMARY_COLUMNS", "SummaryRow", "SummaryState", "state_from_row", "summarize", "summary_row"]
+__all__ = [
+    "MAX_SESSION_ID",
+    "SUMMARY_COLUMNS",
+    "SummaryRow",
+    "SummaryState",
+    "session_of",
+    "state_from_row",
+    "summarize",
+    "summary_row",
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -83,11 +92,13 @@ def summarize(
     s = previous.summary
     goal, stop_kind, stop_detail, finished_at = s.goal, s.stop_kind, s.stop_detail, s.finished_at
     started_at, cost, model_calls = s.started_at, s.cost, s.model_calls
+    session, turn = s.session, s.turn
     pending = list(previous.pending)
     suspended = previous.suspended
     for event in events:
         if isinstance(event, RunStarted):
             goal, started_at = column_text(clean(event.goal)), event.at
+            session, turn = session_of(event)
         elif isinstance(event, ModelCalled):
             cost += event.cost
             model_calls += 1
@@ -117,8 +128,28 @@ def summarize(
         finished_at=finished_at,
         events=first_seq + len(events) - 1,
         pending_approvals=len(pending),
+        session=session,
+        turn=turn,
     )
     return SummaryState(summary=summary, pending=tuple(pending), suspended=suspended)
+
+
+MAX_SESSION_ID = 200
+
+
+def session_of(event: RunStarted) -> tuple[str | None, int | None]:
+    """The session a run is a turn of, and its turn, as its ``run_started`` records them
+    (``config["session"] = {"id": ..., "turn": ...}``); (None, None) for a run of no session or
+    a record that is not one."""
+    record = event.config.get("session") if isinstance(event.config, dict) else None
+    if not isinstance(record, dict):
+        return None, None
+    sid, turn = record.get("id"), record.get("turn")
+    if not isinstance(sid, str) or not sid or len(sid) > MAX_SESSION_ID:
+        return None, None
+    if isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
+        return None, None
+    return column_text(sid), turn
 
 
 SUMMARY_COLUMNS = (
@@ -135,10 +166,28 @@ SUMMARY_COLUMNS = (
     "pending_approvals",
     "pending",
     "suspended",
+    "session_id",
+    "turn",
 )
 """The summary columns every SQL backend keeps in its runs table, in this order (after ``run_id``)."""
 
-SummaryRow = tuple[str, str, str | None, str | None, float, int, float, float, float | None, int, int, str, bool]
+SummaryRow = tuple[
+    str,
+    str,
+    str | None,
+    str | None,
+    float,
+    int,
+    float,
+    float,
+    float | None,
+    int,
+    int,
+    str,
+    bool,
+    str | None,
+    int | None,
+]
 
 
 _NOT_STORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -166,6 +215,8 @@ def summary_row(state: SummaryState) -> SummaryRow:
         s.pending_approvals,
         json.dumps(list(state.pending)),
         state.suspended,
+        s.session,
+        s.turn,
     )
 
 
@@ -180,6 +231,7 @@ def state_from_row(run_id: str, row: Sequence[Any]) -> SummaryState:
 def _state_from_row(run_id: str, row: Sequence[Any]) -> SummaryState:
     (goal, status, stop_kind, stop_detail, cost, model_calls, started_at, updated_at, finished_at, last_seq) = row[:10]
     pending_count, pending, suspended = row[10:13]
+    session, turn = (row[13], row[14]) if len(row) > 14 else (None, None)
     if status not in _STATUSES:
         raise ValueError(f"unknown status {status!r}")
     pending_ids = json.loads(pending)
@@ -198,6 +250,8 @@ def _state_from_row(run_id: str, row: Sequence[Any]) -> SummaryState:
         finished_at=None if finished_at is None else float(finished_at),
         events=int(last_seq),
         pending_approvals=int(pending_count),
+        session=None if session is None else str(session),
+        turn=None if turn is None else int(turn),
     )
     return SummaryState(summary=summary, pending=tuple(pending_ids), suspended=bool(suspended))
 
