@@ -107,6 +107,8 @@ class PlanningContext:
     """The id of the next step of a flat turn."""
     heard: str | None = None
     """What people told the run (information, answers, guidance, refused answers), as text."""
+    conversation: str | None = None
+    """For a session's turn: the record of the turns before it (fixed for the run)."""
 
     def current_checks(self) -> CheckContext:
         """The check context as of now: the steps finished so far, and the steps the budget still allows."""
@@ -233,6 +235,7 @@ class Planner:
         messages = [
             Message(role="system", content=system_text, cache_point=True),
             Message(role="user", content=tools, cache_point=True),
+            *([Message(role="user", content=ctx.conversation, cache_point=True)] if ctx.conversation else []),
             Message(role="user", content=_prompt.describe_goal(ctx.goal, ctx.constraints), cache_point=True),
             Message(role="user", content="\n\n".join(changing)),
         ]

@@ -33,8 +33,10 @@ from planexec.runtime._core import EngineConfig
 from planexec.runtime._engine import Engine
 from planexec.runtime._recorded_world import Fault
 from planexec.runtime._replays import ReplayReport, replay_log
+from planexec.runtime._session import Session, check_session_id
 from planexec.runtime._settings import AnswerReview, ApprovalDecision, Approvals, Escalation, Limits, RunContext
 from planexec.runtime._tool_specs import tool_spec
+from planexec.runtime._turns import RECORD_CHARS, session_record
 from planexec.store import RunStore
 from planexec.telemetry import Telemetry
 from planexec.tools import Tool, Toolset
@@ -331,14 +333,17 @@ class Agent:
             await self._store.close()
             self._store = None
 
-    def _config(self, metadata: Mapping[str, Any]) -> EngineConfig:
+    def _config(self, metadata: Mapping[str, Any], *, budget: Budget | None = None) -> EngineConfig:
         parts = self._parts
+        turn = session_record(metadata)
+        if budget is None and turn is not None and turn.budget is not None:
+            budget = turn.budget  # a session's turn keeps the budget it was given, resumed or forked
         return EngineConfig(
             planner=_bound(parts.planner, self.providers),
             tools=parts.tools,
             executors={name: _bound(e, self.providers) for name, e in parts.executors.items()},
             default_executor=parts.default_executor,
-            budget=self.budget,
+            budget=self.budget if budget is None else budget,
             limits=self.limits,
             acceptance=self.acceptance,
             approvals=self.approvals,
@@ -350,6 +355,7 @@ class Agent:
             current_tools=self._current_tools if self._mcp else None,
             telemetry=self.telemetry,
             agent_name=self.name,
+            conversation=None if turn is None else turn.earlier,
         )
 
     def _current_tools(self) -> Toolset:
@@ -434,13 +440,17 @@ class Agent:
         constraints: Sequence[str] = (),
         run_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        budget: Budget | None = None,
     ) -> Run:
         """Start a run in the running event loop and return its handle at once.
 
         ``metadata`` (JSON data) is recorded with the run, e.g. how to rebuild this agent.
+        ``budget``: this run's caps instead of the agent's.
         """
         problems = [Problem(code="goal", where="goal", message="the goal is empty")] if not goal.strip() else []
         problems += self._closed_toolsets()
+        if budget is not None and not isinstance(budget, Budget):
+            problems.append(Problem(code="budget", where="budget", message="must be a Budget(...)"))
         if self.review is not None and self.review.checklist and not self._can_ask():
             problems.append(
                 Problem(
@@ -452,7 +462,7 @@ class Agent:
             )
         self._check_models(problems)
         engine = Engine(
-            self._config(metadata or {}),
+            self._config(metadata or {}, budget=budget),
             goal=goal,
             constraints=tuple(constraints),
             run_id=run_id or self.context.new_id(),
@@ -513,7 +523,8 @@ class Agent:
         first = log[0]
         config = None
         if forking and isinstance(first, RunStarted):
-            config = self._config({**(metadata or {}), "forked_from": run_id})
+            session = {"session": first.config["session"]} if "session" in first.config else {}
+            config = self._config({**session, **(metadata or {}), "forked_from": run_id})
         return await replay_log(
             log,
             config=config,
@@ -552,6 +563,42 @@ class Agent:
             history=history,
         )
         return Run(engine)
+
+    def session(
+        self, session_id: str | None = None, *, budget: Budget | None = None, record_chars: int = RECORD_CHARS
+    ) -> Session:
+        """A new session: goals run one after another as turns of one conversation (see
+        :mod:`planexec.runtime._session`). ``budget`` caps the whole session; ``record_chars``
+        bounds the record of earlier turns each turn's planner is shown. To go on with a session
+        in the store, use :meth:`open_session`."""
+        return Session(self, session_id or f"session-{self.context.new_id()}", budget=budget, record_chars=record_chars)
+
+    async def open_session(
+        self, session_id: str, *, budget: Budget | None = None, record_chars: int = RECORD_CHARS
+    ) -> Session:
+        """The session ``session_id`` as this agent's store has it (no turn yet: a new one), to run
+        more turns in. A last turn left unfinished (a crash, a question for a human) is
+        :attr:`Session.unfinished`: go on with it with :meth:`Session.resume`."""
+        problems = check_session_id(session_id)
+        if problems:
+            raise UsageError("invalid session", problems)
+        store = self.store
+        if store is None:
+            raise UsageError("this agent has no store: a session can only be opened from one")
+        rows = await store.list_runs(session=session_id, limit=100_000)
+        rows.sort(key=lambda r: (r.turn or 0, r.started_at))
+        turns: list[RunResult] = []
+        unfinished: str | None = None
+        for row in rows:
+            log = [e.event for e in await store.read(row.run_id)]
+            state = RunState.fold(log)
+            if not state.finished and row is rows[-1]:
+                unfinished = row.run_id
+                continue
+            turns.append(RunResult.from_state(state, log))
+        session = Session(self, session_id, budget=budget, record_chars=record_chars, turns=turns)
+        session.unfinished = unfinished
+        return session
 
     async def run(self, goal: str, *, constraints: Sequence[str] = (), run_id: str | None = None) -> RunResult:
         """Run a goal to its stop and return the result (also when the goal was not met)."""

@@ -50,6 +50,8 @@ class EngineConfig:
     """What the run sends to OpenTelemetry and the ``planexec`` logger."""
     agent_name: str = "planexec"
     """The agent's name on spans and metrics (``gen_ai.agent.name``)."""
+    conversation: str | None = None
+    """For a session's turn: the record of the turns before it, which the planner sees."""
 
 
 class Core(Protocol):

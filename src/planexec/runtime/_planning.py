@@ -269,6 +269,7 @@ class Planning:
             empty_plan_ok=engine.config.review is not None,
             new_step_id=self._new_step_id,
             heard=describe_heard(engine.state),
+            conversation=engine.config.conversation,
         )
 
     def _rejected(self, attempt: int, problems: list[Problem]) -> None:

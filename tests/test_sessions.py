@@ -1,0 +1,180 @@
+"""Sessions: goals run one after another as turns of one conversation, with the same tools and their
+state; the planner of each turn sees the earlier turns; each turn is a run in the store, linked to
+the session, that can be listed, resumed and replayed; budgets per turn and per session."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from planexec import Agent, Approvals, Budget, UsageError, tool
+from planexec.log import ApprovalDecided, ApprovalRequested
+from planexec.models import FunctionModel, ModelRequest
+from planexec.runtime import replay_log
+from planexec.store import MemoryStore, SQLiteStore
+from tests.support import tool_step
+
+
+class Drive:
+    """A stateful tool backend: a working directory that turns build on."""
+
+    def __init__(self) -> None:
+        self.cwd = "/"
+        self.files: dict[str, str] = {"/report.txt": "budget analysis"}
+
+    def tools(self) -> list[Any]:
+        @tool
+        def cd(folder: str) -> str:
+            """Change the working directory."""
+            self.cwd = f"{self.cwd.rstrip('/')}/{folder}"
+            return self.cwd
+
+        @tool
+        def pwd() -> str:
+            """The working directory."""
+            return self.cwd
+
+        @tool(sensitive=True, side_effect=True)
+        def remove(name: str) -> str:
+            """Remove a file."""
+            self.files.pop(f"/{name}", None)
+            return f"removed {name}"
+
+        return [cd, pwd, remove]
+
+
+def turn_planner(plans: dict[str, Any], seen: list[ModelRequest]) -> FunctionModel:
+    """A planner that plans each turn from its goal (the key that the goal starts with)."""
+
+    def reply(request: ModelRequest) -> Any:
+        seen.append(request)
+        goal = next(m.content for m in request.messages if m.content.startswith("Goal:"))
+        key = next(k for k in plans if k in goal)
+        if request.purpose == "planner.finish":
+            return {"answer": f"done: {key}"}
+        return plans[key]
+
+    return FunctionModel(reply, name="turns")
+
+
+PLANS = {
+    "enter docs": {"steps": [tool_step("go", "cd", {"folder": "docs"})]},
+    "where am I": {"steps": [tool_step("here", "pwd", {})]},
+    "clean up": {"steps": [tool_step("rm", "remove", {"name": "report.txt"})]},
+}
+
+
+async def test_turns_share_the_tools_state_and_each_planner_sees_the_turns_before() -> None:
+    drive = Drive()
+    seen: list[ModelRequest] = []
+    store = MemoryStore()
+    agent = Agent(turn_planner(PLANS, seen), tools=drive.tools(), store=store)
+    session = agent.session("chat-1")
+    first = await session.run("enter docs")
+    second = await session.run("where am I now?")
+    assert (first.stop.kind, second.stop.kind) == ("goal_met", "goal_met")
+    assert second.outputs["here"] == "/docs"  # the state the first turn left
+    assert [t.run_id for t in session.turns] == [first.run_id, second.run_id]
+
+    # the second turn's planner was shown the first turn: its goal, what its steps did, its answer
+    turn_two = [r for r in seen if any("where am I" in m.content for m in r.messages)]
+    assert turn_two
+    record = next(m.content for m in turn_two[0].messages if m.content.startswith("Earlier in this conversation"))
+    assert "Turn 1: enter docs" in record
+    assert 'go: cd({"folder":"docs"}) -> "/docs"' in record
+    assert "answer: done: enter docs" in record
+    first_requests = [r for r in seen if any("Goal: enter docs" in m.content for m in r.messages)]
+    assert not any(m.content.startswith("Earlier") for r in first_requests for m in r.messages)
+
+    # each turn is a run of the store, linked to the session
+    rows = await store.list_runs(session="chat-1")
+    assert sorted((r.turn, r.run_id) for r in rows) == [(1, first.run_id), (2, second.run_id)]
+
+
+async def test_a_session_budget_caps_its_turns_together() -> None:
+    seen: list[ModelRequest] = []
+    agent = Agent(turn_planner(PLANS, seen), tools=Drive().tools(), store=None)
+    session = agent.session(budget=Budget(model_calls=3))
+    first = await session.run("enter docs")  # a plan and an answer: two calls
+    assert first.stop.kind == "goal_met"
+    assert first.model_calls == 2
+    second = await session.run("where am I")  # one call left: the plan, then no answer
+    assert second.stop.kind == "budget_exhausted"
+    assert second.stop.budget == "model_calls"
+    third = await session.run("where am I")  # nothing left: it stops before its first call
+    assert third.stop.kind == "budget_exhausted"
+    assert third.model_calls == 0
+    # a turn's own cap is lowered to what the session allows, never raised
+    wide = agent.session(budget=Budget(model_calls=10))
+    capped = await wide.run("enter docs", budget=Budget(model_calls=1))
+    assert capped.stop.kind == "budget_exhausted"
+
+
+async def test_a_session_goes_on_from_the_store_in_a_new_agent_and_its_unfinished_turn_resumes(tmp_path: Any) -> None:
+    drive = Drive()
+    seen: list[ModelRequest] = []
+    store = SQLiteStore(tmp_path / "runs.db")
+    try:
+        agent = Agent(turn_planner(PLANS, seen), tools=drive.tools(), store=store, approvals=Approvals(deferred=True))
+        session = agent.session("chat-2", budget=Budget(model_calls=20))
+        await session.run("enter docs")
+        waiting = await session.run("clean up")  # a sensitive step: saved for a human, the run waits
+        assert waiting.stop.kind == "waiting"
+        [asked] = [e for e in waiting.events if isinstance(e, ApprovalRequested)]
+        last = await store.last_seq(waiting.run_id)
+        decided = ApprovalDecided(at=1.0, approval_id=asked.approval_id, approved=True, by="ops")
+        await store.append(waiting.run_id, [decided], expected_seq=last)
+
+        again = Agent(turn_planner(PLANS, seen), tools=drive.tools(), store=store, approvals=Approvals(deferred=True))
+        reopened = await again.open_session("chat-2", budget=Budget(model_calls=20))
+        assert len(reopened.turns) == 1
+        assert reopened.unfinished == waiting.run_id
+        with pytest.raises(UsageError, match="unfinished"):
+            reopened.start("where am I")
+        seen.clear()
+        done = await reopened.resume()
+        assert done.stop.kind == "goal_met", done.stop
+        assert "/report.txt" not in drive.files
+        # the resumed turn's planner saw the same record of turn 1 as when it began
+        assert any(m.content.startswith("Earlier in this conversation") for r in seen for m in r.messages)
+        third = await reopened.run("where am I")
+        assert third.outputs["here"] == "/docs"
+        rows = await store.list_runs(session="chat-2")
+        assert sorted(r.turn for r in rows if r.turn is not None) == [1, 2, 3]
+        record = reopened.record()
+        assert record is not None
+        assert "Turn 2: clean up" in record
+        assert "Turn 3: where am I" in record
+
+        # every turn replays exactly from its log
+        for row in rows:
+            log = [s.event for s in await store.read(row.run_id)]
+            report = await replay_log(log)
+            assert report.matched, report.divergence
+        empty = await again.open_session("chat-nobody")
+        assert empty.turns == ()
+        assert empty.unfinished is None
+    finally:
+        await store.close()
+
+
+async def test_long_sessions_keep_the_record_within_its_bound() -> None:
+    seen: list[ModelRequest] = []
+    agent = Agent(turn_planner(PLANS, seen), tools=Drive().tools(), store=None)
+    session = agent.session(record_chars=300)
+    assert session.record() is None
+    for _ in range(12):
+        await session.run("enter docs")
+    record = session.record()
+    assert record is not None
+    assert len(record) <= 300 + len("Earlier in this conversation:\n")
+    assert "Turn 12: enter docs" in record
+    assert "left out" in record
+
+
+def test_bad_sessions_are_refused_with_every_problem() -> None:
+    agent = Agent(FunctionModel(lambda r: {"answer": "x"}), store=None)
+    with pytest.raises(UsageError) as caught:
+        agent.session("no spaces allowed", budget="lots", record_chars=-1)  # type: ignore[arg-type]
+    assert {p.where for p in caught.value.problems} == {"session_id", "budget", "record_chars"}
