@@ -178,3 +178,35 @@ def test_bad_sessions_are_refused_with_every_problem() -> None:
     with pytest.raises(UsageError) as caught:
         agent.session("no spaces allowed", budget="lots", record_chars=-1)  # type: ignore[arg-type]
     assert {p.where for p in caught.value.problems} == {"session_id", "budget", "record_chars"}
+
+
+# -- from the command line ------------------------------------------------------------------------------
+
+
+def test_the_command_line_runs_turns_of_a_session_and_lists_them(tmp_path: Any, monkeypatch: Any) -> None:
+    import json
+
+    from tests.cli_support import ARITHMETIC_TOOLS, invoke, write_script, write_tools_module
+
+    tools = write_tools_module(tmp_path, monkeypatch, ARITHMETIC_TOOLS, "session_tools")
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    add = {"steps": [{"id": "a", "description": "add", "tool": "add", "args": {"a": 1, "b": 2}}]}
+    script = write_script(tmp_path, [add, {"answer": "3"}])
+    common = ["--planner", script, "--tools", f"{tools}:add", "--store", store, "--no-live"]
+    first = invoke(["run", "add 1 and 2", *common, "--session", "cli-chat"])
+    assert first.exit_code == 0, first.output
+    second = invoke(["run", "and again", *common, "--session", "cli-chat"])
+    assert second.exit_code == 0, second.output
+    listed = invoke(["sessions", "--store", store, "--json"])
+    assert listed.exit_code == 0, listed.output
+    [session] = json.loads(listed.output)
+    assert (session["session_id"], session["turns"], session["status"]) == ("cli-chat", 2, "finished")
+    turns = invoke(["sessions", "cli-chat", "--store", store, "--json"])
+    assert [t["turn"] for t in json.loads(turns.output)["turns"]] == [1, 2]
+    assert [t["goal"] for t in json.loads(turns.output)["turns"]] == ["add 1 and 2", "and again"]
+    bad = invoke(["run", "x", *common, "--session", "no spaces"])
+    assert bad.exit_code == 2
+    assert "--session" in bad.output
+    memory = invoke(["run", "x", *common[:-3], "--store", "memory://", "--no-live", "--session", "m"])
+    assert memory.exit_code == 2
+    assert "lasting" in memory.output

@@ -133,11 +133,22 @@ async def start_and_follow(
     display: Display,
     *,
     metadata: Mapping[str, Any] | None = None,
+    session: str | None = None,
 ) -> RunResult:
-    """Start ``goal`` and show it until it ends; when cancelled (Ctrl-C), return the cancelled run's result."""
+    """Start ``goal`` (as the next turn of ``session``, when given) and show it until it ends; when
+    cancelled (Ctrl-C), return the cancelled run's result."""
     await agent.open()  # its MCP servers, if it has any
     try:
-        run = agent.start(goal, constraints=constraints, metadata=metadata)
+        if session is not None:
+            turns = await agent.open_session(session)
+            if turns.unfinished is not None:
+                raise UsageError(
+                    f"session {session}: its last turn, run {turns.unfinished}, is unfinished: "
+                    f"`planexec resume {turns.unfinished}` goes on with it"
+                )
+            run = turns.start(goal, constraints=constraints, metadata=metadata)
+        else:
+            run = agent.start(goal, constraints=constraints, metadata=metadata)
         return await follow_to_end(run, display, redactor=redactor_of(agent.store))
     finally:
         await agent.aclose()

@@ -61,6 +61,9 @@ COMMANDS: dict[str, _Command] = {
     "run": _Command("_run", "run", "Run GOAL with a planner model, tools and budgets."),
     "runs": _Command("_listing", "runs", "List the runs in the store, newest first."),
     "schema": _Command("_schema", "schema", "Print the JSON Schema of a plan (versioned)."),
+    "sessions": _Command(
+        "_sessions", "sessions", "List the sessions in the store, or (with ID) the turns of one, first to last."
+    ),
     "serve": _Command(
         "_serve",
         "serve",

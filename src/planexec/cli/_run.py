@@ -11,12 +11,13 @@ from planexec.cli._agent_options import AgentFlags, agent_options, build, live_o
 from planexec.cli._common import View, start_and_follow
 from planexec.cli._finish import report_result
 from planexec.cli._globals import global_options
-from planexec.cli._options import Problems
-from planexec.cli._store_options import StoreChoice, store_choice, using_store
+from planexec.cli._options import Problems, Refused
+from planexec.cli._store_options import StoreChoice, is_memory, store_choice, using_store
 from planexec.cli._telemetry import TelemetryFlags, run_observed, telemetry_options
 from planexec.cli._terminal_approver import approvals_for
 from planexec.cli._text import plain, redactor_of
 from planexec.runs import AgentSpec, dropped_settings
+from planexec.runtime import check_session_id
 
 __all__ = ["run"]
 
@@ -32,6 +33,13 @@ __all__ = ["run"]
     is_flag=True,
     help="Approve each plan version before it runs: asked at the terminal, or saved in the log without one.",
 )
+@click.option(
+    "--session",
+    metavar="ID",
+    default=None,
+    help="Run GOAL as the next turn of session ID (a new one when the store has none): its planner sees "
+    "the earlier turns. `planexec sessions` lists them.",
+)
 @live_options
 @telemetry_options
 @global_options()
@@ -44,6 +52,7 @@ def run(
     no_live: bool,
     no_input: bool,
     as_json: bool,
+    session: str | None,
     **values: Any,
 ) -> None:
     """Run GOAL with a planner model, tools and budgets.
@@ -64,13 +73,15 @@ def run(
     observed = TelemetryFlags.take(values)
     spec = AgentFlags.take(values).spec_for_run(constraints)
     view = View.make(as_json=as_json, no_live=no_live, no_input=no_input)
-    run_observed(ctx, observed, _run(goal, spec, view, store_choice(ctx)))
+    run_observed(ctx, observed, _run(goal, spec, view, store_choice(ctx), session))
 
 
-async def _run(goal: str, spec: AgentSpec, view: View, choice: StoreChoice) -> int:
+async def _run(goal: str, spec: AgentSpec, view: View, choice: StoreChoice, session: str | None = None) -> int:
     problems = Problems()
     if not goal.strip():
         problems.add("GOAL", "the goal is empty")
+    if session is not None:
+        problems.add_problems(check_session_id(session), {"session_id": "--session"})
     async with using_store(choice, problems) as store:
         approvals = approvals_for(
             view.console, view.display, no_input=view.no_input, plan=spec.approve_plan, redactor=redactor_of(store)
@@ -78,5 +89,10 @@ async def _run(goal: str, spec: AgentSpec, view: View, choice: StoreChoice) -> i
         agent = build(spec, store=store, approvals=approvals, problems=problems)
         for line in dropped_settings(agent):
             click.echo(plain(f"note: {line}"), err=True)
-        result = await start_and_follow(agent, goal, spec.constraints, view.display, metadata=spec.metadata())
+        if session is not None and is_memory(store):
+            problems.add("--session", "a session's turns are kept in the store: name a lasting one with --store")
+            raise Refused(problems)
+        result = await start_and_follow(
+            agent, goal, spec.constraints, view.display, metadata=spec.metadata(), session=session
+        )
         return report_result(view, result, choice, store)

@@ -10,6 +10,7 @@ problem names the argument or spec field at fault.
 from planexec.runs._answers import answer, check_edited_plan, pick_question, question_about, tell
 from planexec.runs._pickup import resume, still_waiting
 from planexec.runs._scripted import absolute_model_string
+from planexec.runs._sessions import SessionSummary, list_sessions, session_turns
 from planexec.runs._spec import (
     RULE_LISTS,
     RULE_TEXTS,
@@ -40,6 +41,7 @@ __all__ = [
     "STATUSES",
     "AgentSpec",
     "Recorded",
+    "SessionSummary",
     "StoredRun",
     "absolute_model_string",
     "answer",
@@ -49,6 +51,7 @@ __all__ = [
     "export_lines",
     "gc",
     "list_runs",
+    "list_sessions",
     "load_run",
     "open_questions",
     "parse_age",
@@ -58,6 +61,7 @@ __all__ = [
     "read_run",
     "recorded_spec",
     "resume",
+    "session_turns",
     "still_waiting",
     "tell",
 ]

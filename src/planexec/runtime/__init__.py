@@ -6,7 +6,7 @@ from planexec.runtime._budget import DEFAULT_CAPS, Budget, BudgetHit
 from planexec.runtime._humans import check_decision, decided_event
 from planexec.runtime._recorded_world import Fault
 from planexec.runtime._replays import ReplayReport, replay_log
-from planexec.runtime._session import Session
+from planexec.runtime._session import Session, check_session_id
 from planexec.runtime._settings import (
     AnswerCheck,
     AnswerReview,
@@ -38,6 +38,7 @@ __all__ = [
     "RunContext",
     "Session",
     "check_decision",
+    "check_session_id",
     "decided_event",
     "replay_log",
 ]

@@ -19,8 +19,8 @@ started when the session has used up a cap stops at once with ``budget_exhausted
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from planexec.errors import Problem, UsageError
 from planexec.log import RunResult, RunState
@@ -98,9 +98,17 @@ class Session:
             self.add(result)
         return result
 
-    def start(self, goal: str, *, constraints: Sequence[str] = (), budget: Budget | None = None) -> Run:
+    def start(
+        self,
+        goal: str,
+        *,
+        constraints: Sequence[str] = (),
+        budget: Budget | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Run:
         """Start the next turn in the running event loop; its handle at once. (``run`` also keeps
-        the result among the turns; after ``start``, hand it to :meth:`add`.)"""
+        the result among the turns; after ``start``, hand it to :meth:`add`.) ``metadata`` (JSON
+        data) is recorded with the turn, as with ``Agent.start``."""
         if self.unfinished is not None:
             raise UsageError(
                 f"session {self.session_id}: its last turn ({self.unfinished}) is unfinished: resume it first"
@@ -111,7 +119,8 @@ class Session:
             raise UsageError("invalid turn", [Problem(code="session", where="budget", message="must be a Budget(...)")])
         caps = turn_budget(self.agent.budget, budget, self.budget, self._states)
         turn = SessionRecord(id=self.session_id, turn=len(self._turns) + 1, earlier=self.record(), budget=caps)
-        run = self.agent.start(goal, constraints=constraints, metadata=turn.as_metadata(), budget=caps)
+        recorded = {**(metadata or {}), **turn.as_metadata()}
+        run = self.agent.start(goal, constraints=constraints, metadata=recorded, budget=caps)
         self._running = run
         return run
 
