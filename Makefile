@@ -60,4 +60,6 @@ $(READY): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "planexec needs Python 3.11 or newer")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+# BFCL's tasks and API classes (tests/test_bfcl.py): without their declared dependencies, which pull in torch
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps 'bfcl-eval==2026.3.23' 'mpmath>=1.3'
 	touch $(READY)

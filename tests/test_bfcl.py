@@ -1,0 +1,99 @@
+"""BFCL's multi-turn base tasks through the full path (planner → static checks → scheduler →
+executor → journal → store), each task a session, checked turn by turn with BFCL's own checks,
+driven by the oracle planner (no model is reachable here)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from planexec.models import FunctionModel, ModelRequest
+from planexec.store import SQLiteStore
+
+bfcl = pytest.importorskip("bfcl_eval") if os.environ.get("CI", "").lower() != "true" else None
+
+from planexec.bfcl import BfclWorld, load_tasks, parse_call, run_task  # noqa: E402
+
+
+async def test_all_200_base_tasks_pass_bfcls_checks_through_the_full_path(tmp_path: Path) -> None:
+    tasks = load_tasks("multi_turn_base")
+    assert len(tasks) == 200
+    store = SQLiteStore(tmp_path / "runs.db")
+    failed: list[tuple[str, Any]] = []
+    turns = 0
+    try:
+        for task in tasks:
+            outcome = await run_task(task, store=store)
+            turns += len(outcome.turns)
+            if not outcome.valid:
+                failed.append((task.id, outcome.error))
+            assert all(t.stop.kind == "goal_met" for t in outcome.turns), task.id
+        assert failed == []
+        runs = await store.list_runs(limit=10_000)
+        assert len(runs) == turns == sum(len(t.turns) for t in tasks)
+        sessions = {r.session for r in runs}
+        assert sessions == {f"bfcl-{t.id}" for t in tasks}
+    finally:
+        await store.close()
+
+
+async def test_bfcls_checks_fail_a_turn_that_leaves_out_a_call() -> None:
+    [task] = load_tasks(ids=["multi_turn_base_0"])
+    world = BfclWorld(task)
+    first_turn = [parse_call(c, world.signature_of) for c in task.ground_truth[0]]
+
+    def lazy(request: ModelRequest) -> Any:  # plans the first turn's calls but the last
+        if request.purpose == "planner.finish":
+            return {"answer": "done"}
+        steps = [
+            {"id": f"c{i}", "description": name, "tool": name, "args": args, "depends_on": [f"c{i - 1}"] if i else []}
+            for i, (name, args) in enumerate(first_turn[:-1])
+        ]
+        return {"steps": steps}
+
+    outcome = await run_task(task, planner=FunctionModel(lazy))
+    assert not outcome.valid
+    assert outcome.failed_turn == 0
+    assert outcome.error["error_type"].startswith("multi_turn:")
+
+
+def test_tools_come_from_bfcls_documentation_with_its_type_names_made_json_schema() -> None:
+    [task] = load_tasks(ids=["multi_turn_base_0"])
+    tools = {t.name: t for t in BfclWorld(task).tools()}
+    assert {"cd", "mv", "grep", "sort", "diff", "post_tweet"} <= set(tools)
+    assert tools["cd"].parameters["type"] == "object"
+    assert tools["cd"].parameters["required"] == ["folder"]
+    assert "Change the current working directory" in tools["cd"].description
+    assert tools["cd"].check_args({"folder": 3})[0] is None  # a string, as documented
+    assert not task.excluded & set(tools)
+
+
+async def test_the_oracle_plans_calls_to_different_classes_in_parallel() -> None:
+    tasks = [t for t in load_tasks() if len(t.involved_classes) > 1]
+    parallel = 0
+    for task in tasks[:20]:
+        outcome = await run_task(task)
+        assert outcome.valid, (task.id, outcome.error)
+        for turn in outcome.turns:
+            for plan in turn.plans:
+                roots = [s for s in plan.steps if not s.depends_on]
+                tools_of_roots = {s.tool for s in roots}
+                if len(roots) > 1 and len(tools_of_roots) > 1:
+                    parallel += 1
+    assert parallel > 0
+
+
+def test_calls_are_read_without_eval() -> None:
+    [task] = load_tasks(ids=["multi_turn_base_0"])
+    world = BfclWorld(task)
+    assert parse_call("sort('final_report.pdf')", world.signature_of) == ("sort", {"file_name": "final_report.pdf"})
+    assert parse_call("mv(source='a', destination='b')", world.signature_of) == (
+        "mv",
+        {"source": "a", "destination": "b"},
+    )
+    for hostile in ("__import__('os').system('true')", "mv(**{'a': 1})", "x.y()", "1 + 1"):
+        with pytest.raises(ValueError, match="call|literal|node|kwargs"):
+            parse_call(hostile, world.signature_of)
