@@ -95,5 +95,37 @@ def test_calls_are_read_without_eval() -> None:
         {"source": "a", "destination": "b"},
     )
     for hostile in ("__import__('os').system('true')", "mv(**{'a': 1})", "x.y()", "1 + 1"):
-        with pytest.raises(ValueError, match="call|literal|node|kwargs"):
+        with pytest.raises(ValueError, match=r"call|literal|node|kwargs"):
             parse_call(hostile, world.signature_of)
+
+
+def _ground_truth_calls(task: Any) -> list[list[Any]]:
+    world = BfclWorld(task)
+    calls = [[parse_call(text, world.signature_of) for text in turn] for turn in task.ground_truth]
+    return [sorted((name, tuple(sorted(kwargs.items()))) for name, kwargs in turn) for turn in calls]
+
+
+async def test_one_failure_per_task_is_patched_with_one_planner_call_and_nothing_done_twice() -> None:
+    for task in load_tasks("multi_turn_base"):
+        plain_calls = 2 * len(task.turns)  # each turn: a plan, then its answer
+        outcome = await run_task(task, fail_one=7)
+        assert outcome.valid, (task.id, outcome.error)
+        assert outcome.injected == 1, task.id
+        assert outcome.planner_calls == plain_calls + 1, task.id  # one patch for the one failure
+        # every ground-truth call happened exactly once: no finished step ran again
+        assert [sorted(turn) for turn in outcome.calls] == _ground_truth_calls(task), task.id
+        failed = [e for t in outcome.turns for e in t.events if e.kind == "step_failed"]
+        assert len(failed) == 1, task.id
+
+
+async def test_transient_faults_are_absorbed_by_retries() -> None:
+    from planexec.faults import FaultProfile
+    from planexec.tools import RetryPolicy
+
+    profile = FaultProfile(seed=3, tool_error_rate=0.2, tool_timeout_rate=0.1)
+    retries = 0
+    for task in load_tasks("multi_turn_base"):
+        outcome = await run_task(task, faults=profile, retry=RetryPolicy(initial_delay=0, jitter=0))
+        assert outcome.valid, (task.id, outcome.error)
+        retries += sum(1 for t in outcome.turns for e in t.events if e.kind == "step_attempt_failed")
+    assert retries > 100  # the faults did happen

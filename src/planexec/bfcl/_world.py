@@ -14,7 +14,7 @@ from typing import Any
 
 from planexec.bfcl._data import BfclTask, bfcl_root
 from planexec.errors import ToolError
-from planexec.tools import Tool
+from planexec.tools import RetryPolicy, Tool
 
 __all__ = ["CLASS_DOCS", "CLASS_MODULES", "BfclWorld", "bfcl_schema", "new_instances"]
 
@@ -70,6 +70,9 @@ def new_instances(task: BfclTask) -> dict[str, Any]:
         instance = getattr(module, name)()
         if name not in _STATELESS:
             instance._load_scenario(copy.deepcopy(task.initial_config.get(name, {})), long_context=False)
+            # Some classes load missing state from module-level defaults without copying them: an
+            # instance must own its state, or one task's calls show up in another's instances.
+            vars(instance).update(copy.deepcopy(vars(instance)))
         instances[name] = instance
     return instances
 
@@ -116,6 +119,10 @@ class BfclWorld:
         """Each turn's call results, as BFCL reads them (``next_turn`` starts a new list)."""
         self.done: list[list[tuple[str, dict[str, Any]]]] = [[]]
         """Each turn's calls that succeeded: (function, arguments)."""
+        self.fail_once: tuple[int, str, dict[str, Any]] | None = None
+        """A call (turn, function, arguments) to fail once, as a tool that errs would, before it
+        changes anything: a fault a planner must plan around."""
+        self.injected = 0
         self._docs = _docs_of(task.involved_classes)
         self._owner = {name: class_name for class_name in task.involved_classes for name in self._docs[class_name]}
 
@@ -130,12 +137,16 @@ class BfclWorld:
         self.done.append([])
 
     def tools(
-        self, *, hidden: frozenset[str] = frozenset(), widened: dict[str, dict[str, str]] | None = None
+        self,
+        *,
+        hidden: frozenset[str] = frozenset(),
+        widened: dict[str, dict[str, str]] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> list[Tool]:
         """The task's tools: every documented function of its classes but the excluded ones
         (and ``hidden``, held back for a later turn). ``widened``: per function, parameters that
         also accept another JSON type (where BFCL's own ground truth passes one its
-        documentation does not allow)."""
+        documentation does not allow). ``retry``: how transient failures are tried again."""
         made = []
         for class_name in self.task.involved_classes:
             for name, doc in self._docs[class_name].items():
@@ -152,6 +163,7 @@ class BfclWorld:
                         " ".join(str(doc.get("description", name)).split()),
                         schema,
                         self._caller(class_name, name),
+                        retry=retry or RetryPolicy(),
                     )
                 )
         return made
@@ -180,6 +192,11 @@ class BfclWorld:
 
     def _caller(self, class_name: str, name: str) -> Callable[..., Any]:
         def call(**kwargs: Any) -> Any:
+            if self.fail_once is not None and self.fail_once == (len(self.results) - 1, name, kwargs):
+                self.fail_once = None
+                self.injected += 1
+                raise ToolError(f"injected fault: {name} failed before it did anything")
+            asked = copy.deepcopy(kwargs)  # what the call was asked: a method may change its arguments
             method = getattr(self.instances[class_name], name)
             try:
                 value = method(**kwargs)
@@ -187,7 +204,7 @@ class BfclWorld:
                 self.results[-1].append(f"Error during execution: {e}")
                 raise ToolError(f"{name}: {e}") from None
             self.results[-1].append(bfcl_result(value))
-            self.done[-1].append((name, kwargs))
+            self.done[-1].append((name, asked))
             return _json_safe(value)
 
         call.__name__ = name
