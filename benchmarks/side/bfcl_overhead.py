@@ -1,0 +1,83 @@
+"""planexec's framework time on BFCL's multi-turn base tasks, per call.
+
+Run: ``PYTHONPATH=. .venv/bin/python -m benchmarks.side.bfcl_overhead`` (needs ``bfcl-eval``:
+``pip install --no-deps bfcl-eval==2026.3.23 mpmath``, which ``make`` does).
+
+For each of the 200 tasks: the ground truth's calls made directly on fresh instances of the task's
+classes (parsed beforehand: the calls alone), against the same task run through planexec with the
+oracle planner (each turn a run of a session: planner, static checks, scheduler, executor, the
+run's log in memory), timed from each turn's ``run_started`` to its ``run_finished``. A task's
+figure is (planexec's time − the direct calls' time) ÷ its calls: what the framework adds to one
+call. Printed: the median and p99 over the tasks, the suite's wall time both ways, and the
+planner's calls and request characters per task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import time
+from typing import Any
+
+from planexec.bfcl import BfclWorld, load_tasks, parse_call, run_task
+from planexec.log import ModelCalled, RunFinished, RunStarted
+
+
+def _direct(task: Any) -> tuple[float, int]:
+    world = BfclWorld(task)
+    calls = [[parse_call(text, world.signature_of) for text in turn] for turn in task.ground_truth]
+    fresh = BfclWorld(task)
+    owner = {name: fresh.instances[cls] for name, cls in fresh._owner.items()}
+    count = 0
+    t0 = time.perf_counter()
+    for turn in calls:
+        for name, kwargs in turn:
+            with contextlib.suppress(Exception):  # as BFCL's executor, a failed call is a result
+                getattr(owner[name], name)(**kwargs)
+            count += 1
+    return time.perf_counter() - t0, count
+
+
+async def main() -> None:
+    tasks = load_tasks("multi_turn_base")
+    per_call: list[float] = []
+    direct_total = planexec_total = 0.0
+    planner_calls: list[int] = []
+    planner_chars: list[int] = []
+    t_suite = time.perf_counter()
+    for task in tasks:
+        direct, count = _direct(task)
+        outcome = await run_task(task)
+        assert outcome.valid, (task.id, outcome.error)
+        spent = 0.0
+        calls = chars = 0
+        for turn in outcome.turns:
+            started = next(e.at for e in turn.events if isinstance(e, RunStarted))
+            finished = next(e.at for e in turn.events if isinstance(e, RunFinished))
+            spent += finished - started
+            for e in turn.events:
+                if isinstance(e, ModelCalled) and e.role == "planner":
+                    calls += 1
+                    chars += e.request_chars
+        planner_calls.append(calls)
+        planner_chars.append(chars)
+        direct_total += direct
+        planexec_total += spent
+        if count:
+            per_call.append((spent - direct) / count * 1e6)
+    suite = time.perf_counter() - t_suite
+    per_call.sort()
+    p99 = per_call[min(len(per_call) - 1, int(0.99 * len(per_call)))]
+    print(f"BFCL multi_turn_base, {len(tasks)} tasks, the oracle planner (upfront), no store")
+    print(f"  framework time per call: median {statistics.median(per_call):.0f} µs, p99 {p99:.0f} µs")
+    print(f"  the calls made directly: {direct_total:.2f} s in all; through planexec: {planexec_total:.2f} s")
+    print(f"  the suite's wall time (checks included): {suite:.1f} s")
+    print(
+        f"  planner calls per task: median {statistics.median(planner_calls):.0f}, "
+        f"request characters per task: median {statistics.median(planner_chars):,.0f}"
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
