@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -194,9 +195,30 @@ def _location(path: Any) -> str:
     return ".".join(str(p) for p in path)
 
 
+_VALID_SCHEMAS: set[str] = set()
+"""Schemas (as canonical JSON) already checked against the meta-schema: checking one costs about a
+millisecond, and the same schemas come again (a toolset built per task, an MCP server listed anew)."""
+_VALID_SCHEMAS_MAX = 4096
+
+
+def _check_schema(schema: Mapping[str, Any]) -> None:
+    """``check_schema``, skipped for a schema checked before."""
+    try:
+        key = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        key = None
+    if key is not None and key in _VALID_SCHEMAS:
+        return
+    jsonschema.Draft202012Validator.check_schema(schema)
+    if key is not None:
+        if len(_VALID_SCHEMAS) >= _VALID_SCHEMAS_MAX:
+            _VALID_SCHEMAS.clear()
+        _VALID_SCHEMAS.add(key)
+
+
 def _schema_validator(schema: Mapping[str, Any]) -> ArgsValidator:
     try:
-        jsonschema.Draft202012Validator.check_schema(schema)
+        _check_schema(schema)
     except RecursionError:
         raise ToolDefinitionError(
             "invalid argument schema",
@@ -221,7 +243,7 @@ def _schema_validator(schema: Mapping[str, Any]) -> ArgsValidator:
 
 def _output_schema_validator(schema: Mapping[str, Any]) -> Callable[[Any], Any]:
     try:
-        jsonschema.Draft202012Validator.check_schema(schema)
+        _check_schema(schema)
     except jsonschema.SchemaError as e:
         raise ToolDefinitionError(
             "invalid output schema", [Problem(code="tool_schema", where="output_schema", message=e.message)]
