@@ -59,7 +59,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -192,16 +192,19 @@ class Phoenix:
         count: int,
         *,
         trace_id: str | None = None,
+        counting: Callable[[PhoenixSpan], bool] | None = None,
         timeout: float = WAIT_TIMEOUT,
         page_size: int = PAGE_SIZE,
     ) -> list[PhoenixSpan]:
-        """The spans of ``project`` (of one trace, with ``trace_id``) once there are at least ``count``;
-        fails the test, listing what did arrive, after ``timeout`` seconds."""
+        """The spans of ``project`` (of one trace, with ``trace_id``) once there are at least ``count``
+        (of those ``counting`` accepts, when given: spans of other instrumentations, such as a web
+        framework's, may arrive first); fails the test, listing what did arrive, after ``timeout``
+        seconds."""
         deadline = time.monotonic() + timeout
         delay = 0.02
         while True:
             spans = self.spans(project, trace_id=trace_id, page_size=page_size)
-            if len(spans) >= count:
+            if len([s for s in spans if counting is None or counting(s)]) >= count:
                 return spans
             if time.monotonic() > deadline:
                 where = f"project {project!r}" + (f", trace {trace_id}" if trace_id else "")
