@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from planexec.log import RunResult, RunStarted
 from planexec.models import FunctionModel, ModelRequest
 from planexec.store import SQLiteStore
 
@@ -78,6 +79,7 @@ async def test_the_oracle_plans_calls_to_different_classes_in_parallel() -> None
         outcome = await run_task(task)
         assert outcome.valid, (task.id, outcome.error)
         for turn in outcome.turns:
+            assert isinstance(turn, RunResult)
             for plan in turn.plans:
                 roots = [s for s in plan.steps if not s.depends_on]
                 tools_of_roots = {s.tool for s in roots}
@@ -129,3 +131,67 @@ async def test_transient_faults_are_absorbed_by_retries() -> None:
         assert outcome.valid, (task.id, outcome.error)
         retries += sum(1 for t in outcome.turns for e in t.events if e.kind == "step_attempt_failed")
     assert retries > 100  # the faults did happen
+
+
+async def test_the_step_by_step_policy_and_the_react_baseline_pass_every_base_task() -> None:
+    for task in load_tasks("multi_turn_base"):
+        calls = sum(len(turn) for turn in task.ground_truth)
+        step = await run_task(task, policy="step")
+        assert step.valid, (task.id, step.error)
+        assert step.planner_calls == calls + len(task.turns), task.id  # a call each, then the answer
+        react = await run_task(task, agent="react")
+        assert react.valid, (task.id, react.error)
+        assert react.tool_calls == calls, task.id
+        assert react.planner_calls <= calls + len(task.turns), task.id  # independent calls asked for together
+
+
+async def test_one_failure_per_task_under_the_step_policy_and_react_is_tried_again_once() -> None:
+    for task in load_tasks("multi_turn_base")[:60]:
+        for agent, policy in (("planexec", "step"), ("react", "upfront")):
+            outcome = await run_task(task, agent=agent, policy=policy, fail_one=11)  # type: ignore[arg-type]
+            assert outcome.valid, (task.id, agent, outcome.error)
+            assert outcome.injected == 1, task.id
+            assert [sorted(turn) for turn in outcome.calls] == _ground_truth_calls(task), (task.id, agent)
+
+
+async def test_miss_func_tasks_pass_with_a_toolset_that_changes_within_the_session() -> None:
+    for task in load_tasks("multi_turn_miss_func"):
+        for agent, policy in (("planexec", "upfront"), ("planexec", "step"), ("react", "upfront")):
+            outcome = await run_task(task, agent=agent, policy=policy)  # type: ignore[arg-type]
+            assert outcome.valid, (task.id, agent, policy, outcome.error)
+    outcome = await run_task(task, fail_one=5)
+    assert outcome.valid, outcome.error
+    assert outcome.injected == 1
+
+
+async def test_a_withheld_function_is_refused_as_an_unknown_tool_then_added_at_its_turn() -> None:
+    [task] = load_tasks("multi_turn_miss_func", ids=["multi_turn_miss_func_0"])
+    assert task.missed == {3: ("sort",)}
+    outcome = await run_task(task)
+    assert outcome.valid, outcome.error
+    runs = [t for t in outcome.turns if isinstance(t, RunResult)]
+    tools = [next(e for e in r.events if isinstance(e, RunStarted)).tools for r in runs]
+    assert ["sort" in names for names in tools] == [False, False, False, True, True]
+    withheld = runs[2]  # asked to sort before sort is there: the plan naming it is refused
+    refused = [e for e in withheld.events if e.kind == "planner_output_rejected"]
+    assert refused, [e.kind for e in withheld.events]
+    assert "unknown_tool" in str(refused[0])
+    assert withheld.stop.kind == "goal_met"
+    assert withheld.tool_calls == 0
+    assert withheld.answer == "No tool I have can do that yet."
+    assert runs[3].goal == "You have more tools now: sort. Please go on with what I asked."
+    assert [name for name, _ in outcome.calls[3]] == ["sort"]
+
+
+async def test_a_turn_that_names_a_withheld_tool_with_nobody_to_ask_stops_escalated() -> None:
+    """A planner that keeps naming the missing function: one repair, then the run stops escalated."""
+    [task] = load_tasks("multi_turn_miss_func", ids=["multi_turn_miss_func_0"])
+
+    def stubborn(request: ModelRequest) -> Any:
+        if request.purpose == "planner.finish":
+            return {"answer": "done"}
+        return {"steps": [{"id": "s1", "description": "sort it", "tool": "sort", "args": {"file_name": "a"}}]}
+
+    outcome = await run_task(task, planner=FunctionModel(stubborn))
+    assert not outcome.valid
+    assert outcome.error["stop"] == "escalated"

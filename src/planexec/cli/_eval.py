@@ -50,6 +50,7 @@ from planexec.eval import (
     read_report,
     report_tables,
     run_suite,
+    suite_from_mapping,
 )
 from planexec.store import Redactor, RunStore
 
@@ -115,6 +116,24 @@ def _tolerance(maximum: float) -> Callable[[click.Context, click.Parameter, floa
     help="Allowed relative rise of latency per run (default 0.25).",
 )
 @click.option("--fail-on-task-failure", is_flag=True, help="Exit 1 when any run of any task fails.")
+@click.option(
+    "--planner", metavar="MODEL", help="bfcl: suites: the planner (default: the oracle that plans BFCL's answers)."
+)
+@click.option("--executor", metavar="MODEL", help="bfcl: suites: the executor of model-driven steps.")
+@click.option(
+    "--react-model", metavar="MODEL", help="bfcl: suites with --agent react: the model (default: the oracle)."
+)
+@click.option(
+    "--policy", type=click.Choice(["upfront", "step"]), help="bfcl: suites: the planner's policy (default: upfront)."
+)
+@click.option("--limit", type=click.IntRange(min=1), help="bfcl: suites: only the first N tasks.")
+@click.option("--ids", metavar="ID,ID", help="bfcl: suites: only these tasks (comma-separated).")
+@click.option(
+    "--fail-one",
+    type=click.IntRange(min=0, max=MAX_SEED),
+    metavar="SEED",
+    help="bfcl: suites: one call of each task (chosen by SEED) fails once, not transiently.",
+)
 @click.option("--no-live", is_flag=True, help="Print a line per finished run instead of a progress bar.")
 @global_options(store=False)
 @click.pass_context
@@ -133,9 +152,17 @@ def eval_command(
     tolerance_cost: float | None,
     tolerance_latency: float | None,
     fail_on_task_failure: bool,
+    planner: str | None,
+    executor: str | None,
+    react_model: str | None,
+    policy: str | None,
+    limit: int | None,
+    ids: str | None,
+    fail_one: int | None,
     no_live: bool,
 ) -> None:
-    """Evaluate an agent on a suite of golden tasks (a YAML file).
+    """Evaluate an agent on a suite of golden tasks (a YAML file), or on BFCL's multi-turn tasks
+    (bfcl:multi_turn_base, bfcl:multi_turn_miss_func, ...; needs the bfcl-eval package).
 
     Each task runs as many times as it asks (repeat), concurrently, each run with fresh models.
     A run passes when its goal was met, it called the tools the task expects and its answer
@@ -163,6 +190,15 @@ def eval_command(
         fail_on_task_failure=fail_on_task_failure,
         no_live=no_live,
         store=_store(ctx, store_url),
+        bfcl={
+            "planner": planner,
+            "executor": executor,
+            "react_model": react_model,
+            "policy": policy,
+            "limit": limit,
+            "ids": ids,
+            "fail_one": fail_one,
+        },
     )
     suite, fault_spec, base = _prepare(ctx, options)
     settings = replace(options.settings, faults=fault_spec)
@@ -191,6 +227,8 @@ class _Options:
     fail_on_task_failure: bool
     no_live: bool
     store: StoreChoice | None
+    bfcl: dict[str, Any]
+    """The options that shape a ``bfcl:`` suite (None: not given)."""
 
 
 def _store(ctx: click.Context, url: str | None) -> StoreChoice | None:
@@ -231,11 +269,36 @@ def _finish(report: EvalReport, suite: Suite, base: EvalReport | None, options: 
 
 
 def _read_suite(options: _Options, problems: Problems) -> Suite | None:
+    given = {k: v for k, v in options.bfcl.items() if v is not None}
+    text = str(options.suite_path)
     try:
+        if text.startswith(BFCL_PREFIX):
+            return suite_from_mapping(
+                _bfcl_suite(text.removeprefix(BFCL_PREFIX), given), root=Path.cwd(), agent=options.settings.agent
+            )
+        for key in given:
+            problems.add(f"--{key.replace('_', '-')}", f"shapes a suite of BFCL's tasks (bfcl:CATEGORY), not {text}")
+        if given:
+            return None
         return load_suite(options.suite_path, agent=options.settings.agent)
     except SuiteInvalid as e:
         problems += _suite_problems(options.suite_path, e)
     return None
+
+
+BFCL_PREFIX = "bfcl:"
+
+
+def _bfcl_suite(category: str, given: dict[str, Any]) -> dict[str, Any]:
+    """A suite of BFCL's tasks of ``category`` from the command line's options."""
+    spec: dict[str, Any] = {"category": category or "multi_turn_base"}
+    for key in ("limit", "fail_one"):
+        if key in given:
+            spec[key] = given[key]
+    if "ids" in given:
+        spec["ids"] = [i.strip() for i in str(given["ids"]).split(",") if i.strip()]
+    defaults = {key: given[key] for key in ("planner", "executor", "react_model", "policy") if key in given}
+    return {"name": f"bfcl-{spec['category']}", "bfcl": spec, "defaults": defaults}
 
 
 def _suite_problems(path: Path, error: SuiteInvalid) -> Problems:

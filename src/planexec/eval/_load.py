@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, cast
 
+from planexec.bfcl import says_something
 from planexec.errors import Problem, UsageError
+from planexec.eval._bfcl import bfcl_tasks
 from planexec.eval._faults import fault_problems
 from planexec.eval._files import read_yaml
 from planexec.eval._limits import (
@@ -61,9 +63,10 @@ __all__ = ["SUITE_FORMAT_VERSION", "SuiteInvalid", "load_suite", "suite_from_map
 SUITE_FORMAT_VERSION = 1
 """Suite file format (``version:``): 1, the first."""
 
-_SUITE_KEYS = ("version", "name", "seed", "concurrency", "tolerances", "mcp", "defaults", "tasks")
+_SUITE_KEYS = ("version", "name", "seed", "concurrency", "tolerances", "mcp", "defaults", "tasks", "bfcl")
 _TASK_KEYS = (
     "goal",
+    "turns",
     "constraints",
     "tools",
     "planner",
@@ -87,6 +90,9 @@ _TASK_KEYS = (
     "repeat",
     "faults",
 )
+_SAYS_SOMETHING = "planexec.bfcl:says_something"
+_BFCL_OWN = ("goal", "turns", "tools", "expect_tools", "expect_answer")
+"""Task fields BFCL's tasks bring themselves (their requests, tools and checks)."""
 _MERGED = ("budget", "limits", "planner_settings", "executor_settings", "judge_settings", "escalation")
 """Mapping fields a task merges key by key into the defaults (the others replace them)."""
 _ID = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -188,7 +194,12 @@ class _Reader:
         self.unknown_keys(defaults, _TASK_KEYS, "defaults")
         raw_tasks = data.get("tasks")
         tasks: list[Task] = []
-        if not isinstance(raw_tasks, list) or not raw_tasks:
+        if "bfcl" in data:
+            if raw_tasks is not None:
+                self.add("tasks", "a suite of BFCL's tasks ('bfcl:') lists no tasks of its own")
+            tasks = self.bfcl_tasks(data["bfcl"], defaults)
+            raw_tasks = []
+        elif not isinstance(raw_tasks, list) or not raw_tasks:
             self.add("tasks", "must be a non-empty list of tasks")
             raw_tasks = []
         if len(raw_tasks) > MAX_TASKS:
@@ -228,13 +239,39 @@ class _Reader:
             mcp=self.mcp,
         )
 
+    def bfcl_tasks(self, spec: Any, defaults: Mapping[str, Any]) -> list[Task]:
+        """BFCL's tasks (``bfcl:``), each with the suite's defaults; the oracle stands in for a
+        planner (or ReAct model) the defaults do not name."""
+        for key in _BFCL_OWN:
+            if key in defaults:
+                self.add(f"defaults.{key}", "BFCL's tasks bring their own requests, tools and checks")
+        found, problems = bfcl_tasks(spec)
+        self.problems += problems
+        tasks = []
+        for bfcl_task, world in found:
+            where = _Where(f"bfcl ({bfcl_task.id})", {})
+            first, *rest = bfcl_task.turns or ("",)
+            task = self.task({**defaults, "goal": first}, where, bfcl_task.id, stand_in=True)
+            if task is not None:
+                # A turn may need no call (its ground truth is empty): a plan of no step, which a
+                # run accepts only when its answer is reviewed.
+                review = task.review or AnswerReviewSpec(checks=(says_something,), check_refs=(_SAYS_SOMETHING,))
+                tasks.append(replace(task, goal=first, turns=tuple(rest), world=world, review=review))
+        return tasks
+
     # -- one task ------------------------------------------------------------------------------
 
-    def task(self, data: Mapping[str, Any], where: _Where, task_id: str) -> Task | None:
+    def task(self, data: Mapping[str, Any], where: _Where, task_id: str, *, stand_in: bool = False) -> Task | None:
+        """``stand_in``: the task's world gives the models it names none for."""
         before = len(self.problems)
         goal = data.get("goal")
-        if not isinstance(goal, str) or not goal.strip():
+        if not stand_in and (not isinstance(goal, str) or not goal.strip()):
             self.add(f"{where.task}.goal", "is required: the goal to run, as text")
+        turns = self.strings(data.get("turns", []), where("turns"))
+        if turns is not None and not all(t.strip() for t in turns):
+            self.add(where("turns"), "each turn must be a non-empty request")
+        elif turns is not None and len(turns) >= MAX_TURNS:
+            self.add(where("turns"), f"holds {len(turns):,} turns; at most {MAX_TURNS - 1:,} after the goal")
         constraints = self.strings(data.get("constraints", []), where("constraints"))
         refs, tools = self.tools(data.get("tools", []), where("tools"))
         react = self.agent == "react"
@@ -246,9 +283,9 @@ class _Reader:
         }
         models = {key: self.model(data.get(key), where(key), load=used) for key, used in uses.items()}
         react_model = models["react_model"]
-        if self.agent == "planexec" and data.get("planner") is None:
+        if self.agent == "planexec" and data.get("planner") is None and not stand_in:
             self.add(f"{where.task}.planner", "is required to run with the planexec agent, e.g. scripted:planner.json")
-        if self.agent == "react" and react_model is None and data.get("executor") is None:
+        if self.agent == "react" and react_model is None and data.get("executor") is None and not stand_in:
             self.add(
                 f"{where.task}.react_model", "is required to run with --agent react (or give the task an executor)"
             )
@@ -284,6 +321,7 @@ class _Reader:
         return Task(
             id=task_id,
             goal=str(goal),
+            turns=tuple(turns or ()),
             constraints=tuple(constraints or ()),
             tool_refs=refs,
             tools=tools,

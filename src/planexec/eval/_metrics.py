@@ -18,6 +18,7 @@ planner–executor run and a ReAct run, so that the two compare.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,7 +40,7 @@ from planexec.react import ReactResult
 if TYPE_CHECKING:
     from planexec.faults import FaultProfile
 
-__all__ = ["RunMetrics", "Trace", "trace_of"]
+__all__ = ["RunMetrics", "Trace", "joined_trace", "trace_of"]
 
 _ESCALATED_STOPS = ("rejected", "waiting", "escalated")
 
@@ -85,6 +86,47 @@ def trace_of(result: RunResult | ReactResult, faults: FaultProfile | None = None
     if isinstance(result, ReactResult):
         return _react_trace(result, faults)
     return _planexec_trace(result, faults)
+
+
+def joined_trace(traces: Sequence[Trace]) -> Trace:
+    """The turns of one session as one run: counts, tokens, cost and latency added up, the calls
+    of every turn in order, the last turn's answer, the first stop that was not ``goal_met`` (else
+    the last), the first turn's run id; parallelism over the turns' wall time together."""
+    if len(traces) == 1:
+        return traces[0]
+    if not traces:
+        raise ValueError("a session of no turns")
+    stop = next((t.stop for t in traces if not t.stop.ok), traces[-1].stop)
+    ms = [t.metrics for t in traces]
+    wall = sum(m.latency for m in ms)
+    busy = sum((m.parallelism or 0.0) * m.latency for m in ms)
+    metrics = RunMetrics(
+        **{
+            name: sum(getattr(m, name) for m in ms)
+            for name in (
+                "steps",
+                "tool_calls",
+                "tool_calls_ok",
+                "replans",
+                "stalls",
+                "escalations",
+                "model_calls",
+                "input_tokens",
+                "output_tokens",
+                "cost",
+            )
+        },
+        latency=wall,
+        parallelism=busy / wall if wall > 0 else None,
+    )
+    return Trace(
+        answer=traces[-1].answer,
+        stop=stop,
+        tools_called=tuple(tool for t in traces for tool in t.tools_called),
+        metrics=metrics,
+        run_id=traces[0].run_id,
+        spoiled=tuple(mark for t in traces for mark in (t.spoiled or (False,) * len(t.tools_called))),
+    )
 
 
 def _injected(faults: FaultProfile | None, run_id: str, tool: str, key: str | None, attempts: int) -> bool:

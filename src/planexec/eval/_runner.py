@@ -17,13 +17,14 @@ from planexec.eval._faults import describe_faults, run_seed, seeded_profile
 from planexec.eval._limits import MAX_CONCURRENCY, MAX_SEED, number_problem, shape_problems
 from planexec.eval._matchers import CheckOutcome, check_answer, judge_answer, match_tools
 from planexec.eval._mcp import served_tools
-from planexec.eval._metrics import RunMetrics, Trace, trace_of
+from planexec.eval._metrics import RunMetrics, Trace, joined_trace, trace_of
 from planexec.eval._refs import fresh_model
 from planexec.eval._report import EvalReport, RunReport, TaskReport, summarize
 from planexec.eval._suite import AgentKind, FaultSpec, ModelSpec, Suite, Task
+from planexec.eval._world import Role
 from planexec.executor import ModelExecutor
 from planexec.log import RunResult
-from planexec.models import Model
+from planexec.models import Message, Model
 from planexec.planner import Planner
 from planexec.react import ReactAgent, ReactResult
 from planexec.runtime import Agent, AnswerReview, RunContext
@@ -127,11 +128,12 @@ async def _run_one(
     this_seed = run_seed(seed, task.id, index)
     try:
         profile = seeded_profile(faults, this_seed) if faults is not None else None
-        result = await _execute(suite, task, index, settings, profile, this_seed, served)
+        ran = await _execute(suite, task, index, settings, profile, this_seed, served)
     except Exception as e:  # building the run failed (a model factory, a fault profile …): the run fails
         return _broken(task, index, _redactor(settings).redact_text(f"{type(e).__name__}: {e}"))
-    trace = trace_of(result, profile)
+    trace = joined_trace([trace_of(result, profile) for result in ran.results])
     checks, disagreement, judge_cost = await _check(task, trace, profile)
+    checks = [*checks, *ran.checks]
     clean = _redactor(settings).redact_text  # checked as given, reported as the store keeps it
     checks = [replace(c, detail=clean(c.detail)) for c in checks]
     return RunReport(
@@ -169,6 +171,58 @@ def _model(spec: ModelSpec, role: str, wrap: Callable[[Model, str], Model]) -> M
     return wrap(fresh_model(spec), role)
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Ran:
+    """A task's run: each turn's result (one, for a task of one goal), and the world's checks."""
+
+    results: tuple[RunResult | ReactResult, ...]
+    checks: tuple[CheckOutcome, ...] = ()
+
+
+class _Turns:
+    """A task's turns as one run sees them: from its world when it has one, else its goals."""
+
+    def __init__(self, task: Task, profile: FaultProfile | None, served: tuple[Tool, ...]) -> None:
+        self.task = task
+        self.world = task.world() if task.world is not None else None
+        self.count = 1 + len(task.turns)
+        self._profile = profile
+        self._served = served
+        self._names: tuple[str, ...] | None = None
+
+    def tools(self, turn: int) -> list[Tool]:
+        own = list(self.world.tools(turn)) if self.world is not None else list(self.task.tools)
+        tools = [*own, *self._served]
+        return tools if self._profile is None else list(self._profile.wrap_tools(tools))
+
+    def changed(self, turn: int) -> bool:
+        """Whether ``turn``'s tools are not the turn before's (by name)."""
+        if self.world is None:
+            return False
+        names = tuple(t.name for t in self.world.tools(turn))
+        before, self._names = self._names, names
+        return before is not None and before != names
+
+    def goal(self, turn: int) -> str:
+        if self.world is not None:
+            return self.world.goal(turn)
+        return self.task.goal if turn == 0 else self.task.turns[turn - 1]
+
+    def begin(self, turn: int) -> None:
+        if self.world is not None:
+            self.world.begin_turn(turn)
+
+    def check(self, turn: int) -> CheckOutcome | None:
+        return self.world.check_turn(turn) if self.world is not None else None
+
+    def model(self, spec: ModelSpec | None, role: Role, wrap: Callable[[Model, str], Model]) -> Model | None:
+        """The task's model for ``role``, else its world's stand-in."""
+        if spec is not None:
+            return _model(spec, "planner" if role == "planner" else "executor", wrap)
+        found = self.world.stand_in(role) if self.world is not None else None
+        return None if found is None else wrap(found, "planner" if role == "planner" else "executor")
+
+
 async def _execute(
     suite: Suite,
     task: Task,
@@ -177,26 +231,17 @@ async def _execute(
     profile: FaultProfile | None,
     seed: int,
     served: tuple[Tool, ...],
-) -> RunResult | ReactResult:
-    tools: list[Tool] = [*task.tools, *served]
-    if profile is not None:
-        tools = list(profile.wrap_tools(tools))
+) -> _Ran:
+    turns = _Turns(task, profile, served)
     wrap = _wrapper(profile)
     context = RunContext(seed=seed)
     if settings.agent == "react":
-        spec = task.model_for_react()
-        if spec is None:
+        model = turns.model(task.model_for_react(), "react", wrap)
+        if model is None:
             raise ValueError(f"task {task.id!r} has no react_model (or executor) for the ReAct agent")
-        react = ReactAgent(
-            _model(spec, "executor", wrap),
-            tools=tools,
-            max_turns=task.max_turns,
-            budget=task.budget,
-            context=context,
-            settings=task.executor_settings,
-        )
-        return await react.run(task.goal, constraints=task.constraints)
-    if task.planner is None:
+        return await _react_turns(task, turns, model, context)
+    planner = turns.model(task.planner, "planner", wrap)
+    if planner is None:
         raise ValueError(f"task {task.id!r} has no planner")
     executor = None
     if task.executor is not None:
@@ -207,13 +252,13 @@ async def _execute(
         )
     agent = Agent(
         Planner(
-            model=_model(task.planner, "planner", wrap),
+            model=planner,
             policy=task.policy,
             replan=task.replan,
             settings=task.planner_settings,
             turn_format=task.turn_format,
         ),
-        tools=tools,
+        tools=turns.tools(0),
         executor=executor,
         budget=task.budget,
         limits=task.limits,
@@ -222,10 +267,57 @@ async def _execute(
         escalation=task.escalation,
         review=_review(task, wrap),
     )
-    run_id = f"eval-{task.id}-{index}-{uuid.uuid4().hex[:8]}" if settings.store is not None else None
+    name = f"eval-{task.id}-{index}-{uuid.uuid4().hex[:8]}"
     metadata = {"eval": {"suite": suite.name, "task": task.id, "index": index}}
-    run = agent.start(task.goal, constraints=task.constraints, run_id=run_id, metadata=metadata)
-    return await run.result()
+    if turns.count == 1 and turns.world is None:
+        run_id = name if settings.store is not None else None
+        run = agent.start(task.goal, constraints=task.constraints, run_id=run_id, metadata=metadata)
+        return _Ran(results=(await run.result(),))
+    session = agent.session(name)
+    results: list[RunResult | ReactResult] = []
+    checks: list[CheckOutcome] = []
+    for turn in range(turns.count):
+        turns.begin(turn)
+        if turns.changed(turn):
+            agent.use_tools(turns.tools(turn))
+        result = await session.run(turns.goal(turn), constraints=task.constraints, metadata=metadata)
+        results.append(result)
+        if not _turn_went_on(turn, result, turns, checks):
+            break
+    return _Ran(results=tuple(results), checks=tuple(checks))
+
+
+async def _react_turns(task: Task, turns: _Turns, model: Model, context: RunContext) -> _Ran:
+    """The ReAct baseline over a task's turns: one conversation, a run per turn."""
+    results: list[RunResult | ReactResult] = []
+    checks: list[CheckOutcome] = []
+    history: tuple[Message, ...] = ()
+    for turn in range(turns.count):
+        turns.begin(turn)
+        react = ReactAgent(
+            model,
+            tools=turns.tools(turn),
+            max_turns=task.max_turns,
+            budget=task.budget,
+            context=context,
+            settings=task.executor_settings,
+        )
+        result = await react.run(turns.goal(turn), constraints=task.constraints, history=history)
+        results.append(result)
+        history = result.messages
+        if not _turn_went_on(turn, result, turns, checks):
+            break
+    return _Ran(results=tuple(results), checks=tuple(checks))
+
+
+def _turn_went_on(turn: int, result: RunResult | ReactResult, turns: _Turns, checks: list[CheckOutcome]) -> bool:
+    """Check ``turn`` (its world's check, kept in ``checks``); whether the next turn may run."""
+    verdict = turns.check(turn)
+    if verdict is not None:
+        checks.append(replace(verdict, name=f"turn {turn + 1}: {verdict.name}"))
+        if not verdict.passed:
+            return False
+    return result.stop.ok and turn + 1 < turns.count
 
 
 def _review(task: Task, wrap: Callable[[Model, str], Model]) -> AnswerReview | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from planexec.errors import Problem, UsageError
 from planexec.eval._limits import (
@@ -23,6 +23,9 @@ from planexec.eval._limits import (
 from planexec.models import Model, ModelSettings
 from planexec.runtime import AnswerCheck, Budget, Escalation, Limits
 from planexec.tools import Toolset
+
+if TYPE_CHECKING:
+    from planexec.eval._world import TaskWorld
 
 __all__ = [
     "AGENT_KINDS",
@@ -118,10 +121,21 @@ class AnswerExpectation:
 
 @dataclass(frozen=True, kw_only=True)
 class Task:
-    """One golden task. Model strings are already resolved against the suite's folder."""
+    """One golden task. Model strings are already resolved against the suite's folder.
+
+    With ``turns``, a run of the task is a session: ``goal``, then each of ``turns``, each a turn
+    that goes on from the ones before (a planner–executor session, or a ReAct conversation); its
+    tool expectation is matched against the calls of every turn, its answer expectation against
+    the last turn's answer. A turn that stops short ends the run."""
 
     id: str
     goal: str
+    turns: tuple[str, ...] = ()
+    """The user's further requests, one per turn, after ``goal``."""
+    world: Callable[[], TaskWorld] | None = field(default=None, compare=False, repr=False)
+    """A task that brings its own world (see :class:`planexec.eval.TaskWorld`): made fresh for each
+    run, it gives each turn's tools and request, checks each turn, and stands in for a model the
+    task names none for."""
     constraints: tuple[str, ...] = ()
     tool_refs: tuple[str, ...] = ()
     tools: Toolset = field(default_factory=Toolset, compare=False, repr=False)
@@ -152,6 +166,9 @@ class Task:
 
     def __post_init__(self) -> None:
         problems = _count_problems(self, (("repeat", 1, MAX_REPEAT), ("max_turns", 1, MAX_TURNS)))
+        if len(self.turns) >= MAX_TURNS:
+            message = f"holds {len(self.turns):,} turns; a task may hold at most {MAX_TURNS - 1:,} after its goal"
+            problems.append(Problem(code="suite", where="turns", message=message))
         if problems:
             raise UsageError(f"invalid task {shown(self.id)}", problems)
 

@@ -77,6 +77,9 @@ class ReactResult:
     started_at: float
     finished_at: float
     events: tuple[Event, ...]
+    messages: tuple[Message, ...] = ()
+    """The conversation after the instructions — the earlier turns given as ``history``, the
+    goal, each tool call and its result, the answer: the ``history`` of the next turn."""
 
     @property
     def ok(self) -> bool:
@@ -127,13 +130,28 @@ class ReactAgent:
         self.instructions = instructions
         self.context = context or RunContext()
 
-    async def run(self, goal: str, *, constraints: Sequence[str] = (), run_id: str | None = None) -> ReactResult:
+    async def run(
+        self,
+        goal: str,
+        *,
+        constraints: Sequence[str] = (),
+        run_id: str | None = None,
+        history: Sequence[Message] = (),
+    ) -> ReactResult:
         """Run ``goal`` to its stop and return the result (also when the goal was not met). A model
-        with no API key is refused before anything starts."""
+        with no API key is refused before anything starts.
+
+        ``history``: the conversation so far (an earlier result's ``messages``), for a goal that
+        goes on from earlier ones; the model reads it before the goal, as one conversation."""
         missing = missing_keys([self.model])
-        if missing:
-            raise UsageError("the run cannot start", missing)
-        return await _Loop(self, goal, tuple(constraints), run_id or self.context.new_id()).run()
+        problems = [
+            Problem(code="react", where=f"history[{i}]", message="must be a Message(...) of a user, assistant or tool")
+            for i, m in enumerate(history)
+            if not isinstance(m, Message) or m.role not in ("user", "assistant", "tool")
+        ]
+        if missing or problems:
+            raise UsageError("the run cannot start", [*missing, *problems])
+        return await _Loop(self, goal, tuple(constraints), run_id or self.context.new_id(), tuple(history)).run()
 
     def run_sync(self, goal: str, *, constraints: Sequence[str] = (), run_id: str | None = None) -> ReactResult:
         """``run`` for code without an event loop. Inside a running one (Jupyter, async code) it raises
@@ -148,7 +166,9 @@ class ReactAgent:
 class _Loop:
     """One run of a :class:`ReactAgent`: the conversation, the ledger and the log."""
 
-    def __init__(self, agent: ReactAgent, goal: str, constraints: tuple[str, ...], run_id: str) -> None:
+    def __init__(
+        self, agent: ReactAgent, goal: str, constraints: tuple[str, ...], run_id: str, history: tuple[Message, ...]
+    ) -> None:
         self.agent = agent
         self.goal = goal
         self.run_id = run_id
@@ -171,6 +191,7 @@ class _Loop:
         task = goal if not constraints else goal + "\nConstraints:\n" + "\n".join(f"- {c}" for c in constraints)
         self.messages: list[Message] = [
             Message(role="system", content=agent.instructions),
+            *history,
             Message(role="user", content=task),
         ]
         self.emit(
@@ -183,7 +204,8 @@ class _Loop:
                 replan="never",
                 budget=agent.budget.as_dict(),
                 tools=agent.tools.names,
-                config={"agent": "react", "model": agent.model.name, "max_turns": agent.max_turns},
+                config={"agent": "react", "model": agent.model.name, "max_turns": agent.max_turns}
+                | ({"history": len(history)} if history else {}),
             )
         )
 
@@ -223,6 +245,7 @@ class _Loop:
             started_at=state.started_at,
             finished_at=state.finished_at if state.finished_at is not None else state.started_at,
             events=tuple(self.events),
+            messages=tuple(self.messages[1:]),
         )
 
     def _budget_stop(self, hit: BudgetHit) -> StopReason:
@@ -242,6 +265,7 @@ class _Loop:
                 continue
             answer = response.text.strip()
             if answer:
+                self.messages.append(Message(role="assistant", content=response.text))
                 return answer
             self.messages.append(Message(role="assistant", content=response.text))
             self.messages.append(Message(role="user", content="Reply with the final answer, or call a tool."))

@@ -277,6 +277,25 @@ class Agent:
         """The agent's tools, its MCP servers' as they last listed them included."""
         return self._current_tools()
 
+    def use_tools(self, tools: Sequence[Tool | Toolset] | Toolset) -> None:
+        """Change the agent's own tools (its MCP servers' stay as they are): runs started from now
+        on — the next turn of a session — plan and act with these, and their ``run_started`` lists
+        them. A run under way keeps the tools it started with. Two tools with one name raise
+        :class:`ToolDefinitionError`; an MCP server is given to the agent when it is made."""
+        given = [tools] if isinstance(tools, Toolset) else list(tools)
+        servers = [t for t in given if isinstance(t, MCPToolset)]
+        if servers:
+            raise UsageError(
+                "tools cannot be changed this way",
+                [Problem(code="agent", where="tools", message="MCP servers are given when the agent is made")],
+            )
+        own = Toolset(*given)
+        listed = self._mcp_listed
+        tools_now = Toolset(*own, *(tool for toolset in listed for tool in toolset))
+        self._own_tools = own
+        self._parts = dataclasses.replace(self._parts, tools=tools_now)
+        self._described = None
+
     @property
     def executors(self) -> Mapping[str, Executor]:
         """The executors steps are routed to, by name (the built-in ``tools`` executor included)."""

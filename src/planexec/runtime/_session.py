@@ -124,11 +124,18 @@ class Session:
         self._running = run
         return run
 
-    async def run(self, goal: str, *, constraints: Sequence[str] = (), budget: Budget | None = None) -> RunResult:
+    async def run(
+        self,
+        goal: str,
+        *,
+        constraints: Sequence[str] = (),
+        budget: Budget | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> RunResult:
         """Run the next turn to its stop and return its result (kept among the session's turns)."""
         if self.agent._mcp:
             await self.agent.open()
-        handle = self.start(goal, constraints=constraints, budget=budget)
+        handle = self.start(goal, constraints=constraints, budget=budget, metadata=metadata)
         result = await handle.result()
         self.add(result)
         return result
