@@ -5,7 +5,8 @@ run's tools and answer, measure it, and compare the report with a baseline.
     report = await run_suite(suite, EvalSettings(concurrency=8))
     comparison = compare_reports(report, load_report(json.load(open("base.json"))), suite.tolerances)
 
-``planexec eval SUITE.yaml`` does the same from the command line.
+``planexec eval SUITE.yaml`` does the same from the command line; ``planexec eval bfcl:multi_turn_base``
+runs BFCL's multi-turn tasks.
 """
 
 from planexec.eval._compare import Comparison, Regression, compare_reports
@@ -41,6 +42,7 @@ from planexec.eval._suite import (
     ToolExpectation,
 )
 from planexec.eval._table import failure_lines, report_tables
+from planexec.eval._world import TaskWorld
 
 __all__ = [
     "AGENT_KINDS",
@@ -68,6 +70,7 @@ __all__ = [
     "Summary",
     "Task",
     "TaskReport",
+    "TaskWorld",
     "Tolerances",
     "ToolExpectation",
     "Trace",
