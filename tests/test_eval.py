@@ -504,6 +504,7 @@ def test_the_public_names_of_eval_and_react() -> None:
             "Summary",
             "Task",
             "TaskReport",
+            "TaskWorld",
             "Tolerances",
             "ToolExpectation",
             "Trace",

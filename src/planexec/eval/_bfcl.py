@@ -7,7 +7,7 @@ In a suite file, ``bfcl:`` takes the place of ``tasks:``::
 
     name: bfcl-base
     bfcl: {category: multi_turn_base, limit: 20}
-    defaults: {planner: "openai:gpt-4.1", policy: step, budget: {usd: 0.5}}
+    defaults: {planner: "openai:gpt-4.1", policy: step, budget: {cost: 0.5}}
 
 ``planexec eval bfcl:multi_turn_base --planner openai:gpt-4.1`` builds the same from the command line.
 """
