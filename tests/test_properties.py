@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from planexec import Agent, Budget, Limits, RunResult, Step, ToolError, Toolset, tool
+from planexec._util.json_schema import SafeValidator, bounded, quick_check
 from planexec._util.strict_json import json_problem, loads
 from planexec.log import PlanProposed, RunState, StepStarted, StepSucceeded
 from planexec.models import ModelRequest
@@ -270,6 +271,126 @@ def test_streamed_steps_are_the_steps_of_the_whole_text(steps: list[dict[str, An
     assert found == steps
     assert reader.scalars == {"reason": "r", "confidence": 0.5}
     assert reader.held == 0
+
+
+# -- the quick schema check ----------------------------------------------------------------------
+
+_NAMES = st.sampled_from(["a", "b", "c", "d"])
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-5, max_value=5),
+    st.floats(min_value=-5, max_value=5, allow_nan=False).map(lambda f: round(f, 1)),
+    st.sampled_from(["", "x", "xyz", "a", "b"]),
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_NAMES, inner, max_size=4)),
+    max_leaves=12,
+)
+_TYPE_NAMES = st.sampled_from(["null", "boolean", "integer", "number", "string", "array", "object"])
+
+
+@st.composite
+def _schemas(draw: st.DrawFn, depth: int = 0) -> Any:
+    """Schemas of the keywords the quick check covers, with an occasional one it does not."""
+    if depth > 2 or draw(st.integers(0, 5)) == 0:
+        return draw(st.sampled_from([True, {}, {"type": "string"}, {"type": "integer"}, {"type": "number"}]))
+    schema: dict[str, Any] = {}
+    keywords = draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    "type",
+                    "types",
+                    "properties",
+                    "required",
+                    "additionalProperties",
+                    "items",
+                    "enum",
+                    "const",
+                    "anyOf",
+                    "allOf",
+                    "minimum",
+                    "exclusiveMaximum",
+                    "minLength",
+                    "maxItems",
+                    "description",
+                    "default",
+                    "format",
+                    "oneOf",
+                    "uniqueItems",
+                ]
+            ),
+            unique=True,
+            max_size=4,
+        )
+    )
+    for key in keywords:
+        if key == "type":
+            schema["type"] = draw(_TYPE_NAMES)
+        elif key == "types":
+            schema["type"] = draw(st.lists(_TYPE_NAMES, min_size=1, max_size=3, unique=True))
+        elif key == "properties":
+            schema["properties"] = draw(st.dictionaries(_NAMES, _schemas(depth + 1), max_size=3))
+        elif key == "required":
+            schema["required"] = draw(st.lists(_NAMES, unique=True, max_size=2))
+        elif key == "additionalProperties":
+            schema["additionalProperties"] = draw(st.one_of(st.booleans(), _schemas(depth + 1)))
+        elif key == "items":
+            schema["items"] = draw(st.one_of(st.booleans(), _schemas(depth + 1)))
+        elif key == "enum":
+            schema["enum"] = draw(st.lists(_VALUES, min_size=1, max_size=4))
+        elif key == "const":
+            schema["const"] = draw(_VALUES)
+        elif key in ("anyOf", "allOf", "oneOf"):
+            schema[key] = draw(st.lists(_schemas(depth + 1), min_size=1, max_size=3))
+        elif key in ("minimum", "exclusiveMaximum"):
+            schema[key] = draw(st.one_of(st.integers(-3, 3), st.floats(-3, 3, allow_nan=False)))
+        elif key in ("minLength", "maxItems"):
+            schema[key] = draw(st.integers(0, 3))
+        elif key == "format":
+            schema["format"] = "date"
+        elif key == "uniqueItems":
+            schema["uniqueItems"] = True
+        elif key == "description":
+            schema["description"] = "what it is"
+        else:
+            schema[key] = draw(_VALUES)
+    return schema
+
+
+def _has_integral_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return value.is_integer()
+    if isinstance(value, list):
+        return any(_has_integral_float(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_integral_float(v) for v in value.values())
+    return False
+
+
+@SETTINGS
+@given(schema=_schemas(), values=st.lists(_VALUES, min_size=1, max_size=6))
+def test_the_quick_check_passes_only_what_the_validator_passes(schema: Any, values: list[Any]) -> None:
+    """A value the quick check passes has no problem for the validator; and apart from the cases it
+    leaves to the validator (a float as an integer), it passes every value the validator passes."""
+    SafeValidator.check_schema(schema)
+    quick = quick_check(schema)
+    validator = SafeValidator(schema)
+    uncovered = {"oneOf", "uniqueItems"} & set(json.dumps(schema).replace('"', " ").split())
+    if quick is None:
+        assert uncovered, schema
+        return
+    for value in values:
+        valid = not list(validator.iter_errors(value))
+        note(f"{value!r}: valid {valid}")
+        if quick(value):
+            assert valid
+        elif not _has_integral_float(value):
+            assert not valid
+        with bounded():
+            assert not quick(value)  # a validation with a work budget counts its work: the validator's
 
 
 # -- binding resolution --------------------------------------------------------------------------

@@ -8,8 +8,11 @@ classes (parsed beforehand: the calls alone), against the same task run through 
 oracle planner (each turn a run of a session: planner, static checks, scheduler, executor, the
 run's log in memory), timed from each turn's ``run_started`` to its ``run_finished``. A task's
 figure is (planexec's time − the direct calls' time) ÷ its calls: what the framework adds to one
-call. Printed: the median and p99 over the tasks, the suite's wall time both ways, and the
-planner's calls and request characters per task.
+call. Printed: the median and p99 over the tasks, the same per turn, the suite's wall time both
+ways, the planner's calls and request characters per task, and what one hand-off of a sync
+function to a worker thread and back costs on this machine (BFCL's functions are sync, so each
+call makes one, and so does each turn's answer check): on a loaded machine that hand-off, not
+planexec's own work, is most of a turn.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 
 from planexec.bfcl import BfclWorld, load_tasks, parse_call, run_task
 from planexec.log import ModelCalled, RunFinished, RunStarted
+from planexec.tools import run_in_thread
 
 
 def _direct(task: Any) -> tuple[float, int]:
@@ -39,9 +43,20 @@ def _direct(task: Any) -> tuple[float, int]:
     return time.perf_counter() - t0, count
 
 
+async def _hand_off(rounds: int = 2000) -> float:
+    """The median µs of one round trip of a no-op sync function through a worker thread."""
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        await run_in_thread(int)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
 async def main() -> None:
     tasks = load_tasks("multi_turn_base")
     per_call: list[float] = []
+    per_turn: list[float] = []
     direct_total = planexec_total = 0.0
     planner_calls: list[int] = []
     planner_chars: list[int] = []
@@ -66,17 +81,20 @@ async def main() -> None:
         planexec_total += spent
         if count:
             per_call.append((spent - direct) / count * 1e6)
+        per_turn.append((spent - direct) / len(outcome.turns) * 1e6)
     suite = time.perf_counter() - t_suite
     per_call.sort()
     p99 = per_call[min(len(per_call) - 1, int(0.99 * len(per_call)))]
     print(f"BFCL multi_turn_base, {len(tasks)} tasks, the oracle planner (upfront), no store")
     print(f"  framework time per call: median {statistics.median(per_call):.0f} µs, p99 {p99:.0f} µs")
+    print(f"  framework time per turn: median {statistics.median(per_turn):.0f} µs")
     print(f"  the calls made directly: {direct_total:.2f} s in all; through planexec: {planexec_total:.2f} s")
     print(f"  the suite's wall time (checks included): {suite:.1f} s")
     print(
         f"  planner calls per task: median {statistics.median(planner_calls):.0f}, "
         f"request characters per task: median {statistics.median(planner_chars):,.0f}"
     )
+    print(f"  a sync function's hand-off to a worker thread and back: median {await _hand_off():.0f} µs")
 
 
 if __name__ == "__main__":

@@ -18,12 +18,17 @@ Two draft 2020-12 validator classes that differ from jsonschema's own in a few k
 after which ``_TooCostly`` is raised — a schema whose cost grows with the output it judges
 (an ``anyOf`` of a thousand branches over a list of ten thousand items) fails instead of holding
 the event loop for minutes.
+
+:func:`quick_check` compiles a schema of the common keywords into a plain Python check that says
+when a value certainly fits (most arguments do), so that only the others are given to the
+validator, for its list of problems.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import numbers
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -34,7 +39,7 @@ from planexec._util.clip import clip
 from planexec._util.plural import counted
 from planexec._util.regex import _PatternError, compile_pattern, search
 
-__all__ = ["MAX_WORK", "LinearValidator", "SafeValidator", "bounded", "validator_for"]
+__all__ = ["MAX_WORK", "LinearValidator", "SafeValidator", "bounded", "quick_check", "validator_for"]
 
 MAX_WORK = 500_000
 """Keyword applications one validation may make under :func:`bounded`."""
@@ -211,3 +216,217 @@ def validator_for(schema: Any) -> Any:
     except _PatternError:
         return LinearValidator(schema)
     return SafeValidator(schema)
+
+
+# -- the quick check -------------------------------------------------------------------------
+
+Quick = Callable[[Any], bool]
+"""True: the value fits the schema (the validator would find no problem); False: not known."""
+
+_KEYWORDS = frozenset(jsonschema.Draft202012Validator.VALIDATORS)
+"""The keywords a draft 2020-12 validator applies; it ignores every other member of a schema."""
+
+_NO_FORMAT = SafeValidator({}).format_checker is None
+"""``format`` asserts nothing when the validator has no format checker (its default)."""
+
+
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, numbers.Number)
+
+
+_TYPES: dict[str, Callable[[Any], bool]] = {
+    # Exactly the validator's types, but narrower where that is simpler (an integer-valued float
+    # is an "integer" to the validator: it is left to it).
+    "null": lambda v: v is None,
+    "boolean": lambda v: v is True or v is False,
+    "integer": lambda v: type(v) is int,
+    "number": lambda v: type(v) is int or type(v) is float,
+    "string": lambda v: isinstance(v, str),
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+}
+
+
+def _always(_value: Any) -> bool:
+    return True
+
+
+class _Unsupported(Exception):
+    """Internal: a schema the quick check does not cover."""
+
+
+def quick_check(schema: Any) -> Quick | None:
+    """A check of ``schema`` that returns True only for values :class:`SafeValidator` finds no
+    problem with (outside :func:`bounded`); False sends a value to the validator. None: the
+    schema uses keywords the quick check does not cover (``$ref``, ``oneOf``, ``pattern`` …).
+
+    Covered: ``type``, ``properties``, ``required``, ``additionalProperties``, ``items``,
+    ``enum``, ``const``, ``anyOf``, ``allOf``, the numeric bounds and the length bounds; the
+    members a validator ignores (``description``, ``default``, ``title`` …) are ignored."""
+    try:
+        node = _quick(schema)
+    except (_Unsupported, RecursionError):
+        return None
+
+    def check(value: Any) -> bool:
+        return _FUEL.get() is None and node(value)
+
+    return check
+
+
+def _quick(schema: Any) -> Quick:
+    if schema is True:
+        return _always
+    if type(schema) is not dict:
+        raise _Unsupported
+    checks: list[Quick] = []
+    if "properties" in schema or "required" in schema or "additionalProperties" in schema:
+        checks.append(_quick_object(schema))
+    for key, value in schema.items():
+        if key not in _KEYWORDS or key in ("properties", "required", "additionalProperties"):
+            continue
+        if key == "format" and _NO_FORMAT:
+            continue
+        make = _QUICK_KEYWORDS.get(key)
+        if make is None:
+            raise _Unsupported
+        checks.append(make(value))
+    if not checks:
+        return _always
+    if len(checks) == 1:
+        return checks[0]
+    every = tuple(checks)
+
+    def all_of(value: Any) -> bool:
+        return all(c(value) for c in every)
+
+    return all_of
+
+
+def _quick_object(schema: dict[str, Any]) -> Quick:
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    extra = schema.get("additionalProperties", True)
+    if type(properties) is not dict or type(required) is not list or not all(type(r) is str for r in required):
+        raise _Unsupported
+    subs = {key: _quick(sub) for key, sub in properties.items()}
+    needed = tuple(required)
+    if extra is True:
+        other: Quick | None = _always
+    elif extra is False:
+        other = None
+    else:
+        other = _quick(extra)
+
+    def fits(value: Any) -> bool:
+        if not isinstance(value, dict):
+            return True
+        for key in needed:
+            if key not in value:
+                return False
+        for key, member in value.items():
+            sub = subs.get(key, other)
+            if sub is None or not sub(member):
+                return False
+        return True
+
+    return fits
+
+
+def _quick_type(kinds: Any) -> Quick:
+    names = [kinds] if type(kinds) is str else kinds
+    if type(names) is not list or not names or not all(type(k) is str and k in _TYPES for k in names):
+        raise _Unsupported
+    tests = tuple(_TYPES[k] for k in names)
+    if len(tests) == 1:
+        return tests[0]
+
+    def any_type(value: Any) -> bool:
+        return any(t(value) for t in tests)
+
+    return any_type
+
+
+def _quick_items(items: Any) -> Quick:
+    if items is False:
+        return lambda v: not isinstance(v, list) or not v
+    sub = _quick(items)
+    if sub is _always:
+        return _always
+
+    def each(value: Any) -> bool:
+        return not isinstance(value, list) or all(map(sub, value))
+
+    return each
+
+
+def _quick_enum(values: Any) -> Quick:
+    if type(values) is not list:
+        raise _Unsupported
+    allowed = frozenset(_frozen(v) for v in values)
+    return lambda v: _frozen(v) in allowed
+
+
+def _quick_const(const: Any) -> Quick:
+    wanted = _frozen(const)
+    return lambda v: _frozen(v) == wanted
+
+
+def _quick_any_of(options: Any) -> Quick:
+    if type(options) is not list or not options:
+        raise _Unsupported
+    tests = tuple(_quick(o) for o in options)
+    return lambda v: any(t(v) for t in tests)
+
+
+def _quick_all_of(options: Any) -> Quick:
+    if type(options) is not list or not options:
+        raise _Unsupported
+    tests = tuple(_quick(o) for o in options)
+    return lambda v: all(t(v) for t in tests)
+
+
+def _bound(fails: Callable[[Any, Any], bool]) -> Callable[[Any], Quick]:
+    """A numeric bound: it holds for anything that is not a number; a number of a kind other
+    than int and float is left to the validator."""
+
+    def make(limit: Any) -> Quick:
+        if type(limit) not in (int, float):
+            raise _Unsupported
+
+        def holds(value: Any) -> bool:
+            kind = type(value)
+            if kind is int or kind is float:
+                return not fails(value, limit)
+            return not _is_number(value)
+
+        return holds
+
+    return make
+
+
+def _length(kind: type[str] | type[list[Any]], fails: Callable[[int, int], bool]) -> Callable[[Any], Quick]:
+    def make(limit: Any) -> Quick:
+        if type(limit) is not int:
+            raise _Unsupported
+        return lambda v: not isinstance(v, kind) or not fails(len(v), limit)
+
+    return make
+
+
+_QUICK_KEYWORDS: dict[str, Callable[[Any], Quick]] = {
+    "type": _quick_type,
+    "items": _quick_items,
+    "enum": _quick_enum,
+    "const": _quick_const,
+    "anyOf": _quick_any_of,
+    "allOf": _quick_all_of,
+    "minimum": _bound(lambda v, m: v < m),
+    "maximum": _bound(lambda v, m: v > m),
+    "exclusiveMinimum": _bound(lambda v, m: v <= m),
+    "exclusiveMaximum": _bound(lambda v, m: v >= m),
+    "minLength": _length(str, lambda n, m: n < m),
+    "maxLength": _length(str, lambda n, m: n > m),
+    "minItems": _length(list, lambda n, m: n < m),
+    "maxItems": _length(list, lambda n, m: n > m),
+}

@@ -132,7 +132,15 @@ class Providers:
         """The price of ``model`` (a name, or a ``provider:name`` string): a key with a provider of
         its own that the string starts with, else its name's own entry, else the longest entry the
         name starts with; None when none does."""
-        return look_up_price(self._prices, model)
+        table = self._prices
+        known = _PRICES_SEEN.get((id(table), model))
+        if known is not None and known[0] is table:
+            return known[1]
+        price = look_up_price(table, model)
+        if len(_PRICES_SEEN) >= _PRICES_SEEN_MAX:
+            _PRICES_SEEN.clear()
+        _PRICES_SEEN[(id(table), model)] = (table, price)  # the table is kept: its id stays its own
+        return price
 
     def price_of(self, model: object) -> Price | None:
         """The price a call to ``model`` is charged at: the model's own (a ``price`` attribute that
@@ -156,6 +164,11 @@ class Providers:
         limits = dict(sorted(self._limits.items()))
         return f"Providers(providers={list(self.known())!r}, prices={len(self._prices)} models, limits={limits!r})"
 
+
+_PRICES_SEEN: dict[tuple[int, str], tuple[Mapping[str, Price], Price | None]] = {}
+"""Prices looked up (every model call looks its price up), by price table and model: a table is
+never changed (``with_price`` makes a new one)."""
+_PRICES_SEEN_MAX = 1024
 
 _DEFAULT = Providers()
 

@@ -23,6 +23,7 @@ from typing import Any, TypeAlias
 from planexec._util.clip import clip
 from planexec._util.plural import counted
 from planexec._util.strict_json import loads as strict_loads
+from planexec._util.values import replaced
 from planexec.errors import Problem, UnexpectedModelCall
 from planexec.models._base import ModelRequest, ModelResponse, StreamDelta, ToolCall, Usage, estimate_tokens
 from planexec.models._prices import Price
@@ -111,15 +112,18 @@ class _Simulated:
         response = self._to_response(request, reply)
         usage = response.usage
         if usage.requests == 0:
-            usage = self._usage or Usage(
-                input_tokens=estimate_tokens("".join(m.content for m in request.messages)),
-                output_tokens=max(1, estimate_tokens(response.text)),
-            )
-            usage = replace(usage, requests=1)
+            if self._usage is None:
+                usage = Usage(
+                    input_tokens=estimate_tokens("".join(m.content for m in request.messages)),
+                    output_tokens=max(1, estimate_tokens(response.text)),
+                    requests=1,
+                )
+            else:
+                usage = replace(self._usage, requests=1)
         cost = response.cost
         if cost is None and self._prices is not None:
             cost = (usage.input_tokens * self._prices[0] + usage.output_tokens * self._prices[1]) / 1e6
-        return replace(response, usage=usage, cost=cost, model=response.model or self._name)
+        return replaced(response, usage=usage, cost=cost, model=response.model or self._name)
 
     @staticmethod
     def _to_response(request: ModelRequest, reply: Any) -> ModelResponse:

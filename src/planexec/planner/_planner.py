@@ -14,13 +14,14 @@ import functools
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from planexec._util.clip import clip
 from planexec._util.strict_json import MAX_DEPTH, _JSONRefused, loads
+from planexec._util.values import replaced
 from planexec.errors import PlannerEscalated, PlannerGaveUp, Problem, UsageError
 from planexec.models import (
     Message,
@@ -567,4 +568,4 @@ def _reply_problem(problem: Problem) -> Problem:
 def with_finished(checks: CheckContext, state: RunState, max_steps: int | None) -> CheckContext:
     """The check context for a planning round: finished steps known, the step budget applied."""
     finished = {sid: rec.step for sid, rec in state.steps.items() if rec.status == "succeeded"}
-    return replace(checks, finished=tuple(finished), finished_steps=finished, max_steps=max_steps)
+    return replaced(checks, finished=tuple(finished), finished_steps=finished, max_steps=max_steps)

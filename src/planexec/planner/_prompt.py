@@ -64,23 +64,55 @@ RECORD_HEAD = "Record:"
 
 
 def describe_tools(tools: Toolset, executors: Mapping[str, str]) -> str:
+    """The tools (and the executors) as the planner reads them: made once for each toolset (an
+    immutable value) and executors, and then kept while it is among the last few described."""
+    docs = tuple(executors.items())
+    known = _TOOLSETS.get(id(tools))
+    if known is not None and known[0] is tools and known[1] == docs:
+        return known[2]
     lines = ["Tools:", *(_describe_tool(t) for t in tools)]
-    if executors:
+    if docs:
         lines.append("Executors, for steps with no tool:")
-        lines += [f"- {name}: {desc}" for name, desc in executors.items()]
-    return "\n".join(lines)
+        lines += [f"- {name}: {desc}" for name, desc in docs]
+    text = "\n".join(lines)
+    if len(_TOOLSETS) >= _TOOLSETS_MAX:
+        _TOOLSETS.pop(next(iter(_TOOLSETS)))
+    _TOOLSETS[id(tools)] = (tools, docs, text)  # the toolset is kept: its id is its own while it is here
+    return text
+
+
+_TOOLSETS: dict[int, tuple[Toolset, tuple[tuple[str, str], ...], str]] = {}
+_TOOLSETS_MAX = 64
+
+_TOOL_TEXTS: dict[tuple[str, str, bool, bool, str], str] = {}
+"""Tools' texts by what they are made from: tools made anew with the same name, description,
+flags and schema (an agent built per task, an MCP server listed again) are not written again."""
+_TOOL_TEXTS_MAX = 4096
 
 
 def _describe_tool(tool: Tool) -> str:
-    """One tool as the planner reads it (a tool is an immutable value: this is made once per tool)."""
+    """One tool as the planner reads it (a tool is an immutable value: this is made once per tool,
+    and once for tools made alike)."""
     text: str | None = getattr(tool, "_planner_text", None)
     if text is None:
-        flags = [f for f, on in (("writes", tool.side_effect), ("sensitive", tool.sensitive)) if on]
-        suffix = f" [{', '.join(flags)}]" if flags else ""
-        head, notes = signature(tool.name, tool.parameters)
-        text = "\n".join([f"- {head}{suffix}: {' '.join(tool.description.split())}", *(f"  {n}" for n in notes)])
+        # A tool's schema is JSON data (checked when the tool is made), which its repr names
+        # exactly: key order, lists and tuples, 1, 1.0 and true all told apart.
+        key = (tool.name, tool.description, tool.side_effect, tool.sensitive, repr(tool.parameters))
+        text = _TOOL_TEXTS.get(key)
+        if text is None:
+            text = _tool_text(tool)
+            if len(_TOOL_TEXTS) >= _TOOL_TEXTS_MAX:
+                _TOOL_TEXTS.clear()
+            _TOOL_TEXTS[key] = text
         object.__setattr__(tool, "_planner_text", text)
     return text
+
+
+def _tool_text(tool: Tool) -> str:
+    flags = [f for f, on in (("writes", tool.side_effect), ("sensitive", tool.sensitive)) if on]
+    suffix = f" [{', '.join(flags)}]" if flags else ""
+    head, notes = signature(tool.name, tool.parameters)
+    return "\n".join([f"- {head}{suffix}: {' '.join(tool.description.split())}", *(f"  {n}" for n in notes)])
 
 
 def describe_goal(goal: str, constraints: tuple[str, ...]) -> str:

@@ -61,20 +61,21 @@ class Budget:
         return cls(model_calls=None, wall_time=None, tool_calls=None, steps=None, replans=None)
 
     def as_dict(self) -> dict[str, float | int | None]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {name: getattr(self, name) for name in _NAMES}
 
     def left(self, state: RunState, now: float) -> dict[str, float | int]:
         """What is left of each capped budget, for the planner's prompt. Wall time is given in whole
         seconds (rounded up), so that the prompt of a quick run does not change from run to run."""
-        used = _used(state, now)
         left: dict[str, float | int] = {}
-        for name, cap in self.as_dict().items():
+        for name in _NAMES:
+            cap = getattr(self, name)
             if cap is None:
                 continue
+            used = _USED[name](state, now)
             if name == "wall_time":
-                left[name] = max(0, math.ceil(cap - used[name]))
+                left[name] = max(0, math.ceil(cap - used))
             else:
-                left[name] = round(cap - used[name], 4) if isinstance(cap, float) else cap - int(used[name])
+                left[name] = round(cap - used, 4) if isinstance(cap, float) else cap - int(used)
         return left
 
     def check_model_call(
@@ -131,6 +132,9 @@ class Budget:
                 raise BudgetHit(name, cap, spent, needed=waiting + 1 if name in _INTEGERS else 0.0)
 
 
+_NAMES = tuple(f.name for f in fields(Budget))
+
+
 def _problem(name: str, value: Any) -> Problem | None:
     if value is None:
         return None
@@ -161,7 +165,3 @@ _USED: dict[str, Callable[[RunState, float], float]] = {
 def used_of(name: BudgetName, state: RunState, now: float) -> float:
     """How much of budget ``name`` the run has actually spent."""
     return _USED[name](state, now)
-
-
-def _used(state: RunState, now: float) -> dict[str, float]:
-    return {name: used(state, now) for name, used in _USED.items()}

@@ -20,6 +20,7 @@ from pydantic_core import to_json
 
 from planexec._util.clip import clip
 from planexec._util.strict_json import MAX_DEPTH, json_problem
+from planexec._util.values import replaced
 from planexec.errors import UsageError
 from planexec.executor import StepError, StepFailure
 from planexec.log import ModelAttemptFailed, ModelCalled
@@ -186,17 +187,18 @@ class ModelCalls:
             self._model_tokens_in_flight -= estimate
             self._model_cost_in_flight -= estimated_cost + output_cost
             self._model_output_in_flight -= output
-        record = ModelCalled(
-            at=engine.now(),
-            role=role,
-            purpose=request.purpose,
-            model=model.name,
-            step_id=step_id,
-            request_chars=request.chars,
-            duration=loop.time() - t0,
-        )
+        at, duration = engine.now(), loop.time() - t0
         if error is not None:
-            failed = replace(record, error=f"{type(error).__name__}: {error}")
+            failed = ModelCalled(
+                at=at,
+                role=role,
+                purpose=request.purpose,
+                model=model.name,
+                step_id=step_id,
+                request_chars=request.chars,
+                duration=duration,
+                error=f"{type(error).__name__}: {error}",
+            )
             engine.emit(failed)
             if telemetry is not None:
                 telemetry.model_done(live, failed, None)
@@ -207,8 +209,20 @@ class ModelCalls:
             ) from error
         cost = _charged(model, response, price)
         if cost != response.cost:
-            response = replace(response, cost=cost)
-        called = replace(record, response=response, usage=response.usage, cost=cost, answered_by=response.answered_by)
+            response = replaced(response, cost=cost)
+        called = ModelCalled(
+            at=at,
+            role=role,
+            purpose=request.purpose,
+            model=model.name,
+            step_id=step_id,
+            request_chars=request.chars,
+            duration=duration,
+            response=response,
+            usage=response.usage,
+            cost=cost,
+            answered_by=response.answered_by,
+        )
         engine.emit(called)
         if telemetry is not None:
             telemetry.model_done(live, called, response)

@@ -742,7 +742,7 @@ async def _run_check(check: AnswerCheck, answer: str) -> str | None:
     ``async def`` check) is awaited. Whatever goes wrong in it is an objection that says why."""
     name = _name_of(check)
     try:
-        result = await run_in_thread(functools.partial(contextvars.copy_context().run, check, answer))
+        result = await run_in_thread(functools.partial(check, answer))  # in a copy of the context
         if inspect.isawaitable(result):
             result = await result
     except Exception as e:

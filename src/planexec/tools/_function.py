@@ -14,7 +14,6 @@ The decorator returns the tool and registers nothing anywhere.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import inspect
 import re
@@ -263,8 +262,7 @@ def _build(
         leading = [kwargs.pop(name) for name in positional]
         if is_async:
             return await fn(*leading, **kwargs)
-        call = functools.partial(contextvars.copy_context().run, fn, *leading, **kwargs)
-        return await run_in_thread(call)
+        return await run_in_thread(functools.partial(fn, *leading, **kwargs))  # in a copy of the context
 
     return Tool(
         name=tool_name,
@@ -381,7 +379,7 @@ def from_schema(
             kwargs[context_param] = ctx
         if is_async:
             return await fn(**kwargs)
-        return await run_in_thread(functools.partial(contextvars.copy_context().run, fn, **kwargs))
+        return await run_in_thread(functools.partial(fn, **kwargs))  # in a copy of the context
 
     def check_output(output: Any) -> Any:
         value = _to_json(output)

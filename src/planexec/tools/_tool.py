@@ -12,7 +12,7 @@ from typing import Any
 
 import jsonschema
 
-from planexec._util.json_schema import validator_for
+from planexec._util.json_schema import SafeValidator, quick_check, validator_for
 from planexec._util.strict_json import json_problem
 from planexec._util.tasks import abandon
 from planexec.errors import OutputNotJSON, Problem, ToolCrashed, ToolDefinitionError, TransientToolError
@@ -230,13 +230,17 @@ def _schema_validator(schema: Mapping[str, Any]) -> ArgsValidator:
             "invalid argument schema", [Problem(code="tool_schema", where=where, message=e.message)]
         ) from None
     validator = validator_for(schema)
+    quick = _quick_for(validator, schema)
 
     def validate(args: Mapping[str, Any]) -> tuple[dict[str, Any] | None, list[Problem]]:
+        checked = dict(args)
+        if quick is not None and quick(checked):
+            return checked, []
         problems = [
             Problem(code="invalid_argument", where=_location(e.absolute_path), message=e.message)
-            for e in validator.iter_errors(dict(args))
+            for e in validator.iter_errors(checked)
         ]
-        return (None, problems) if problems else (dict(args), [])
+        return (None, problems) if problems else (checked, [])
 
     return validate
 
@@ -249,14 +253,22 @@ def _output_schema_validator(schema: Mapping[str, Any]) -> Callable[[Any], Any]:
             "invalid output schema", [Problem(code="tool_schema", where="output_schema", message=e.message)]
         ) from None
     validator = validator_for(schema)
+    quick = _quick_for(validator, schema)
 
     def validate(output: Any) -> Any:
+        if quick is not None and quick(output):
+            return output
         errors = [f"{_location(e.absolute_path) or 'output'}: {e.message}" for e in validator.iter_errors(output)]
         if errors:
             raise ValueError("; ".join(errors))
         return output
 
     return validate
+
+
+def _quick_for(validator: Any, schema: Mapping[str, Any]) -> Callable[[Any], bool] | None:
+    """A quick check of the values ``validator`` finds no problem with (see ``quick_check``)."""
+    return quick_check(schema) if isinstance(validator, SafeValidator) else None
 
 
 def _crash(tool: Tool, error: BaseException) -> BaseException:
