@@ -1,6 +1,7 @@
 """``planexec replay RUN``: re-run a stored run from its log with no model and no tool called, and
 say whether it reproduces the log; or fork it (``--fork-at``, ``--fail``) and go on live as a new
-run with the agent rebuilt as for ``resume``."""
+run with the agent rebuilt as for ``resume``. ``planexec replay --session ID``: replay every turn
+of a session the same way, and check that the turns hold together."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ import click
 from planexec._util.plural import counted
 from planexec.cli._agent_options import AgentFlags, agent_options, build
 from planexec.cli._board import describe_event
-from planexec.cli._common import EXIT_OK, EXIT_STOPPED, View, run_command, say
+from planexec.cli._common import EXIT_OK, EXIT_STOPPED, View, problem_exit, run_command, say
 from planexec.cli._finish import report_result
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
 from planexec.cli._report import json_text
 from planexec.cli._resume import load_log
+from planexec.cli._session_replay import refuse_with_session, replay_whole_session
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
 from planexec.cli._terminal_approver import approvals_for
 from planexec.cli._text import plain, redacted_events, redactor_of
@@ -81,7 +83,14 @@ def _parse_fork(fork_at: str | None, fail: str | None, log: Sequence[Event], pro
 
 
 @click.command()
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="[RUN]", required=False)
+@click.option(
+    "--session",
+    "session_id",
+    metavar="ID",
+    help="Replay every turn of session ID instead of one run, offline, and check that the turns hold together "
+    "(numbered 1 to n, each planner shown the record the earlier turns give, caps within the session's).",
+)
 @click.option("--fork-at", metavar="N", help="Keep the first N events of the log, then go on live as a new run.")
 @click.option(
     "--fail",
@@ -110,7 +119,8 @@ def _parse_fork(fork_at: str | None, fail: str | None, log: Sequence[Event], pro
 def replay(
     ctx: click.Context,
     /,
-    run_id: str,
+    run_id: str | None,
+    session_id: str | None,
     fork_at: str | None,
     fail: str | None,
     faults: str | None,
@@ -131,13 +141,28 @@ def replay(
     from there on), with the agent rebuilt as for `planexec resume` (model and tool flags override what the
     run recorded). A scripted model the run recorded skips the replies it gave before the fork
     point; a scripted model named here starts from its first reply. Exit status as `planexec run`.
+
+    With --session ID instead of RUN, every turn of the session is replayed offline, first to last,
+    and the session is checked as a whole: its turns are numbered 1 to n, each one claimed by one
+    run; the record of the earlier turns each turn's planner was shown is the one their logs give;
+    each turn's caps are the ones it recorded and within the session's. A last turn that has not
+    ended is replayed up to where its log ends. One line per turn, then the verdict; exit status 0
+    when the whole session replayed as recorded, 1 when anything differed. A session is not forked:
+    the fork and agent options are refused with it.
     """
+    problems = Problems()
+    if session_id is not None:
+        refuse_with_session(ctx, run_id, problems)
+        if problems:
+            problem_exit(ctx, problems)
+        run_command(ctx, replay_whole_session(store_choice(ctx), session_id, as_json=as_json))
+    if run_id is None:
+        problem_exit(ctx, ["RUN: give the run to replay (or --session ID for a whole session)"])
     flags = AgentFlags.take(values)
     view = View.make(as_json=as_json, no_live=True, no_input=no_input)
-    problems = Problems()
     profile = _fault_profile(faults, seed, problems) if faults is not None else None
     if problems:
-        raise click.UsageError(str(problems))
+        problem_exit(ctx, problems)
     run_command(ctx, _replay(store_choice(ctx), run_id, fork_at, fail, flags, view, profile))
 
 

@@ -30,7 +30,7 @@ def sessions(ctx: click.Context, session_id: str | None, limit: int, as_json: bo
 
     Sessions are listed the most recently active first. Each turn is a run: `planexec show RUN`,
     `planexec resume RUN` and `planexec replay RUN` work on it. `planexec run GOAL --session ID`
-    runs the next turn of session ID."""
+    runs the next turn of session ID; `planexec replay --session ID` replays all of its turns."""
     run_command(ctx, _sessions(store_choice(ctx), session_id, limit, as_json))
 
 

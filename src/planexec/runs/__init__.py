@@ -1,6 +1,6 @@
 """Durable operations on stored runs, for any process: list the runs, read one (as far as it can
 be read), export its log, answer its questions or tell it something new, pick it up again with the
-agent rebuilt from the spec it recorded, and delete old runs.
+agent rebuilt from the spec it recorded, list sessions and replay one whole, and delete old runs.
 
 Every operation takes a :class:`~planexec.store.RunStore` and raises
 :class:`~planexec.UsageError` listing every problem when it is used wrongly; ``where`` in each
@@ -10,6 +10,7 @@ problem names the argument or spec field at fault.
 from planexec.runs._answers import answer, check_edited_plan, pick_question, question_about, tell
 from planexec.runs._pickup import resume, still_waiting
 from planexec.runs._scripted import absolute_model_string
+from planexec.runs._session_replays import Check, SessionReplay, TurnReplay, TurnStatus, replay_session
 from planexec.runs._sessions import SessionSummary, list_sessions, session_turns
 from planexec.runs._spec import (
     RULE_LISTS,
@@ -40,9 +41,13 @@ __all__ = [
     "SPEC_VERSION",
     "STATUSES",
     "AgentSpec",
+    "Check",
     "Recorded",
+    "SessionReplay",
     "SessionSummary",
     "StoredRun",
+    "TurnReplay",
+    "TurnStatus",
     "absolute_model_string",
     "answer",
     "build_agent",
@@ -60,6 +65,7 @@ __all__ = [
     "read_mcp_servers",
     "read_run",
     "recorded_spec",
+    "replay_session",
     "resume",
     "session_turns",
     "still_waiting",

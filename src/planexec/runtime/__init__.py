@@ -18,9 +18,11 @@ from planexec.runtime._settings import (
     Limits,
     RunContext,
 )
+from planexec.runtime._turns import RECORD_CHARS, SessionRecord, describe_turns, session_record, turn_budget
 
 __all__ = [
     "DEFAULT_CAPS",
+    "RECORD_CHARS",
     "Agent",
     "AnswerCheck",
     "AnswerReview",
@@ -37,8 +39,12 @@ __all__ = [
     "Run",
     "RunContext",
     "Session",
+    "SessionRecord",
     "check_decision",
     "check_session_id",
     "decided_event",
+    "describe_turns",
     "replay_log",
+    "session_record",
+    "turn_budget",
 ]

@@ -118,7 +118,14 @@ class Session:
         if budget is not None and not isinstance(budget, Budget):
             raise UsageError("invalid turn", [Problem(code="session", where="budget", message="must be a Budget(...)")])
         caps = turn_budget(self.agent.budget, budget, self.budget, self._states)
-        turn = SessionRecord(id=self.session_id, turn=len(self._turns) + 1, earlier=self.record(), budget=caps)
+        turn = SessionRecord(
+            id=self.session_id,
+            turn=len(self._turns) + 1,
+            earlier=self.record(),
+            budget=caps,
+            session_budget=self.budget,
+            record_chars=self.record_chars,
+        )
         recorded = {**(metadata or {}), **turn.as_metadata()}
         run = self.agent.start(goal, constraints=constraints, metadata=recorded, budget=caps)
         self._running = run

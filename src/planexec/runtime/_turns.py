@@ -2,9 +2,11 @@
 earlier turns its planner is shown, and the budget a turn may still spend.
 
 A turn is a run whose ``run_started`` config holds ``{"session": {"id", "turn", "earlier",
-"budget"}}``: the session, the turn's number (from 1), the record of the turns before it (text,
-fixed when the turn starts, so that resuming or replaying the turn shows the planner the same
-thing) and the turn's caps (so that a resumed turn keeps them).
+"budget", "session_budget", "record_chars"}}``: the session, the turn's number (from 1), the record
+of the turns before it (text, fixed when the turn starts, so that resuming or replaying the turn
+shows the planner the same thing), the turn's caps (so that a resumed turn keeps them), and the
+session's caps and the bound of its record (so that a replay of the session can check the turn's
+caps and rebuild its record; turns recorded by earlier versions lack these two).
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ class SessionRecord:
     turn: int
     earlier: str | None = None
     budget: Budget | None = None
+    """The turn's caps."""
+    session_budget: Budget | None = None
+    """The caps on the whole session the turn ran under (None: none, or not recorded)."""
+    record_chars: int | None = None
+    """The bound the record of the earlier turns was made within (None: not recorded)."""
 
     def as_metadata(self) -> dict[str, Any]:
         record: dict[str, Any] = {"id": self.id, "turn": self.turn}
@@ -42,6 +49,10 @@ class SessionRecord:
             record["earlier"] = self.earlier
         if self.budget is not None:
             record["budget"] = self.budget.as_dict()
+        if self.session_budget is not None:
+            record["session_budget"] = self.session_budget.as_dict()
+        if self.record_chars is not None:
+            record["record_chars"] = self.record_chars
         return {"session": record}
 
 
@@ -50,19 +61,29 @@ def session_record(metadata: Mapping[str, Any]) -> SessionRecord | None:
     record = metadata.get("session") if isinstance(metadata, Mapping) else None
     if not isinstance(record, Mapping):
         return None
-    sid, turn, earlier, caps = record.get("id"), record.get("turn"), record.get("earlier"), record.get("budget")
+    sid, turn, earlier, chars = record.get("id"), record.get("turn"), record.get("earlier"), record.get("record_chars")
     if not isinstance(sid, str) or not sid or isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
         return None
-    budget = None
-    if isinstance(caps, Mapping):
-        known = {f.name for f in fields(Budget)}
-        try:
-            budget = Budget(**{k: v for k, v in caps.items() if k in known})
-        except Exception:  # a record written by hand or by another version: the agent's budget then
-            budget = None
     return SessionRecord(
-        id=sid, turn=turn, earlier=earlier if isinstance(earlier, str) and earlier else None, budget=budget
+        id=sid,
+        turn=turn,
+        earlier=earlier if isinstance(earlier, str) and earlier else None,
+        budget=_caps(record.get("budget")),
+        session_budget=_caps(record.get("session_budget")),
+        record_chars=chars if isinstance(chars, int) and not isinstance(chars, bool) and chars >= 0 else None,
     )
+
+
+def _caps(caps: Any) -> Budget | None:
+    """The caps a record holds, or None (none, or not caps this code can read: a record written by
+    hand or by another version; the agent's budget then)."""
+    if not isinstance(caps, Mapping):
+        return None
+    known = {f.name for f in fields(Budget)}
+    try:
+        return Budget(**{k: v for k, v in caps.items() if k in known})
+    except Exception:
+        return None
 
 
 def _json(value: Any) -> str:
