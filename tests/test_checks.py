@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from planexec import Problem, Step, Toolset, UsageError, tool
 from planexec.errors import PlanInvalid
-from planexec.plan import CheckContext, FitsSchema, Matches, Predicate, check_steps, validate_steps
+from planexec.plan import (
+    CheckContext,
+    FitsSchema,
+    IncrementalChecker,
+    Matches,
+    Predicate,
+    changes_world,
+    check_steps,
+    validate_steps,
+)
 
 
 @tool
@@ -116,6 +126,33 @@ def test_finished_id() -> None:
     assert codes(problems) == ["finished_id"]
     assert problems[0].where == "step 'done'"
     assert "new id" in problems[0].message
+
+
+def test_running_id() -> None:
+    """A running step that may change the world may be listed again unchanged, not redefined."""
+    pay = step("pay", tool="add", args={"a": 1, "b": 2}, effect="write")
+    context = replace(ctx(), running={"pay": pay})
+    assert check_steps([pay, step("new")], context) == []
+    problems = check_steps([step("pay", tool="add", args={"a": 1, "b": 3}, effect="write")], context)
+    assert codes(problems) == ["running_id"]
+    assert problems[0].where == "step 'pay'"
+    assert "cannot be stopped" in problems[0].message
+    checker = IncrementalChecker(context)
+    assert codes(checker.add(step("pay"))) == ["running_id"]
+
+
+def test_changes_world() -> None:
+    @tool(side_effect=True)
+    async def send(text: str) -> str:
+        """Send a message."""
+        return text
+
+    tools = Toolset(add, send)
+    assert not changes_world(step("a", tool="add", args={"a": 1, "b": 2}), tools)
+    assert changes_world(step("a", tool="add", args={"a": 1, "b": 2}, effect="write"), tools)
+    assert changes_world(step("s", tool="send", args={"text": "hi"}), tools)
+    assert changes_world(step("m", executor="model", allowed_tools=("add", "send")), tools)
+    assert not changes_world(step("m", executor="model", allowed_tools=("add",)), tools)
 
 
 def test_budget_steps() -> None:

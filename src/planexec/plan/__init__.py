@@ -16,7 +16,7 @@ use only local ``$ref``s.
 """
 
 from planexec.plan._bindings import BindingError, CompiledArgs, Ref, compile_args, render_text
-from planexec.plan._checks import CheckContext, capped, check_steps, validate_steps
+from planexec.plan._checks import CheckContext, capped, changes_world, check_steps, validate_steps
 from planexec.plan._incremental import IncrementalChecker
 from planexec.plan._plan import (
     FLAT_KEYS,
@@ -55,6 +55,7 @@ __all__ = [
     "Step",
     "Turn",
     "capped",
+    "changes_world",
     "check_steps",
     "compile_args",
     "judge",

@@ -26,7 +26,7 @@ from planexec.plan._schemas import schema_problems
 from planexec.plan._step import FitsSchema, Matches, Predicate, Step
 from planexec.tools import Toolset
 
-__all__ = ["MAX_PROBLEMS_PER_CODE", "CheckContext", "ExecutorKind", "check_steps", "validate_steps"]
+__all__ = ["MAX_PROBLEMS_PER_CODE", "CheckContext", "ExecutorKind", "changes_world", "check_steps", "validate_steps"]
 
 ExecutorKind = Literal["tools", "model"]
 
@@ -51,10 +51,26 @@ class CheckContext:
     finished_steps: Mapping[str, Step] = field(default_factory=dict)
     """Their definitions, when known: a plan may list a finished step again unchanged (it stays
     finished), but may not give its id to a different step."""
+    running: Mapping[str, Step] = field(default_factory=dict)
+    """Steps under way that may change things outside the run (see :func:`changes_world`), by id.
+    They cannot be called back, so they run on whatever a new plan says: a plan may list one again
+    unchanged, but may not give its id to a different step."""
     max_steps: int | None = None
     """How many more steps the budget allows."""
     predicates: Collection[str] | None = None
     """Names of the acceptance predicates configured; None skips that check."""
+
+
+def changes_world(step: Step, tools: Toolset) -> bool:
+    """Whether running ``step`` may change something outside the run: the plan says so (effect
+    ``write``), its tool has a side effect, or it is a model step that may call a tool that has one.
+
+    Idempotent tools count: a call repeated under another step id has another idempotency key."""
+    if step.effect == "write":
+        return True
+    if step.tool is not None:
+        return step.tool in tools and tools.get(step.tool).side_effect
+    return any(name in tools and tools.get(name).side_effect for name in step.allowed_tools)
 
 
 def validate_steps(steps: Sequence[Step], ctx: CheckContext) -> None:
@@ -153,12 +169,22 @@ class Rules:
     # -- ids and budget ------------------------------------------------------------------------
 
     def finished_id(self, s: Step, comparable: bool) -> list[Problem]:
-        """A finished step's id given to a different step (``comparable``: the step's arguments are
-        sane enough to compare)."""
+        """A finished step's id, or the id of a running step that cannot be stopped, given to a
+        different step (``comparable``: the step's arguments are sane enough to compare)."""
         if s.id in self.finished and (not comparable or self.ctx.finished_steps.get(s.id) != s):
             return [
                 Problem(
                     code="finished_id", where=f"step {s.id!r}", message="a finished step has this id; choose a new id"
+                )
+            ]
+        running = self.ctx.running.get(s.id)
+        if running is not None and (not comparable or running != s):
+            return [
+                Problem(
+                    code="running_id",
+                    where=f"step {s.id!r}",
+                    message="a running step that may change things outside the run has this id; it cannot be "
+                    "stopped or changed: list it unchanged, or choose a new id",
                 )
             ]
         return []

@@ -34,7 +34,18 @@ from planexec.models import (
     StreamingModel,
     resolve_model,
 )
-from planexec.plan import FLAT_KEYS, CheckContext, FinalAnswer, FlatTurn, PlanDraft, Step, Turn, capped, check_steps
+from planexec.plan import (
+    FLAT_KEYS,
+    CheckContext,
+    FinalAnswer,
+    FlatTurn,
+    PlanDraft,
+    Step,
+    Turn,
+    capped,
+    changes_world,
+    check_steps,
+)
 from planexec.planner import _prompt
 from planexec.planner._stream import StreamedSteps
 from planexec.planner._wire import FLAT_TURN_SCHEMA, PLAN_SCHEMA, TURN_SCHEMA, unwire_step, unwire_turn
@@ -566,6 +577,12 @@ def _reply_problem(problem: Problem) -> Problem:
 
 
 def with_finished(checks: CheckContext, state: RunState, max_steps: int | None) -> CheckContext:
-    """The check context for a planning round: finished steps known, the step budget applied."""
+    """The check context for a planning round: finished steps known, running steps that cannot be
+    stopped kept, the step budget applied."""
     finished = {sid: rec.step for sid, rec in state.steps.items() if rec.status == "succeeded"}
-    return replaced(checks, finished=tuple(finished), finished_steps=finished, max_steps=max_steps)
+    running = {
+        sid: rec.step
+        for sid, rec in state.steps.items()
+        if rec.status == "running" and changes_world(rec.step, checks.tools)
+    }
+    return replaced(checks, finished=tuple(finished), finished_steps=finished, running=running, max_steps=max_steps)

@@ -55,7 +55,8 @@ Reply with JSON only."""
 
 PATCH = """Patch the plan: your steps replace every unfinished step. Finished steps stay, with their \
 outputs: bind them rather than repeat them. New steps need new ids (keep an id only to run that \
-step again unchanged, or to keep a running step running)."""
+step again unchanged, or to keep a running step running). A running step that writes cannot be \
+stopped: it runs on whatever you send, so never repeat its call."""
 
 FINISH = """All steps have finished: give the final answer in answer."""
 

@@ -37,7 +37,7 @@ from planexec.log import (
     canonical_call,
 )
 from planexec.models import Model, ModelRequest, ModelResponse
-from planexec.plan import CheckContext, Step
+from planexec.plan import CheckContext, Step, changes_world
 from planexec.runtime._budget import BudgetHit, used_of
 from planexec.runtime._core import EngineConfig
 from planexec.runtime._humans import Humans
@@ -317,6 +317,10 @@ class Engine:
     def planning_idle(self) -> bool:
         return self.planning.idle
 
+    @property
+    def steps_waiting_for_plan(self) -> Collection[str]:
+        return self.planning.waiting
+
     def planning_context(self) -> contextvars.Context | None:
         """The context a planning task starts in: its round's span current, when the run is traced."""
         telemetry = self.telemetry
@@ -536,7 +540,7 @@ class Engine:
             waiting_for_humans = False
             if not self._running and self.planning.idle:
                 self._when_idle()
-            elif self.humans.blocked() and not self.ready.has_ready:
+            elif self.humans.blocked() and not self.ready.any_ready(self._startable):
                 self._when_blocked()
                 waiting_for_humans = True
             if waiting_for_humans and self._deadline is not None and self._deadline.when() is not None:
@@ -590,11 +594,18 @@ class Engine:
         coro = run_step(self, step, self._executor_of(step), token, held)
         self._running[step.id] = (asyncio.create_task(coro, name=f"step:{step.id}"), token)
 
+    def _startable(self, step: Step) -> bool:
+        return not self.planning.holds(step)
+
     def _reserve(self, step: Step) -> bool:
         """Whether the limits let ``step`` start now; if so, count it against them at once.
 
-        When the step or its tool call would go over a budget, no more steps start from then on.
+        A step that may change things outside the run waits while the plan is being replaced
+        (``Planning.holds``). When the step or its tool call would go over a budget, no more steps
+        start from then on.
         """
+        if self.planning.holds(step):
+            return False
         executor = self._executor_of(step)
         if step.tool is not None and step.tool in self.config.tools:
             cap = self.config.tools.get(step.tool).max_concurrency
@@ -637,6 +648,11 @@ class Engine:
         task, _ = self._running[step_id]
         task.cancel()
         self._release(step_id)
+
+    def may_change_world(self, step: Step) -> bool:
+        """Whether running ``step`` may change something outside the run, by itself or through a
+        tool its model may call (see :func:`~planexec.plan.changes_world`)."""
+        return changes_world(step, self.config.tools)
 
     def side_effecting(self, step: Step) -> bool:
         """Whether running ``step`` may change something outside the run."""

@@ -10,7 +10,7 @@ keep running meanwhile.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -38,6 +38,9 @@ class Loop(Core, Protocol):
 
     @property
     def running_steps(self) -> Mapping[str, tuple[asyncio.Task[None], int]]: ...
+
+    @property
+    def steps_waiting_for_plan(self) -> Collection[str]: ...
 
     def side_effecting(self, step: Step) -> bool: ...
 
@@ -334,9 +337,11 @@ class Humans:
         if not self._futures:
             return False
         engine = self._engine
-        if not engine.running_steps.keys() <= self.waiting_steps:
-            return False
-        return engine.planning_idle or self.planning_waits
+        running = engine.running_steps.keys() - self.waiting_steps
+        if not running:
+            return engine.planning_idle or self.planning_waits
+        # steps that wait for the planning round to end wait for a human too when the round does
+        return self.planning_waits and running <= set(engine.steps_waiting_for_plan)
 
     async def close(self) -> None:
         tasks = [*self._callbacks, *([self._poller] if self._poller is not None else [])]

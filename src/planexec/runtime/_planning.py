@@ -1,5 +1,24 @@
 """The engine's planning rounds: ask the planner, have a human approve where asked, install the
-new plan version (cancelling in-flight steps it makes obsolete), or stop with the answer."""
+new plan version (cancelling in-flight steps it makes obsolete), or stop with the answer.
+
+A new plan version replaces every unfinished step, and side effects must never happen twice
+because of it. Two rules keep that promise:
+
+* **No side effect starts while the plan is being replaced.** While a round that may replace the
+  plan in force is under way (a patch after a failure, after a step, for new information or a
+  refused answer; a step-by-step turn), a step that may change things outside the run
+  (:func:`~planexec.plan.changes_world`) does not start: it is not dispatched, and one dispatched
+  before the round began waits before its call. It starts once the new version is in force, if
+  that version still wants it. Read-only steps start as before, and the steps of the answer being
+  streamed start as soon as they are checked.
+* **A step whose call may have happened is never called back.** A running step that may change
+  things outside the run stays in every new plan version, whatever the planner sends: it is not
+  cancelled, it runs to its end, and its result is recorded and shown to the planner like any
+  other. The planner saw it running when its round began (nothing of the kind starts during a
+  round) and is told it cannot be stopped; an answer that gives its id to a different step fails
+  the static checks (``running_id``). Read-only steps the new version drops or changes are
+  cancelled, as before.
+"""
 
 from __future__ import annotations
 
@@ -97,6 +116,8 @@ class _Loop(Core, Protocol):
 
     def planning_context(self) -> contextvars.Context | None: ...
 
+    def may_change_world(self, step: Step) -> bool: ...
+
     async def call_model(
         self,
         role: str,
@@ -183,7 +204,14 @@ class Planning:
         self._engine = engine
         self._checks = checks
         self._executor_docs = executor_docs
-        self.task: asyncio.Task[None] | None = None
+        self._quiet = asyncio.Event()
+        """Set while no planning round is under way."""
+        self._quiet.set()
+        self._task: asyncio.Task[None] | None = None
+        self.round: PlanKind | None = None
+        """The kind of the round under way (or of the last one)."""
+        self.waiting: set[str] = set()
+        """Steps dispatched before the round under way began that wait for it to end (``holds``)."""
         self.after_step_wanted = False
         self.last_failure_patch: str | None = None
         self.compiled: dict[str, tuple[Step, CompiledArgs]] = {}
@@ -196,8 +224,52 @@ class Planning:
         """The problems of the planner's last refused answer in the round under way."""
 
     @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The planning round under way, if any."""
+        return self._task
+
+    @task.setter
+    def task(self, task: asyncio.Task[None] | None) -> None:
+        self._task = task
+        if task is None:
+            self._quiet.set()
+        else:
+            self._quiet.clear()
+
+    @property
     def idle(self) -> bool:
-        return self.task is None
+        return self._task is None
+
+    def holds(self, step: Step) -> bool:
+        """Whether ``step`` may not start now: a round that may replace the plan in force is under
+        way, and the step may change things outside the run (see the module's docstring). Steps of
+        the answer being streamed are the new plan's, and are not held."""
+        if self._task is None or self.round not in _REPLACING:
+            return False
+        state = self._engine.state
+        rec = state.steps.get(step.id)
+        if rec is not None and rec.plan_version > len(state.plans):
+            return False
+        return self._engine.may_change_world(step)
+
+    async def until_free(self, step: Step) -> None:
+        """Wait until ``step`` is no longer held (the new plan version is in force). A step that
+        waits here waits for the planner, and through it perhaps for a human."""
+        if not self.holds(step):
+            return
+        self.waiting.add(step.id)
+        self._engine.wake()
+        try:
+            while self.holds(step):
+                await self._quiet.wait()
+        finally:
+            self.waiting.discard(step.id)
+
+    def unstoppable(self, step_id: str) -> bool:
+        """Whether ``step_id`` is running and may already have changed things outside the run: no
+        new plan version can cancel or redefine it."""
+        rec = self._engine.state.steps.get(step_id)
+        return rec is not None and rec.status == "running" and self._engine.may_change_world(rec.step)
 
     def use_tools(self, tools: Toolset) -> None:
         """Check plans against ``tools`` from now on (the run's tools changed)."""
@@ -212,6 +284,7 @@ class Planning:
             self.after_step_wanted = False
         failed = frozenset(engine.unaddressed)
         self.round_problems = ""
+        self.round = kind
         engine.refresh_tools()
         if announce:
             engine.emit(PlanningStarted(at=engine.now(), trigger=kind, why=why))
@@ -239,6 +312,7 @@ class Planning:
             await self._approve(done, request, plan.version, record)
             engine.queue.put_nowait(done)
 
+        self.round = kind
         self.task = asyncio.create_task(wait(), name="planner:approval")
 
     def _context(self) -> PlanningContext:
@@ -350,6 +424,7 @@ class Planning:
             self.task = None
             self.start(kind, f"resumed after {record.subject} {record.approval_id} was answered", announce=False)
 
+        self.round = kind
         self.task = asyncio.create_task(wait(), name="planner:question")
 
     def streamed_step(self, step: Step) -> None:
@@ -666,8 +741,14 @@ class Planning:
         return steps, "human", done.edited.reason or f"edited by {done.approver}"
 
     def next_plan(self, steps: list[Step], *, reason: str, author: Author = "planner") -> Plan:
+        """The plan version ``steps`` make: finished steps kept, and running steps that may have
+        changed things outside the run kept as they are (the checks refuse a plan that redefines
+        one; should one get this far, the running step stays)."""
         state = self._engine.state
-        kept = [rec.step for rec in state.steps.values() if rec.status == "succeeded"]
+        running = {sid: rec.step for sid, rec in state.steps.items() if self.unstoppable(sid)}
+        if running:
+            steps = [running.get(s.id, s) for s in steps]
+        kept = [rec.step for rec in state.steps.values() if rec.status == "succeeded" or rec.id in running]
         new_ids = {s.id for s in steps}
         # The steps were validated when they were parsed and checked; do not validate them again.
         return Plan.model_construct(
@@ -688,8 +769,9 @@ class Planning:
     ) -> None:
         engine = self._engine
         plan = self.next_plan(steps, reason=reason, author=author)
-        new = {s.id: s for s in steps}
+        new = {s.id: s for s in plan.steps}
         running = engine.running_steps
+        # a running step that may have changed the world is in ``new`` unchanged: it is never cancelled
         obsolete = [sid for sid in running if sid not in new or new[sid] != engine.state.steps[sid].step]
         for sid in obsolete:
             engine.cancel_step(sid)
@@ -719,6 +801,10 @@ class Planning:
             cached = (step, compile_args(step.args))
             self.compiled[step.id] = cached
         return cached[1]
+
+
+_REPLACING: frozenset[PlanKind | None] = frozenset({"failure", "after_step", "information", "review", "turn"})
+"""Rounds that may replace the plan in force (the first plan and the final answer replace nothing)."""
 
 
 _VERDICT_SCHEMA = {

@@ -119,3 +119,7 @@ class ReadyQueue:
     @property
     def has_ready(self) -> bool:
         return bool(self._heap)
+
+    def any_ready(self, can_start: Callable[[Step], bool]) -> bool:
+        """Whether a ready step is one ``can_start`` allows (``has_ready``, with steps set aside)."""
+        return any(self._remaining.get(sid) == 0 and can_start(self._steps[sid]) for _, _, sid in self._heap)

@@ -87,6 +87,8 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
             if problem is not None:  # e.g. a large output bound many times over
                 message = f"the step's arguments cannot be kept: {problem.where}: {problem.message}"
                 raise StepFailure(StepError(kind="invalid_arguments", message=message, problems=(problem,)))
+        # dispatched before a round that may replace the plan began: no effect until it is in force
+        await engine.planning.until_free(step)
         done.started = True
         if reserved:
             reserved = False
