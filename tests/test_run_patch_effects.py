@@ -8,11 +8,18 @@ import re
 from typing import Any
 
 from planexec import Agent, Budget, Run, tool
-from planexec.log import PlannerOutputRejected, PlanProposed, StepCancelled, StepStarted, StepSucceeded
+from planexec.log import (
+    PlannerOutputRejected,
+    PlanProposed,
+    StepCancelled,
+    StepStarted,
+    StepStreamed,
+    StepSucceeded,
+)
 from planexec.models import ModelRequest
 from planexec.runtime import replay_log
 from planexec.store import MemoryStore
-from planexec.testing import ScriptedModel
+from planexec.testing import ScriptedModel, StreamingScriptedModel
 from tests.support import SAFETY, Blocker, events_of, failing_tool, tool_step
 
 
@@ -307,3 +314,33 @@ async def test_a_payment_approved_while_the_plan_is_patched_waits_and_is_not_rep
     assert payments.paid == [10]
     assert [e.step_id for e in events_of(result, StepStarted) if e.tool == "pay"] == ["b2"]
     assert [e.step_id for e in events_of(result, StepCancelled)] == ["b"]
+
+
+async def test_a_side_effect_streamed_in_a_patch_waits_for_the_whole_patch() -> None:
+    """A payment streamed in a patch waits until the whole patch is in force (a repair of the
+    patch could still drop it); it is paid once."""
+    payments = Payments()
+
+    @tool
+    async def look() -> str:
+        """Look something up (read-only)."""
+        return "seen"
+
+    planner = StreamingScriptedModel(
+        [
+            {"steps": [tool_step("a", "fails", {})]},
+            {"reason": "pay instead", "steps": [tool_step("r", "look", {}), tool_step("p", "pay", {"amount": 5})]},
+            {"answer": "paid"},
+        ],
+        chunks=8,
+    )
+    result = await Agent(planner, tools=[failing_tool(), payments.tool, look], budget=SAFETY).run("pay")
+
+    assert result.stop.kind == "goal_met", result.stop
+    assert payments.paid == [5]
+    events = list(result.events)
+    patched = next(e for e in events_of(result, PlanProposed) if e.plan.version == 2)
+    streamed = [e.step.id for e in events_of(result, StepStreamed)]
+    assert streamed == ["a", "r", "p"]
+    started = {e.step_id: position(events, e) for e in events_of(result, StepStarted)}
+    assert position(events, patched) < started["p"]

@@ -9,15 +9,15 @@ because of it. Two rules keep that promise:
   refused answer; a step-by-step turn), a step that may change things outside the run
   (:func:`~planexec.plan.changes_world`) does not start: it is not dispatched, and one dispatched
   before the round began waits before its call. It starts once the new version is in force, if
-  that version still wants it. Read-only steps start as before, and the steps of the answer being
-  streamed start as soon as they are checked.
+  that version still wants it (a step of the patch being streamed waits for the whole patch too).
+  Read-only steps start as before.
 * **A step whose call may have happened is never called back.** A running step that may change
   things outside the run stays in every new plan version, whatever the planner sends: it is not
   cancelled, it runs to its end, and its result is recorded and shown to the planner like any
   other. The planner saw it running when its round began (nothing of the kind starts during a
-  round) and is told it cannot be stopped; an answer that gives its id to a different step fails
-  the static checks (``running_id``). Read-only steps the new version drops or changes are
-  cancelled, as before.
+  round, so the record it was given is not stale about it) and is told it cannot be stopped; an
+  answer that gives its id to a different step fails the static checks (``running_id``).
+  Read-only steps the new version drops or changes are cancelled, as before.
 """
 
 from __future__ import annotations
@@ -242,13 +242,9 @@ class Planning:
 
     def holds(self, step: Step) -> bool:
         """Whether ``step`` may not start now: a round that may replace the plan in force is under
-        way, and the step may change things outside the run (see the module's docstring). Steps of
-        the answer being streamed are the new plan's, and are not held."""
+        way, and the step may change things outside the run (see the module's docstring). A step
+        of the patch being streamed waits too: a repair of the patch could drop it."""
         if self._task is None or self.round not in _REPLACING:
-            return False
-        state = self._engine.state
-        rec = state.steps.get(step.id)
-        if rec is not None and rec.plan_version > len(state.plans):
             return False
         return self._engine.may_change_world(step)
 
