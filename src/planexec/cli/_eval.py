@@ -161,8 +161,11 @@ def eval_command(
     fail_one: int | None,
     no_live: bool,
 ) -> None:
-    """Evaluate an agent on a suite of golden tasks (a YAML file), or on BFCL's multi-turn tasks
-    (bfcl:multi_turn_base, bfcl:multi_turn_miss_func, ...; needs the bfcl-eval package).
+    """Evaluate an agent on a suite of golden tasks (a YAML file, or bfcl:CATEGORY).
+
+    bfcl:CATEGORY runs BFCL's multi-turn tasks (bfcl:multi_turn_base, bfcl:multi_turn_miss_func,
+    ...; needs the bfcl-eval package), shaped by --planner, --executor, --react-model, --policy,
+    --limit, --ids and --fail-one.
 
     Each task runs as many times as it asks (repeat), concurrently, each run with fresh models.
     A run passes when its goal was met, it called the tools the task expects and its answer
