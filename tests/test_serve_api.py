@@ -131,6 +131,19 @@ def test_a_finished_run_shows_its_plan_steps_usage_and_events(api: httpx.Client)
     assert rest["events"][-1]["event"]["kind"] == "run_finished"
 
 
+def test_a_fork_reads_as_a_stored_run_as_soon_as_it_is_answered(api: httpx.Client) -> None:
+    run_id = start(api, "adder")["run_id"]
+    wait_for(run_status(api, run_id, "finished"), what="the run to finish")
+    for _ in range(3):
+        forked = api.post(f"/v1/runs/{run_id}/fork", json={"at": 2})
+        assert forked.status_code == 201, forked.text
+        new_id = forked.json()["run_id"]
+        shown = api.get(f"/v1/runs/{new_id}")  # no window in which the new run is unknown
+        assert shown.status_code == 200, shown.text
+        assert api.get(f"/v1/runs/{new_id}/events").json()["events"][0]["event"]["kind"] == "run_started"
+        wait_for(run_status(api, new_id, "finished"), what="the fork to finish")
+
+
 def test_listing_filters_by_status_and_agent_and_pages_with_a_cursor(api: httpx.Client) -> None:
     ids = [start(api, "adder", goal=f"add {n}")["run_id"] for n in range(3)]
     for run_id in ids:

@@ -582,6 +582,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
             if agent is None:
                 raise _ApiError(404, "unknown_agent", f"no agent {body.agent!r}")
         new_id = workers.fork(run_id, log, body.at, agent)
+        await workers.until_stored(new_id)  # once answered, the new run reads as any stored run
         first = log[0]
         assert isinstance(first, RunStarted)
         name = agent.name if agent is not None else agent_of(first)

@@ -63,6 +63,10 @@ def _problem(where: str, message: str, code: str) -> Problem:
     return Problem(code=code, where=where, message=message)
 
 
+FORK_WAIT = 10.0
+"""Seconds a fork's request waits for the new run's first event to be stored."""
+
+
 class Workers:
     """The runs this server executes, over one store."""
 
@@ -232,6 +236,20 @@ class Workers:
 
         self._tasks[new_id] = asyncio.create_task(self._drive_replay(new_id, replayed), name=f"fork:{new_id}")
         return new_id
+
+    async def until_stored(self, run_id: str) -> None:
+        """Wait until run ``run_id`` (a fork replaying here) has its first event in the store, so
+        that it reads as any stored run; or until it has ended, or ``FORK_WAIT`` seconds."""
+        flag = self.watch(run_id)  # woken now and then while the fork replays, and when it ends
+        try:
+            async with asyncio.timeout(FORK_WAIT):
+                while run_id in self._tasks and await self.store.last_seq(run_id) == 0:
+                    await flag.wait()
+                    flag.clear()
+        except TimeoutError:
+            pass
+        finally:
+            self.unwatch(run_id, flag)
 
     async def _drive_replay(self, run_id: str, replayed: Callable[[], Awaitable[None]]) -> None:
         async with self._slots:
