@@ -8,7 +8,9 @@ classes (parsed beforehand: the calls alone), against the same task run through 
 oracle planner (each turn a run of a session: planner, static checks, scheduler, executor, the
 run's log in memory), timed from each turn's ``run_started`` to its ``run_finished``. A task's
 figure is (planexec's time − the direct calls' time) ÷ its calls: what the framework adds to one
-call. Printed: the median and p99 over the tasks, the same per turn, the suite's wall time both
+call. Printed: the median and p99 over the tasks, the same per turn, a turn's time split by least
+squares into what every turn costs and what each of its calls adds (and the median turn by its
+number of calls), the suite's wall time both
 ways, the planner's calls and request characters per task, and what one hand-off of a sync
 function to a worker thread and back costs on this machine (BFCL's functions are sync, so each
 call makes one, and so does each turn's answer check): on a loaded machine that hand-off, not
@@ -28,19 +30,22 @@ from planexec.log import ModelCalled, RunFinished, RunStarted
 from planexec.tools import run_in_thread
 
 
-def _direct(task: Any) -> tuple[float, int]:
+def _direct(task: Any) -> tuple[float, int, list[float]]:
+    """The ground truth's calls made directly: their time, their count, and each turn's time."""
     world = BfclWorld(task)
     calls = [[parse_call(text, world.signature_of) for text in turn] for turn in task.ground_truth]
     fresh = BfclWorld(task)
     owner = {name: fresh.instances[cls] for name, cls in fresh._owner.items()}
     count = 0
-    t0 = time.perf_counter()
+    turns = []
     for turn in calls:
+        t0 = time.perf_counter()
         for name, kwargs in turn:
             with contextlib.suppress(Exception):  # as BFCL's executor, a failed call is a result
                 getattr(owner[name], name)(**kwargs)
             count += 1
-    return time.perf_counter() - t0, count
+        turns.append(time.perf_counter() - t0)
+    return sum(turns), count, turns
 
 
 async def _hand_off(rounds: int = 2000) -> float:
@@ -60,17 +65,21 @@ async def main() -> None:
     direct_total = planexec_total = 0.0
     planner_calls: list[int] = []
     planner_chars: list[int] = []
+    by_calls: dict[int, list[float]] = {}
+    """Framework time of each turn (µs), by the number of calls the turn makes."""
     t_suite = time.perf_counter()
     for task in tasks:
-        direct, count = _direct(task)
+        direct, count, direct_turns = _direct(task)
         outcome = await run_task(task)
         assert outcome.valid, (task.id, outcome.error)
         spent = 0.0
         calls = chars = 0
-        for turn in outcome.turns:
+        for index, turn in enumerate(outcome.turns):
             started = next(e.at for e in turn.events if isinstance(e, RunStarted))
             finished = next(e.at for e in turn.events if isinstance(e, RunFinished))
             spent += finished - started
+            made = len(task.ground_truth[index])
+            by_calls.setdefault(made, []).append((finished - started - direct_turns[index]) * 1e6)
             for e in turn.events:
                 if isinstance(e, ModelCalled) and e.role == "planner":
                     calls += 1
@@ -95,6 +104,13 @@ async def main() -> None:
         f"request characters per task: median {statistics.median(planner_chars):,.0f}"
     )
     print(f"  a sync function's hand-off to a worker thread and back: median {await _hand_off():.0f} µs")
+    points = [(n, t) for n, times in by_calls.items() if n > 0 for t in times]
+    slope, intercept = statistics.linear_regression([float(n) for n, _ in points], [t for _, t in points])
+    fit = f"{intercept:.0f} µs + {slope:.0f} µs per call"
+    print(f"  a turn's framework time ≈ {fit} (least squares over {len(points)} turns with calls)")
+    for n in sorted(by_calls):
+        times = by_calls[n]
+        print(f"    turns of {n} calls: {len(times):>4}, median {statistics.median(times):,.0f} µs")
 
 
 if __name__ == "__main__":
