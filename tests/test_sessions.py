@@ -210,3 +210,45 @@ def test_the_command_line_runs_turns_of_a_session_and_lists_them(tmp_path: Any, 
     memory = invoke(["run", "x", *common[:-3], "--store", "memory://", "--no-live", "--session", "m"])
     assert memory.exit_code == 2
     assert "lasting" in memory.output
+
+
+async def test_a_session_opened_again_goes_on_under_the_caps_it_began_with(tmp_path: Any) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    try:
+        first_agent = Agent(turn_planner(PLANS, []), tools=Drive().tools(), store=store)
+        first = await first_agent.session("capped", budget=Budget(model_calls=3)).run("enter docs")
+        assert first.model_calls == 2
+        again = await Agent(turn_planner(PLANS, []), tools=Drive().tools(), store=store).open_session("capped")
+        assert again.budget is not None
+        assert again.budget.model_calls == 3
+        second = await again.run("where am I")  # one call left of the session's three
+        assert second.stop.kind == "budget_exhausted"
+        wider = await Agent(turn_planner(PLANS, []), tools=Drive().tools(), store=store).open_session(
+            "capped", budget=Budget(model_calls=10)
+        )
+        assert (await wider.run("where am I")).stop.kind == "goal_met"  # caps given again replace them
+    finally:
+        await store.close()
+
+
+def test_the_command_line_caps_a_session_and_later_turns_keep_the_cap(tmp_path: Any, monkeypatch: Any) -> None:
+    from tests.cli_support import ARITHMETIC_TOOLS, invoke, write_script, write_tools_module
+
+    tools = write_tools_module(tmp_path, monkeypatch, ARITHMETIC_TOOLS, "capped_tools")
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    add = {"steps": [{"id": "a", "description": "add", "tool": "add", "args": {"a": 1, "b": 2}}]}
+    script = write_script(tmp_path, [add, {"answer": "3"}])
+    common = ["--planner", script, "--tools", f"{tools}:add", "--store", store, "--no-live"]
+    capped = ["--session", "cli-capped", "--session-budget", "model_calls=3", "--session-budget", "cost=0.5"]
+    first = invoke(["run", "add 1 and 2", *common, *capped])
+    assert first.exit_code == 0, first.output
+    second = invoke(["run", "and again", *common, "--session", "cli-capped"])  # one call of three left
+    assert second.exit_code == 1, second.output
+    assert "model_calls" in second.output
+    bad = invoke(["run", "x", *common, "--session-budget", "colour=3", "--session-budget", "steps=many"])
+    assert bad.exit_code == 2
+    for problem in ("caps a session", "'colour=3'", "'many' is not a number"):
+        assert problem in bad.output, bad.output
+    negative = invoke(["run", "x", *common, "--session", "s2", "--session-budget", "steps=-1"])
+    assert negative.exit_code == 2
+    assert "--session-budget" in negative.output

@@ -18,7 +18,7 @@ from planexec.cli._options import Problems, Refused
 from planexec.cli._text import plain, redactor_of
 from planexec.errors import StoreError, UsageError
 from planexec.log import RunResult
-from planexec.runtime import Agent, Run
+from planexec.runtime import Agent, Budget, Run
 from planexec.store import Redactor, RunStore
 
 __all__ = [
@@ -134,13 +134,15 @@ async def start_and_follow(
     *,
     metadata: Mapping[str, Any] | None = None,
     session: str | None = None,
+    session_budget: Budget | None = None,
 ) -> RunResult:
-    """Start ``goal`` (as the next turn of ``session``, when given) and show it until it ends; when
-    cancelled (Ctrl-C), return the cancelled run's result."""
+    """Start ``goal`` (as the next turn of ``session``, when given, under ``session_budget`` or the
+    caps the session began with) and show it until it ends; when cancelled (Ctrl-C), return the
+    cancelled run's result."""
     await agent.open()  # its MCP servers, if it has any
     try:
         if session is not None:
-            turns = await agent.open_session(session)
+            turns = await agent.open_session(session, budget=session_budget)
             if turns.unfinished is not None:
                 raise UsageError(
                     f"session {session}: its last turn, run {turns.unfinished}, is unfinished: "

@@ -3,6 +3,7 @@ store with what it takes to pick the run up again."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -11,15 +12,20 @@ from planexec.cli._agent_options import AgentFlags, agent_options, build, live_o
 from planexec.cli._common import View, start_and_follow
 from planexec.cli._finish import report_result
 from planexec.cli._globals import global_options
-from planexec.cli._options import Problems, Refused
+from planexec.cli._options import BUDGET_FLAGS, Problems, Refused
 from planexec.cli._store_options import StoreChoice, is_memory, store_choice, using_store
 from planexec.cli._telemetry import TelemetryFlags, run_observed, telemetry_options
 from planexec.cli._terminal_approver import approvals_for
 from planexec.cli._text import plain, redactor_of
+from planexec.errors import UsageError
 from planexec.runs import AgentSpec, dropped_settings
-from planexec.runtime import check_session_id
+from planexec.runtime import Budget, check_session_id
 
 __all__ = ["run"]
+
+
+BUDGET_FIELDS = tuple(flag.field for flag in BUDGET_FLAGS)
+"""The caps a session budget may set."""
 
 
 @click.command()
@@ -40,6 +46,15 @@ __all__ = ["run"]
     help="Run GOAL as the next turn of session ID (a new one when the store has none): its planner sees "
     "the earlier turns. `planexec sessions` lists them.",
 )
+@click.option(
+    "--session-budget",
+    "session_caps",
+    metavar="FIELD=N",
+    multiple=True,
+    help="With --session: a cap on the whole session, summed over its turns (repeatable; fields: "
+    + ", ".join(BUDGET_FIELDS)
+    + "). Kept with each turn: later turns go on under it unless given again.",
+)
 @live_options
 @telemetry_options
 @global_options()
@@ -53,6 +68,7 @@ def run(
     no_input: bool,
     as_json: bool,
     session: str | None,
+    session_caps: tuple[str, ...],
     **values: Any,
 ) -> None:
     """Run GOAL with a planner model, tools and budgets.
@@ -73,15 +89,50 @@ def run(
     observed = TelemetryFlags.take(values)
     spec = AgentFlags.take(values).spec_for_run(constraints)
     view = View.make(as_json=as_json, no_live=no_live, no_input=no_input)
-    run_observed(ctx, observed, _run(goal, spec, view, store_choice(ctx), session))
+    run_observed(ctx, observed, _run(goal, spec, view, store_choice(ctx), session, session_caps))
 
 
-async def _run(goal: str, spec: AgentSpec, view: View, choice: StoreChoice, session: str | None = None) -> int:
+def session_budget(caps: Sequence[str], session: str | None, problems: Problems) -> Budget | None:
+    """The caps ``--session-budget`` gives (None: none given); a field it does not name has no cap."""
+    if not caps:
+        return None
+    if session is None:
+        problems.add("--session-budget", "caps a session: give --session ID too")
+    values: dict[str, float | None] = dict.fromkeys(BUDGET_FIELDS)
+    for cap in caps:
+        name, sep, text = cap.partition("=")
+        name = name.strip()
+        if not sep or name not in BUDGET_FIELDS:
+            problems.add("--session-budget", f"{cap!r}: FIELD=N, FIELD one of {', '.join(BUDGET_FIELDS)}")
+            continue
+        try:
+            number = float(text)
+        except ValueError:
+            problems.add("--session-budget", f"{cap!r}: {text.strip()!r} is not a number")
+            continue
+        values[name] = int(number) if number.is_integer() and name not in ("cost", "wall_time") else number
+    try:
+        return Budget(**values)  # type: ignore[arg-type]
+    except UsageError as e:
+        for p in e.problems:
+            problems.add("--session-budget", str(p))
+    return None
+
+
+async def _run(
+    goal: str,
+    spec: AgentSpec,
+    view: View,
+    choice: StoreChoice,
+    session: str | None = None,
+    session_caps: Sequence[str] = (),
+) -> int:
     problems = Problems()
     if not goal.strip():
         problems.add("GOAL", "the goal is empty")
     if session is not None:
         problems.add_problems(check_session_id(session), {"session_id": "--session"})
+    caps = session_budget(session_caps, session, problems)
     async with using_store(choice, problems) as store:
         approvals = approvals_for(
             view.console, view.display, no_input=view.no_input, plan=spec.approve_plan, redactor=redactor_of(store)
@@ -93,6 +144,6 @@ async def _run(goal: str, spec: AgentSpec, view: View, choice: StoreChoice, sess
             problems.add("--session", "a session's turns are kept in the store: name a lasting one with --store")
             raise Refused(problems)
         result = await start_and_follow(
-            agent, goal, spec.constraints, view.display, metadata=spec.metadata(), session=session
+            agent, goal, spec.constraints, view.display, metadata=spec.metadata(), session=session, session_budget=caps
         )
         return report_result(view, result, choice, store)

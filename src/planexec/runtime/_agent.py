@@ -36,7 +36,7 @@ from planexec.runtime._replays import ReplayReport, replay_log
 from planexec.runtime._session import Session, check_session_id
 from planexec.runtime._settings import AnswerReview, ApprovalDecision, Approvals, Escalation, Limits, RunContext
 from planexec.runtime._tool_specs import tool_spec
-from planexec.runtime._turns import RECORD_CHARS, session_record
+from planexec.runtime._turns import RECORD_CHARS, SessionRecord, session_record
 from planexec.store import RunStore
 from planexec.telemetry import Telemetry
 from planexec.tools import Tool, Toolset
@@ -597,7 +597,8 @@ class Agent:
     ) -> Session:
         """The session ``session_id`` as this agent's store has it (no turn yet: a new one), to run
         more turns in. A last turn left unfinished (a crash, a question for a human) is
-        :attr:`Session.unfinished`: go on with it with :meth:`Session.resume`."""
+        :attr:`Session.unfinished`: go on with it with :meth:`Session.resume`. ``budget``: caps on
+        the whole session; None: those its last turn ran under (none for a new session)."""
         problems = check_session_id(session_id)
         if problems:
             raise UsageError("invalid session", problems)
@@ -608,13 +609,19 @@ class Agent:
         rows.sort(key=lambda r: (r.turn or 0, r.started_at))
         turns: list[RunResult] = []
         unfinished: str | None = None
+        recorded: SessionRecord | None = None
         for row in rows:
             log = [e.event for e in await store.read(row.run_id)]
+            first = log[0] if log else None
+            if isinstance(first, RunStarted):
+                recorded = session_record(first.config) or recorded
             state = RunState.fold(log)
             if not state.finished and row is rows[-1]:
                 unfinished = row.run_id
                 continue
             turns.append(RunResult.from_state(state, log))
+        if budget is None and recorded is not None:
+            budget = recorded.session_budget  # the session goes on under the caps it began with
         session = Session(self, session_id, budget=budget, record_chars=record_chars, turns=turns)
         session.unfinished = unfinished
         return session
