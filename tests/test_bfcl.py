@@ -195,3 +195,17 @@ async def test_a_turn_that_names_a_withheld_tool_with_nobody_to_ask_stops_escala
     outcome = await run_task(task, planner=FunctionModel(stubborn))
     assert not outcome.valid
     assert outcome.error["stop"] == "escalated"
+
+
+async def test_the_other_multi_turn_categories_pass_and_long_context_loads_its_long_state() -> None:
+    [short] = load_tasks("multi_turn_base", ids=["multi_turn_base_0"])
+    [long] = load_tasks("multi_turn_long_context", ids=["multi_turn_long_context_0"])
+    assert long.long_context
+    assert not short.long_context
+    sizes = [len(repr(vars(BfclWorld(t).instances["GorillaFileSystem"]))) for t in (short, long)]
+    assert sizes[1] > 2 * sizes[0]  # the long context's extra files and folders are there
+    for category in ("multi_turn_miss_param", "multi_turn_long_context"):
+        for task in load_tasks(category)[:25]:
+            for agent, policy in (("planexec", "upfront"), ("planexec", "step"), ("react", "upfront")):
+                outcome = await run_task(task, agent=agent, policy=policy)  # type: ignore[arg-type]
+                assert outcome.valid, (task.id, agent, policy, outcome.error)

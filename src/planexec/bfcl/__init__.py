@@ -17,6 +17,7 @@ from planexec.bfcl._data import CATEGORIES, BfclTask, load_tasks
 from planexec.bfcl._oracle import Oracle, ReactOracle
 from planexec.bfcl._run import (
     MORE_TOOLS,
+    REACT_TURNS,
     AgentKind,
     Policy,
     TaskOutcome,
@@ -30,6 +31,7 @@ from planexec.bfcl._world import BfclWorld, bfcl_schema
 __all__ = [
     "CATEGORIES",
     "MORE_TOOLS",
+    "REACT_TURNS",
     "AgentKind",
     "BfclTask",
     "BfclWorld",

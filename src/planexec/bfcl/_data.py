@@ -46,6 +46,9 @@ class BfclTask:
     ground_truth: tuple[tuple[str, ...], ...] = ()
     missed: dict[int, tuple[str, ...]] = field(default_factory=dict)
     """For ``miss_func``: functions held back until a turn (turn index → function names)."""
+    long_context: bool = False
+    """For ``long_context``: the classes start with their long-context state (far more data to
+    read through), as BFCL loads them for that category."""
 
 
 def _user_text(turn: list[dict[str, Any]]) -> str:
@@ -86,6 +89,7 @@ def load_tasks(category: str = "multi_turn_base", *, ids: list[str] | None = Non
                 excluded=frozenset(entry.get("excluded_function") or ()),
                 ground_truth=answers.get(entry["id"], ()),
                 missed=missed,
+                long_context="long_context" in category,
             )
         )
     if wanted is not None:

@@ -29,10 +29,14 @@ from planexec.runtime import Agent, AnswerReview, Budget, Session
 from planexec.store import RunStore
 from planexec.tools import RetryPolicy, Tool
 
-__all__ = ["AgentKind", "Policy", "TaskOutcome", "TaskRun", "run_task"]
+__all__ = ["REACT_TURNS", "AgentKind", "Policy", "TaskOutcome", "TaskRun", "run_task"]
 
 AgentKind = Literal["planexec", "react"]
 Policy = Literal["upfront", "step"]
+
+REACT_TURNS = 50
+"""The ReAct baseline's most model calls per BFCL turn: a turn of BFCL's makes up to 34 calls, and
+a ReAct model may need one model call for each that depends on the one before."""
 
 MORE_TOOLS = "You have more tools now: {names}. Please go on with what I asked."
 """A turn's request when BFCL gives none (the turn that adds functions held back until then)."""
@@ -231,7 +235,9 @@ async def _run_react(
         run.begin_turn(turn)
         if oracle is not None:
             oracle.next_turn(turn)
-        react = ReactAgent(chosen, tools=_wrapped(run.tools(turn), faults), budget=budget or Budget(), max_turns=20)
+        react = ReactAgent(
+            chosen, tools=_wrapped(run.tools(turn), faults), budget=budget or Budget(), max_turns=REACT_TURNS
+        )
         result = await react.run(run.goal(turn), history=history, run_id=f"bfcl-{run.task.id}-{turn}")
         results.append(result)
         history = result.messages

@@ -69,7 +69,7 @@ def new_instances(task: BfclTask) -> dict[str, Any]:
         module = importlib.import_module(f"{_BACKEND}.{CLASS_MODULES[name]}")
         instance = getattr(module, name)()
         if name not in _STATELESS:
-            instance._load_scenario(copy.deepcopy(task.initial_config.get(name, {})), long_context=False)
+            instance._load_scenario(copy.deepcopy(task.initial_config.get(name, {})), long_context=task.long_context)
             # Some classes load missing state from module-level defaults without copying them: an
             # instance must own its state, or one task's calls show up in another's instances.
             vars(instance).update(copy.deepcopy(vars(instance)))

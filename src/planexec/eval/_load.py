@@ -18,7 +18,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, cast
 
-from planexec.bfcl import says_something
+from planexec.bfcl import REACT_TURNS, says_something
 from planexec.errors import Problem, UsageError
 from planexec.eval._bfcl import bfcl_tasks
 from planexec.eval._faults import fault_problems
@@ -251,7 +251,8 @@ class _Reader:
         for bfcl_task, world in found:
             where = _Where(f"bfcl ({bfcl_task.id})", {})
             first, *rest = bfcl_task.turns or ("",)
-            task = self.task({**defaults, "goal": first}, where, bfcl_task.id, stand_in=True)
+            raw = {"max_turns": REACT_TURNS, **defaults, "goal": first}  # ReAct: a model call per dependent call
+            task = self.task(raw, where, bfcl_task.id, stand_in=True)
             if task is not None:
                 # A turn may need no call (its ground truth is empty): a plan of no step, which a
                 # run accepts only when its answer is reviewed.
