@@ -5,7 +5,7 @@ each usage error lists every problem at once."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -89,3 +89,97 @@ async def test_a_history_that_is_not_a_conversation_is_refused_listing_every_bad
         with pytest.raises(UsageError) as caught:
             await agent.run("go", history=not_a_list)  # type: ignore[arg-type]
         assert [p.where for p in caught.value.problems] == ["history"]
+
+
+# -- task worlds that fail part-way -----------------------------------------------------------------
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+class _FailingWorld:
+    """A world of three turns whose ``failing`` method raises (or answers junk) at turn ``at``."""
+
+    def __init__(self, failing: str, at: int) -> None:
+        self.failing = failing
+        self.at = at
+
+    def _maybe_fail(self, method: str, turn: int) -> None:
+        if method == self.failing and turn == self.at:
+            raise RuntimeError(f"{method} broke at turn {turn}")
+
+    def tools(self, turn: int) -> list[Any]:
+        self._maybe_fail("tools", turn)
+        return [add]
+
+    def goal(self, turn: int) -> str:
+        self._maybe_fail("goal", turn)
+        return f"add, turn {turn}"
+
+    def begin_turn(self, turn: int) -> None:
+        self._maybe_fail("begin_turn", turn)
+
+    def check_turn(self, turn: int) -> Any:
+        from planexec.eval import CheckOutcome
+
+        if self.failing == "junk check" and turn == self.at:
+            return "looks fine"
+        self._maybe_fail("check_turn", turn)
+        return CheckOutcome(name="world", passed=True, detail="")
+
+    def stand_in(self, role: str) -> Any:
+        if role == "planner":
+            plan = {"steps": [{"id": "s", "description": "add", "tool": "add", "args": {"a": 1, "b": 2}}]}
+            return ScriptedModel([plan, {"answer": "3"}] * 3)
+        from planexec.testing import tool_calls
+
+        return ScriptedModel([tool_calls(("add", {"a": 1, "b": 2})), "3"] * 3)
+
+
+@pytest.mark.parametrize("agent", ["planexec", "react"])
+@pytest.mark.parametrize(
+    ("failing", "at", "reason"),
+    [
+        ("goal", 1, "turn 2: error: RuntimeError: goal broke at turn 1"),
+        ("begin_turn", 2, "turn 3: error: RuntimeError: begin_turn broke at turn 2"),
+        ("check_turn", 0, "turn 1: error: RuntimeError: check_turn broke at turn 0"),
+        ("junk check", 1, "turn 2: error: TypeError: the world's check of the turn is a str, not a CheckOutcome"),
+    ],
+)
+async def test_a_world_that_fails_after_turns_ran_keeps_what_they_did_in_the_report(
+    tmp_path: Any, agent: str, failing: str, at: int, reason: str
+) -> None:
+    from planexec.eval import AgentKind, EvalSettings, Suite, Task, run_suite
+    from planexec.store import SQLiteStore
+
+    task = Task(id="t", goal="add", turns=("again", "and again"), world=lambda: _FailingWorld(failing, at))
+    store = SQLiteStore(tmp_path / "runs.db")
+    try:
+        report = await run_suite(
+            Suite(name="s", tasks=(task,), root=tmp_path), EvalSettings(agent=cast(AgentKind, agent), store=store)
+        )
+        [run] = report.tasks[0].runs
+        ran = at if failing in ("goal", "begin_turn") else at + 1  # the turns that ran before it failed
+        assert not run.passed
+        assert run.reasons == (reason,)
+        assert run.stop == "goal_met"  # every turn that ran met its goal: the world failed, not the agent
+        assert run.tools_called == ("add",) * ran
+        assert run.metrics.model_calls == 2 * ran
+        if agent == "planexec":
+            assert run.run_id is not None
+            assert len(await store.list_runs()) == ran
+    finally:
+        await store.close()
+
+
+async def test_a_world_that_fails_before_any_turn_ran_fails_the_run_with_its_error(tmp_path: Any) -> None:
+    from planexec.eval import Suite, Task, run_suite
+
+    task = Task(id="t", goal="add", turns=("again",), world=lambda: _FailingWorld("begin_turn", 0))
+    report = await run_suite(Suite(name="s", tasks=(task,), root=tmp_path))
+    [run] = report.tasks[0].runs
+    assert (run.passed, run.stop) == (False, "error")
+    assert run.reasons == ("error: RuntimeError: begin_turn broke at turn 0",)
