@@ -183,3 +183,35 @@ async def test_a_world_that_fails_before_any_turn_ran_fails_the_run_with_its_err
     [run] = report.tasks[0].runs
     assert (run.passed, run.stop) == (False, "error")
     assert run.reasons == ("error: RuntimeError: begin_turn broke at turn 0",)
+
+
+# -- BFCL suites from the command line and in files ----------------------------------------------------
+
+
+def test_an_option_for_the_other_agent_is_refused_not_played_by_the_oracle(tmp_path: Any) -> None:
+    from tests.cli_support import invoke
+
+    react = invoke(["eval", "bfcl:nope", "--agent", "react", "--planner", "scripted:p.json", "--policy", "step"])
+    assert react.exit_code == 2, react.output
+    for said in (
+        "--planner: does not apply to the react agent",
+        "--policy: does not apply to the react agent",
+        "bfcl.category",
+    ):
+        assert said in react.output, react.output
+    planexec = invoke(["eval", "bfcl:multi_turn_base", "--react-model", "scripted:p.json"])
+    assert planexec.exit_code == 2, planexec.output
+    assert "--react-model: does not apply to the planexec agent" in planexec.output
+
+
+def test_a_bfcl_suite_that_names_no_task_still_has_its_defaults_checked(tmp_path: Any) -> None:
+    from tests.cli_support import invoke
+
+    (tmp_path / "suite.yaml").write_text(
+        "bfcl: {category: nope}\ndefaults: {planner: 'nope:x', budget: {cost: -1}, policy: sideways}\n",
+        encoding="utf-8",
+    )
+    result = invoke(["eval", str(tmp_path / "suite.yaml")])
+    assert result.exit_code == 2, result.output
+    for where in ("bfcl.category", "defaults.planner", "defaults.policy", "defaults.budget.cost"):
+        assert where in result.output, (where, result.output)
