@@ -215,3 +215,55 @@ def test_a_bfcl_suite_that_names_no_task_still_has_its_defaults_checked(tmp_path
     assert result.exit_code == 2, result.output
     for where in ("bfcl.category", "defaults.planner", "defaults.policy", "defaults.budget.cost"):
         assert where in result.output, (where, result.output)
+
+
+# -- changing an agent's tools ---------------------------------------------------------------------
+
+
+@tool(name="add")
+def other_add(a: int, b: int) -> int:
+    """Another tool named add."""
+    return a - b
+
+
+async def test_use_tools_changes_the_next_turns_tools_and_refuses_what_is_not_a_tool_listing_everything() -> None:
+    from planexec import Agent
+    from planexec.errors import ToolDefinitionError
+    from planexec.log import RunStarted
+    from planexec.mcp import MCPStdio, MCPToolset
+
+    plan = {"steps": [{"id": "s", "description": "add", "tool": "add", "args": {"a": 1, "b": 2}}]}
+    agent = Agent(ScriptedModel([plan, {"answer": "3"}, plan, {"answer": "-1"}]), tools=[add], store=None)
+    session = agent.session("s")
+    first = await session.run("add")
+    agent.use_tools([other_add])
+    second = await session.run("add again")
+    assert (first.outputs, second.outputs) == ({"s": 3}, {"s": -1})
+    started = second.events[0]
+    assert isinstance(started, RunStarted)
+    assert started.tools == ("add",)
+
+    with pytest.raises(ToolDefinitionError) as caught:
+        agent.use_tools([1, add, other_add, "x"])  # type: ignore[list-item]
+    assert [p.code for p in caught.value.problems] == ["not_a_tool", "duplicate_tool", "not_a_tool"]
+
+    server = MCPToolset(server=MCPStdio(command="true"))
+    for given in ([[server]], [server, add, other_add]):
+        with pytest.raises(UsageError) as refused:
+            agent.use_tools(given)  # type: ignore[arg-type]
+        assert refused.value.problems[0].where == "tools: MCP server true"
+    assert [p.code for p in refused.value.problems] == ["agent", "duplicate_tool"]
+    for not_tools in (None, "add"):
+        with pytest.raises(UsageError, match="must be a list of tools"):
+            agent.use_tools(not_tools)  # type: ignore[arg-type]
+    assert agent.tools.get("add") is other_add  # every refused change left the tools as they were
+
+
+def test_an_mcp_server_in_a_nested_list_is_still_one_of_the_agents_servers() -> None:
+    from planexec import Agent
+    from planexec.mcp import MCPStdio, MCPToolset
+
+    server = MCPToolset(server=MCPStdio(command="true"))
+    with pytest.raises(UsageError) as caught:
+        Agent(ScriptedModel([]), tools=[[server], add], store=None).start("go")  # type: ignore[list-item]
+    assert [p.where for p in caught.value.problems] == ["tools: MCP server true"]  # not open: not silently toolless
