@@ -267,3 +267,31 @@ def test_an_mcp_server_in_a_nested_list_is_still_one_of_the_agents_servers() -> 
     with pytest.raises(UsageError) as caught:
         Agent(ScriptedModel([]), tools=[[server], add], store=None).start("go")  # type: ignore[list-item]
     assert [p.where for p in caught.value.problems] == ["tools: MCP server true"]  # not open: not silently toolless
+
+
+# -- BFCL's functions asked for endless work ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("function", "args", "says"),
+    [
+        ("power", {"base": 7, "exponent": 10_000_000}, "the result would have about 8.45e+06 digits"),
+        ("square_root", {"number": 2, "precision": 200_000}, "a precision of more than 10,000 digits"),
+        ("logarithm", {"value": 2, "base": 10, "precision": 200_000}, "a precision of more than 10,000 digits"),
+    ],
+)
+async def test_a_bfcl_math_call_that_would_hold_the_interpreter_fails_at_once(
+    function: str, args: dict[str, Any], says: str
+) -> None:
+    pytest.importorskip("bfcl_eval")
+    from planexec.bfcl import load_tasks, run_task
+    from planexec.log import StepFailed
+
+    task = next(t for t in load_tasks("multi_turn_base") if "MathAPI" in t.involved_classes)
+    step = {"id": "m", "description": function, "tool": function, "args": args}
+    planner = ScriptedModel([{"steps": [step]}, {"reason": "stop", "steps": []}, {"answer": "gave up"}] * 3)
+    outcome = await run_task(task, planner=planner, budget=Budget(wall_time=30))
+
+    failed = [e for turn in outcome.turns for e in turn.events if isinstance(e, StepFailed)]
+    assert failed
+    assert failed[0].error.message == f"{function}: {says}"
