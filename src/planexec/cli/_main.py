@@ -41,7 +41,12 @@ COMMANDS: dict[str, _Command] = {
     ),
     "approve": _Command("_approvals", "approve", "Approve question ID of RUN (with no ID: its only open question)."),
     "demo": _Command("_demo", "demo", "Run the offline demo: an agent audits a failing customer workflow."),
-    "eval": _Command("_eval", "eval_command", "Evaluate an agent on a suite of golden tasks (a YAML file)."),
+    "eval": _Command(
+        "_eval",
+        "eval_command",
+        "Evaluate an agent on a suite of golden tasks (a YAML file), or on BFCL's multi-turn tasks "
+        "(bfcl:multi_turn_base, bfcl:multi_turn_miss_func, ...; needs the bfcl-eval package).",
+    ),
     "export": _Command("_listing", "export", "Export RUN's log as JSON Lines: one event per line, in log order."),
     "gc": _Command(
         "_gc", "gc", "Delete the runs (and their logs) not updated for AGE: finished, waiting or abandoned alike."
