@@ -366,3 +366,26 @@ def test_the_command_line_refuses_to_fork_a_session_listing_every_problem(
     neither = invoke(["replay", "--store", store])
     assert neither.exit_code == 2
     assert "RUN: give the run to replay (or --session ID for a whole session)" in neither.stderr
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "code"),
+    [
+        ("budget", "lots", "budget"),
+        ("session_budget", {"model_calls": "many"}, "budget"),
+        ("record_chars", -5, "record"),
+    ],
+)
+async def test_a_session_record_field_that_cannot_be_read_is_named(
+    tmp_path: Path, store: SQLiteStore, field: str, value: Any, code: str
+) -> None:
+    """A resumed or forked turn would go on without it (with the agent's caps, or the default
+    bound): the replay says so instead of calling the session reproduced."""
+    rec = await record(tmp_path, store, budget=Budget(model_calls=20))
+    edit_session_record(rec.path, rec.runs[1], lambda s: s.update({field: value}))
+    report = await replay_session(store, "chat")
+    assert not report.reproduced
+    [problem] = report.all_problems()
+    assert (problem.code, problem.where) == (code, f"turn 2 (run {rec.runs[1]})")
+    assert problem.message == f"its session record's {field} cannot be read: {value!r}"
+    assert getattr(report.turns[1], code) == "differs"

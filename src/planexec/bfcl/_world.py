@@ -8,6 +8,7 @@ import copy
 import importlib
 import inspect
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -199,16 +200,41 @@ class BfclWorld:
             asked = copy.deepcopy(kwargs)  # what the call was asked: a method may change its arguments
             method = getattr(self.instances[class_name], name)
             try:
+                if class_name == "MathAPI":
+                    _refuse_endless_math(name, kwargs)
                 value = method(**kwargs)
             except Exception as e:  # BFCL counts it as the call's result; the step fails
                 self.results[-1].append(f"Error during execution: {e}")
-                raise ToolError(f"{name}: {e}") from None
+                raise ToolError(str(e) or type(e).__name__) from None  # named by the tool already
             self.results[-1].append(bfcl_result(value))
             self.done[-1].append((name, asked))
             return _json_safe(value)
 
         call.__name__ = name
         return call
+
+
+MAX_PRECISION = 10_000
+"""The most digits ``square_root`` and ``logarithm`` are asked for (BFCL's tasks ask for a few)."""
+
+MAX_POWER_DIGITS = 4300
+"""The most digits of a power of whole numbers (Python's default limit on writing one as text)."""
+
+
+def _refuse_endless_math(name: str, kwargs: dict[str, Any]) -> None:
+    """Raise for a MathAPI call that would hold the interpreter for minutes or hours, in one C call
+    no timeout interrupts: a power of whole numbers with more digits than Python writes as text,
+    or a root or logarithm to more than ``MAX_PRECISION`` digits."""
+    if name == "power":
+        base, exponent = kwargs.get("base"), kwargs.get("exponent")
+        if type(base) is int and type(exponent) is int and exponent > 0 and abs(base) > 1:
+            digits = exponent * math.log10(abs(base))
+            if digits > MAX_POWER_DIGITS:
+                raise ValueError(f"the result would have about {digits:.3g} digits")
+    elif name in ("square_root", "logarithm"):
+        precision = kwargs.get("precision")
+        if isinstance(precision, int | float) and precision > MAX_PRECISION:
+            raise ValueError(f"a precision of more than {MAX_PRECISION:,} digits")
 
 
 _DOC_CACHE: dict[str, dict[str, dict[str, Any]]] = {}

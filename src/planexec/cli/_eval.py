@@ -276,9 +276,12 @@ def _read_suite(options: _Options, problems: Problems) -> Suite | None:
     text = str(options.suite_path)
     try:
         if text.startswith(BFCL_PREFIX):
-            return suite_from_mapping(
-                _bfcl_suite(text.removeprefix(BFCL_PREFIX), given), root=Path.cwd(), agent=options.settings.agent
-            )
+            agent = options.settings.agent
+            misplaced = sorted(given.keys() & _OTHER_AGENTS_OPTIONS.get(agent, frozenset()))
+            for key in misplaced:
+                problems.add(f"--{key.replace('_', '-')}", f"does not apply to the {agent} agent (--agent)")
+            suite = suite_from_mapping(_bfcl_suite(text.removeprefix(BFCL_PREFIX), given), root=Path.cwd(), agent=agent)
+            return None if misplaced else suite
         for key in given:
             problems.add(f"--{key.replace('_', '-')}", f"shapes a suite of BFCL's tasks (bfcl:CATEGORY), not {text}")
         if given:
@@ -290,6 +293,13 @@ def _read_suite(options: _Options, problems: Problems) -> Suite | None:
 
 
 BFCL_PREFIX = "bfcl:"
+
+_OTHER_AGENTS_OPTIONS: dict[str, frozenset[str]] = {
+    "planexec": frozenset({"react_model"}),
+    "react": frozenset({"planner", "policy"}),
+}
+"""The options that shape a BFCL suite for the other agent only (given, they would be ignored and
+the oracle would play the model the user meant to evaluate)."""
 
 
 def _bfcl_suite(category: str, given: dict[str, Any]) -> dict[str, Any]:

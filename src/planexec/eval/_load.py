@@ -247,6 +247,8 @@ class _Reader:
                 self.add(f"defaults.{key}", "BFCL's tasks bring their own requests, tools and checks")
         found, problems = bfcl_tasks(spec)
         self.problems += problems
+        if not found:  # the defaults are checked all the same, so that every problem is listed at once
+            self.task({**defaults, "goal": "-"}, _Where("bfcl", {}), "bfcl", stand_in=True)
         tasks = []
         for bfcl_task, world in found:
             where = _Where(f"bfcl ({bfcl_task.id})", {})

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -213,7 +213,12 @@ class _Turns:
             self.world.begin_turn(turn)
 
     def check(self, turn: int) -> CheckOutcome | None:
-        return self.world.check_turn(turn) if self.world is not None else None
+        if self.world is None:
+            return None
+        verdict = self.world.check_turn(turn)
+        if verdict is not None and not isinstance(verdict, CheckOutcome):
+            raise TypeError(f"the world's check of the turn is a {type(verdict).__name__}, not a CheckOutcome")
+        return verdict
 
     def model(self, spec: ModelSpec | None, role: Role, wrap: Callable[[Model, str], Model]) -> Model | None:
         """The task's model for ``role``, else its world's stand-in."""
@@ -274,26 +279,21 @@ async def _execute(
         run = agent.start(task.goal, constraints=task.constraints, run_id=run_id, metadata=metadata)
         return _Ran(results=(await run.result(),))
     session = agent.session(name)
-    results: list[RunResult | ReactResult] = []
-    checks: list[CheckOutcome] = []
-    for turn in range(turns.count):
-        turns.begin(turn)
+
+    async def run_turn(turn: int) -> RunResult:
         if turns.changed(turn):
             agent.use_tools(turns.tools(turn))
-        result = await session.run(turns.goal(turn), constraints=task.constraints, metadata=metadata)
-        results.append(result)
-        if not _turn_went_on(turn, result, turns, checks):
-            break
-    return _Ran(results=tuple(results), checks=tuple(checks))
+        return await session.run(turns.goal(turn), constraints=task.constraints, metadata=metadata)
+
+    return await _each_turn(turns, run_turn)
 
 
 async def _react_turns(task: Task, turns: _Turns, model: Model, context: RunContext) -> _Ran:
     """The ReAct baseline over a task's turns: one conversation, a run per turn."""
-    results: list[RunResult | ReactResult] = []
-    checks: list[CheckOutcome] = []
     history: tuple[Message, ...] = ()
-    for turn in range(turns.count):
-        turns.begin(turn)
+
+    async def run_turn(turn: int) -> ReactResult:
+        nonlocal history
         react = ReactAgent(
             model,
             tools=turns.tools(turn),
@@ -303,11 +303,40 @@ async def _react_turns(task: Task, turns: _Turns, model: Model, context: RunCont
             settings=task.executor_settings,
         )
         result = await react.run(turns.goal(turn), constraints=task.constraints, history=history)
-        results.append(result)
         history = result.messages
-        if not _turn_went_on(turn, result, turns, checks):
+        return result
+
+    return await _each_turn(turns, run_turn)
+
+
+async def _each_turn(turns: _Turns, run_turn: Callable[[int], Awaitable[RunResult | ReactResult]]) -> _Ran:
+    """Run and check each turn until one stops short or fails its check. A turn whose world (or
+    whose start) fails after earlier turns ran ends the run with a failed check of that turn, and
+    the report keeps what the earlier turns did; before any turn ran, the failure is the run's."""
+    results: list[RunResult | ReactResult] = []
+    checks: list[CheckOutcome] = []
+    for turn in range(turns.count):
+        try:
+            turns.begin(turn)
+            result = await run_turn(turn)
+        except Exception as e:
+            if not results:
+                raise
+            checks.append(_turn_failed(turn, e))
+            break
+        results.append(result)
+        try:
+            went_on = _turn_went_on(turn, result, turns, checks)
+        except Exception as e:
+            checks.append(_turn_failed(turn, e))
+            break
+        if not went_on:
             break
     return _Ran(results=tuple(results), checks=tuple(checks))
+
+
+def _turn_failed(turn: int, error: Exception) -> CheckOutcome:
+    return CheckOutcome(name=f"turn {turn + 1}: error", passed=False, detail=f"{type(error).__name__}: {error}")
 
 
 def _turn_went_on(turn: int, result: RunResult | ReactResult, turns: _Turns, checks: list[CheckOutcome]) -> bool:

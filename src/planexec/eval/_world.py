@@ -19,7 +19,11 @@ Role = Literal["planner", "react"]
 
 @runtime_checkable
 class TaskWorld(Protocol):
-    """One run's world. Turns are numbered from 0; a task with ``turns`` has ``1 + len(turns)``."""
+    """One run's world. Turns are numbered from 0; a task with ``turns`` has ``1 + len(turns)``.
+
+    A method that raises once a turn has run ends the run with a failed check of the turn it
+    raised in (``turn N: error``), and the report keeps what the turns before did; one that raises
+    before any turn ran fails the run with its error."""
 
     def tools(self, turn: int) -> Sequence[Tool]:
         """The tools of ``turn`` (a turn may add or withhold some: the session's toolset changes)."""

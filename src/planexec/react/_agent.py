@@ -4,8 +4,11 @@ Each turn the model either asks for tool calls (run at once, their results sent 
 It runs under the same :class:`~planexec.Budget` as a planner–executor run, with the same tool
 checks (schema, timeout, retries, output schema), the same stall rule (the same call failing
 again) and the same stop reasons, and it logs the same kinds of events — so that the two can be
-compared fairly on one suite. It has no plan to approve and no approval gate: a ``sensitive``
-tool is called like any other.
+compared fairly on one suite. A model's reply is held to the same rules as a planner's
+(:func:`~planexec.runtime.accepted_reply`: tool calls whose arguments are JSON objects, nothing
+nested too deep or longer than ``Limits().max_reply_chars``, usage and cost that are numbers): one
+that breaks them stops the run as a failed model call. It has no plan to approve and no approval
+gate: a ``sensitive`` tool is called like any other.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from planexec.models import (
     resolve_model,
 )
 from planexec.react._calls import CallSite, call_tool, observation
-from planexec.runtime import Budget, BudgetHit, RunContext
+from planexec.runtime import Budget, BudgetHit, Limits, RunContext, accepted_reply
 from planexec.tools import Tool, ToolCrashed, Toolset
 
 __all__ = ["DEFAULT_REACT_INSTRUCTIONS", "ReactAgent", "ReactResult"]
@@ -52,6 +55,10 @@ DEFAULT_REACT_INSTRUCTIONS = (
     "you need (several at once when they are independent); you will read their results. When the goal "
     "is met, reply with the final answer only."
 )
+
+
+_MAX_REPLY_CHARS = Limits().max_reply_chars
+"""The longest reply kept, as a planner–executor run keeps it by default."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,11 +151,10 @@ class ReactAgent:
         ``history``: the conversation so far (an earlier result's ``messages``), for a goal that
         goes on from earlier ones; the model reads it before the goal, as one conversation."""
         missing = missing_keys([self.model])
-        problems = [
-            Problem(code="react", where=f"history[{i}]", message="must be a Message(...) of a user, assistant or tool")
-            for i, m in enumerate(history)
-            if not isinstance(m, Message) or m.role not in ("user", "assistant", "tool")
-        ]
+        problems = []
+        if not isinstance(goal, str) or not goal.strip():
+            problems.append(Problem(code="goal", where="goal", message="the goal is empty"))
+        problems += _history_problems(history)
         if missing or problems:
             raise UsageError("the run cannot start", [*missing, *problems])
         return await _Loop(self, goal, tuple(constraints), run_id or self.context.new_id(), tuple(history)).run()
@@ -161,6 +167,27 @@ class ReactAgent:
             call="ReactAgent.run_sync()",
             instead="agent.run(...)",
         )
+
+
+def _history_problems(history: Sequence[Message]) -> list[Problem]:
+    """What makes ``history`` unfit to go before a goal: each message that is not one a user, an
+    assistant or a tool could have sent (text content, tool calls that are ToolCalls)."""
+    if not isinstance(history, list | tuple):
+        return [Problem(code="react", where="history", message="must be a sequence of Message(...)")]
+    problems = []
+    for i, m in enumerate(history):
+        if not isinstance(m, Message) or m.role not in ("user", "assistant", "tool"):
+            message = "must be a Message(...) of a user, assistant or tool"
+        elif not isinstance(m.content, str):
+            message = f"its content must be text, not {type(m.content).__name__}"
+        elif not isinstance(m.tool_calls, tuple | list) or not all(isinstance(c, ToolCall) for c in m.tool_calls):
+            message = "its tool calls must be ToolCall(...) values"
+        elif m.tool_call_id is not None and not isinstance(m.tool_call_id, str):
+            message = "its tool_call_id must be text"
+        else:
+            continue
+        problems.append(Problem(code="react", where=f"history[{i}]", message=message))
+    return problems
 
 
 class _Loop:
@@ -285,7 +312,7 @@ class _Loop:
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         try:
-            response = await model.request(request)
+            response = accepted_reply(await model.request(request), _MAX_REPLY_CHARS, model)
         except Exception as e:
             detail = f"{type(e).__name__}: {e}"
             self.emit(self._model_called(model, request, loop.time() - t0, error=detail))

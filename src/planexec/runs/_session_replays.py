@@ -11,7 +11,9 @@ one run) and when, besides:
   stood when the turn began (or as they are now);
 - each turn ran with the caps its session record gives it, and — when the record keeps the
   session's caps — no more than the session still allowed after the earlier turns
-  (:func:`~planexec.runtime.turn_budget`).
+  (:func:`~planexec.runtime.turn_budget`);
+- every field its session record keeps can be read (a cap or a bound that cannot would be dropped
+  by a resume or a fork of the turn).
 
 A last turn that has not ended (it waits for a human, or its process stopped) is replayed up to
 where its log ends and reported as such. Whatever the store holds, each thing found wrong is a
@@ -22,9 +24,9 @@ read from the logs makes the replay raise.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from planexec._util.clip import clip
 from planexec.errors import Problem, UsageError
@@ -202,7 +204,17 @@ async def _read(store: RunStore, session_id: str, row: RunSummary) -> _Turn:
         )
     if first.run_id != row.run_id:
         turn.add("listing", f"its log's run_started names another run, {clip(first.run_id, 200)!r}")
+    if record is not None:
+        _unreadable_fields(turn, first.config["session"], record)
     return turn
+
+
+def _unreadable_fields(turn: _Turn, written: Mapping[str, Any], record: SessionRecord) -> None:
+    """A problem for each field of the session record that is there but cannot be read (a resumed
+    or forked turn would go on without it: with the agent's caps, or the default bound)."""
+    for name, code in (("budget", "budget"), ("session_budget", "budget"), ("record_chars", "record")):
+        if written.get(name) is not None and getattr(record, name) is None:
+            turn.add(code, f"its session record's {name} cannot be read: {clip(repr(written[name]), 100)}")
 
 
 def _numbering(turns: Sequence[_Turn]) -> tuple[list[Problem], dict[int, _Turn]]:
@@ -307,7 +319,7 @@ def _check_record(turn: _Turn, single: dict[int, _Turn]) -> Check:
             continue
         text = describe_turns(results, limit) if limit else None
         if text == record.earlier:
-            return "matched"
+            return "differs" if any(p.code == "record" for p in turn.problems) else "matched"
         rebuilt.append(text)
     if not rebuilt:
         turn.add("record", "turns before it had not ended when it began, yet its planner was shown a record of them")
@@ -341,7 +353,8 @@ def _check_budget(turn: _Turn, single: dict[int, _Turn]) -> Check:
     except Exception:
         turn.add("budget", "the caps its run_started gives it are not caps")
         return "differs"
-    checked, found = False, False
+    found = any(p.code == "budget" for p in turn.problems)  # a cap of its session record cannot be read
+    checked = found
     if record.budget is not None:
         checked = True
         differ = _differences(caps, record.budget)

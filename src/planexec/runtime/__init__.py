@@ -4,6 +4,7 @@ stops with a reason — with budgets, limits, humans in the loop, and replays of
 from planexec.runtime._agent import Agent, Run
 from planexec.runtime._budget import DEFAULT_CAPS, Budget, BudgetHit
 from planexec.runtime._humans import check_decision, decided_event
+from planexec.runtime._model_calls import accepted_reply
 from planexec.runtime._recorded_world import Fault
 from planexec.runtime._replays import ReplayReport, replay_log
 from planexec.runtime._session import Session, check_session_id
@@ -40,6 +41,7 @@ __all__ = [
     "RunContext",
     "Session",
     "SessionRecord",
+    "accepted_reply",
     "check_decision",
     "check_session_id",
     "decided_event",

@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from planexec._util.clip import clip
 from planexec._util.sync import run_sync
-from planexec.errors import Problem, UsageError
+from planexec.errors import Problem, ToolDefinitionError, UsageError
 from planexec.executor import Acceptance, Executor, ModelExecutor, ToolExecutor
 from planexec.log import (
     ChecklistResult,
@@ -222,10 +222,9 @@ class Agent:
         name: str = "planexec",
         telemetry: Telemetry | None = None,
     ) -> None:
-        given = [tools] if isinstance(tools, Toolset) else list(tools)
-        self._mcp = [t for t in given if isinstance(t, MCPToolset)]
+        own, self._mcp = _split_servers([tools] if isinstance(tools, Toolset) else list(tools))
         """MCP servers' toolsets: opened by ``open`` (or the first run), closed by ``aclose``."""
-        self._parts = _assemble(planner, [t for t in given if not isinstance(t, MCPToolset)], executor, executors)
+        self._parts = _assemble(planner, own, executor, executors)
         self._own_tools = self._parts.tools
         self._mcp_listed: tuple[tuple[Tool, ...], ...] = ()
         self._opened: list[MCPToolset] = []
@@ -282,14 +281,22 @@ class Agent:
         on — the next turn of a session — plan and act with these, and their ``run_started`` lists
         them. A run under way keeps the tools it started with. Two tools with one name raise
         :class:`ToolDefinitionError`; an MCP server is given to the agent when it is made."""
-        given = [tools] if isinstance(tools, Toolset) else list(tools)
-        servers = [t for t in given if isinstance(t, MCPToolset)]
-        if servers:
-            raise UsageError(
-                "tools cannot be changed this way",
-                [Problem(code="agent", where="tools", message="MCP servers are given when the agent is made")],
-            )
-        own = Toolset(*given)
+        if isinstance(tools, str | bytes) or not isinstance(tools, Toolset | Iterable):
+            problem = Problem(code="agent", where="tools", message="must be a list of tools or a Toolset")
+            raise UsageError("tools cannot be changed this way", [problem])
+        given, servers = _split_servers([tools] if isinstance(tools, Toolset) else list(tools))
+        problems = [
+            Problem(code="agent", where=f"tools: MCP server {t.label}", message="is given when the agent is made")
+            for t in servers
+        ]
+        try:
+            own = Toolset(*given)
+        except ToolDefinitionError as e:
+            if not problems:
+                raise
+            problems += e.problems
+        if problems:
+            raise UsageError("tools cannot be changed this way", problems)
         listed = self._mcp_listed
         tools_now = Toolset(*own, *(tool for toolset in listed for tool in toolset))
         self._own_tools = own
@@ -646,6 +653,22 @@ class Agent:
             call="Agent.run_sync()",
             instead="agent.run(...)",
         )
+
+
+def _split_servers(items: Iterable[Any]) -> tuple[list[Any], list[MCPToolset]]:
+    """``items`` without the MCP servers' toolsets (at any depth of nested lists), and those."""
+    own: list[Any] = []
+    servers: list[MCPToolset] = []
+    for item in items:
+        if isinstance(item, MCPToolset):
+            servers.append(item)
+        elif isinstance(item, list | tuple):
+            inner, found = _split_servers(item)
+            own.append(inner)
+            servers += found
+        else:
+            own.append(item)
+    return own, servers
 
 
 _Bound = TypeVar("_Bound", Planner, Executor)

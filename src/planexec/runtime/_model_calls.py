@@ -46,7 +46,7 @@ from planexec.plan import Step
 from planexec.runtime._core import Core
 from planexec.runtime._world import _RecordedError
 
-__all__ = ["ModelCalls"]
+__all__ = ["ModelCalls", "accepted_reply"]
 
 
 ATTEMPT_ERROR_CHARS = 2000
@@ -173,7 +173,7 @@ class ModelCalls:
         try:
             with use_providers(providers), failed_attempts_to(attempt_failed):
                 answer = await (send or model.request)(request)
-            response = accepted(answer, engine.config.limits.max_reply_chars, model)
+            response = accepted_reply(answer, engine.config.limits.max_reply_chars, model)
         except Exception as e:
             error = e
         except BaseException as e:  # a real cancellation goes on; anything else a model raises is a crash
@@ -238,7 +238,7 @@ def _charged(model: Model, response: ModelResponse, price: Price | None) -> floa
     return cost_of(response.usage, price) or 0.0
 
 
-def accepted(response: ModelResponse, max_chars: int, model: Model) -> ModelResponse:
+def accepted_reply(response: ModelResponse, max_chars: int, model: Model) -> ModelResponse:
     """``response`` as the run can keep it, or a :class:`ModelCallError` saying why it cannot.
 
     Refused: a reply longer than ``max_chars`` (``Limits.max_reply_chars``), tool calls whose

@@ -19,14 +19,15 @@ class Toolset:
         self.name = name
         found: dict[str, Tool] = {}
         problems: list[Problem] = []
-        for t in _flatten(tools):
+        for t in _flatten(tools, problems):
             if t.name in found and found[t.name] is not t:
                 problems.append(
                     Problem(code="duplicate_tool", where=f"toolset {name!r}", message=f"two tools are named {t.name!r}")
                 )
             found[t.name] = t
         if problems:
-            raise ToolDefinitionError("invalid toolset", problems)
+            only_strays = all(p.code == "not_a_tool" for p in problems)
+            raise ToolDefinitionError("not a tool" if only_strays else "invalid toolset", problems)
         self._tools = found
 
     def get(self, name: str) -> Tool:
@@ -57,16 +58,16 @@ class Toolset:
         return f"Toolset({', '.join(self._tools)}, name={self.name!r})"
 
 
-def _flatten(items: Iterable[object]) -> Iterator[Tool]:
+def _flatten(items: Iterable[object], problems: list[Problem]) -> Iterator[Tool]:
+    """The tools in ``items``, nested lists and toolsets included; a problem for each other thing."""
     for item in items:
         if isinstance(item, Tool):
             yield item
         elif isinstance(item, Toolset):
             yield from item
         elif isinstance(item, Iterable) and not isinstance(item, str | bytes):
-            yield from _flatten(item)
+            yield from _flatten(item, problems)
         else:
-            raise ToolDefinitionError(
-                "not a tool",
-                [Problem(code="not_a_tool", where=repr(item)[:60], message="use @tool or Tool(...) to make one")],
+            problems.append(
+                Problem(code="not_a_tool", where=repr(item)[:60], message="use @tool or Tool(...) to make one")
             )
