@@ -5,11 +5,12 @@ directly (BFCL's executor keeps instances in module globals keyed by model name)
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from planexec.bfcl._calls import parse_call
 from planexec.bfcl._data import BfclTask
-from planexec.bfcl._world import BfclWorld, bfcl_result, new_instances
+from planexec.bfcl._world import MATH_LOCK, BfclWorld, bfcl_result, new_instances
 
 __all__ = ["GroundTruth", "check_turn"]
 
@@ -33,7 +34,8 @@ class GroundTruth:
         for text in self.task.ground_truth[turn]:
             name, kwargs = parse_call(text, self._signature_of)
             try:
-                results.append(bfcl_result(getattr(owner[name], name)(**kwargs)))
+                with MATH_LOCK if type(owner.get(name)).__name__ == "MathAPI" else contextlib.nullcontext():
+                    results.append(bfcl_result(getattr(owner[name], name)(**kwargs)))
             except Exception as e:
                 results.append(f"Error during execution: {e}")
         return results

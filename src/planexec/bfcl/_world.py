@@ -4,11 +4,13 @@ written per function), each call's result kept as BFCL's checker reads results."
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import inspect
 import json
 import math
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ from planexec.bfcl._data import BfclTask, bfcl_root
 from planexec.errors import ToolError
 from planexec.tools import RetryPolicy, Tool
 
-__all__ = ["CLASS_DOCS", "CLASS_MODULES", "BfclWorld", "bfcl_schema", "new_instances"]
+__all__ = ["CLASS_DOCS", "CLASS_MODULES", "MATH_LOCK", "BfclWorld", "bfcl_schema", "new_instances"]
 
 _BACKEND = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code"
 
@@ -202,7 +204,8 @@ class BfclWorld:
             try:
                 if class_name == "MathAPI":
                     _refuse_endless_math(name, kwargs)
-                value = method(**kwargs)
+                with MATH_LOCK if class_name == "MathAPI" else contextlib.nullcontext():
+                    value = method(**kwargs)
             except Exception as e:  # BFCL counts it as the call's result; the step fails
                 self.results[-1].append(f"Error during execution: {e}")
                 raise ToolError(str(e) or type(e).__name__) from None  # named by the tool already
@@ -213,6 +216,10 @@ class BfclWorld:
         call.__name__ = name
         return call
 
+
+MATH_LOCK = threading.Lock()
+"""Held by every call of MathAPI's: some set mpmath's precision for the whole process, so that two
+at once (runs in parallel, each call in a worker thread) could read each other's."""
 
 MAX_PRECISION = 10_000
 """The most digits ``square_root`` and ``logarithm`` are asked for (BFCL's tasks ask for a few)."""
