@@ -99,6 +99,11 @@ def test_bad_bfcl_suites_list_every_problem(tmp_path: Path) -> None:
         "tasks",
     ):
         assert where in result.output, (where, result.output)
+    (tmp_path / "null.yaml").write_text("bfcl: {ids: [multi_turn_base_0, multi_turn_base_0]}\ntasks:\n")
+    both = invoke(["eval", str(tmp_path / "null.yaml")])
+    assert both.exit_code == 2
+    assert "lists no tasks of its own" in both.output
+    assert "more than once: multi_turn_base_0" in both.output
     unknown = invoke(["eval", "bfcl:multi_turn_base", "--ids", "multi_turn_base_0,no_such_task"])
     assert unknown.exit_code == 2
     assert "no_such_task" in unknown.output

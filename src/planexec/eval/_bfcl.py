@@ -91,6 +91,10 @@ def bfcl_tasks(spec: Any, where: str = "bfcl") -> tuple[list[tuple[BfclTask, Cal
     if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids) or not ids):
         add("ids", "must be a non-empty list of BFCL task ids")
         ids = None
+    elif ids is not None and len(set(ids)) < len(ids):
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        add("ids", f"names a task more than once: {', '.join(twice)[:200]}")
+        ids = None
     limit = spec.get("limit")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         add("limit", "must be a whole number of at least 1")

@@ -195,7 +195,7 @@ class _Reader:
         raw_tasks = data.get("tasks")
         tasks: list[Task] = []
         if "bfcl" in data:
-            if raw_tasks is not None:
+            if "tasks" in data:
                 self.add("tasks", "a suite of BFCL's tasks ('bfcl:') lists no tasks of its own")
             tasks = self.bfcl_tasks(data["bfcl"], defaults)
             raw_tasks = []
