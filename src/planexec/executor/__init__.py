@@ -4,6 +4,7 @@ from planexec.executor._acceptance import Acceptance, PredicateFn
 from planexec.executor._base import Executor, StepContext, StepFailure
 from planexec.executor._model import ModelExecutor
 from planexec.executor._outcome import PASSED, CheckResult, ErrorKind, StepError, Verdict
+from planexec.executor._profile import ExecutorProfile, executor_profile
 from planexec.executor._tool_calls import ToolCallOutcome, ToolCallSite, call_tool, checked_call, tool_error
 from planexec.executor._tools import ToolExecutor
 
@@ -13,6 +14,7 @@ __all__ = [
     "CheckResult",
     "ErrorKind",
     "Executor",
+    "ExecutorProfile",
     "ModelExecutor",
     "PredicateFn",
     "StepContext",
@@ -24,5 +26,6 @@ __all__ = [
     "Verdict",
     "call_tool",
     "checked_call",
+    "executor_profile",
     "tool_error",
 ]

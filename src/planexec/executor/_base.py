@@ -60,7 +60,13 @@ class StepContext(Protocol):
 
 @runtime_checkable
 class Executor(Protocol):
-    """Carries out the steps routed to it by name."""
+    """Carries out the steps routed to it by name.
+
+    ``max_concurrency``: at most that many of its steps run at once (None: only the run's
+    ``Limits.max_concurrency``). It may also have ``description`` (text) and ``capabilities``
+    (short tags), which the planner is shown; they are optional, checked when an agent is made
+    (see :class:`ExecutorProfile`).
+    """
 
     @property
     def name(self) -> str: ...

@@ -15,6 +15,7 @@ from planexec._util.tasks import cancel_within
 from planexec.errors import Problem, UnknownToolError, UsageError
 from planexec.executor._base import StepContext, StepFailure
 from planexec.executor._outcome import StepError
+from planexec.executor._profile import check_profile
 from planexec.executor._tool_calls import checked_call
 from planexec.models import (
     Message,
@@ -50,6 +51,11 @@ class ModelExecutor:
     a whole step may take — every model turn and tool call in it; past it the step fails with an
     error of kind ``timeout``, and the run goes on as its failure policy says (None: no limit but
     the turns, the tools' own timeouts and the run's budget).
+
+    ``description`` and ``capabilities`` (short tags such as ``"legal-review"``) tell the planner
+    what this executor is for; it sees them in every planning request, with the executor's model,
+    the tools it may be granted and its ``max_concurrency`` (at most that many of its steps run at
+    once; the rest wait, while other executors' steps go on).
     """
 
     model: Model | str
@@ -60,6 +66,8 @@ class ModelExecutor:
     instructions: str = DEFAULT_INSTRUCTIONS
     settings: ModelSettings = field(default_factory=ModelSettings)
     step_timeout: float | None = None
+    description: str = ""
+    capabilities: Sequence[str] = ()
     _resolved: Model | None = field(default=None, init=False, repr=False)
     _resolved_by: Providers | None = field(default=None, init=False, repr=False)
 
@@ -76,6 +84,11 @@ class ModelExecutor:
             )
         if not isinstance(self.settings, ModelSettings):
             problems.append(Problem(code="executor", where="settings", message="must be a ModelSettings(...)"))
+        most = self.max_concurrency
+        if most is not None and (type(most) is not int or most < 1):
+            problems.append(Problem(code="executor", where="max_concurrency", message="must be a whole number >= 1"))
+        self.description, self.capabilities, bad = check_profile(self.description, self.capabilities)
+        problems += bad
         if problems:
             raise UsageError(f"invalid model executor {self.name!r}", problems)
 
