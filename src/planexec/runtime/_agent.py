@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from planexec._util.clip import clip
 from planexec._util.sync import run_sync
 from planexec.errors import Problem, ToolDefinitionError, UsageError
-from planexec.executor import Acceptance, Executor, ModelExecutor, ToolExecutor
+from planexec.executor import Acceptance, Executor, ModelExecutor, ToolExecutor, executor_profile
 from planexec.log import (
     ChecklistResult,
     EffectChoice,
@@ -403,6 +403,9 @@ class Agent:
         return {
             "tools": [tool_spec(t) for t in parts.tools],
             "executors": {name: e.kind for name, e in parts.executors.items()},
+            "executor_profiles": {
+                name: executor_profile(_bound(e, self.providers)).record() for name, e in parts.executors.items()
+            },
             "default_executor": parts.default_executor,
             "planner": {
                 "model": planner.resolved_model().name,
@@ -719,6 +722,10 @@ def _assemble(
             continue
         if e.name in by_name and e.name != "tools":
             problems.append(Problem(code="executor", where=e.name, message="two executors have this name"))
+        try:
+            executor_profile(e)  # a custom executor's description and capabilities, checked now
+        except UsageError as error:
+            problems += [dataclasses.replace(p, where=f"{e.name}.{p.where}") for p in error.problems]
         by_name[e.name] = e
     if problems:
         raise UsageError("invalid agent", problems)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from planexec.executor import Acceptance, Executor
+from planexec.executor import Acceptance, Executor, ExecutorProfile
 from planexec.log import Event, RunState
 from planexec.models import Providers
 from planexec.planner import Planner
@@ -52,6 +52,9 @@ class EngineConfig:
     """The agent's name on spans and metrics (``gen_ai.agent.name``)."""
     conversation: str | None = None
     """For a session's turn: the record of the turns before it, which the planner sees."""
+    executor_profiles: Mapping[str, ExecutorProfile] | None = None
+    """What the planner is told about each executor, as a log recorded it (a replay); None: as
+    the executors themselves say (``executor_profile``)."""
 
 
 class Core(Protocol):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from planexec._util.plural import counted
 from planexec._util.tasks import abandon
 from planexec.errors import Problem, UsageError
-from planexec.executor import Executor, StepError
+from planexec.executor import Executor, StepError, executor_profile
 from planexec.log import (
     BudgetExhaustedEvent,
     Event,
@@ -185,8 +185,9 @@ class Engine:
             default_executor=config.default_executor,
             predicates=tuple(config.acceptance.predicates),
         )
+        profiles = config.executor_profiles or {}
         executor_docs = {
-            name: ("runs tool steps" if e.kind == "tools" else "a model that reasons and may call tools")
+            name: (profiles.get(name) or executor_profile(e)).text()
             for name, e in config.executors.items()
             if e.kind == "model" or name != "tools"
         }

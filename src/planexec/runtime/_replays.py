@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from planexec._util.plural import counted
 from planexec.errors import UsageError
-from planexec.executor import Acceptance, Executor, ModelExecutor, ToolExecutor
+from planexec.executor import Acceptance, Executor, ExecutorProfile, ModelExecutor, ToolExecutor
 from planexec.log import ApprovalDecided, Event, RunStarted
 from planexec.models import ModelRequest, ModelResponse, ModelSettings, Providers, StreamDelta
 from planexec.planner import Planner
@@ -76,12 +76,21 @@ def recorded_config(first: RunStarted) -> EngineConfig:
     tools = Toolset(*(stand_in_tool(spec) for spec in cfg["tools"]))
     planner_cfg = cfg.get("planner", {})
     model_executors = cfg.get("model_executors", {})
+    recorded_profiles = cfg.get("executor_profiles")
+    profiles: dict[str, ExecutorProfile] | None = None if not isinstance(recorded_profiles, Mapping) else {}
     executors: dict[str, Executor] = {}
     for name, kind in cfg.get("executors", {"tools": "tools"}).items():
+        profile = ExecutorProfile.from_record(
+            name,
+            "tools" if kind == "tools" else "model",
+            recorded_profiles.get(name) if isinstance(recorded_profiles, Mapping) else None,
+        )
+        if profiles is not None:
+            profiles[name] = profile
         if kind == "tools":
-            executors[name] = ToolExecutor(name=name)
+            executors[name] = ToolExecutor(name=name, max_concurrency=profile.max_concurrency)
         else:
-            executors[name] = _recorded_executor(name, model_executors.get(name))
+            executors[name] = _recorded_executor(name, model_executors.get(name), profile.max_concurrency)
     approvals_cfg = cfg.get("approvals", {})
     judge_cfg = cfg.get("judge")
     return EngineConfig(
@@ -108,6 +117,7 @@ def recorded_config(first: RunStarted) -> EngineConfig:
         metadata=cfg,
         escalation=Escalation(**cfg.get("escalation") or {}),
         review=_recorded_review(cfg.get("review")),
+        executor_profiles=profiles,
     )
 
 
@@ -139,7 +149,7 @@ def _recorded_settings(role: Any) -> ModelSettings:
         return ModelSettings()
 
 
-def _recorded_executor(name: str, record: Any) -> ModelExecutor:
+def _recorded_executor(name: str, record: Any, max_concurrency: int | None) -> ModelExecutor:
     """A model executor as recorded: its model a stand-in, its settings and limits as they were."""
     record = record if isinstance(record, Mapping) else {}
     model = _StandIn(str(record.get("model", f"{name}-model")))
@@ -150,9 +160,10 @@ def _recorded_executor(name: str, record: Any) -> ModelExecutor:
             max_turns=record.get("max_turns", 6),
             step_timeout=record.get("step_timeout"),
             settings=_recorded_settings(record),
+            max_concurrency=max_concurrency,
         )
     except UsageError:
-        return ModelExecutor(model=model, name=name)
+        return ModelExecutor(model=model, name=name, max_concurrency=max_concurrency)
 
 
 def with_faults(config: EngineConfig, faults: FaultProfile) -> tuple[EngineConfig, dict[str, FaultyModel]]:
