@@ -18,7 +18,7 @@ from planexec.runtime import replay_log
 from planexec.store import MemoryStore, open_store
 from planexec.testing import FunctionModel, ScriptedModel
 from tests.cli_support import invoke
-from tests.support import failing_tool, tool_step
+from tests.support import failing_tool, tool_step, turn
 
 
 @tool
@@ -197,3 +197,17 @@ async def test_a_plain_planner_is_unchanged() -> None:
     started = result.events[0]
     assert isinstance(started, RunStarted)
     assert "ensemble" not in started.config["planner"]
+
+
+async def test_a_step_by_step_planner_escalates_an_unsure_turn() -> None:
+    step = tool_step("s1", "echo", {"text": "hi"})
+    stop = {"thought": "done", "confidence": 0.9, "stop": True, "answer": "hi"}
+    fast = ScriptedModel([turn(step, "maybe", 0.1), stop], name="fast")
+    strong = ScriptedModel([turn(step, "surely", 0.9)], name="strong")
+    planner = Planner(
+        model=fast, policy="step", ensemble=Ensemble(escalate_to=[strong], escalate_on=("low_confidence",))
+    )
+    result = await Agent(planner, tools=[echo]).run("say hi")
+    assert result.stop.kind == "goal_met", result.stop
+    assert [c.purpose for c in strong.calls] == ["planner.turn"]
+    assert authors(result.events)[1] == "strong"
