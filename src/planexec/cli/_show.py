@@ -128,6 +128,12 @@ def _head(state: RunState) -> RenderableType:
     return Panel(Group(rows, Text(""), answer), title=title, title_align="left", border_style=style)
 
 
+def _author(state: RunState, version: int, author: str) -> str:
+    """Who made a plan version: for the planner, the model whose answer it is, when the log says."""
+    model = state.plan_models.get(version)
+    return f"{author} ({shown(model)})" if model else author
+
+
 def _plans(state: RunState, log: Sequence[Event]) -> Table:
     triggers = _triggers(log)
     table = Table(title="plan versions", title_justify="left", title_style="bold", expand=True)
@@ -141,7 +147,11 @@ def _plans(state: RunState, log: Sequence[Event]) -> Table:
         diff = diff_plans(previous, plan)
         changes = "\n".join(diff.lines()) or "(no change)"
         table.add_row(
-            str(plan.version), plan.author, triggers.get(plan.version, ""), shown(plan.reason), shown(changes)
+            str(plan.version),
+            _author(state, plan.version, plan.author),
+            triggers.get(plan.version, ""),
+            shown(plan.reason),
+            shown(changes),
         )
         previous = plan
     return table
@@ -254,6 +264,7 @@ def run_json(log: Sequence[Event], state: RunState | None = None) -> dict[str, A
             {
                 "version": plan.version,
                 "author": plan.author,
+                "model": state.plan_models.get(plan.version),
                 "trigger": triggers.get(plan.version),
                 "reason": plan.reason,
                 "steps": [s.model_dump(mode="json", exclude_defaults=True) for s in plan.steps],

@@ -154,6 +154,11 @@ class RunState:
     failed_calls: dict[str, int] = field(default_factory=dict)
     """How often each canonical tool call has finally failed."""
     repairs: int = 0
+    planner_model: str | None = None
+    """The planning model that answered last (a ``model_called`` event of the planner)."""
+    plan_models: dict[int, str] = field(default_factory=dict)
+    """For each plan version the planner authored: the model whose answer it is (with a planner
+    ensemble, which of its models), as the ``model_called`` events before it say."""
     approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
     planning: PlanningStarted | None = None
     """The planning round under way, if any."""
@@ -227,6 +232,8 @@ class RunState:
         self.model_calls += 1
         self.usage = self.usage + e.usage
         self.cost += e.cost
+        if e.role == "planner" and e.response is not None:
+            self.planner_model = e.answered_by or e.model
 
     def _model_attempt_failed(self, e: ModelAttemptFailed) -> None:
         self.usage = self.usage + Usage(requests=1, failed_requests=1)
@@ -248,6 +255,8 @@ class RunState:
     def _plan_proposed(self, e: PlanProposed) -> None:
         self.planning = None
         self.plans.append(e.plan)
+        if e.plan.author == "planner" and self.planner_model is not None:
+            self.plan_models[e.plan.version] = self.planner_model
         if e.trigger == "failure":
             self.replans += 1
         if e.trigger in ("failure", "turn"):

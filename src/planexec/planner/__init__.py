@@ -1,6 +1,9 @@
 """The planner: goal and record in, validated plans, patches, turns and answers out."""
 
 from planexec.planner._planner import (
+    ENSEMBLE_TRIGGERS,
+    Ensemble,
+    EnsembleTrigger,
     Planner,
     PlannerEscalated,
     PlannerGaveUp,
@@ -13,6 +16,9 @@ from planexec.planner._planner import (
 from planexec.planner._prompt import describe_heard, describe_record
 
 __all__ = [
+    "ENSEMBLE_TRIGGERS",
+    "Ensemble",
+    "EnsembleTrigger",
     "Planner",
     "PlannerEscalated",
     "PlannerGaveUp",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -55,6 +55,9 @@ if TYPE_CHECKING:
     from planexec.log import RunState
 
 __all__ = [
+    "ENSEMBLE_TRIGGERS",
+    "Ensemble",
+    "EnsembleTrigger",
     "Planner",
     "PlannerEscalated",
     "PlannerGaveUp",
@@ -69,6 +72,70 @@ ReplanPolicy = Literal["on_failure", "after_each_step", "never"]
 TurnFormat = Literal["nested", "flat"]
 """The JSON Schema a step-by-step planner is sent: ``nested`` (a ``step`` object inside the turn)
 or ``flat`` (``thought, next_step, tool, arguments, stop, confidence``). Either answer is accepted."""
+
+EnsembleTrigger = Literal["repair_failed", "low_confidence", "replan", "acceptance_failed"]
+"""When an ensemble hands planning to its next model: ``repair_failed`` (an answer still fails its
+checks after every repair), ``low_confidence`` (an answer's confidence is under the ensemble's
+``confidence_below``), ``replan`` (a patch after a failure), ``acceptance_failed`` (a patch after a
+step's result failed its acceptance checks)."""
+
+ENSEMBLE_TRIGGERS: tuple[EnsembleTrigger, ...] = ("repair_failed", "low_confidence", "replan", "acceptance_failed")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ensemble:
+    """The models a planner escalates to, in order, after its own ``model`` (the cheap, fast one).
+
+    ``escalate_to``: the next models, strongest last. ``escalate_on``: the triggers that hand a
+    request to the next model (see :data:`EnsembleTrigger`); all of them by default.
+    ``confidence_below``: the confidence under which ``low_confidence`` escalates.
+
+    A request starts with the planner's own model, or, for a patch after a failure, one model further
+    for each replan (``replan``) or each step that failed acceptance (``acceptance_failed``) so far;
+    within a request, ``repair_failed`` and ``low_confidence`` move on to the next model. The last
+    model behaves as a single planner does: it gives up after its repairs, and its low confidence
+    goes to the run's own confidence floor.
+    """
+
+    escalate_to: Sequence[Model | str]
+    escalate_on: Sequence[EnsembleTrigger] = ENSEMBLE_TRIGGERS
+    confidence_below: float = 0.5
+
+    def __post_init__(self) -> None:
+        problems: list[Problem] = []
+
+        def add(where: str, message: str) -> None:
+            problems.append(Problem(code="ensemble", where=where, message=message))
+
+        models = self.escalate_to
+        if isinstance(models, str) or not isinstance(models, Sequence):
+            add("escalate_to", "must be a list of models or model strings")
+        else:
+            if not models:
+                add("escalate_to", "names no model: give at least one model to escalate to")
+            for i, m in enumerate(models):
+                if not isinstance(m, str) and not callable(getattr(m, "request", None)):
+                    add(f"escalate_to.{i}", f"{type(m).__name__} is not a model (nothing with a request method)")
+                elif isinstance(m, str) and not m.strip():
+                    add(f"escalate_to.{i}", "an empty model string")
+        triggers = self.escalate_on
+        if isinstance(triggers, str) or not isinstance(triggers, Sequence | frozenset | set):
+            add("escalate_on", f"must be a list of triggers among {', '.join(ENSEMBLE_TRIGGERS)}")
+        else:
+            for t in triggers:
+                if t not in ENSEMBLE_TRIGGERS:
+                    add("escalate_on", f"{t!r} is not one of {', '.join(ENSEMBLE_TRIGGERS)}")
+        c = self.confidence_below
+        if isinstance(c, bool) or not isinstance(c, int | float) or not 0 <= c <= 1:
+            add("confidence_below", "must be a number from 0 to 1")
+        if problems:
+            raise UsageError("invalid planner ensemble", problems)
+        object.__setattr__(self, "escalate_to", tuple(models))
+        object.__setattr__(self, "escalate_on", tuple(dict.fromkeys(triggers)))
+
+    def on(self, trigger: EnsembleTrigger) -> bool:
+        return trigger in self.escalate_on
+
 
 ESCALATING = frozenset({"unknown_tool", "unknown_allowed_tool"})
 """Problems that escalate to a human, when one can be asked, instead of using up repairs."""
@@ -142,6 +209,8 @@ class Planner:
     full (older ones are folded into one line of ids, so a turn's input stays bounded); None: all.
     ``settings``: how the planning model is asked (temperature, output cap, reasoning effort …),
     on every planning request.
+    ``ensemble``: the stronger models to hand planning to, and when (see :class:`Ensemble`); None:
+    ``model`` plans alone.
     """
 
     model: Model | str
@@ -156,7 +225,9 @@ class Planner:
     turn_format: TurnFormat = "nested"
     """The turn schema sent to the model (step-by-step policy); answers in either form are accepted."""
     settings: ModelSettings = field(default_factory=ModelSettings)
+    ensemble: Ensemble | None = None
     _resolved: Model | None = field(default=None, init=False, repr=False)
+    _resolved_ensemble: tuple[Model, ...] | None = field(default=None, init=False, repr=False)
     _resolved_by: Providers | None = field(default=None, init=False, repr=False)
     _streams_known: bool | None = field(default=None, init=False, repr=False)
 
@@ -185,6 +256,8 @@ class Planner:
                 )
         if not isinstance(self.settings, ModelSettings):
             add("settings", "must be a ModelSettings(...)")
+        if self.ensemble is not None and not isinstance(self.ensemble, Ensemble):
+            add("ensemble", "must be an Ensemble(...) or None")
         if problems:
             raise UsageError("invalid planner", problems)
 
@@ -194,8 +267,19 @@ class Planner:
         chosen = Providers.default() if providers is None else providers
         if self._resolved is None or self._resolved_by != chosen:
             self._resolved = resolve_model(self.model, providers=chosen)
+            self._resolved_ensemble = None
             self._resolved_by = chosen
         return self._resolved
+
+    def resolved_models(self, providers: Providers | None = None) -> tuple[Model, ...]:
+        """Every model of the planner in the order it escalates: its own, then its ensemble's."""
+        first = self.resolved_model(providers)
+        if self.ensemble is None:
+            return (first,)
+        if self._resolved_ensemble is None:
+            chosen = self._resolved_by
+            self._resolved_ensemble = tuple(resolve_model(m, providers=chosen) for m in self.ensemble.escalate_to)
+        return (first, *self._resolved_ensemble)
 
     def describe(self, state: RunState) -> str:
         """The execution record as this planner shows it (taken by the run at the start of a round)."""
@@ -236,7 +320,9 @@ class Planner:
         check: Callable[[T, PlanningContext], list[Problem]],
         purpose: str,
     ) -> T:
-        model = self.resolved_model()
+        models = self.resolved_models()
+        level = self._start_level(ctx, purpose, len(models) - 1)
+        model = models[level]
         system_text = system + (f"\n{self.instructions}" if self.instructions else "")
         # What changes least comes first, each part ending at a cache point: the instructions and
         # the tools (the same in every run of the agent), the goal (the same within a run); then
@@ -251,6 +337,7 @@ class Planner:
             Message(role="user", content=_prompt.describe_goal(ctx.goal, ctx.constraints), cache_point=True),
             Message(role="user", content="\n\n".join(changing)),
         ]
+        asked = list(messages)
         spec = self._spec(output)
         cache_key = _cache_key(spec, system_text, tools)
         attempt = 0
@@ -272,6 +359,9 @@ class Planner:
             if value is not None:
                 problems = check(value, ctx)
                 if not problems:
+                    if level < len(models) - 1 and self._unsure(value):
+                        level, model, repairs, messages = level + 1, models[level + 1], 0, list(asked)
+                        continue
                     feedback = await self._act_on(value, ctx, unaided)
                     if feedback is None:
                         return value
@@ -293,9 +383,39 @@ class Planner:
             else:
                 repairs += 1
                 if repairs > self.max_repairs:
+                    ensemble = self.ensemble
+                    if ensemble is not None and ensemble.on("repair_failed") and level < len(models) - 1:
+                        level, model, repairs, messages = level + 1, models[level + 1], 0, list(asked)
+                        continue
                     raise PlannerGaveUp(problems)
             messages.append(Message(role="assistant", content=response.text))
             messages.append(Message(role="user", content=listing + "\nReply again with the whole corrected JSON."))
+
+    def _start_level(self, ctx: PlanningContext, purpose: str, last: int) -> int:
+        """Which model of the ensemble a request starts with: a pure function of the run's record,
+        so that a replay asks the same models."""
+        ensemble = self.ensemble
+        planning = ctx.state.planning
+        if ensemble is None or purpose == "planner.finish" or planning is None or planning.trigger != "failure":
+            return 0
+        level = 0
+        if ensemble.on("replan"):
+            level = ctx.state.replans + 1
+        if ensemble.on("acceptance_failed"):
+            records = [*ctx.state.steps.values(), *ctx.state.superseded]
+            failed = sum(1 for r in records if r.error is not None and r.error.kind == "acceptance")
+            level = max(level, failed)
+        return min(level, last)
+
+    def _unsure(self, value: BaseModel) -> bool:
+        """Whether the ensemble hands a valid answer on to its next model for its low confidence."""
+        ensemble = self.ensemble
+        if ensemble is None or not ensemble.on("low_confidence"):
+            return False
+        if getattr(value, "question", None) is not None or getattr(value, "give_up", None) is not None:
+            return False
+        confidence = _confidence_of(value)
+        return confidence is not None and confidence < ensemble.confidence_below
 
     async def _escalate(self, ctx: PlanningContext, code: str, detail: str, unaided: int) -> str | None:
         """A human's guidance (or None: try again); with nobody to ask, one repair, then stop."""
@@ -345,7 +465,7 @@ class Planner:
             and ctx.call_stream is not None
             and ctx.on_step is not None
             and output in (PlanDraft, Turn)
-            and self.model_streams
+            and (self.model_streams if model is self._resolved else isinstance(model, StreamingModel))
         )
 
     @property

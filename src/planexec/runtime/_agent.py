@@ -25,7 +25,15 @@ from planexec.log import (
     RunSuspended,
 )
 from planexec.mcp import MCPToolset
-from planexec.models import Model, ModelSettings, Providers, missing_keys, resolve_model, unsupported_settings
+from planexec.models import (
+    Model,
+    ModelSettings,
+    Providers,
+    StreamingModel,
+    missing_keys,
+    resolve_model,
+    unsupported_settings,
+)
 from planexec.plan import Plan
 from planexec.planner import Planner
 from planexec.runtime._budget import Budget
@@ -415,6 +423,7 @@ class Agent:
                 "streams": planner.stream and planner.model_streams,
                 "turn_format": planner.turn_format,
                 **_settings_record(planner.resolved_model(), planner.settings),
+                **_ensemble_record(planner),
             },
             "escalation": dataclasses.asdict(self.escalation),
             "review": None
@@ -511,7 +520,7 @@ class Agent:
         """Refuse to start, before anything is logged, when ``problems`` or any model's missing API
         key (planner, executors, judge) says the run cannot go on: every problem at once."""
         parts = self._parts
-        models: list[object] = [parts.planner.resolved_model(self.providers)]
+        models: list[object] = [*parts.planner.resolved_models(self.providers)]
         models += [e.resolved_model(self.providers) for e in parts.executors.values() if isinstance(e, ModelExecutor)]
         judge = self.acceptance.judge
         if judge is not None:
@@ -681,9 +690,28 @@ def _bound(part: _Bound, providers: Providers) -> _Bound:
     """``part`` as a run uses it: a planner or model executor whose model is a string gets a copy
     holding the model that string resolves to through ``providers`` (the part's own resolution,
     so the part and the run share one model object)."""
+    if isinstance(part, Planner) and part.ensemble is not None:
+        first, *rest = part.resolved_models(providers)
+        return dataclasses.replace(part, model=first, ensemble=dataclasses.replace(part.ensemble, escalate_to=rest))
     if isinstance(part, Planner | ModelExecutor) and isinstance(part.model, str):
         return dataclasses.replace(part, model=part.resolved_model(providers))
     return part
+
+
+def _ensemble_record(planner: Planner) -> dict[str, Any]:
+    """A planner ensemble as the log keeps it: its models' names, whether each streams, its triggers."""
+    ensemble = planner.ensemble
+    if ensemble is None:
+        return {}
+    rest = planner.resolved_models()[1:]
+    return {
+        "ensemble": {
+            "models": [m.name for m in rest],
+            "streams": [isinstance(m, StreamingModel) for m in rest],
+            "escalate_on": list(ensemble.escalate_on),
+            "confidence_below": ensemble.confidence_below,
+        }
+    }
 
 
 def _settings_record(model: Model, settings: ModelSettings) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from planexec.errors import UsageError
 from planexec.executor import Acceptance, Executor, ExecutorProfile, ModelExecutor, ToolExecutor
 from planexec.log import ApprovalDecided, Event, RunStarted
 from planexec.models import ModelRequest, ModelResponse, ModelSettings, Providers, StreamDelta
-from planexec.planner import Planner
+from planexec.planner import Ensemble, Planner
 from planexec.runtime._budget import Budget
 from planexec.runtime._core import EngineConfig
 from planexec.runtime._engine import Engine
@@ -101,6 +101,7 @@ def recorded_config(first: RunStarted) -> EngineConfig:
             max_repairs=planner_cfg.get("max_repairs", 2),
             turn_format=planner_cfg.get("turn_format", "nested"),
             settings=_recorded_settings(planner_cfg),
+            ensemble=_recorded_ensemble(planner_cfg.get("ensemble")),
         ),
         tools=tools,
         executors=executors,
@@ -118,6 +119,22 @@ def recorded_config(first: RunStarted) -> EngineConfig:
         escalation=Escalation(**cfg.get("escalation") or {}),
         review=_recorded_review(cfg.get("review")),
         executor_profiles=profiles,
+    )
+
+
+def _recorded_ensemble(cfg: Any) -> Ensemble | None:
+    """A planner ensemble as recorded, its models stand-ins (the log holds their answers)."""
+    if not isinstance(cfg, Mapping) or not cfg.get("models"):
+        return None
+    streams = list(cfg.get("streams") or [])
+    models = [
+        (_StreamingStandIn if i < len(streams) and streams[i] else _StandIn)(str(name))
+        for i, name in enumerate(cfg["models"])
+    ]
+    return Ensemble(
+        escalate_to=models,
+        escalate_on=tuple(cfg.get("escalate_on", ())),
+        confidence_below=cfg.get("confidence_below", 0.5),
     )
 
 
@@ -174,6 +191,10 @@ def with_faults(config: EngineConfig, faults: FaultProfile) -> tuple[EngineConfi
     planner_model = faults.wrap_model(config.planner.resolved_model(), role="planner")
     if isinstance(planner_model, FaultyModel):
         wrappers["planner"] = planner_model
+    ensemble = config.planner.ensemble
+    if ensemble is not None:
+        rest = [faults.wrap_model(m, role="planner") for m in config.planner.resolved_models()[1:]]
+        ensemble = replace(ensemble, escalate_to=rest)
     executors: dict[str, Executor] = {}
     for name, executor in config.executors.items():
         if isinstance(executor, ModelExecutor):
@@ -186,7 +207,7 @@ def with_faults(config: EngineConfig, faults: FaultProfile) -> tuple[EngineConfi
         config,
         tools=Toolset(*faults.wrap_tools(list(config.tools))),
         current_tools=None,  # the tools it started with, spoiled as the profile says
-        planner=replace(config.planner, model=planner_model),
+        planner=replace(config.planner, model=planner_model, ensemble=ensemble),
         executors=executors,
     )
     return config, wrappers
