@@ -528,10 +528,14 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
     @api.post("/v1/runs/{run_id}/resume", tags=["runs"], status_code=202)
     async def resume_run(run_id: str) -> RunSummary:
         """Go on with a run here: after a crash, or once its questions are answered."""
+        # Whether this server runs it is asked before the log is read (a run that ends here while
+        # the log is read would otherwise be resumed from a log that no longer says the whole
+        # story) and again after (another request may have resumed it meanwhile).
+        busy = workers.busy(run_id)
         log = await run_log(run_id)
         state = RunState.fold(log)
         why = None
-        if workers.busy(run_id):
+        if busy or workers.busy(run_id):
             why = ("running", "this server runs it now")
         elif state.finished:
             why = ("finished", f"it has finished ({state.stop})")
