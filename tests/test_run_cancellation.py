@@ -188,3 +188,31 @@ async def test_a_cancelled_result_keeps_the_outputs_of_finished_steps() -> None:
     assert result.outputs == {"q": "done"}
     assert result.steps["b"].status == "cancelled"
     assert_fold_matches(result)
+
+
+async def test_a_run_cancelled_many_times_at_once_keeps_the_end_of_its_log(tmp_path: Any) -> None:
+    from planexec.store import SQLiteStore
+
+    @tool
+    async def wait_forever() -> str:
+        """Wait until cancelled."""
+        await asyncio.Event().wait()
+        return "never"
+
+    store = SQLiteStore(tmp_path / "runs.db")
+    try:
+        for index in range(20):
+            plan = {"steps": [tool_step("w", "wait_forever", {})]}
+            agent = Agent(ScriptedModel([plan, {"answer": "waited"}]), tools=[wait_forever], store=store)
+            run = agent.start("wait", run_id=f"many-cancels-{index}")
+            await asyncio.sleep(0.02)
+            for _ in range(4):  # as four requests to cancel it would, one after the other
+                run.cancel()
+                await asyncio.sleep(0.001 * (index % 4))
+            result = await run.result()
+            assert result.stop.kind == "cancelled"
+            stored = [e.event for e in await store.read(run.run_id)]
+            assert isinstance(stored[-1], RunFinished), [e.kind for e in stored]
+            assert stored[-1].stop.kind == "cancelled"
+    finally:
+        await store.close()

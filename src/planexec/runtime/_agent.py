@@ -116,7 +116,10 @@ class Run:
         return RunResult.from_state(state, self._engine.events)
 
     def cancel(self) -> None:
-        self._task.cancel()
+        """Cancel the run: its log ends ``cancelled``. Asking again changes nothing: a second
+        cancellation landing while the run writes the end of its log could cut that end off."""
+        if not self._task.done() and not self._task.cancelling():
+            self._task.cancel()
 
     async def detach(self) -> None:
         """Stop working on the run in this process and leave it unfinished, as a process that
