@@ -13,6 +13,7 @@ Vectors are normalised to length 1 by the memory, so similarity is their dot pro
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import unicodedata
@@ -28,7 +29,36 @@ Vector = SparseVector | DenseVector
 _WORD = re.compile(r"[^\W_]+(?:[.'][^\W_]+)*", re.UNICODE)
 
 STOP_WORDS = frozenset(
-    "a an and are as at be by for from in into is it its of on or so that the then this to was were will with".split()
+    (
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "for",
+        "from",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "or",
+        "so",
+        "that",
+        "the",
+        "then",
+        "this",
+        "to",
+        "was",
+        "were",
+        "will",
+        "with",
+    )
 )
 
 
@@ -84,7 +114,7 @@ class LexicalEmbedder:
             if _is_number(w):
                 counts["#num"] = counts.get("#num", 0.0) + 0.5
         if self.pairs:
-            for a, b in zip(words, words[1:], strict=False):
+            for a, b in itertools.pairwise(words):
                 key = f"{a} {b}"
                 counts[key] = counts.get(key, 0.0) + self.pairs
         return {k: 1.0 + math.log(v) if v >= 1 else v for k, v in counts.items()}
