@@ -12,6 +12,7 @@ import heapq
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from operator import itemgetter
 
 from planexec.memory._embed import goal_words
 
@@ -46,9 +47,10 @@ def normalised(vector: Mapping[str, float] | Sequence[float]) -> dict[str, float
 class GoalIndex:
     """The entries' goal vectors, searchable by similarity."""
 
-    def __init__(self, *, common: int = 256, rerank: int = 16) -> None:
+    def __init__(self, *, common: int = 256, rerank: int = 16, features: int = 48) -> None:
         self.common = common
         self.rerank = rerank
+        self.features = features
         self._sparse: dict[str, dict[str, float]] = {}
         self._dense: dict[str, tuple[float, ...]] = {}
         self._postings: dict[str, dict[str, float]] = {}
@@ -113,22 +115,27 @@ class GoalIndex:
         self, vector: Mapping[str, float] | Sequence[float], *, k: int = 8, allowed: Iterable[str] | None = None
     ) -> list[tuple[float, str]]:
         """Up to ``k`` (similarity, entry id), most similar first; only ids in ``allowed`` when given."""
-        keep = None if allowed is None else set(allowed)
+        keep = None if allowed is None else allowed if isinstance(allowed, set | frozenset) else set(allowed)
+        if keep is not None and len(keep) >= len(self._keys):
+            keep = None  # every entry is allowed (the usual case): no filtering
         q = normalised(vector)
         scores: dict[str, float] = {}
         if isinstance(q, dict):
             postings = self._postings
-            features = sorted(((len(p), w, p) for f, w in q.items() if (p := postings.get(f))), key=lambda x: x[0])
-            for size, weight, posting in features:
+            features = sorted(((len(p), w, p) for f, w in q.items() if (p := postings.get(f))), key=itemgetter(0))
+            # Candidates come from the goal's rarest features (at most ``features`` of them): a
+            # common feature, or one past that many, counts only in the exact rerank below.
+            for size, weight, posting in features[: self.features]:
                 if size > self.common and scores:
-                    break  # the rest are common features: they only rerank the candidates found
+                    break
+                get = scores.get
                 for entry_id, w in posting.items():
-                    scores[entry_id] = scores.get(entry_id, 0.0) + weight * w
+                    scores[entry_id] = get(entry_id, 0.0) + weight * w
             if keep is not None:
                 scores = {i: s for i, s in scores.items() if i in keep}
                 keep = None
             if len(scores) > self.rerank:
-                scores = dict(heapq.nlargest(self.rerank, scores.items(), key=lambda p: p[1]))
+                scores = dict(heapq.nlargest(self.rerank, scores.items(), key=itemgetter(1)))
             sparse = self._sparse
             scores = {i: _dot(q, sparse[i]) for i in scores}
         else:

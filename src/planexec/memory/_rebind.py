@@ -76,12 +76,34 @@ def _number(text: str) -> int | float | None:
     return value if value == value and value not in (float("inf"), float("-inf")) else None
 
 
+def _whole_words(text: str, old: str, new: str) -> tuple[str, int]:
+    """``text`` with each occurrence of ``old`` that is not part of a longer word replaced."""
+    parts: list[str] = []
+    count = start = 0
+    at = text.find(old)
+    while at >= 0:
+        end = at + len(old)
+        before = text[at - 1] if at else " "
+        after = text[end] if end < len(text) else " "
+        if not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_"):
+            parts.append(text[start:at])
+            parts.append(new)
+            start = end
+            count += 1
+            at = text.find(old, end)
+        else:
+            at = text.find(old, at + 1)
+    if not count:
+        return text, 0
+    parts.append(text[start:])
+    return "".join(parts), count
+
+
 class _Replacer:
     def __init__(self, pairs: list[tuple[str, str]]) -> None:
         self.pairs = pairs
         self.used = [False] * len(pairs)
         self.refused: list[str] = []
-        self._words = [re.compile(r"(?<!\w)" + re.escape(old) + r"(?!\w)") for old, _ in pairs]
 
     def text(self, value: str) -> str:
         parts = _BINDING.split(value)
@@ -92,7 +114,7 @@ class _Replacer:
                 if part == old:
                     part, self.used[i] = new, True
                     break
-                replaced, count = self._words[i].subn(new.replace("\\", "\\\\"), part)
+                replaced, count = _whole_words(part, old, new)
                 if count:
                     part, self.used[i] = replaced, True
             parts[n] = part
