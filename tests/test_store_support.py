@@ -31,6 +31,7 @@ from planexec.log import (
     PlannerOutputRejected,
     PlanningStarted,
     PlanProposed,
+    PlanRecalled,
     RunFinished,
     RunResumed,
     RunStarted,
@@ -115,6 +116,15 @@ def full_run(run_id: str, *, t0: float = 1_000.0, goal: str = "total the orders"
             duration=0.5,
         ),
         PlannerOutputRejected(at=t0 + 3, attempt=1, problems=(Problem(code="cycle", where="step 'a'", message="a"),)),
+        PlanRecalled(
+            at=t0 + 3.5,
+            entry_id="m-0011223344556677",
+            goal="sum the orders of May",
+            similarity=0.62,
+            mode="guided",
+            steps=PLAN.steps,
+            why_not_direct="the goals differ by 'May', which is no value of the plan",
+        ),
         PlanProposed(at=t0 + 4, plan=PLAN, trigger="initial"),
         StepStreamed(
             at=t0 + 4.5, step=Step(id="early", description="started while streaming", tool="fetch"), plan_version=2

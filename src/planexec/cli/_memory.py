@@ -10,6 +10,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from planexec._util.plural import counted
 from planexec.cli._common import make_console, run_command
 from planexec.cli._format import cut, money, when
 from planexec.cli._globals import global_options
@@ -118,8 +119,8 @@ async def _show(choice: StoreChoice, entry_id: str, as_json: bool) -> int:
         f"plan {entry.id}",
         f"goal: {entry.goal}",
         *([f"constraints: {'; '.join(entry.constraints)}"] if entry.constraints else []),
-        f"from run {entry.run_id or '-'}: {entry.plan_versions} plan version(s), "
-        f"{entry.planner_calls} planner call(s), cost {money(entry.cost)}",
+        f"from run {entry.run_id or '-'}: {counted(entry.plan_versions, 'plan version')}, "
+        f"{counted(entry.planner_calls, 'planner call')}, cost {money(entry.cost)}",
         f"uses {entry.uses}, failures {entry.failures}"
         + (f" (last: {entry.last_failure})" if entry.last_failure else ""),
         "offered: " + ("yes" if offered else "no") + ("" if entry.direct else " (as an example only: redacted values)"),

@@ -201,4 +201,4 @@ def _render(value: Any) -> str:
 
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(", ", ": "))
+    return json.dumps(value, ensure_ascii=False)  # keys in the output's own order, as a tool returns them
