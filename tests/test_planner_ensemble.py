@@ -17,7 +17,7 @@ from planexec.planner import ENSEMBLE_TRIGGERS, Ensemble, EnsembleTrigger
 from planexec.runtime import replay_log
 from planexec.store import MemoryStore, open_store
 from planexec.testing import FunctionModel, ScriptedModel
-from tests.cli_support import invoke
+from tests.cli_support import invoke, write_script, write_tools_module
 from tests.support import failing_tool, tool_step, turn
 
 
@@ -30,6 +30,15 @@ async def echo(text: str) -> str:
 GOOD = {"reason": "echo it", "steps": [tool_step("s1", "echo", {"text": "hi"})]}
 BAD = {"steps": [tool_step("s1", "echo", {"text": "hi"}, "missing")]}
 ANSWER = {"answer": "done"}
+ECHO_TOOLS = '''
+from planexec import tool
+
+
+@tool
+async def echo(text: str) -> str:
+    """Return the text."""
+    return text
+'''
 
 
 def agent(fast: Any, strong: Any, on: tuple[EnsembleTrigger, ...] = ENSEMBLE_TRIGGERS, **kw: Any) -> Agent:
@@ -211,3 +220,41 @@ async def test_a_step_by_step_planner_escalates_an_unsure_turn() -> None:
     assert result.stop.kind == "goal_met", result.stop
     assert [c.purpose for c in strong.calls] == ["planner.turn"]
     assert authors(result.events)[1] == "strong"
+
+
+# -- the command line: --escalate-to, --escalate-on, --confidence-below ------------------------------
+
+
+def test_planexec_run_gives_the_planner_an_ensemble(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tools = write_tools_module(tmp_path, monkeypatch, ECHO_TOOLS, "ensemble_tools")
+    fast = write_script(tmp_path, [BAD, BAD, BAD, ANSWER], "fast.json")  # still bad after two repairs
+    strong = write_script(tmp_path, [GOOD], "strong.json")
+    url = f"sqlite:///{tmp_path}/runs.db"
+    args = ["--store", url, "run", "say hi", "--planner", fast, "--tools", f"{tools}:echo", "--json"]
+    result = invoke([*args, "--escalate-to", strong, "--escalate-on", "repair_failed", "--confidence-below", "0.3"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["answer"] == "done"
+    doc = json.loads(invoke(["--store", url, "show", data["run_id"], "--json"]).stdout)
+    assert [p["model"] for p in doc["plans"]] == ["scripted:strong.json"]
+
+
+def test_planexec_run_refuses_a_bad_ensemble_listing_every_problem(tmp_path: Path) -> None:
+    fast = write_script(tmp_path, [GOOD, ANSWER], "fast.json")
+    args = ["run", "say hi", "--planner", fast, "--escalate-to", "nosuchprovider:big"]
+    result = invoke([*args, "--escalate-on", "on_tuesdays", "--escalate-on", "replan", "--confidence-below", "2"])
+    assert result.exit_code == 2
+    assert "--escalate-to: unknown model provider 'nosuchprovider'" in result.stderr
+    assert "--escalate-on: 'on_tuesdays' is not one of repair_failed, low_confidence, replan" in result.stderr
+    assert "--confidence-below: '2' must be from 0 to 1" in result.stderr
+
+    alone = invoke(["run", "say hi", "--planner", fast, "--escalate-on", "replan", "--confidence-below", "0.4"])
+    assert alone.exit_code == 2
+    assert "--escalate-on: applies to the planner's ensemble: name a model to escalate to too" in alone.stderr
+    assert "--confidence-below: applies to the planner's ensemble" in alone.stderr
+
+
+def test_the_ensemble_options_are_in_run_help() -> None:
+    text = invoke(["run", "--help"]).stdout
+    for flag in ("--escalate-to", "--escalate-on", "--confidence-below"):
+        assert flag in text
