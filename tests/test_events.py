@@ -41,6 +41,7 @@ from planexec.log import (
     PlannerOutputRejected,
     PlanningStarted,
     PlanProposed,
+    PlanRecalled,
     RunFinished,
     RunResumed,
     RunStarted,
@@ -160,6 +161,16 @@ EXAMPLES: dict[str, Event] = {
         duration=0.5,
     ),
     "tool_progress": ToolProgress(at=9.5, step_id="b", progress=3, total=10, message="rows", call_id="call_1"),
+    "plan_recalled": PlanRecalled(
+        at=9.7,
+        entry_id="m-0123456789abcdef",
+        goal="count the words of report.txt",
+        similarity=0.91,
+        mode="direct",
+        steps=(Step(id="c", description="count", tool="word_count", args={"path": "notes.txt"}),),
+        answer="{{c}} words",
+        bindings=(("report.txt", "notes.txt"),),
+    ),
     "tools_changed": ToolsChanged(
         at=9.75,
         tools=({"name": "extra", "description": "new", "parameters": {"type": "object"}, "side_effect": False},),
@@ -247,7 +258,7 @@ def test_every_event_kind_has_an_example() -> None:
 def test_event_round_trip(kind: str) -> None:
     event = EXAMPLES[kind]
     dumped = dump_event(event)
-    assert dumped["v"] == EVENT_SCHEMA_VERSION == 9
+    assert dumped["v"] == EVENT_SCHEMA_VERSION == 10
     assert dumped["event"]["kind"] == kind
     text = json.dumps(dumped, ensure_ascii=False)
     loaded = load_event(json.loads(text))
@@ -747,6 +758,31 @@ def test_v9_fixture_loads_and_folds() -> None:
     older = _load_log(FIXTURES / "events_v8.jsonl")[0]
     assert isinstance(older, RunStarted)
     assert older.trace == {}  # a log from before: no trace context
+
+
+def test_v10_fixture_loads_and_folds() -> None:
+    events = _load_log(FIXTURES / "events_v10.jsonl")
+    state = RunState.fold(events)
+    assert state.stop is not None
+    assert state.stop.kind == "goal_met"
+    assert state.recalled is not None
+    assert (state.recalled.mode, state.recalled.bindings) == ("direct", (("report.txt", "notes.txt"),))
+    assert [p.author for p in state.plans] == ["memory"]
+    assert state.answer == "notes.txt has 90 words"
+    for line, event in zip(
+        (FIXTURES / "events_v10.jsonl").read_text(encoding="utf-8").splitlines(), events, strict=True
+    ):
+        old = json.loads(line)
+        assert old["v"] == 10
+        assert _kept(dump_event(event)["event"], old["event"])
+    assert RunState.fold(_load_log(FIXTURES / "events_v9.jsonl")).recalled is None
+
+
+async def test_v10_fixture_replays_exactly() -> None:
+    from planexec.runtime import replay_log
+
+    report = await replay_log(_load_log(FIXTURES / "events_v10.jsonl"))
+    assert report.matched, report.divergence
 
 
 async def test_v9_fixture_replays_exactly() -> None:

@@ -36,6 +36,9 @@ fixture log of every version loadable in the tests):
        names of the tools gone). Older logs load unchanged.
     9: run_started may carry ``trace``, the run's trace context (W3C ``traceparent``) when it was
        traced, so that a run resumed elsewhere continues the same trace. Older logs load unchanged.
+    10: plan_recalled (plan memory offered a remembered plan for the goal: the entry, the
+       similarity, ``direct`` or ``guided`` reuse, the steps re-bound to the goal and the answer
+       template); plan versions may be authored by ``memory``. Older logs load unchanged.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ __all__ = [
     "ModelAttemptFailed",
     "ModelCalled",
     "PlanProposed",
+    "PlanRecalled",
     "PlannerOutputRejected",
     "PlanningStarted",
     "RunFinished",
@@ -87,8 +91,8 @@ __all__ = [
     "load_event",
 ]
 
-EVENT_SCHEMA_VERSION = 9
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
+EVENT_SCHEMA_VERSION = 10
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 
 PlanTrigger = Literal["initial", "failure", "after_step", "turn", "human", "information", "review"]
 PlanningTrigger = Literal["initial", "failure", "after_step", "turn", "finish", "information", "review"]
@@ -304,6 +308,29 @@ class ToolsChanged:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class PlanRecalled:
+    """Plan memory offered a remembered plan for the run's goal, before the first plan.
+
+    ``entry_id``: the memory entry; ``goal``: the goal it met; ``similarity``: how alike the two
+    goals are (0 to 1); ``mode``: ``direct`` (``steps`` run as the first plan, with no planner
+    call, and ``answer``, a template over their outputs, is the final answer when it is set) or
+    ``guided`` (the planner is shown ``steps`` as a worked example); ``bindings``: each value of
+    the remembered goal replaced by the new goal's; ``why_not_direct``: for guided reuse, why the
+    plan could not run as it is. A replay takes the recall from here, never from the memory."""
+
+    kind: Literal["plan_recalled"] = "plan_recalled"
+    at: float
+    entry_id: str
+    goal: str
+    similarity: float
+    mode: Literal["direct", "guided"]
+    steps: tuple[Step, ...]
+    answer: str | None = None
+    bindings: tuple[tuple[str, str], ...] = ()
+    why_not_direct: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ToolProgress:
     """A tool said how far its call has come: ``progress`` of ``total`` (when it knows the total),
     with a ``message``. ``call_id``: the call of a model-driven step it belongs to (None: the
@@ -473,6 +500,7 @@ Event: TypeAlias = Annotated[
     | PlanningStarted
     | PlannerOutputRejected
     | PlanProposed
+    | PlanRecalled
     | StepStreamed
     | ApprovalRequested
     | ApprovalDecided

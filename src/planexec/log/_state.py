@@ -23,6 +23,7 @@ from planexec.log._events import (
     PlannerOutputRejected,
     PlanningStarted,
     PlanProposed,
+    PlanRecalled,
     RunFinished,
     RunResumed,
     RunStarted,
@@ -173,6 +174,8 @@ class RunState:
     stalls: list[StallDetected] = field(default_factory=list)
     budget_hit: BudgetExhaustedEvent | None = None
     suspended: RunSuspended | None = None
+    recalled: PlanRecalled | None = None
+    """What plan memory offered for the goal, if anything (``plan_recalled``)."""
     """Set while the run waits for a human with its process gone; cleared when it is resumed."""
     resumes: int = 0
     active_time: float = 0.0
@@ -325,6 +328,9 @@ class RunState:
         if rec is not None:
             rec.progress = e
 
+    def _plan_recalled(self, e: PlanRecalled) -> None:
+        self.recalled = e
+
     def _tools_changed(self, e: ToolsChanged) -> None:
         gone = set(e.removed)
         kept = [n for n in self.tools if n not in gone]
@@ -408,6 +414,7 @@ _HANDLERS: dict[type, Callable[[RunState, Any], None]] = {
     StepAttemptFailed: RunState._attempt_failed,
     ToolProgress: RunState._tool_progress,
     ToolsChanged: RunState._tools_changed,
+    PlanRecalled: RunState._plan_recalled,
     ToolCalled: RunState._tool_called,
     StepRequeued: RunState._step_requeued,
     StepHeld: RunState._step_held,

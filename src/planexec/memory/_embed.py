@@ -66,8 +66,13 @@ STOP_WORDS = frozenset(
 class Embedder(Protocol):
     """What turns goals into vectors. ``name`` says which embedder (and which model) made a vector."""
 
-    name: str
-    kind: Literal["sparse", "dense"]
+    @property
+    def name(self) -> str:
+        """Which embedder, and which model: vectors of different names are never compared."""
+        ...
+
+    @property
+    def kind(self) -> Literal["sparse", "dense"]: ...
 
     async def embed(self, texts: Sequence[str]) -> list[Vector]:
         """One vector per text, in order."""

@@ -188,6 +188,8 @@ class PlanningContext:
     """What people told the run (information, answers, guidance, refused answers), as text."""
     conversation: str | None = None
     """For a session's turn: the record of the turns before it (fixed for the run)."""
+    example: str | None = None
+    """A remembered plan for a similar goal, shown as a worked example (plan memory's guided reuse)."""
 
     def current_checks(self) -> CheckContext:
         """The check context as of now: the steps finished so far, and the steps the budget still allows."""
@@ -335,6 +337,7 @@ class Planner:
             Message(role="user", content=tools, cache_point=True),
             *([Message(role="user", content=ctx.conversation, cache_point=True)] if ctx.conversation else []),
             Message(role="user", content=_prompt.describe_goal(ctx.goal, ctx.constraints), cache_point=True),
+            *([Message(role="user", content=ctx.example)] if ctx.example else []),
             Message(role="user", content="\n\n".join(changing)),
         ]
         asked = list(messages)

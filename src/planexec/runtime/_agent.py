@@ -25,6 +25,7 @@ from planexec.log import (
     RunSuspended,
 )
 from planexec.mcp import MCPToolset
+from planexec.memory import PlanMemory
 from planexec.models import (
     Model,
     ModelSettings,
@@ -212,6 +213,8 @@ class Agent:
     limits calls to each provider keep to (``Providers.default()`` when None). ``name``: the agent's
     name on its runs' spans and metrics (``gen_ai.agent.name``). ``telemetry``: what its runs send
     to OpenTelemetry and the ``planexec`` logger (``Telemetry()``: the global providers, no content).
+    ``memory``: plan memory (:class:`~planexec.memory.PlanMemory`): a run whose goal is like a
+    remembered one reuses its plan, and a run that meets its goal is remembered (None: no memory).
     """
 
     def __init__(
@@ -232,6 +235,7 @@ class Agent:
         providers: Providers | None = None,
         name: str = "planexec",
         telemetry: Telemetry | None = None,
+        memory: PlanMemory | None = None,
     ) -> None:
         own, self._mcp = _split_servers([tools] if isinstance(tools, Toolset) else list(tools))
         """MCP servers' toolsets: opened by ``open`` (or the first run), closed by ``aclose``."""
@@ -252,7 +256,10 @@ class Agent:
         self.review = review
         self.name = name
         self.telemetry = Telemetry() if telemetry is None else telemetry
+        self.memory = memory
         problems: list[Problem] = []
+        if memory is not None and not isinstance(memory, PlanMemory):
+            problems.append(Problem(code="agent", where="memory", message="must be a PlanMemory(...) or None"))
         if not isinstance(name, str) or not name.strip() or len(name) > 200 or not name.isprintable():
             problems.append(
                 Problem(code="agent", where="name", message="must be printable text of 1 to 200 characters")
@@ -393,6 +400,7 @@ class Agent:
             telemetry=self.telemetry,
             agent_name=self.name,
             conversation=None if turn is None else turn.earlier,
+            memory=self.memory,
         )
 
     def _current_tools(self) -> Toolset:
@@ -462,6 +470,7 @@ class Agent:
                 and self.approvals.when_waiting == "suspend",
             },
             "predicates": sorted(self.acceptance.predicates),
+            **({"memory": self.memory.describe()} if self.memory is not None else {}),
         }
 
     def _can_ask(self) -> bool:

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from planexec.executor import Acceptance, Executor, ExecutorProfile
 from planexec.log import Event, RunState
+from planexec.memory import PlanMemory
 from planexec.models import Providers
 from planexec.planner import Planner
 from planexec.runtime._budget import Budget
@@ -55,6 +56,8 @@ class EngineConfig:
     executor_profiles: Mapping[str, ExecutorProfile] | None = None
     """What the planner is told about each executor, as a log recorded it (a replay); None: as
     the executors themselves say (``executor_profile``)."""
+    memory: PlanMemory | None = None
+    """Plan memory: asked before the first plan, told how the run went (None: no memory)."""
 
 
 class Core(Protocol):

@@ -45,6 +45,7 @@ from planexec.runtime._journal import Journal, _JournalFailed
 from planexec.runtime._model_calls import ModelCalls
 from planexec.runtime._planning import PlanDone, Planning, _Stop, crash_stop, error_stop
 from planexec.runtime._policies import PlanKind, PlanningPolicy, policy_of
+from planexec.runtime._recall import report_to_memory
 from planexec.runtime._recovery import restore
 from planexec.runtime._scheduler import ReadyQueue
 from planexec.runtime._settings import (
@@ -406,6 +407,8 @@ class Engine:
             raise
         self._finish(stop)
         await self._close_journal()
+        if cfg.memory is not None and self.state.finished:
+            await report_to_memory(cfg, self.run_id, self.state, self.events)
         return self.state
 
     async def _out_of_time(self) -> _Stop:

@@ -82,6 +82,7 @@ from planexec.runtime._core import Core
 from planexec.runtime._humans import Humans
 from planexec.runtime._journal import _JournalFailed
 from planexec.runtime._policies import PlanKind, PlanningPolicy
+from planexec.runtime._recall import direct_plan, memory_answer, recall_for, with_example
 from planexec.runtime._scheduler import ReadyQueue
 from planexec.runtime._settings import AnswerCheck, ApprovalDecision, ApprovalRequest
 from planexec.runtime._world import _RecordedError
@@ -195,6 +196,8 @@ class PlanDone:
     escalated: PlannerEscalated | None = None
     refused: tuple[str, ...] | None = None
     """The final answer failed its review, for these reasons."""
+    author: Author = "planner"
+    """Who wrote ``result``: the planner, or plan memory (a remembered plan or answer)."""
 
 
 class Planning:
@@ -461,14 +464,24 @@ class Planning:
         engine = self._engine
         done = PlanDone(kind=kind, failed_at_start=failed)
         try:
-            done.result = await engine.policy.ask(engine.config.planner, kind, ctx, why)
+            if kind == "initial":
+                recalled = await recall_for(engine, ctx)
+                if recalled is not None and recalled.mode == "direct":
+                    done.result, done.author = direct_plan(recalled), "memory"
+                ctx = with_example(ctx, recalled)
+            elif kind in ("finish", "turn"):
+                answer = memory_answer(engine.state)
+                if answer is not None:
+                    done.result, done.author = answer, "memory"
+            if done.result is None:
+                done.result = await engine.policy.ask(engine.config.planner, kind, ctx, why)
             approvals = engine.config.approvals
             steps = _proposed_steps(done.result)
             if approvals.plan and steps is not None:
                 if not engine.can_ask_humans:
                     done.rejected = "every plan needs a human's approval, and nobody can be asked"
                 else:
-                    plan = self.next_plan(steps, reason=_reason(done.result))
+                    plan = self.next_plan(steps, reason=_reason(done.result), author=done.author)
                     request = ApprovalRequest(
                         approval_id="", run_id=engine.run_id, subject="plan", plan=plan, reason=why
                     )
@@ -619,7 +632,8 @@ class Planning:
         if isinstance(result, str):
             if self._news_before_answer():
                 return
-            raise _Stop(StopReason(kind="goal_met", detail="the planner gave the final answer"), answer=result)
+            detail = "the remembered plan's answer" if done.author == "memory" else "the planner gave the final answer"
+            raise _Stop(StopReason(kind="goal_met", detail=detail), answer=result)
         if isinstance(result, Turn):
             if result.stop:
                 if self._news_before_answer():
@@ -652,7 +666,7 @@ class Planning:
                 engine.stall("identical_patch", "the planner proposed the same patch again")
             self.last_failure_patch = fingerprint
         trigger = done.kind if done.kind in ("initial", "failure", "information", "review") else "after_step"
-        steps, author, reason = result.steps, "planner", result.reason
+        steps, author, reason = result.steps, done.author, result.reason
         if done.edited is not None:
             steps, author, reason = self._edited(done)
         self.install(steps, trigger, reason, done.failed_at_start, author=author)

@@ -28,6 +28,7 @@ from planexec.log import (
     InformationAdded,
     ModelAttemptFailed,
     ModelCalled,
+    PlanRecalled,
     RunFinished,
     RunResumed,
     RunStarted,
@@ -340,6 +341,12 @@ class RecordedWorld:
         assert isinstance(event, AnswerReviewed)
         self.outlet.emit(event)
         return event
+
+    def recalled(self) -> tuple[bool, PlanRecalled | None]:
+        if self.live:
+            return False, None
+        event = self.log[self.cursor] if self.cursor < len(self.log) else None
+        return True, event if isinstance(event, PlanRecalled) else None
 
     def tools_change(self) -> ToolsChanged | None:
         if self.live or self.cursor >= len(self.log):

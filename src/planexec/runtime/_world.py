@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from planexec.executor import StepError, Verdict
-from planexec.log import AnswerReviewed, Event, ToolsChanged
+from planexec.log import AnswerReviewed, Event, PlanRecalled, ToolsChanged
 from planexec.models import ModelResponse
 from planexec.plan import Step
 from planexec.runtime._budget import BudgetHit
@@ -124,6 +124,11 @@ class World(Protocol):
         """The change of tools a record holds where the run now is (None: none, or live)."""
         ...
 
+    def recalled(self) -> tuple[bool, PlanRecalled | None]:
+        """What plan memory offered where the run now is, when a record knows it: ``(True,
+        event)``, or ``(True, None)`` for a record with no offer here; ``(False, None)``: ask."""
+        ...
+
 
 class LiveWorld:
     """The world as it is: the run's clock and ids, real models, tools and humans."""
@@ -175,3 +180,6 @@ class LiveWorld:
 
     def tools_change(self) -> ToolsChanged | None:
         return None
+
+    def recalled(self) -> tuple[bool, PlanRecalled | None]:
+        return False, None

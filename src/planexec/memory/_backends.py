@@ -1,0 +1,263 @@
+"""Where plan memory keeps its entries: beside the run logs in the run store's own database
+(SQLite file or PostgreSQL), or in this process.
+
+Each backend holds one row per entry (its JSON record) and a change counter that every write
+bumps, so a memory in another process notices a change with one small query and reloads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, Protocol
+
+from planexec.errors import StoreError, UsageError
+
+__all__ = ["Backend", "InProcess", "PostgresBackend", "SQLiteBackend"]
+
+
+class Backend(Protocol):
+    name: str
+
+    async def version(self) -> int: ...
+
+    async def load(self) -> list[dict[str, Any]]: ...
+
+    async def put(self, record: dict[str, Any]) -> None: ...
+
+    async def delete(self, entry_id: str) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+class InProcess:
+    """Entries in this process only (a memory store, tests)."""
+
+    def __init__(self) -> None:
+        self.name = "plan memory in this process"
+        self._rows: dict[str, str] = {}
+        self._version = 0
+
+    async def version(self) -> int:
+        return self._version
+
+    async def load(self) -> list[dict[str, Any]]:
+        return [json.loads(v) for v in self._rows.values()]
+
+    async def put(self, record: dict[str, Any]) -> None:
+        self._rows[record["id"]] = _encode(record, self.name)
+        self._version += 1
+
+    async def delete(self, entry_id: str) -> bool:
+        found = self._rows.pop(entry_id, None) is not None
+        self._version += found
+        return found
+
+    async def close(self) -> None:
+        return None
+
+
+def _encode(record: dict[str, Any], name: str) -> str:
+    try:
+        return json.dumps(record, allow_nan=False, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError) as e:
+        raise StoreError(f"{name}: an entry JSON cannot hold: {e}") from None
+
+
+_SQLITE_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS plan_memory (id TEXT PRIMARY KEY, updated_at REAL NOT NULL, record TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS plan_memory_changes (one INTEGER PRIMARY KEY CHECK (one = 1), n INTEGER NOT NULL)",
+    "INSERT OR IGNORE INTO plan_memory_changes (one, n) VALUES (1, 0)",
+)
+
+
+class SQLiteBackend:
+    """Entries in a SQLite file (the run store's own file by default), used from one worker thread."""
+
+    def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
+        self.path = Path(path)
+        self.name = f"plan memory in SQLite file {str(self.path)!r}"
+        self._busy_timeout = busy_timeout
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False)
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                for statement in _SQLITE_SCHEMA:
+                    conn.execute(statement)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    async def _do(self, work: Any) -> Any:
+        def call() -> Any:
+            with self._lock:
+                try:
+                    return work(self._connection())
+                except sqlite3.Error as e:
+                    raise StoreError(f"{self.name}: {type(e).__name__}: {e}") from None
+
+        return await asyncio.to_thread(call)
+
+    async def version(self) -> int:
+        return int(await self._do(lambda c: c.execute("SELECT n FROM plan_memory_changes").fetchone()[0]))
+
+    async def load(self) -> list[dict[str, Any]]:
+        rows = await self._do(lambda c: c.execute("SELECT record FROM plan_memory").fetchall())
+        return [json.loads(r[0]) for r in rows]
+
+    async def put(self, record: dict[str, Any]) -> None:
+        text = _encode(record, self.name)
+
+        def write(c: sqlite3.Connection) -> None:
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                c.execute(
+                    "INSERT INTO plan_memory (id, updated_at, record) VALUES (?, ?, ?) "
+                    "ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, record = excluded.record",
+                    (record["id"], float(record.get("updated_at", 0.0)), text),
+                )
+                c.execute("UPDATE plan_memory_changes SET n = n + 1")
+                c.execute("COMMIT")
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+
+        await self._do(write)
+
+    async def delete(self, entry_id: str) -> bool:
+        def remove(c: sqlite3.Connection) -> bool:
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                found = c.execute("DELETE FROM plan_memory WHERE id = ?", (entry_id,)).rowcount > 0
+                if found:
+                    c.execute("UPDATE plan_memory_changes SET n = n + 1")
+                c.execute("COMMIT")
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+            return found
+
+        return bool(await self._do(remove))
+
+    async def close(self) -> None:
+        def shut() -> None:
+            with self._lock:
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+
+        await asyncio.to_thread(shut)
+
+
+_PG_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS plan_memory (id TEXT PRIMARY KEY, updated_at DOUBLE PRECISION NOT NULL, "
+    "record TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS plan_memory_changes (one INTEGER PRIMARY KEY CHECK (one = 1), n BIGINT NOT NULL)",
+    "INSERT INTO plan_memory_changes (one, n) VALUES (1, 0) ON CONFLICT DO NOTHING",
+)
+
+
+class PostgresBackend:
+    """Entries in a PostgreSQL database (the run store's own by default), over one connection."""
+
+    def __init__(self, url: str, *, shown: str, connect_timeout: float = 10.0, statement_timeout: float = 30.0) -> None:
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            raise UsageError("plan memory in PostgreSQL needs psycopg: pip install 'planexec[postgres]'") from None
+        self._url = url
+        self.name = f"plan memory in PostgreSQL {shown!r}"
+        self._connect_timeout = connect_timeout
+        self._statement_timeout = statement_timeout
+        self._conn: Any = None
+        self._lock = asyncio.Lock()
+
+    async def _connection(self) -> Any:
+        import psycopg
+
+        if self._conn is None or self._conn.closed:
+            conn = await asyncio.wait_for(
+                psycopg.AsyncConnection.connect(
+                    self._url, autocommit=True, connect_timeout=max(1, round(self._connect_timeout))
+                ),
+                self._connect_timeout + 1,
+            )
+            try:
+                await conn.execute(f"SET statement_timeout = {max(1, round(self._statement_timeout * 1000))}")
+                async with conn.transaction():
+                    await conn.execute("SELECT pg_advisory_xact_lock(7460001)")  # one creator at a time
+                    for statement in _PG_SCHEMA:
+                        await conn.execute(statement)
+            except BaseException:
+                await conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    async def _do(self, work: Any) -> Any:
+        import psycopg
+
+        async with self._lock:
+            try:
+                return await work(await self._connection())
+            except (psycopg.Error, OSError, TimeoutError) as e:
+                if self._conn is not None:
+                    await self._conn.close()
+                    self._conn = None
+                raise StoreError(f"{self.name}: {type(e).__name__}") from None
+
+    async def version(self) -> int:
+        async def read(c: Any) -> int:
+            cur = await c.execute("SELECT n FROM plan_memory_changes")
+            row = await cur.fetchone()
+            return int(row[0])
+
+        return int(await self._do(read))
+
+    async def load(self) -> list[dict[str, Any]]:
+        async def read(c: Any) -> list[dict[str, Any]]:
+            cur = await c.execute("SELECT record FROM plan_memory")
+            return [json.loads(r[0]) for r in await cur.fetchall()]
+
+        result: list[dict[str, Any]] = await self._do(read)
+        return result
+
+    async def put(self, record: dict[str, Any]) -> None:
+        text = _encode(record, self.name)
+
+        async def write(c: Any) -> None:
+            async with c.transaction():
+                await c.execute(
+                    "INSERT INTO plan_memory (id, updated_at, record) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, record = excluded.record",
+                    (record["id"], float(record.get("updated_at", 0.0)), text),
+                )
+                await c.execute("UPDATE plan_memory_changes SET n = n + 1")
+
+        await self._do(write)
+
+    async def delete(self, entry_id: str) -> bool:
+        async def remove(c: Any) -> bool:
+            async with c.transaction():
+                cur = await c.execute("DELETE FROM plan_memory WHERE id = %s", (entry_id,))
+                found = bool(cur.rowcount > 0)
+                if found:
+                    await c.execute("UPDATE plan_memory_changes SET n = n + 1")
+            return found
+
+        return bool(await self._do(remove))
+
+    async def close(self) -> None:
+        async with self._lock:
+            if self._conn is not None:
+                await self._conn.close()
+                self._conn = None

@@ -1,0 +1,361 @@
+"""Plan memory: the plans of successful runs, kept with their goals and offered again.
+
+    memory = PlanMemory(store)                  # beside the run logs, in the store's database
+    memory = PlanMemory("sqlite:///plans.db")   # a database of its own
+    agent = Agent(planner, tools=..., memory=memory)
+
+A run whose goal is like a remembered one reuses that plan: **direct** — every difference between
+the goals is a value of the plan's arguments, so the plan is re-bound to the new values and runs
+with no planner call (its answer, too, from the remembered answer's template, when the answer
+quotes the outputs); **guided** — the planner plans, shown the remembered plan as a worked example.
+The run checks a reused plan against today's tools, judges its steps as any other's, and reports
+how the reuse went: an entry whose reuse failed ``max_failures`` times is no longer offered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from planexec.errors import Problem, UsageError
+from planexec.memory._backends import Backend, InProcess, PostgresBackend, SQLiteBackend
+from planexec.memory._embed import Embedder, LexicalEmbedder
+from planexec.memory._entry import MemoryEntry, Recall
+from planexec.memory._index import GoalIndex, goal_key
+from planexec.memory._rebind import answer_template, rebind
+from planexec.plan import Step
+from planexec.store import MemoryStore, PostgresStore, Redactor, RunStore, SQLiteStore, safe_url
+
+__all__ = ["PlanMemory"]
+
+MAX_GOAL_CHARS = 20_000
+"""Longer goals are neither remembered nor looked up (their similarity says little)."""
+
+
+def _backend_for(where: RunStore | str | os.PathLike[str]) -> tuple[Backend, Redactor | None]:
+    if isinstance(where, SQLiteStore):
+        return SQLiteBackend(where.path, busy_timeout=where.busy_timeout), where.redactor
+    if isinstance(where, PostgresStore):
+        return (
+            PostgresBackend(
+                where.url,
+                shown=safe_url(where.url),
+                connect_timeout=where.connect_timeout,
+                statement_timeout=where.statement_timeout,
+            ),
+            where.redactor,
+        )
+    if isinstance(where, MemoryStore):
+        return InProcess(), where.redactor
+    if isinstance(where, os.PathLike):
+        return SQLiteBackend(Path(where)), None
+    if isinstance(where, str):
+        if where in ("memory://", "memory:"):
+            return InProcess(), None
+        if where.startswith("sqlite://"):
+            path = where.removeprefix("sqlite://")
+            if not path:
+                raise UsageError("a sqlite:// memory URL needs a path: sqlite:///path/to/plans.db")
+            return SQLiteBackend(Path(path)), None
+        if where.startswith(("postgresql://", "postgres://")):
+            return PostgresBackend(where, shown=safe_url(where)), None
+        raise UsageError(
+            f"cannot keep plan memory in {safe_url(where)!r}: give a run store, a path, "
+            "sqlite:///path, postgresql://… or memory://"
+        )
+    raise UsageError(f"cannot keep plan memory in a {type(where).__name__}: give a run store, a path or a URL")
+
+
+class PlanMemory:
+    """Remembered plans, found again by the similarity of their goals (see the module's docstring).
+
+    ``where``: a run store (its database keeps the entries too), a path or URL of a database of
+    their own, or ``memory://``. ``embedder``: how goals become vectors (:class:`LexicalEmbedder`
+    by default: no model). ``direct_at`` / ``guided_at``: the similarity from which an entry is
+    reused directly (when it can be re-bound) or as an example. ``max_failures``: failed reuses
+    after which an entry is no longer offered. ``candidates``: how many nearest entries are
+    considered. ``redactor``: what is hidden before an entry is written (the store's by default).
+    """
+
+    def __init__(
+        self,
+        where: RunStore | str | os.PathLike[str] = "memory://",
+        *,
+        embedder: Embedder | None = None,
+        direct_at: float = 0.6,
+        guided_at: float = 0.35,
+        max_failures: int = 1,
+        candidates: int = 8,
+        redactor: Redactor | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        problems: list[Problem] = []
+
+        def add(where_: str, message: str) -> None:
+            problems.append(Problem(code="plan_memory", where=where_, message=message))
+
+        for name, value in (("direct_at", direct_at), ("guided_at", guided_at)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+                add(name, "must be a number from 0 to 1")
+        if not problems and guided_at > direct_at:
+            add("guided_at", f"must not be above direct_at ({direct_at})")
+        for name, value, least in (("max_failures", max_failures, 1), ("candidates", candidates, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                add(name, f"must be a whole number of at least {least}")
+        chosen: Embedder = LexicalEmbedder() if embedder is None else embedder
+        if not isinstance(chosen, Embedder) or getattr(chosen, "kind", None) not in ("sparse", "dense"):
+            add("embedder", "must be an embedder: a name, a kind ('sparse' or 'dense') and an async embed method")
+        if redactor is not None and not isinstance(redactor, Redactor):
+            add("redactor", "must be a Redactor")
+        backend: Backend | None = None
+        store_redactor: Redactor | None = None
+        try:
+            backend, store_redactor = _backend_for(where)
+        except UsageError as e:
+            add("where", str(e))
+        if problems:
+            raise UsageError("invalid plan memory", problems)
+        assert backend is not None
+        self._backend = backend
+        self.embedder: Embedder = chosen
+        self.direct_at = float(direct_at)
+        self.guided_at = float(guided_at)
+        self.max_failures = max_failures
+        self.candidates = candidates
+        self.redactor = redactor or store_redactor or Redactor()
+        self._clock = clock
+        self._entries: dict[str, MemoryEntry] = {}
+        self._index = GoalIndex()
+        self._seen: int | None = None
+
+    def __repr__(self) -> str:
+        return f"PlanMemory({self._backend.name}, embedder={self.embedder.name!r})"
+
+    def describe(self) -> dict[str, Any]:
+        """How this memory reuses plans, as a run's log records it."""
+        return {
+            "embedder": self.embedder.name,
+            "direct_at": self.direct_at,
+            "guided_at": self.guided_at,
+            "max_failures": self.max_failures,
+        }
+
+    # -- keeping the index in step with the database --------------------------------------------
+
+    async def _sync(self) -> None:
+        version = await self._backend.version()
+        if version == self._seen:
+            return
+        entries: dict[str, MemoryEntry] = {}
+        for record in await self._backend.load():
+            try:
+                entry = MemoryEntry.from_record(record)
+            except UsageError:
+                continue  # written by a newer planexec, or damaged: not offered
+            entries[entry.id] = entry
+        index = GoalIndex()
+        sparse = self.embedder.kind == "sparse"
+        if sparse:
+            vectors = await self.embedder.embed([e.goal for e in entries.values()]) if entries else []
+            for entry, vector in zip(entries.values(), vectors, strict=True):
+                index.add(entry.id, entry.goal, vector)
+        else:
+            for entry in entries.values():
+                if entry.embedder == self.embedder.name and entry.vector is not None:
+                    index.add(entry.id, entry.goal, entry.vector)
+        self._entries, self._index, self._seen = entries, index, version
+
+    async def _embed_one(self, text: str) -> Mapping[str, float] | Sequence[float]:
+        vectors = await self.embedder.embed([text])
+        if len(vectors) != 1:
+            raise UsageError(f"the embedder {self.embedder.name!r} gave {len(vectors)} vectors for one text")
+        return vectors[0]
+
+    # -- recall -------------------------------------------------------------------------------------
+
+    async def recall(self, goal: str, *, tools: Iterable[str], constraints: Sequence[str] = ()) -> Recall | None:
+        """The best reuse of a remembered plan for ``goal`` with ``tools`` at hand, or None.
+
+        Only entries whose tools are all at hand, that were made by this memory's embedder and
+        failed fewer than ``max_failures`` reuses are considered. The most similar entry that can
+        be re-bound with a similarity of at least ``direct_at`` is reused directly; else the most
+        similar one from ``guided_at`` guides the planner.
+        """
+        if not isinstance(goal, str) or not goal.strip() or len(goal) > MAX_GOAL_CHARS:
+            return None
+        await self._sync()
+        if not self._entries:
+            return None
+        have = set(tools)
+        usable = {
+            e.id
+            for e in self._entries.values()
+            if e.failures < self.max_failures and set(e.tools) <= have and e.outcome == "goal_met"
+        }
+        if not usable:
+            return None
+        found: dict[str, float] = dict.fromkeys(self._index.exact(goal) & usable, 1.0)
+        vector = await self._embed_one(goal)
+        for similarity, entry_id in self._index.nearest(vector, k=self.candidates, allowed=usable):
+            found.setdefault(entry_id, min(1.0, similarity))
+        ranked = sorted(found.items(), key=lambda p: (-p[1], -self._entries[p[0]].uses, p[0]))
+        best: Recall | None = None
+        wanted = tuple(constraints)
+        for entry_id, similarity in ranked:
+            if similarity < self.guided_at:
+                break
+            entry = self._entries[entry_id]
+            why = _why_not_direct(entry, similarity, self.direct_at, wanted)
+            if why is None:
+                bound = rebind(entry.goal, goal, entry.steps, entry.answer)
+                if not isinstance(bound, str):
+                    return Recall(
+                        entry=entry,
+                        similarity=round(similarity, 6),
+                        mode="direct",
+                        steps=bound.steps,
+                        answer=bound.answer,
+                        bindings=bound.bindings,
+                    )
+                why = bound
+            if best is None:
+                best = Recall(
+                    entry=entry,
+                    similarity=round(similarity, 6),
+                    mode="guided",
+                    steps=entry.steps,
+                    answer=None,
+                    why_not_direct=why,
+                )
+        return best
+
+    # -- remembering and reporting --------------------------------------------------------------
+
+    async def remember(
+        self,
+        *,
+        goal: str,
+        steps: Sequence[Step],
+        answer: str | None,
+        outputs: Mapping[str, Any],
+        constraints: Sequence[str] = (),
+        run_id: str | None = None,
+        cost: float = 0.0,
+        planner_calls: int = 0,
+        plan_versions: int = 1,
+    ) -> MemoryEntry | None:
+        """Keep the plan of a run that met its goal: its succeeded ``steps`` (in plan order) and its
+        final answer (kept as a template over ``outputs``, the steps' outputs, when it quotes them).
+        Values the redactor hides are hidden here too; such a plan is kept only as an example.
+        The same goal with the same steps updates its entry. None when there is nothing to keep."""
+        if not steps or not isinstance(goal, str) or not goal.strip() or len(goal) > MAX_GOAL_CHARS:
+            return None
+        template = None if answer is None else answer_template(answer, outputs, goal)
+        raw = {
+            "goal": goal,
+            "constraints": list(constraints),
+            "steps": [s.model_dump(mode="json") for s in steps],
+            "answer": template,
+        }
+        hidden = self.redactor.redact(raw)
+        direct = hidden == raw
+        kept_steps = tuple(Step.model_validate(s) for s in hidden["steps"])
+        kept_goal = str(hidden["goal"])
+        entry_id = (
+            "m-"
+            + hashlib.sha256(
+                json.dumps([goal_key(kept_goal), hidden["steps"], hidden["constraints"]], sort_keys=True).encode()
+            ).hexdigest()[:16]
+        )
+        await self._sync()
+        now = self._clock()
+        old = self._entries.get(entry_id)
+        vector: tuple[float, ...] | None = None
+        if self.embedder.kind == "dense":
+            vector = tuple(float(v) for v in await self._embed_one(kept_goal))
+        tools = tuple(sorted({t for s in kept_steps for t in ((s.tool,) if s.tool else ()) + s.allowed_tools}))
+        entry = MemoryEntry(
+            id=entry_id,
+            goal=kept_goal,
+            constraints=tuple(str(c) for c in hidden["constraints"]),
+            steps=kept_steps,
+            answer=hidden["answer"],
+            tools=tools,
+            run_id=run_id,
+            cost=float(cost),
+            planner_calls=int(planner_calls),
+            plan_versions=int(plan_versions),
+            created_at=now if old is None else old.created_at,
+            updated_at=now,
+            uses=0 if old is None else old.uses,
+            failures=0,
+            direct=direct,
+            embedder=self.embedder.name,
+            vector=vector,
+        )
+        await self._backend.put(entry.to_record())
+        self._seen = None
+        return entry
+
+    async def reused(self, entry_id: str, *, ok: bool, why: str | None = None) -> MemoryEntry | None:
+        """Report how a reuse of ``entry_id`` went: a success counts a use; a failure counts
+        against the entry (``why`` kept), which is no longer offered after ``max_failures``."""
+        await self._sync()
+        entry = self._entries.get(entry_id)
+        if entry is None:
+            return None
+        if ok:
+            entry = replace(entry, uses=entry.uses + 1, updated_at=self._clock())
+        else:
+            entry = replace(
+                entry,
+                failures=entry.failures + 1,
+                last_failure=(why or "the reuse failed")[:500],
+                updated_at=self._clock(),
+            )
+        await self._backend.put(entry.to_record())
+        self._seen = None
+        return entry
+
+    # -- inspecting and managing ----------------------------------------------------------------
+
+    async def entries(self, *, limit: int | None = None) -> list[MemoryEntry]:
+        """Every entry, the most recently updated first."""
+        await self._sync()
+        ordered = sorted(self._entries.values(), key=lambda e: (-e.updated_at, e.id))
+        return ordered if limit is None else ordered[: max(0, limit)]
+
+    async def get(self, entry_id: str) -> MemoryEntry | None:
+        await self._sync()
+        return self._entries.get(entry_id)
+
+    async def forget(self, entry_id: str) -> bool:
+        """Delete an entry; False when there was none."""
+        found = await self._backend.delete(entry_id)
+        self._seen = None
+        return found
+
+    async def export(self) -> list[dict[str, Any]]:
+        """Every entry as JSON-ready data (``MemoryEntry.from_record`` reads it back)."""
+        return [e.to_record() for e in await self.entries()]
+
+    async def close(self) -> None:
+        await self._backend.close()
+
+
+def _why_not_direct(
+    entry: MemoryEntry, similarity: float, direct_at: float, constraints: tuple[str, ...]
+) -> str | None:
+    if not entry.direct:
+        return "the remembered plan holds values hidden by redaction"
+    if similarity < direct_at:
+        return f"the goals are too different ({similarity:.2f} < {direct_at:.2f})"
+    if tuple(entry.constraints) != constraints:
+        return "the constraints differ"
+    return None
