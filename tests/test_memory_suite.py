@@ -17,7 +17,6 @@ from benchmarks.side.plan_memory import (  # noqa: E402
     fast_mistake,
     goals_met,
     main,
-    memory_available,
     run_config,
 )
 from benchmarks.side.plan_memory_suite import check_suite, load_suite  # noqa: E402
@@ -70,6 +69,22 @@ async def test_a_cut_down_run_passes_every_goal_and_the_ensemble_escalates_only_
     assert all(g.input_tokens > g.output_tokens > 0 for g in strong.goals)
     met = {name: ok for name, ok, _ in goals_met({"a": strong, "c": ensemble})}
     assert met["ensemble cheaper than strong-only at the same pass rate (ensemble vs strong)"] is True
+    assert met["0 planner calls on exact repeats (strong+mem)"] is None  # not run
+
+
+async def test_with_memory_an_exact_repeat_and_new_values_run_from_the_remembered_plan() -> None:
+    goals = load_suite(limit=CUT_DOWN)
+    for off, on in ((CONFIGS[0], CONFIGS[1]), (CONFIGS[2], CONFIGS[3])):
+        without = await run_config(off, goals, latency_scale=0)
+        with_memory = await run_config(on, goals, latency_scale=0)
+        assert with_memory.pass_rate == 1.0
+        by_goal = {g.goal: g for g in with_memory.goals}
+        assert [g.goal for g in with_memory.goals if g.recall is not None] == ["g04", "g07"]
+        for repeated in ("g04", "g07"):  # the repeat of g01, and g01 with another directory's name
+            assert by_goal[repeated].recall == "direct"
+            assert by_goal[repeated].planner_calls == 0
+        assert all(g.recall is None for g in without.goals)
+        assert with_memory.tokens < without.tokens
 
 
 async def test_the_benchmark_prints_its_table_and_says_which_goals_are_met(capsys: pytest.CaptureFixture[str]) -> None:
@@ -77,6 +92,7 @@ async def test_the_benchmark_prints_its_table_and_says_which_goals_are_met(capsy
     out = capsys.readouterr().out
     assert "(a) strong" in out
     assert "(c) ensemble" in out
+    assert "(d) ensemble+mem" in out
     assert "MET           ensemble cheaper than strong-only" in out
-    if not memory_available():
-        assert "not measured  0 planner calls on exact repeats" in out
+    assert "0 planner calls on exact repeats (strong+mem)" in out
+    assert "repeated half, by kind" in out

@@ -4,7 +4,10 @@ Run: ``PYTHONPATH=. .venv/bin/python -m benchmarks.side.plan_memory`` (needs ``b
 ``pip install --no-deps bfcl-eval==2026.3.23 mpmath``, which ``make`` does).
 
 Four configurations run the same 50 goals in order, each with one store (and one memory) for all
-its goals:
+its goals; memory is ``PlanMemory(store)`` as it comes (the lexical embedder, its default
+thresholds), so a goal may run directly from a remembered plan (re-bound to its values, with no
+planner call to plan, and none to answer when the remembered answer quotes the outputs), be
+planned with a remembered plan as the example (guided), or be planned afresh:
 
     (a) strong        the strong model plans alone, memory off
     (b) strong+mem    the same, plan memory on
@@ -37,14 +40,15 @@ A goal passes when BFCL's checks (its state and response checks) pass it. Printe
 configuration: pass rate, planner calls, planner tokens in and out, cost in dollars (each call's
 usage at its model's price in the table), and latency per goal (median, p90); for the memory-on
 configurations the same split over the repeated half (goals that come back to an earlier one:
-repeats, rewordings, new values) and the new half. Then each goal of W12, met or not.
+repeats, rewordings, new values) and the new half, and the repeated half by kind (planner tokens
+with memory off and on; how many goals ran directly, guided, or without memory's help). Then each
+goal of W12, met or not.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import json
 import math
 import time
@@ -55,7 +59,8 @@ from typing import Any, Literal
 from benchmarks.side.plan_memory_suite import Goal, load_suite
 from planexec import Agent, Budget, Planner
 from planexec.bfcl import Oracle, TaskRun, says_something
-from planexec.log import ModelCalled, RunResult
+from planexec.log import ModelCalled, PlanRecalled, RunResult
+from planexec.memory import PlanMemory
 from planexec.models import FunctionModel, ModelRequest, ModelResponse, cost_of, estimate_tokens, price_for
 from planexec.planner import Ensemble
 from planexec.runtime import AnswerReview
@@ -69,7 +74,7 @@ __all__ = [
     "ConfigFigures",
     "GoalFigures",
     "fast_mistake",
-    "memory_available",
+    "goals_met",
     "run_config",
 ]
 
@@ -149,19 +154,6 @@ CONFIGS = (
 )
 
 
-def memory_available() -> bool:
-    """Whether this build has plan memory (``planexec.memory.PlanMemory``)."""
-    return hasattr(importlib.import_module("planexec.memory"), "PlanMemory")
-
-
-def _new_memory() -> Any:
-    """A plan memory for one configuration's goals.
-
-    MEMORY-ON PATH: not built yet; the memory-on configurations are skipped while
-    :func:`memory_available` is False."""
-    raise NotImplementedError("plan memory is not in this build")
-
-
 @dataclass(frozen=True, kw_only=True)
 class GoalFigures:
     """One goal under one configuration."""
@@ -170,12 +162,17 @@ class GoalFigures:
     kind: str
     valid: bool
     planner_calls: int
+    answer_calls: int
+    """Of the planner calls, those that wrote the final answer (``planner.finish``)."""
     calls_by_model: dict[str, int]
     input_tokens: int
     output_tokens: int
     cost: float
     latency: float
     """Provider seconds: the goal's wall time (BFCL's checks apart) ÷ the latency scale."""
+    recall: str | None = None
+    """How plan memory helped: ``direct`` (a remembered plan re-bound, no planner call for it),
+    ``guided`` (the planner shown a remembered plan), or None."""
     error: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -183,7 +180,7 @@ class GoalFigures:
         return self.input_tokens + self.output_tokens
 
 
-def _planner_figures(result: RunResult) -> tuple[int, dict[str, int], int, int, float]:
+def _planner_figures(result: RunResult) -> tuple[list[ModelCalled], dict[str, int], int, int, float]:
     calls = [e for e in result.events if isinstance(e, ModelCalled) and e.role == "planner"]
     by_model: dict[str, int] = {}
     cost = 0.0
@@ -191,7 +188,7 @@ def _planner_figures(result: RunResult) -> tuple[int, dict[str, int], int, int, 
         by_model[e.model] = by_model.get(e.model, 0) + 1
         cost += cost_of(e.usage, price_for(e.model)) or 0.0
     return (
-        len(calls),
+        calls,
         by_model,
         sum(e.usage.input_tokens for e in calls),
         sum(e.usage.output_tokens for e in calls),
@@ -199,7 +196,9 @@ def _planner_figures(result: RunResult) -> tuple[int, dict[str, int], int, int, 
     )
 
 
-async def run_goal(goal: Goal, config: Config, *, store: MemoryStore, memory: Any, latency_scale: float) -> GoalFigures:
+async def run_goal(
+    goal: Goal, config: Config, *, store: MemoryStore, memory: PlanMemory | None, latency_scale: float
+) -> GoalFigures:
     run = TaskRun(goal.task)
     oracle = Oracle(goal.task, run.world)
     strong = _priced_model(oracle, STRONG, latency_scale, fast=False)
@@ -211,7 +210,6 @@ async def run_goal(goal: Goal, config: Config, *, store: MemoryStore, memory: An
         planner = Planner(model=fast, ensemble=ensemble)
     else:
         planner = Planner(model=strong)
-    extra = {"memory": memory} if memory is not None else {}
     agent = Agent(
         planner,
         tools=run.tools(0),
@@ -219,7 +217,7 @@ async def run_goal(goal: Goal, config: Config, *, store: MemoryStore, memory: An
         budget=Budget(),
         name="bfcl",
         review=AnswerReview(checks=[says_something]),
-        **extra,
+        memory=memory,
     )
     run.begin_turn(0)
     oracle.next_turn(0)
@@ -228,16 +226,19 @@ async def run_goal(goal: Goal, config: Config, *, store: MemoryStore, memory: An
     wall = time.perf_counter() - started
     verdict = run.check(0)
     calls, by_model, tokens_in, tokens_out, cost = _planner_figures(result)
+    recalled = next((e for e in result.events if isinstance(e, PlanRecalled)), None)
     return GoalFigures(
         goal=goal.id,
         kind=goal.kind,
         valid=bool(verdict.get("valid")),
-        planner_calls=calls,
+        planner_calls=len(calls),
+        answer_calls=sum(e.purpose == "planner.finish" for e in calls),
         calls_by_model=by_model,
         input_tokens=tokens_in,
         output_tokens=tokens_out,
         cost=cost,
         latency=wall / latency_scale if latency_scale > 0 else wall,
+        recall=recalled.mode if recalled is not None else None,
         error={} if verdict.get("valid") else {**verdict, "stop": result.stop.kind},
     )
 
@@ -263,6 +264,10 @@ class ConfigFigures:
     @property
     def planner_calls(self) -> int:
         return sum(g.planner_calls for g in self.goals)
+
+    @property
+    def answer_calls(self) -> int:
+        return sum(g.answer_calls for g in self.goals)
 
     @property
     def input_tokens(self) -> int:
@@ -301,6 +306,7 @@ class ConfigFigures:
             "cost_usd": round(self.cost, 6),
             "latency_p50_s": round(self.latency(0.5), 3),
             "latency_p90_s": round(self.latency(0.9), 3),
+            "recalled": {m: n for m in ("direct", "guided") if (n := sum(g.recall == m for g in self.goals))},
         }
 
 
@@ -315,7 +321,7 @@ def _quantile(values: Sequence[float], q: float) -> float:
 async def run_config(config: Config, goals: Sequence[Goal], *, latency_scale: float) -> ConfigFigures:
     """Run ``goals`` in order under ``config``, with one store (and one memory) for all of them."""
     store = MemoryStore()
-    memory = _new_memory() if config.memory else None
+    memory = PlanMemory(store) if config.memory else None
     figures = [await run_goal(g, config, store=store, memory=memory, latency_scale=latency_scale) for g in goals]
     return ConfigFigures(config=config, goals=tuple(figures))
 
@@ -333,6 +339,30 @@ def _row(label: str, f: ConfigFigures) -> str:
 HEADER = (
     f"{'configuration':<26}{'pass':>7}{'calls':>8}{'tok in':>10}{'tok out':>9}{'cost $':>10}{'p50 s':>8}{'p90 s':>8}"
 )
+
+
+def _of_kind(kind: str) -> Callable[[GoalFigures], bool]:
+    return lambda g: g.kind == kind
+
+
+def _by_kind(results: dict[str, ConfigFigures]) -> str:
+    """The repeated half by kind: planner tokens memory off → on, and how memory helped."""
+    head = f"{'repeated half, by kind':<26}{'goals':>6}{'tokens off -> on':>30}{'direct':>8}{'guided':>8}{'none':>6}"
+    lines = [head]
+    for off, on in (("a", "b"), ("c", "d")):
+        for kind in ("repeat", "reworded", "new_values"):
+            before = results[off].part(_of_kind(kind))
+            after = results[on].part(_of_kind(kind))
+            if not before.tokens:
+                continue
+            modes = [g.recall for g in after.goals]
+            label = f"{results[on].config.label}: {kind}"
+            change = f"{before.tokens:,} -> {after.tokens:,} ({after.tokens / before.tokens - 1:+.0%})"
+            lines.append(
+                f"{label:<26}{len(after.goals):>6}{change:>30}{modes.count('direct'):>8}"
+                f"{modes.count('guided'):>8}{modes.count(None):>6}"
+            )
+    return "\n".join(lines)
 
 
 def _repeated(g: GoalFigures) -> bool:
@@ -363,8 +393,13 @@ def goals_met(results: dict[str, ConfigFigures]) -> list[tuple[str, bool | None,
             lines.append((name, None, unmeasured))
             continue
         repeats = results[on].part(lambda g: g.kind == "repeat")
-        calls = repeats.planner_calls
-        lines.append((name, calls == 0, f"{calls} calls on {len(repeats.goals)} repeats"))
+        calls, answers = repeats.planner_calls, repeats.answer_calls
+        direct = sum(g.recall == "direct" for g in repeats.goals)
+        detail = (
+            f"{calls} calls on {len(repeats.goals)} repeats ({calls - answers} to plan, {answers} to answer); "
+            f"{direct} run directly from memory"
+        )
+        lines.append((name, calls == 0, detail))
     for strong, ensemble in (("a", "c"), ("b", "d")):
         name = f"ensemble cheaper than strong-only at the same pass rate ({label[ensemble]} vs {label[strong]})"
         if strong not in results or ensemble not in results:
@@ -385,8 +420,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     goals = load_suite(limit=args.goals)
-    memory = memory_available()
-    configs = [c for c in CONFIGS if memory or not c.memory]
+    configs = CONFIGS
     repeated = sum(g.comes_back for g in goals)
     print(
         f"W12 plan memory and ensembles: {len(goals)} BFCL goals ({len(goals) - repeated} new, {repeated} coming back: "
@@ -394,8 +428,6 @@ async def main(argv: Sequence[str] | None = None) -> None:
         f"{sum(g.kind == 'new_values' for g in goals)} with new values); strong {STRONG}, fast {FAST}; "
         f"model latency slept at {args.latency_scale:g}x, printed in provider seconds"
     )
-    if not memory:
-        print("plan memory is not in this build: the memory-on configurations (b, d) are not run")
     results: dict[str, ConfigFigures] = {}
     for config in configs:
         figures = await run_config(config, goals, latency_scale=args.latency_scale)
@@ -414,8 +446,10 @@ async def main(argv: Sequence[str] | None = None) -> None:
         if f.config.memory:
             print(_row("      repeated half", f.part(_repeated)))
             print(_row("      new half", f.part(lambda g: not _repeated(g))))
-        elif any(c.memory for c in configs):
+        else:
             print(_row("      repeated half", f.part(_repeated)))
+    print()
+    print(_by_kind(results))
     print()
     for name, met, detail in goals_met(results):
         print(f"{_verdict(met):<13} {name}: {detail}")
