@@ -5,6 +5,7 @@ model, and only that trigger; the model that authored each plan version is in th
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from planexec import Agent, Budget, Planner, UsageError, tool
+from planexec.eval import EnsembleSpec, EvalSettings, SuiteInvalid, run_suite, suite_from_mapping
 from planexec.log import RunStarted, RunState
 from planexec.planner import ENSEMBLE_TRIGGERS, Ensemble, EnsembleTrigger
 from planexec.runtime import replay_log
@@ -258,3 +260,60 @@ def test_the_ensemble_options_are_in_run_help() -> None:
     text = invoke(["run", "--help"]).stdout
     for flag in ("--escalate-to", "--escalate-on", "--confidence-below"):
         assert flag in text
+
+
+# -- evaluation suites: the task's ensemble, and `planexec eval bfcl:...` with the options ------------
+
+
+async def test_an_eval_task_gives_its_planner_an_ensemble(tmp_path: Path) -> None:
+    fast = ScriptedModel([BAD, BAD, BAD, ANSWER], name="fast")  # still bad after two repairs
+    strong = ScriptedModel([GOOD], name="strong")
+    task = {
+        "goal": "say hi",
+        "tools": [echo],
+        "planner": lambda: fast,
+        "ensemble": {"escalate_to": [lambda: strong], "escalate_on": ["repair_failed"], "confidence_below": 0.3},
+    }
+    suite = suite_from_mapping({"name": "ensemble", "tasks": [{"id": "hi", **task}]}, root=tmp_path)
+    ensemble = suite.tasks[0].ensemble
+    assert isinstance(ensemble, EnsembleSpec)
+    assert (len(ensemble.escalate_to), ensemble.escalate_on, ensemble.confidence_below) == (1, ("repair_failed",), 0.3)
+    report = await run_suite(suite, EvalSettings())
+    assert report.summary.passed == 1
+    assert [c.purpose for c in strong.calls] == ["planner.propose"]
+
+
+def test_an_eval_task_with_a_bad_ensemble_is_refused_with_every_problem(tmp_path: Path) -> None:
+    task = {
+        "goal": "say hi",
+        "tools": [echo],
+        "planner": lambda: ScriptedModel([GOOD, ANSWER]),
+        "ensemble": {"escalate_to": [], "escalate_on": ["sometimes"], "confidence_below": 2, "size": 3},
+    }
+    with pytest.raises(SuiteInvalid) as caught:
+        suite_from_mapping({"name": "bad", "tasks": [{"id": "hi", **task}]}, root=tmp_path)
+    wheres = sorted(p.where for p in caught.value.problems)
+    assert wheres == [
+        "tasks[0] (hi).ensemble.confidence_below",
+        "tasks[0] (hi).ensemble.escalate_on",
+        "tasks[0] (hi).ensemble.escalate_to",
+        "tasks[0] (hi).ensemble.size",  # not a key of an ensemble
+    ]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("bfcl_eval") is None, reason="needs bfcl-eval")
+def test_planexec_eval_gives_bfcls_planner_an_ensemble(tmp_path: Path) -> None:
+    strong = write_script(tmp_path, [], "strong.json")  # the oracle plans every task: never asked
+    args = ["eval", "bfcl:multi_turn_base", "--limit", "2", "--escalate-to", strong, "--escalate-on", "replan"]
+    result = invoke([*args, "--confidence-below", "0.4", "--fail-on-task-failure"])
+    assert result.exit_code == 0, result.output
+
+    bad = ["eval", "bfcl:multi_turn_base", "--escalate-on", "sometimes", "--confidence-below", "2"]
+    refused = invoke(bad)
+    assert refused.exit_code == 2
+    assert "--escalate-on: applies to the planner's ensemble: name a model to escalate to too" in refused.stderr
+    assert "--escalate-on: 'sometimes' is not one of repair_failed" in refused.stderr
+    assert "--confidence-below: '2' is not a number from 0 to 1" in refused.stderr
+    react = invoke(["eval", "bfcl:multi_turn_base", "--agent", "react", "--escalate-to", strong])
+    assert react.exit_code == 2
+    assert "--escalate-to: does not apply to the react agent" in react.stderr
