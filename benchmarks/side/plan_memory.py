@@ -21,8 +21,10 @@ tokens from the characters of their answer (four characters a token, as ``estima
 their latency is simulated from it: a time to the first token plus the output tokens at a
 provider's typical decoding speed (strong 0.5 s + 80 tokens/s; fast 0.3 s + 160 tokens/s). The
 models' latencies are slept at ``--latency-scale`` of those times (0.2 by default, so that a
-sitting is short) and every latency printed is scaled back to provider time (wall time ÷ the
-scale); the tools are BFCL's own classes, in process.
+sitting is short); a goal's latency is its wall time (BFCL's checks apart) with the model time put
+back at full length: the framework's time (memory's look-up and remembering included) as
+measured, the models' at the simulated provider speed. The tools are BFCL's own classes, in
+process.
 
 The fast model fails in a fixed way, by the size of the goal's ground truth (its calls):
 
@@ -38,11 +40,10 @@ model passes; a fast model that plans valid but wrong steps would cost pass rate
 
 A goal passes when BFCL's checks (its state and response checks) pass it. Printed, per
 configuration: pass rate, planner calls, planner tokens in and out, cost in dollars (each call's
-usage at its model's price in the table), and latency per goal (median, p90); for the memory-on
-configurations the same split over the repeated half (goals that come back to an earlier one:
-repeats, rewordings, new values) and the new half, and the repeated half by kind (planner tokens
-with memory off and on; how many goals ran directly, guided, or without memory's help). Then each
-goal of W12, met or not.
+usage at its model's price in the table), and latency per goal (median, p90); the same split
+over the repeated half (goals that come back to an earlier one: repeats, rewordings, new values)
+and the new half; and the repeated half by kind (planner tokens with memory off and on; how many
+goals ran directly, guided, or without memory's help). Then each goal of W12, met or not.
 """
 
 from __future__ import annotations
@@ -109,7 +110,15 @@ def fast_mistake(calls: int) -> Mistake | None:
     return None
 
 
-def _priced_model(oracle: Oracle, name: str, latency_scale: float, *, fast: bool) -> FunctionModel:
+@dataclass
+class ModelTime:
+    """The model time of one goal: simulated at full length, and slept (at the latency scale)."""
+
+    simulated: float = 0.0
+    slept: float = 0.0
+
+
+def _priced_model(oracle: Oracle, name: str, clock: ModelTime, latency_scale: float, *, fast: bool) -> FunctionModel:
     """The oracle as the model ``name``: its price from the table, its usage from the characters,
     its latency simulated from its answer; as the fast model, with its mistakes."""
     price = price_for(name)
@@ -122,8 +131,12 @@ def _priced_model(oracle: Oracle, name: str, latency_scale: float, *, fast: bool
         if isinstance(data, dict) and data.get("steps") and request.purpose in ("planner.propose", "planner.patch"):
             data = _as_fast(data, len(oracle.wanted())) if fast else data
         text = json.dumps(data, ensure_ascii=False) if data is not None else answer.text
+        seconds = speed.seconds(max(1, estimate_tokens(text)))
+        clock.simulated += seconds
         if latency_scale > 0:
-            await asyncio.sleep(latency_scale * speed.seconds(max(1, estimate_tokens(text))))
+            started = time.perf_counter()
+            await asyncio.sleep(latency_scale * seconds)
+            clock.slept += time.perf_counter() - started
         return ModelResponse(text=text, parsed=data)
 
     return FunctionModel(reply, name=name, cost_per_million=(price.input, price.output))
@@ -169,7 +182,7 @@ class GoalFigures:
     output_tokens: int
     cost: float
     latency: float
-    """Provider seconds: the goal's wall time (BFCL's checks apart) ÷ the latency scale."""
+    """Seconds: the goal's wall time (BFCL's checks apart), its model time at full length."""
     recall: str | None = None
     """How plan memory helped: ``direct`` (a remembered plan re-bound, no planner call for it),
     ``guided`` (the planner shown a remembered plan), or None."""
@@ -201,9 +214,10 @@ async def run_goal(
 ) -> GoalFigures:
     run = TaskRun(goal.task)
     oracle = Oracle(goal.task, run.world)
-    strong = _priced_model(oracle, STRONG, latency_scale, fast=False)
+    clock = ModelTime()
+    strong = _priced_model(oracle, STRONG, clock, latency_scale, fast=False)
     if config.ensemble:
-        fast = _priced_model(oracle, FAST, latency_scale, fast=True)
+        fast = _priced_model(oracle, FAST, clock, latency_scale, fast=True)
         ensemble = Ensemble(
             escalate_to=[strong], escalate_on=("repair_failed", "low_confidence"), confidence_below=CONFIDENCE_BELOW
         )
@@ -237,7 +251,7 @@ async def run_goal(
         input_tokens=tokens_in,
         output_tokens=tokens_out,
         cost=cost,
-        latency=wall / latency_scale if latency_scale > 0 else wall,
+        latency=wall - clock.slept + clock.simulated,
         recall=recalled.mode if recalled is not None else None,
         error={} if verdict.get("valid") else {**verdict, "stop": result.stop.kind},
     )
@@ -426,28 +440,24 @@ async def main(argv: Sequence[str] | None = None) -> None:
         f"W12 plan memory and ensembles: {len(goals)} BFCL goals ({len(goals) - repeated} new, {repeated} coming back: "
         f"{sum(g.kind == 'repeat' for g in goals)} repeats, {sum(g.kind == 'reworded' for g in goals)} reworded, "
         f"{sum(g.kind == 'new_values' for g in goals)} with new values); strong {STRONG}, fast {FAST}; "
-        f"model latency slept at {args.latency_scale:g}x, printed in provider seconds"
+        f"model latency slept at {args.latency_scale:g}x, printed at full length"
     )
     results: dict[str, ConfigFigures] = {}
     for config in configs:
         figures = await run_config(config, goals, latency_scale=args.latency_scale)
         results[config.key] = figures
         print(json.dumps({"workload": "W12", "config": config.label, **figures.summary()}))
-        if config.memory:
-            for half, which in (("repeated", _repeated), ("new", lambda g: not _repeated(g))):
-                part = figures.part(which)
-                print(json.dumps({"workload": "W12", "config": config.label, "half": half, **part.summary()}))
+        for half, which in (("repeated", _repeated), ("new", lambda g: not _repeated(g))):
+            part = figures.part(which)
+            print(json.dumps({"workload": "W12", "config": config.label, "half": half, **part.summary()}))
         for failed in (g for g in figures.goals if not g.valid):
             print(json.dumps({"workload": "W12", "config": config.label, "failed": failed.goal, **failed.error}))
     print()
     print(HEADER)
     for key, f in results.items():
         print(_row(f"({key}) {f.config.label}", f))
-        if f.config.memory:
-            print(_row("      repeated half", f.part(_repeated)))
-            print(_row("      new half", f.part(lambda g: not _repeated(g))))
-        else:
-            print(_row("      repeated half", f.part(_repeated)))
+        print(_row("      repeated half", f.part(_repeated)))
+        print(_row("      new half", f.part(lambda g: not _repeated(g))))
     print()
     print(_by_kind(results))
     print()
