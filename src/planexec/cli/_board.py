@@ -32,6 +32,7 @@ from planexec.log import (
     PlannerOutputRejected,
     PlanningStarted,
     PlanProposed,
+    PlanRecalled,
     RunFinished,
     RunResult,
     RunResumed,
@@ -48,6 +49,8 @@ from planexec.log import (
     StepStarted,
     StepSucceeded,
     ToolCalled,
+    ToolProgress,
+    ToolsChanged,
 )
 from planexec.plan import render_text
 from planexec.runtime import Run
@@ -335,8 +338,24 @@ def describe_event(event: Event, state: RunState) -> str:
         return f"budget {event.budget} exhausted: used {event.used:g} of {event.limit:g}"
     if isinstance(event, StallDetected):
         return f"stalled ({event.rule}): {event.detail}"
-    assert isinstance(event, RunFinished)
-    return f"run finished: {event.stop}"
+    if isinstance(event, PlanRecalled):
+        how = "runs it as it is" if event.mode == "direct" else f"shows it to the planner ({event.why_not_direct})"
+        bound = f" with {', '.join(f'{a} → {b}' for a, b in event.bindings)}" if event.bindings else ""
+        return (
+            f"plan memory offers {event.entry_id} (similarity {event.similarity:.2f}){bound}: {how}; "
+            f"its goal: {_cut(event.goal, 80)}"
+        )
+    if isinstance(event, ToolsChanged):
+        new = ", ".join(str(t.get("name", "?")) for t in event.tools) or "none"
+        gone = ", ".join(event.removed) or "none"
+        return f"tools changed: new or redefined {new}; gone {gone}"
+    if isinstance(event, ToolProgress):
+        total = f" of {event.total:g}" if event.total is not None else ""
+        message = f": {event.message}" if event.message else ""
+        return f"  {event.step_id} progress {event.progress:g}{total}{message}"
+    if isinstance(event, RunFinished):
+        return f"run finished: {event.stop}"
+    return f"{event.kind}"
 
 
 def _took(step_id: str, at: float, state: RunState) -> str:

@@ -88,7 +88,8 @@ def say(console: Console, text: str) -> None:
 
 def problem_exit(ctx: click.Context, problems: Sequence[str]) -> NoReturn:
     """Say everything wrong with the invocation and exit with status 2."""
-    click.echo(f"Error: planexec {ctx.info_name}: {counted(len(problems), 'problem')}:", err=True)
+    path = ctx.command_path if ctx.command_path.startswith("planexec") else f"planexec {ctx.info_name}"
+    click.echo(f"Error: {path}: {counted(len(problems), 'problem')}:", err=True)
     for p in problems:
         click.echo(f"  - {p}", err=True)
     ctx.exit(EXIT_USAGE)

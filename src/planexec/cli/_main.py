@@ -56,6 +56,7 @@ COMMANDS: dict[str, _Command] = {
         "the failed checklist items (--fail N=NOTE).",
     ),
     "mcp": _Command("_mcp", "mcp", "Serve planexec itself as an MCP server (planexec mcp serve)."),
+    "memory": _Command("_memory", "memory", "The plans remembered in the store: list, show, forget, export."),
     "replay": _Command("_replay", "replay", "Replay RUN from its log."),
     "resume": _Command(
         "_resume", "resume", "Go on with RUN from its log: after a crash, or once its questions are answered."

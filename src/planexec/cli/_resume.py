@@ -13,11 +13,12 @@ from planexec.cli._common import EXIT_WAITING, View, follow_to_end, say
 from planexec.cli._finish import report_result, waiting_lines
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
-from planexec.cli._store_options import StoreChoice, store_choice, using_store
+from planexec.cli._store_options import StoreChoice, is_memory, store_choice, using_store
 from planexec.cli._telemetry import TelemetryFlags, run_observed, telemetry_options
 from planexec.cli._text import plain, redactor_of
 from planexec.errors import UsageError
 from planexec.log import Event, RunResult, RunStarted, RunState
+from planexec.memory import PlanMemory
 from planexec.runs import load_run, recorded_spec, still_waiting
 from planexec.store import RunStore
 
@@ -63,6 +64,8 @@ async def resume_run(store: RunStore, choice: StoreChoice, log: list[Event], fla
         view.console, view.display, no_input=view.no_input, plan=spec.approve_plan, redactor=redactor_of(store)
     )
     agent = build(spec, store=store, approvals=approvals, recorded=recorded, used=log, needs_tools=first.tools)
+    if "memory" in first.config and not is_memory(store):
+        agent.memory = PlanMemory.from_record(store, first.config["memory"])  # told how the run ends
     try:
         try:
             run = await agent.resume(run_id)
@@ -76,6 +79,8 @@ async def resume_run(store: RunStore, choice: StoreChoice, log: list[Event], fla
         result = await follow_to_end(run, view.display, since=since, store=store, redactor=redactor_of(store))
     finally:
         await agent.aclose()  # its MCP servers
+        if agent.memory is not None:
+            await agent.memory.close()
     return report_result(view, result, choice, store)
 
 

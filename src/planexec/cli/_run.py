@@ -18,6 +18,7 @@ from planexec.cli._telemetry import TelemetryFlags, run_observed, telemetry_opti
 from planexec.cli._terminal_approver import approvals_for
 from planexec.cli._text import plain, redactor_of
 from planexec.errors import UsageError
+from planexec.memory import PlanMemory
 from planexec.runs import AgentSpec, dropped_settings
 from planexec.runtime import Budget, check_session_id
 
@@ -55,6 +56,14 @@ BUDGET_FIELDS = tuple(flag.field for flag in BUDGET_FLAGS)
     + ", ".join(BUDGET_FIELDS)
     + "). Kept with each turn: later turns go on under it unless given again.",
 )
+@click.option(
+    "--memory",
+    "use_memory",
+    is_flag=True,
+    help="Reuse a plan remembered in the store when GOAL is like a goal met before (with no planner call "
+    "when it only differs in values the plan holds), and remember this run's plan when it meets its goal. "
+    "`planexec memory` lists them.",
+)
 @live_options
 @telemetry_options
 @global_options()
@@ -69,6 +78,7 @@ def run(
     as_json: bool,
     session: str | None,
     session_caps: tuple[str, ...],
+    use_memory: bool,
     **values: Any,
 ) -> None:
     """Run GOAL with a planner model, tools and budgets.
@@ -89,7 +99,7 @@ def run(
     observed = TelemetryFlags.take(values)
     spec = AgentFlags.take(values).spec_for_run(constraints)
     view = View.make(as_json=as_json, no_live=no_live, no_input=no_input)
-    run_observed(ctx, observed, _run(goal, spec, view, store_choice(ctx), session, session_caps))
+    run_observed(ctx, observed, _run(goal, spec, view, store_choice(ctx), session, session_caps, use_memory))
 
 
 def session_budget(caps: Sequence[str], session: str | None, problems: Problems) -> Budget | None:
@@ -126,6 +136,7 @@ async def _run(
     choice: StoreChoice,
     session: str | None = None,
     session_caps: Sequence[str] = (),
+    use_memory: bool = False,
 ) -> int:
     problems = Problems()
     if not goal.strip():
@@ -142,8 +153,23 @@ async def _run(
             click.echo(plain(f"note: {line}"), err=True)
         if session is not None and is_memory(store):
             problems.add("--session", "a session's turns are kept in the store: name a lasting one with --store")
+        if use_memory and is_memory(store):
+            problems.add("--memory", "plans are remembered in a lasting store: name one with --store")
+        if problems:
             raise Refused(problems)
-        result = await start_and_follow(
-            agent, goal, spec.constraints, view.display, metadata=spec.metadata(), session=session, session_budget=caps
-        )
+        if use_memory:
+            agent.memory = PlanMemory(store)
+        try:
+            result = await start_and_follow(
+                agent,
+                goal,
+                spec.constraints,
+                view.display,
+                metadata=spec.metadata(),
+                session=session,
+                session_budget=caps,
+            )
+        finally:
+            if agent.memory is not None:
+                await agent.memory.close()
         return report_result(view, result, choice, store)

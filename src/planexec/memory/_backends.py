@@ -26,7 +26,9 @@ class Backend(Protocol):
 
     async def load(self) -> list[dict[str, Any]]: ...
 
-    async def put(self, record: dict[str, Any]) -> None: ...
+    async def put(self, record: dict[str, Any]) -> int:
+        """Write ``record`` (replacing the entry of its id); the change counter after the write."""
+        ...
 
     async def delete(self, entry_id: str) -> bool: ...
 
@@ -47,9 +49,10 @@ class InProcess:
     async def load(self) -> list[dict[str, Any]]:
         return [json.loads(v) for v in self._rows.values()]
 
-    async def put(self, record: dict[str, Any]) -> None:
+    async def put(self, record: dict[str, Any]) -> int:
         self._rows[record["id"]] = _encode(record, self.name)
         self._version += 1
+        return self._version
 
     async def delete(self, entry_id: str) -> bool:
         found = self._rows.pop(entry_id, None) is not None
@@ -114,10 +117,10 @@ class SQLiteBackend:
         rows = await self._do(lambda c: c.execute("SELECT record FROM plan_memory").fetchall())
         return [json.loads(r[0]) for r in rows]
 
-    async def put(self, record: dict[str, Any]) -> None:
+    async def put(self, record: dict[str, Any]) -> int:
         text = _encode(record, self.name)
 
-        def write(c: sqlite3.Connection) -> None:
+        def write(c: sqlite3.Connection) -> int:
             c.execute("BEGIN IMMEDIATE")
             try:
                 c.execute(
@@ -125,13 +128,14 @@ class SQLiteBackend:
                     "ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, record = excluded.record",
                     (record["id"], float(record.get("updated_at", 0.0)), text),
                 )
-                c.execute("UPDATE plan_memory_changes SET n = n + 1")
+                n = int(c.execute("UPDATE plan_memory_changes SET n = n + 1 RETURNING n").fetchone()[0])
                 c.execute("COMMIT")
             except BaseException:
                 c.execute("ROLLBACK")
                 raise
+            return n
 
-        await self._do(write)
+        return int(await self._do(write))
 
     async def delete(self, entry_id: str) -> bool:
         def remove(c: sqlite3.Connection) -> bool:
@@ -231,19 +235,21 @@ class PostgresBackend:
         result: list[dict[str, Any]] = await self._do(read)
         return result
 
-    async def put(self, record: dict[str, Any]) -> None:
+    async def put(self, record: dict[str, Any]) -> int:
         text = _encode(record, self.name)
 
-        async def write(c: Any) -> None:
+        async def write(c: Any) -> int:
             async with c.transaction():
                 await c.execute(
                     "INSERT INTO plan_memory (id, updated_at, record) VALUES (%s, %s, %s) "
                     "ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, record = excluded.record",
                     (record["id"], float(record.get("updated_at", 0.0)), text),
                 )
-                await c.execute("UPDATE plan_memory_changes SET n = n + 1")
+                cur = await c.execute("UPDATE plan_memory_changes SET n = n + 1 RETURNING n")
+                row = await cur.fetchone()
+            return int(row[0])
 
-        await self._do(write)
+        return int(await self._do(write))
 
     async def delete(self, entry_id: str) -> bool:
         async def remove(c: Any) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -77,8 +78,10 @@ class PlanMemory:
 
     ``where``: a run store (its database keeps the entries too), a path or URL of a database of
     their own, or ``memory://``. ``embedder``: how goals become vectors (:class:`LexicalEmbedder`
-    by default: no model). ``direct_at`` / ``guided_at``: the similarity from which an entry is
-    reused directly (when it can be re-bound) or as an example. ``max_failures``: failed reuses
+    by default: no model). ``direct_at``: the share of the goal's words that must be the same in
+    both goals (the others being values the plan holds, re-bound) for a direct reuse.
+    ``guided_at``: the similarity of the goals (the embedder's) from which an entry is shown to
+    the planner as an example, when it cannot be reused directly. ``max_failures``: failed reuses
     after which an entry is no longer offered. ``candidates``: how many nearest entries are
     considered. ``redactor``: what is hidden before an entry is written (the store's by default).
     """
@@ -88,7 +91,7 @@ class PlanMemory:
         where: RunStore | str | os.PathLike[str] = "memory://",
         *,
         embedder: Embedder | None = None,
-        direct_at: float = 0.6,
+        direct_at: float = 0.5,
         guided_at: float = 0.35,
         max_failures: int = 1,
         candidates: int = 8,
@@ -103,8 +106,6 @@ class PlanMemory:
         for name, value in (("direct_at", direct_at), ("guided_at", guided_at)):
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
                 add(name, "must be a number from 0 to 1")
-        if not problems and guided_at > direct_at:
-            add("guided_at", f"must not be above direct_at ({direct_at})")
         for name, value, least in (("max_failures", max_failures, 1), ("candidates", candidates, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 add(name, f"must be a whole number of at least {least}")
@@ -146,6 +147,23 @@ class PlanMemory:
             "max_failures": self.max_failures,
         }
 
+    @classmethod
+    def from_record(cls, where: RunStore | str | os.PathLike[str], record: object) -> PlanMemory | None:
+        """The memory a run's log describes (``describe``), over ``where``: for a run resumed in
+        another process. None when the record names an embedder that cannot be made from it
+        (a model's: give the memory to the agent yourself) or cannot be read."""
+        if not isinstance(record, Mapping) or record.get("embedder") != LexicalEmbedder().name:
+            return None
+        try:
+            return cls(
+                where,
+                direct_at=record.get("direct_at", 0.6),
+                guided_at=record.get("guided_at", 0.35),
+                max_failures=record.get("max_failures", 1),
+            )
+        except UsageError:
+            return None
+
     # -- keeping the index in step with the database --------------------------------------------
 
     async def _sync(self) -> None:
@@ -173,9 +191,10 @@ class PlanMemory:
 
     async def _embed_one(self, text: str) -> Mapping[str, float] | Sequence[float]:
         vectors = await self.embedder.embed([text])
-        if len(vectors) != 1:
-            raise UsageError(f"the embedder {self.embedder.name!r} gave {len(vectors)} vectors for one text")
-        return vectors[0]
+        if not isinstance(vectors, list) or len(vectors) != 1:
+            got = len(vectors) if isinstance(vectors, list) else type(vectors).__name__
+            raise UsageError(f"the embedder {self.embedder.name!r} gave {got} vectors for one text")
+        return _checked(self.embedder, vectors[0])
 
     # -- recall -------------------------------------------------------------------------------------
 
@@ -183,9 +202,10 @@ class PlanMemory:
         """The best reuse of a remembered plan for ``goal`` with ``tools`` at hand, or None.
 
         Only entries whose tools are all at hand, that were made by this memory's embedder and
-        failed fewer than ``max_failures`` reuses are considered. The most similar entry that can
-        be re-bound with a similarity of at least ``direct_at`` is reused directly; else the most
-        similar one from ``guided_at`` guides the planner.
+        failed fewer than ``max_failures`` reuses are considered, among the ``candidates`` most
+        similar. The most similar one that can be re-bound, its goal keeping at least ``direct_at``
+        of its words, is reused directly; else the most similar one from ``guided_at`` guides the
+        planner.
         """
         if not isinstance(goal, str) or not goal.strip() or len(goal) > MAX_GOAL_CHARS:
             return None
@@ -208,13 +228,15 @@ class PlanMemory:
         best: Recall | None = None
         wanted = tuple(constraints)
         for entry_id, similarity in ranked:
-            if similarity < self.guided_at:
-                break
             entry = self._entries[entry_id]
-            why = _why_not_direct(entry, similarity, self.direct_at, wanted)
+            why = _why_not_direct(entry, wanted)
             if why is None:
                 bound = rebind(entry.goal, goal, entry.steps, entry.answer)
-                if not isinstance(bound, str):
+                if isinstance(bound, str):
+                    why = bound
+                elif bound.same < self.direct_at:
+                    why = f"the goals have too few words in common ({bound.same:.2f} < {self.direct_at:.2f})"
+                else:
                     return Recall(
                         entry=entry,
                         similarity=round(similarity, 6),
@@ -223,8 +245,7 @@ class PlanMemory:
                         answer=bound.answer,
                         bindings=bound.bindings,
                     )
-                why = bound
-            if best is None:
+            if best is None and similarity >= self.guided_at:
                 best = Recall(
                     entry=entry,
                     similarity=round(similarity, 6),
@@ -299,9 +320,23 @@ class PlanMemory:
             embedder=self.embedder.name,
             vector=vector,
         )
-        await self._backend.put(entry.to_record())
-        self._seen = None
+        await self._stored(entry)
         return entry
+
+    async def _stored(self, entry: MemoryEntry) -> None:
+        """Write ``entry``, and keep the index in step without reading everything again when
+        nobody else wrote in between."""
+        before = self._seen
+        version = await self._backend.put(entry.to_record())
+        if before is None or version != before + 1:
+            self._seen = None
+            return
+        self._entries[entry.id] = entry
+        if entry.vector is not None:
+            self._index.add(entry.id, entry.goal, entry.vector)
+        elif self.embedder.kind == "sparse":
+            self._index.add(entry.id, entry.goal, await self._embed_one(entry.goal))
+        self._seen = version
 
     async def reused(self, entry_id: str, *, ok: bool, why: str | None = None) -> MemoryEntry | None:
         """Report how a reuse of ``entry_id`` went: a success counts a use; a failure counts
@@ -319,8 +354,7 @@ class PlanMemory:
                 last_failure=(why or "the reuse failed")[:500],
                 updated_at=self._clock(),
             )
-        await self._backend.put(entry.to_record())
-        self._seen = None
+        await self._stored(entry)
         return entry
 
     # -- inspecting and managing ----------------------------------------------------------------
@@ -349,13 +383,28 @@ class PlanMemory:
         await self._backend.close()
 
 
-def _why_not_direct(
-    entry: MemoryEntry, similarity: float, direct_at: float, constraints: tuple[str, ...]
-) -> str | None:
+def _checked(embedder: Embedder, vector: object) -> Mapping[str, float] | Sequence[float]:
+    """``vector`` when it is one of the embedder's kind with finite numbers; else UsageError."""
+    name = embedder.name
+    if embedder.kind == "sparse":
+        if not isinstance(vector, Mapping):
+            raise UsageError(f"the sparse embedder {name!r} gave a {type(vector).__name__}, not a mapping")
+        values: Iterable[object] = vector.values()
+        if not all(isinstance(k, str) for k in vector):
+            raise UsageError(f"the sparse embedder {name!r} gave a feature that is not a string")
+    else:
+        if isinstance(vector, str | bytes | Mapping) or not isinstance(vector, Sequence) or not vector:
+            raise UsageError(f"the dense embedder {name!r} gave no list of numbers")
+        values = vector
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise UsageError(f"the embedder {name!r} gave {v!r}, not a finite number")
+    return vector
+
+
+def _why_not_direct(entry: MemoryEntry, constraints: tuple[str, ...]) -> str | None:
     if not entry.direct:
         return "the remembered plan holds values hidden by redaction"
-    if similarity < direct_at:
-        return f"the goals are too different ({similarity:.2f} < {direct_at:.2f})"
     if tuple(entry.constraints) != constraints:
         return "the constraints differ"
     return None

@@ -34,21 +34,26 @@ class Rebound:
     answer: str | None
     bindings: tuple[tuple[str, str], ...]
     """Each parameter, as (the remembered goal's value, the new goal's)."""
+    same: float
+    """The share of the goals' words that are the same in both (the rest are the parameters)."""
 
 
 def _tokens(text: str) -> list[tuple[str, int, int]]:
     return [(m.group().casefold(), m.start(), m.end()) for m in _TOKEN.finditer(text)]
 
 
-def align(old: str, new: str) -> tuple[list[tuple[str, str]], list[str]]:
-    """The differing spans of two goals: replacements (old text, new text), and the differences
-    that replace nothing (words only one goal has)."""
+def align(old: str, new: str) -> tuple[list[tuple[str, str]], list[str], float]:
+    """The differing spans of two goals: replacements (old text, new text), the differences that
+    replace nothing (words only one goal has), and the share of words the goals have in common."""
     a, b = _tokens(old), _tokens(new)
     matcher = difflib.SequenceMatcher(None, [t for t, _, _ in a], [t for t, _, _ in b], autojunk=False)
     pairs: list[tuple[str, str]] = []
     loose: list[str] = []
+    words = max(sum(1 for t, _, _ in a if t[0].isalnum() or t[0] == "_"), sum(1 for t, _, _ in b if t[0].isalnum()))
+    same = 0
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op == "equal":
+            same += sum(1 for t, _, _ in a[i1:i2] if t[0].isalnum() or t[0] == "_")
             continue
         old_text = old[a[i1][1] : a[i2 - 1][2]] if i2 > i1 else ""
         new_text = new[b[j1][1] : b[j2 - 1][2]] if j2 > j1 else ""
@@ -56,7 +61,7 @@ def align(old: str, new: str) -> tuple[list[tuple[str, str]], list[str]]:
             pairs.append((old_text, new_text))
         else:
             loose.append(old_text or new_text)
-    return pairs, loose
+    return pairs, loose, (same / words if words else 1.0)
 
 
 def _number(text: str) -> int | float | None:
@@ -118,7 +123,7 @@ class _Replacer:
 def rebind(old_goal: str, new_goal: str, steps: tuple[Step, ...], answer: str | None) -> Rebound | str:
     """``steps`` (and the answer template) re-bound from ``old_goal`` to ``new_goal``, or why
     they cannot be (a text naming the first difference no argument holds)."""
-    pairs, loose = align(old_goal, new_goal)
+    pairs, loose, same = align(old_goal, new_goal)
     if loose:
         return f"the goals differ by {loose[0]!r}, which is no value of the plan"
     replacer = _Replacer(pairs)
@@ -133,7 +138,7 @@ def rebind(old_goal: str, new_goal: str, steps: tuple[Step, ...], answer: str | 
         if not used:
             return f"the goals differ by {old!r}, which is no value of the plan"
     new_answer = None if answer is None else replacer.text(answer)
-    return Rebound(steps=tuple(new_steps), answer=new_answer, bindings=tuple(pairs))
+    return Rebound(steps=tuple(new_steps), answer=new_answer, bindings=tuple(pairs), same=same)
 
 
 def answer_template(answer: str, outputs: Mapping[str, Any], goal: str) -> str | None:
