@@ -85,6 +85,7 @@ class SQLiteBackend:
         self.name = f"plan memory in SQLite file {str(self.path)!r}"
         self._busy_timeout = busy_timeout
         self._conn: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
         self._lock = threading.Lock()
 
     def _connection(self) -> sqlite3.Connection:
@@ -111,6 +112,15 @@ class SQLiteBackend:
         return await asyncio.to_thread(call)
 
     async def version(self) -> int:
+        # Asked before every recall: read on the loop (a WAL reader never waits for a writer), with
+        # the worker thread as the way round anything that would make it wait.
+        if self._conn is not None:
+            try:
+                if self._reader is None:
+                    self._reader = sqlite3.connect(self.path, timeout=0, isolation_level=None, check_same_thread=False)
+                return int(self._reader.execute("SELECT n FROM plan_memory_changes").fetchone()[0])
+            except sqlite3.Error:
+                pass
         return int(await self._do(lambda c: c.execute("SELECT n FROM plan_memory_changes").fetchone()[0]))
 
     async def load(self) -> list[dict[str, Any]]:
@@ -158,6 +168,9 @@ class SQLiteBackend:
                 if self._conn is not None:
                     self._conn.close()
                     self._conn = None
+                if self._reader is not None:
+                    self._reader.close()
+                    self._reader = None
 
         await asyncio.to_thread(shut)
 

@@ -10,17 +10,27 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from planexec.memory._embed import goal_words
 
-__all__ = ["GoalIndex", "goal_key", "normalised"]
+__all__ = ["GoalIndex", "goal_key", "normalised", "template_key"]
+
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"|`[^`]*`")
 
 
 def goal_key(goal: str) -> str:
     """The goal's words, case-folded, one space apart: equal for goals that differ only in case,
     spacing and punctuation."""
     return " ".join(goal_words(goal))
+
+
+def template_key(goal: str) -> str:
+    """The goal's words with its values — quoted text, numbers, names with a dot (``notes.txt``)
+    — each replaced by ``#``: equal for goals that differ only in such values."""
+    words = goal_words(_QUOTED.sub(" # ", goal))
+    return " ".join("#" if any(c.isdigit() for c in w) or "." in w else w for w in words)
 
 
 def normalised(vector: Mapping[str, float] | Sequence[float]) -> dict[str, float] | tuple[float, ...]:
@@ -36,22 +46,25 @@ def normalised(vector: Mapping[str, float] | Sequence[float]) -> dict[str, float
 class GoalIndex:
     """The entries' goal vectors, searchable by similarity."""
 
-    def __init__(self, *, common: int = 512) -> None:
+    def __init__(self, *, common: int = 256, rerank: int = 16) -> None:
         self.common = common
+        self.rerank = rerank
         self._sparse: dict[str, dict[str, float]] = {}
         self._dense: dict[str, tuple[float, ...]] = {}
         self._postings: dict[str, dict[str, float]] = {}
         self._exact: dict[str, set[str]] = {}
-        self._keys: dict[str, str] = {}
+        self._templates: dict[str, set[str]] = {}
+        self._keys: dict[str, tuple[str, str]] = {}
 
     def __len__(self) -> int:
         return len(self._keys)
 
     def add(self, entry_id: str, goal: str, vector: Mapping[str, float] | Sequence[float]) -> None:
         self.remove(entry_id)
-        key = goal_key(goal)
-        self._keys[entry_id] = key
+        key, template = goal_key(goal), template_key(goal)
+        self._keys[entry_id] = (key, template)
         self._exact.setdefault(key, set()).add(entry_id)
+        self._templates.setdefault(template, set()).add(entry_id)
         v = normalised(vector)
         if isinstance(v, dict):
             self._sparse[entry_id] = v
@@ -61,14 +74,15 @@ class GoalIndex:
             self._dense[entry_id] = v
 
     def remove(self, entry_id: str) -> None:
-        key = self._keys.pop(entry_id, None)
-        if key is None:
+        keys = self._keys.pop(entry_id, None)
+        if keys is None:
             return
-        same = self._exact.get(key)
-        if same is not None:
-            same.discard(entry_id)
-            if not same:
-                del self._exact[key]
+        for table, key in ((self._exact, keys[0]), (self._templates, keys[1])):
+            same = table.get(key)
+            if same is not None:
+                same.discard(entry_id)
+                if not same:
+                    del table[key]
         sparse = self._sparse.pop(entry_id, None)
         if sparse is not None:
             for feature in sparse:
@@ -83,6 +97,18 @@ class GoalIndex:
         """The entries whose goal has the same words as ``goal``."""
         return set(self._exact.get(goal_key(goal), ()))
 
+    def same_template(self, goal: str) -> set[str]:
+        """The entries whose goal differs from ``goal`` only in its values (``template_key``)."""
+        return set(self._templates.get(template_key(goal), ()))
+
+    def similarity(self, entry_id: str, vector: Mapping[str, float] | Sequence[float]) -> float:
+        """How alike an entry's goal and ``vector`` are (0 when the entry is not indexed)."""
+        q = normalised(vector)
+        if isinstance(q, dict):
+            return _dot(q, self._sparse.get(entry_id, {}))
+        v = self._dense.get(entry_id)
+        return sum(a * b for a, b in zip(v, q, strict=True)) if v is not None and len(v) == len(q) else 0.0
+
     def nearest(
         self, vector: Mapping[str, float] | Sequence[float], *, k: int = 8, allowed: Iterable[str] | None = None
     ) -> list[tuple[float, str]]:
@@ -91,20 +117,20 @@ class GoalIndex:
         q = normalised(vector)
         scores: dict[str, float] = {}
         if isinstance(q, dict):
-            features = sorted(
-                ((f, w, self._postings.get(f)) for f, w in q.items()), key=lambda x: len(x[2]) if x[2] else 0
-            )
-            for _feature, weight, posting in features:
-                if not posting:
-                    continue
-                if len(posting) > self.common and scores:
-                    for entry_id in scores:
-                        w = posting.get(entry_id)
-                        if w is not None:
-                            scores[entry_id] += weight * w
-                    continue
+            postings = self._postings
+            features = sorted(((len(p), w, p) for f, w in q.items() if (p := postings.get(f))), key=lambda x: x[0])
+            for size, weight, posting in features:
+                if size > self.common and scores:
+                    break  # the rest are common features: they only rerank the candidates found
                 for entry_id, w in posting.items():
                     scores[entry_id] = scores.get(entry_id, 0.0) + weight * w
+            if keep is not None:
+                scores = {i: s for i, s in scores.items() if i in keep}
+                keep = None
+            if len(scores) > self.rerank:
+                scores = dict(heapq.nlargest(self.rerank, scores.items(), key=lambda p: p[1]))
+            sparse = self._sparse
+            scores = {i: _dot(q, sparse[i]) for i in scores}
         else:
             for entry_id, v in self._dense.items():
                 if len(v) == len(q):
@@ -113,3 +139,9 @@ class GoalIndex:
         if keep is not None:
             items = ((i, s) for i, s in items if i in keep)
         return [(s, i) for i, s in heapq.nlargest(k, items, key=lambda p: (p[1], p[0]))]
+
+
+def _dot(a: Mapping[str, float], b: Mapping[str, float]) -> float:
+    if len(b) < len(a):
+        a, b = b, a
+    return sum(w * b.get(f, 0.0) for f, w in a.items())

@@ -35,6 +35,9 @@ from planexec.store import MemoryStore, PostgresStore, Redactor, RunStore, SQLit
 
 __all__ = ["PlanMemory"]
 
+_DIRECT_TRIES = 3
+"""At most this many entries are tried for a direct reuse, per way of finding them."""
+
 MAX_GOAL_CHARS = 20_000
 """Longer goals are neither remembered nor looked up (their similarity says little)."""
 
@@ -134,6 +137,7 @@ class PlanMemory:
         self._entries: dict[str, MemoryEntry] = {}
         self._index = GoalIndex()
         self._seen: int | None = None
+        self._usable_cache: dict[frozenset[str], set[str]] = {}
 
     def __repr__(self) -> str:
         return f"PlanMemory({self._backend.name}, embedder={self.embedder.name!r})"
@@ -188,6 +192,7 @@ class PlanMemory:
                 if entry.embedder == self.embedder.name and entry.vector is not None:
                     index.add(entry.id, entry.goal, entry.vector)
         self._entries, self._index, self._seen = entries, index, version
+        self._usable_cache.clear()
 
     async def _embed_one(self, text: str) -> Mapping[str, float] | Sequence[float]:
         vectors = await self.embedder.embed([text])
@@ -212,49 +217,85 @@ class PlanMemory:
         await self._sync()
         if not self._entries:
             return None
-        have = set(tools)
-        usable = {
-            e.id
-            for e in self._entries.values()
-            if e.failures < self.max_failures and set(e.tools) <= have and e.outcome == "goal_met"
-        }
+        usable = self._usable(frozenset(tools))
         if not usable:
             return None
-        found: dict[str, float] = dict.fromkeys(self._index.exact(goal) & usable, 1.0)
         vector = await self._embed_one(goal)
-        for similarity, entry_id in self._index.nearest(vector, k=self.candidates, allowed=usable):
-            found.setdefault(entry_id, min(1.0, similarity))
-        ranked = sorted(found.items(), key=lambda p: (-p[1], -self._entries[p[0]].uses, p[0]))
-        best: Recall | None = None
+        index = self._index
         wanted = tuple(constraints)
-        for entry_id, similarity in ranked:
+        # Goals that differ from this one only in their values first: a direct reuse needs no search.
+        quick = dict.fromkeys(index.exact(goal) & usable, 1.0)
+        for entry_id in (index.same_template(goal) & usable) - quick.keys():
+            quick[entry_id] = min(1.0, index.similarity(entry_id, vector))
+        why: dict[str, str] = {}
+        for entry_id, similarity in self._ranked(quick)[:_DIRECT_TRIES]:
+            found = self._direct(self._entries[entry_id], similarity, goal, wanted)
+            if isinstance(found, Recall):
+                return found
+            why[entry_id] = found
+        nearest = {i: min(1.0, s) for s, i in index.nearest(vector, k=self.candidates, allowed=usable)}
+        tries = 0
+        best: Recall | None = None
+        for entry_id, similarity in self._ranked({**nearest, **quick}):
+            if similarity < self.guided_at or tries >= _DIRECT_TRIES:
+                break
             entry = self._entries[entry_id]
-            why = _why_not_direct(entry, wanted)
-            if why is None:
-                bound = rebind(entry.goal, goal, entry.steps, entry.answer)
-                if isinstance(bound, str):
-                    why = bound
-                elif bound.same < self.direct_at:
-                    why = f"the goals have too few words in common ({bound.same:.2f} < {self.direct_at:.2f})"
-                else:
-                    return Recall(
-                        entry=entry,
-                        similarity=round(similarity, 6),
-                        mode="direct",
-                        steps=bound.steps,
-                        answer=bound.answer,
-                        bindings=bound.bindings,
-                    )
-            if best is None and similarity >= self.guided_at:
+            reason = why.get(entry_id)
+            if reason is None:
+                tries += 1
+                found = self._direct(entry, similarity, goal, wanted)
+                if isinstance(found, Recall):
+                    return found
+                reason = found
+            if best is None:
                 best = Recall(
                     entry=entry,
                     similarity=round(similarity, 6),
                     mode="guided",
                     steps=entry.steps,
                     answer=None,
-                    why_not_direct=why,
+                    why_not_direct=reason,
                 )
         return best
+
+    def _ranked(self, found: Mapping[str, float]) -> list[tuple[str, float]]:
+        """Most similar first; among equals, the most used, then by id (the same order everywhere)."""
+        entries = self._entries
+        return sorted(found.items(), key=lambda p: (-p[1], -entries[p[0]].uses, p[0]))
+
+    def _direct(self, entry: MemoryEntry, similarity: float, goal: str, constraints: tuple[str, ...]) -> Recall | str:
+        """A direct reuse of ``entry`` for ``goal``, or why there can be none."""
+        why = _why_not_direct(entry, constraints)
+        if why is not None:
+            return why
+        bound = rebind(entry.goal, goal, entry.steps, entry.answer)
+        if isinstance(bound, str):
+            return bound
+        if bound.same < self.direct_at:
+            return f"the goals have too few words in common ({bound.same:.2f} < {self.direct_at:.2f})"
+        return Recall(
+            entry=entry,
+            similarity=round(similarity, 6),
+            mode="direct",
+            steps=bound.steps,
+            answer=bound.answer,
+            bindings=bound.bindings,
+        )
+
+    def _usable(self, tools: frozenset[str]) -> set[str]:
+        """The entries that may be offered with ``tools`` at hand (kept until the entries change)."""
+        cached = self._usable_cache.get(tools)
+        if cached is not None:
+            return cached
+        usable = {
+            e.id
+            for e in self._entries.values()
+            if e.failures < self.max_failures and e.outcome == "goal_met" and tools.issuperset(e.tools)
+        }
+        if len(self._usable_cache) > 16:
+            self._usable_cache.clear()
+        self._usable_cache[tools] = usable
+        return usable
 
     # -- remembering and reporting --------------------------------------------------------------
 
@@ -332,6 +373,7 @@ class PlanMemory:
             self._seen = None
             return
         self._entries[entry.id] = entry
+        self._usable_cache.clear()
         if entry.vector is not None:
             self._index.add(entry.id, entry.goal, entry.vector)
         elif self.embedder.kind == "sparse":

@@ -21,6 +21,7 @@ from planexec.log import (
     PlannerOutputRejected,
     PlanningStarted,
     PlanProposed,
+    PlanRecalled,
     RunFinished,
     RunStarted,
     RunSuspended,
@@ -253,6 +254,15 @@ class SpanFold:
                 run.add_event(
                     "planexec.stall",
                     {"planexec.stall.rule": event.rule, "planexec.detail": self.values.text(event.detail)},
+                )
+            case PlanRecalled() if run is not None:
+                run.add_event(
+                    "planexec.plan_recalled",
+                    {
+                        "planexec.memory.entry": self.values.name(event.entry_id),
+                        "planexec.memory.mode": event.mode,
+                        "planexec.memory.similarity": float(event.similarity),
+                    },
                 )
             case ToolsChanged() if run is not None:
                 added = [str(spec.get("name", "")) for spec in event.tools]
