@@ -491,6 +491,7 @@ def test_the_public_names_of_eval_and_react() -> None:
             "AnswerExpectation",
             "CheckOutcome",
             "Comparison",
+            "EnsembleSpec",
             "EvalReport",
             "EvalSettings",
             "JudgeCheck",

@@ -5,6 +5,7 @@ model, and only that trigger; the model that authored each plan version is in th
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -12,12 +13,13 @@ from typing import Any
 import pytest
 
 from planexec import Agent, Budget, Planner, UsageError, tool
+from planexec.eval import EnsembleSpec, EvalSettings, SuiteInvalid, run_suite, suite_from_mapping
 from planexec.log import RunStarted, RunState
 from planexec.planner import ENSEMBLE_TRIGGERS, Ensemble, EnsembleTrigger
 from planexec.runtime import replay_log
 from planexec.store import MemoryStore, open_store
 from planexec.testing import FunctionModel, ScriptedModel
-from tests.cli_support import invoke
+from tests.cli_support import invoke, write_script, write_tools_module
 from tests.support import failing_tool, tool_step, turn
 
 
@@ -30,6 +32,15 @@ async def echo(text: str) -> str:
 GOOD = {"reason": "echo it", "steps": [tool_step("s1", "echo", {"text": "hi"})]}
 BAD = {"steps": [tool_step("s1", "echo", {"text": "hi"}, "missing")]}
 ANSWER = {"answer": "done"}
+ECHO_TOOLS = '''
+from planexec import tool
+
+
+@tool
+async def echo(text: str) -> str:
+    """Return the text."""
+    return text
+'''
 
 
 def agent(fast: Any, strong: Any, on: tuple[EnsembleTrigger, ...] = ENSEMBLE_TRIGGERS, **kw: Any) -> Agent:
@@ -211,3 +222,98 @@ async def test_a_step_by_step_planner_escalates_an_unsure_turn() -> None:
     assert result.stop.kind == "goal_met", result.stop
     assert [c.purpose for c in strong.calls] == ["planner.turn"]
     assert authors(result.events)[1] == "strong"
+
+
+# -- the command line: --escalate-to, --escalate-on, --confidence-below ------------------------------
+
+
+def test_planexec_run_gives_the_planner_an_ensemble(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tools = write_tools_module(tmp_path, monkeypatch, ECHO_TOOLS, "ensemble_tools")
+    fast = write_script(tmp_path, [BAD, BAD, BAD, ANSWER], "fast.json")  # still bad after two repairs
+    strong = write_script(tmp_path, [GOOD], "strong.json")
+    url = f"sqlite:///{tmp_path}/runs.db"
+    args = ["--store", url, "run", "say hi", "--planner", fast, "--tools", f"{tools}:echo", "--json"]
+    result = invoke([*args, "--escalate-to", strong, "--escalate-on", "repair_failed", "--confidence-below", "0.3"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["answer"] == "done"
+    doc = json.loads(invoke(["--store", url, "show", data["run_id"], "--json"]).stdout)
+    assert [p["model"] for p in doc["plans"]] == ["scripted:strong.json"]
+
+
+def test_planexec_run_refuses_a_bad_ensemble_listing_every_problem(tmp_path: Path) -> None:
+    fast = write_script(tmp_path, [GOOD, ANSWER], "fast.json")
+    args = ["run", "say hi", "--planner", fast, "--escalate-to", "nosuchprovider:big"]
+    result = invoke([*args, "--escalate-on", "on_tuesdays", "--escalate-on", "replan", "--confidence-below", "2"])
+    assert result.exit_code == 2
+    assert "--escalate-to: unknown model provider 'nosuchprovider'" in result.stderr
+    assert "--escalate-on: 'on_tuesdays' is not one of repair_failed, low_confidence, replan" in result.stderr
+    assert "--confidence-below: '2' must be from 0 to 1" in result.stderr
+
+    alone = invoke(["run", "say hi", "--planner", fast, "--escalate-on", "replan", "--confidence-below", "0.4"])
+    assert alone.exit_code == 2
+    assert "--escalate-on: applies to the planner's ensemble: name a model to escalate to too" in alone.stderr
+    assert "--confidence-below: applies to the planner's ensemble" in alone.stderr
+
+
+def test_the_ensemble_options_are_in_run_help() -> None:
+    text = invoke(["run", "--help"]).stdout
+    for flag in ("--escalate-to", "--escalate-on", "--confidence-below"):
+        assert flag in text
+
+
+# -- evaluation suites: the task's ensemble, and `planexec eval bfcl:...` with the options ------------
+
+
+async def test_an_eval_task_gives_its_planner_an_ensemble(tmp_path: Path) -> None:
+    fast = ScriptedModel([BAD, BAD, BAD, ANSWER], name="fast")  # still bad after two repairs
+    strong = ScriptedModel([GOOD], name="strong")
+    task = {
+        "goal": "say hi",
+        "tools": [echo],
+        "planner": lambda: fast,
+        "ensemble": {"escalate_to": [lambda: strong], "escalate_on": ["repair_failed"], "confidence_below": 0.3},
+    }
+    suite = suite_from_mapping({"name": "ensemble", "tasks": [{"id": "hi", **task}]}, root=tmp_path)
+    ensemble = suite.tasks[0].ensemble
+    assert isinstance(ensemble, EnsembleSpec)
+    assert (len(ensemble.escalate_to), ensemble.escalate_on, ensemble.confidence_below) == (1, ("repair_failed",), 0.3)
+    report = await run_suite(suite, EvalSettings())
+    assert report.summary.passed == 1
+    assert [c.purpose for c in strong.calls] == ["planner.propose"]
+
+
+def test_an_eval_task_with_a_bad_ensemble_is_refused_with_every_problem(tmp_path: Path) -> None:
+    task = {
+        "goal": "say hi",
+        "tools": [echo],
+        "planner": lambda: ScriptedModel([GOOD, ANSWER]),
+        "ensemble": {"escalate_to": [], "escalate_on": ["sometimes"], "confidence_below": 2, "size": 3},
+    }
+    with pytest.raises(SuiteInvalid) as caught:
+        suite_from_mapping({"name": "bad", "tasks": [{"id": "hi", **task}]}, root=tmp_path)
+    wheres = sorted(p.where for p in caught.value.problems)
+    assert wheres == [
+        "tasks[0] (hi).ensemble.confidence_below",
+        "tasks[0] (hi).ensemble.escalate_on",
+        "tasks[0] (hi).ensemble.escalate_to",
+        "tasks[0] (hi).ensemble.size",  # not a key of an ensemble
+    ]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("bfcl_eval") is None, reason="needs bfcl-eval")
+def test_planexec_eval_gives_bfcls_planner_an_ensemble(tmp_path: Path) -> None:
+    strong = write_script(tmp_path, [], "strong.json")  # the oracle plans every task: never asked
+    args = ["eval", "bfcl:multi_turn_base", "--limit", "2", "--escalate-to", strong, "--escalate-on", "replan"]
+    result = invoke([*args, "--confidence-below", "0.4", "--fail-on-task-failure"])
+    assert result.exit_code == 0, result.output
+
+    bad = ["eval", "bfcl:multi_turn_base", "--escalate-on", "sometimes", "--confidence-below", "2"]
+    refused = invoke(bad)
+    assert refused.exit_code == 2
+    assert "--escalate-on: applies to the planner's ensemble: name a model to escalate to too" in refused.stderr
+    assert "--escalate-on: 'sometimes' is not one of repair_failed" in refused.stderr
+    assert "--confidence-below: '2' is not a number from 0 to 1" in refused.stderr
+    react = invoke(["eval", "bfcl:multi_turn_base", "--agent", "react", "--escalate-to", strong])
+    assert react.exit_code == 2
+    assert "--escalate-to: does not apply to the react agent" in react.stderr

@@ -13,6 +13,7 @@ import click
 from planexec.cli._options import BUDGET_FLAGS, Problems, Refused
 from planexec.errors import UsageError
 from planexec.log import Event
+from planexec.planner import ENSEMBLE_TRIGGERS
 from planexec.runs import RULE_LISTS, RULE_TEXTS, AgentSpec, Recorded, absolute_model_string, build_agent
 from planexec.runtime import DEFAULT_CAPS, Agent, Approvals
 from planexec.store import RunStore
@@ -55,6 +56,9 @@ _KEYS = (
     "review_items",
     "review_rounds",
     "judge_spec",
+    "escalate_to",
+    "escalate_on",
+    "confidence_below",
 )
 
 SETTING_HELP = (
@@ -97,6 +101,12 @@ class AgentFlags:
     """The final answer's checklist for a human reviewer."""
     review_rounds: str | None = None
     judge: str | None = None
+    escalate_to: tuple[str, ...] = ()
+    """The planner's ensemble: the models it hands planning to, in order."""
+    escalate_on: tuple[str, ...] = ()
+    """The ensemble's triggers (raw; all of them when none is given)."""
+    confidence_below: str | None = None
+    """The ensemble's raw confidence under which ``low_confidence`` escalates."""
 
     @classmethod
     def take(cls, values: dict[str, Any]) -> AgentFlags:
@@ -126,6 +136,9 @@ class AgentFlags:
             review_items=tuple(own["review_items"] or ()),
             review_rounds=own["review_rounds"],
             judge=own["judge_spec"],
+            escalate_to=tuple(own["escalate_to"] or ()),
+            escalate_on=tuple(own["escalate_on"] or ()),
+            confidence_below=own["confidence_below"],
         )
 
     def spec_for_run(self, constraints: Sequence[str]) -> AgentSpec:
@@ -174,6 +187,8 @@ class AgentFlags:
         given |= {key: tuple(getattr(self, key)) for key in RULE_LISTS if getattr(self, key)}
         if self.judge is not None:
             given["judge"] = absolute_model_string(self.judge)
+        if self.escalate_to:
+            given["escalate_to"] = tuple(absolute_model_string(m) for m in self.escalate_to)
         return given
 
 
@@ -365,9 +380,39 @@ def _rule_options(fn: F, *, for_run: bool, later: str) -> F:
             + default("2"),
         ),
     ]
+    options += _ensemble_options(later)
     for option in reversed(options):
         fn = option(fn)
     return fn
+
+
+def _ensemble_options(later: str) -> list[Callable[[F], F]]:
+    """The planner's ensemble: the stronger models planning is handed to, and when."""
+    return [
+        click.option(
+            "--escalate-to",
+            "escalate_to",
+            multiple=True,
+            metavar="MODEL",
+            help="A model the planner hands planning to when its own model fails (repeatable; in order, strongest "
+            "last): --planner plans first, as the cheap model of an ensemble." + later,
+        ),
+        click.option(
+            "--escalate-on",
+            "escalate_on",
+            multiple=True,
+            metavar="[" + "|".join(ENSEMBLE_TRIGGERS) + "]",
+            help="When the ensemble hands planning to the next model (repeatable)."
+            + (later or " Default: all of them."),
+        ),
+        click.option(
+            "--confidence-below",
+            metavar="0..1",
+            default=None,
+            help="The confidence under which the ensemble hands a plan or turn to the next model (low_confidence)."
+            + (later or " Default: 0.5."),
+        ),
+    ]
 
 
 def live_options(fn: F) -> F:

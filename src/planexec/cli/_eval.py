@@ -52,6 +52,7 @@ from planexec.eval import (
     run_suite,
     suite_from_mapping,
 )
+from planexec.planner import ENSEMBLE_TRIGGERS
 from planexec.store import Redactor, RunStore
 
 __all__ = ["eval_command"]
@@ -126,6 +127,23 @@ def _tolerance(maximum: float) -> Callable[[click.Context, click.Parameter, floa
 @click.option(
     "--policy", type=click.Choice(["upfront", "step"]), help="bfcl: suites: the planner's policy (default: upfront)."
 )
+@click.option(
+    "--escalate-to",
+    multiple=True,
+    metavar="MODEL",
+    help="bfcl: suites: a model the planner hands planning to (repeatable, strongest last); --planner plans first.",
+)
+@click.option(
+    "--escalate-on",
+    multiple=True,
+    metavar="[" + "|".join(ENSEMBLE_TRIGGERS) + "]",
+    help="bfcl: suites: when the planner's ensemble hands planning on (repeatable; default: all of them).",
+)
+@click.option(
+    "--confidence-below",
+    metavar="0..1",
+    help="bfcl: suites: the confidence under which the ensemble hands a plan on (default 0.5).",
+)
 @click.option("--limit", type=click.IntRange(min=1), help="bfcl: suites: only the first N tasks.")
 @click.option("--ids", metavar="ID,ID", help="bfcl: suites: only these tasks (comma-separated).")
 @click.option(
@@ -156,6 +174,9 @@ def eval_command(
     executor: str | None,
     react_model: str | None,
     policy: str | None,
+    escalate_to: tuple[str, ...],
+    escalate_on: tuple[str, ...],
+    confidence_below: str | None,
     limit: int | None,
     ids: str | None,
     fail_one: int | None,
@@ -165,7 +186,8 @@ def eval_command(
 
     bfcl:CATEGORY runs BFCL's multi-turn tasks (bfcl:multi_turn_base, bfcl:multi_turn_miss_func,
     ...; needs the bfcl-eval package), shaped by --planner, --executor, --react-model, --policy,
-    --limit, --ids and --fail-one.
+    the planner's ensemble (--escalate-to, --escalate-on, --confidence-below), --limit, --ids and
+    --fail-one.
 
     Each task runs as many times as it asks (repeat), concurrently, each run with fresh models.
     A run passes when its goal was met, it called the tools the task expects and its answer
@@ -198,6 +220,9 @@ def eval_command(
             "executor": executor,
             "react_model": react_model,
             "policy": policy,
+            "escalate_to": escalate_to or None,
+            "escalate_on": escalate_on or None,
+            "confidence_below": confidence_below,
             "limit": limit,
             "ids": ids,
             "fail_one": fail_one,
@@ -280,6 +305,10 @@ def _read_suite(options: _Options, problems: Problems) -> Suite | None:
             misplaced = sorted(given.keys() & _OTHER_AGENTS_OPTIONS.get(agent, frozenset()))
             for key in misplaced:
                 problems.add(f"--{key.replace('_', '-')}", f"does not apply to the {agent} agent (--agent)")
+            ensemble = _ensemble_problems(given)
+            problems += ensemble
+            if ensemble:
+                return None
             suite = suite_from_mapping(_bfcl_suite(text.removeprefix(BFCL_PREFIX), given), root=Path.cwd(), agent=agent)
             return None if misplaced else suite
         for key in given:
@@ -296,7 +325,7 @@ BFCL_PREFIX = "bfcl:"
 
 _OTHER_AGENTS_OPTIONS: dict[str, frozenset[str]] = {
     "planexec": frozenset({"react_model"}),
-    "react": frozenset({"planner", "policy"}),
+    "react": frozenset({"planner", "policy", "escalate_to", "escalate_on", "confidence_below"}),
 }
 """The options that shape a BFCL suite for the other agent only (given, they would be ignored and
 the oracle would play the model the user meant to evaluate)."""
@@ -310,8 +339,39 @@ def _bfcl_suite(category: str, given: dict[str, Any]) -> dict[str, Any]:
             spec[key] = given[key]
     if "ids" in given:
         spec["ids"] = [i.strip() for i in str(given["ids"]).split(",") if i.strip()]
-    defaults = {key: given[key] for key in ("planner", "executor", "react_model", "policy") if key in given}
+    defaults: dict[str, Any] = {
+        key: given[key] for key in ("planner", "executor", "react_model", "policy") if key in given
+    }
+    if "escalate_to" in given:
+        ensemble: dict[str, Any] = {"escalate_to": list(given["escalate_to"])}
+        if "escalate_on" in given:
+            ensemble["escalate_on"] = list(given["escalate_on"])
+        if "confidence_below" in given:
+            ensemble["confidence_below"] = float(given["confidence_below"])
+        defaults["ensemble"] = ensemble
     return {"name": f"bfcl-{spec['category']}", "bfcl": spec, "defaults": defaults}
+
+
+def _ensemble_problems(given: dict[str, Any]) -> Problems:
+    """What is wrong with the ensemble's options (their models are checked with the suite)."""
+    problems = Problems()
+    if "escalate_to" not in given:
+        for key in ("escalate_on", "confidence_below"):
+            if key in given:
+                flag = f"--{key.replace('_', '-')}"
+                problems.add(flag, "applies to the planner's ensemble: name a model to escalate to too")
+    for trigger in given.get("escalate_on", ()):
+        if trigger not in ENSEMBLE_TRIGGERS:
+            problems.add("--escalate-on", f"{trigger!r} is not one of {', '.join(ENSEMBLE_TRIGGERS)}")
+    raw = given.get("confidence_below")
+    if raw is not None:
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not 0 <= value <= 1:
+            problems.add("--confidence-below", f"{raw!r} is not a number from 0 to 1")
+    return problems
 
 
 def _suite_problems(path: Path, error: SuiteInvalid) -> Problems:

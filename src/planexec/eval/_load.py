@@ -46,6 +46,7 @@ from planexec.eval._suite import (
     AgentKind,
     AnswerExpectation,
     AnswerReviewSpec,
+    EnsembleSpec,
     JudgeCheck,
     MatchMode,
     Suite,
@@ -55,6 +56,7 @@ from planexec.eval._suite import (
     ToolExpectation,
 )
 from planexec.models import ModelSettings
+from planexec.planner import ENSEMBLE_TRIGGERS
 from planexec.runtime import Budget, Escalation, Limits
 from planexec.tools import Tool, Toolset
 
@@ -83,6 +85,7 @@ _TASK_KEYS = (
     "judge_settings",
     "step_timeout",
     "turn_format",
+    "ensemble",
     "escalation",
     "review",
     "expect_tools",
@@ -312,6 +315,7 @@ class _Reader:
             if message is not None:
                 self.add(where("step_timeout"), message)
         turn_format = self.choice(data.get("turn_format", "nested"), ("nested", "flat"), where("turn_format"))
+        ensemble = self.ensemble(data.get("ensemble"), where("ensemble"), load=uses["planner"])
         escalation = self.escalation(data.get("escalation", {}), where("escalation"))
         review = self.review(data.get("review"), where("review"), models["judge"])
         expect_tools = self.expect_tools(data.get("expect_tools"), where("expect_tools"), tools)
@@ -342,6 +346,7 @@ class _Reader:
             judge_settings=cast(ModelSettings, settings["judge"]),
             step_timeout=step_timeout,
             turn_format=cast(Any, turn_format),
+            ensemble=ensemble,
             escalation=cast(Escalation, escalation),
             review=review,
             expect_tools=expect_tools,
@@ -395,6 +400,43 @@ class _Reader:
         except UsageError as e:
             self.problems += [Problem(code="tools", where=where, message=p.message) for p in e.problems]
             return tuple(refs), Toolset()
+
+    def ensemble(self, value: Any, where: str, *, load: bool) -> EnsembleSpec | None:
+        """The planner's ensemble: escalate_to (models, in order), escalate_on (triggers),
+        confidence_below (0 to 1)."""
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            self.add(where, "must be a mapping of escalate_to, escalate_on and confidence_below")
+            return None
+        self.unknown_keys(value, ("escalate_to", "escalate_on", "confidence_below"), where)
+        before = len(self.problems)
+        named = value.get("escalate_to")
+        if isinstance(named, str):
+            named = [named]
+        models = []
+        if not isinstance(named, list) or not named:
+            self.add(f"{where}.escalate_to", "must name at least one model to hand planning to")
+        else:
+            models = [self.model(m, f"{where}.escalate_to.{i}", load=load) for i, m in enumerate(named)]
+        triggers = value.get("escalate_on", list(ENSEMBLE_TRIGGERS))
+        if isinstance(triggers, str):
+            triggers = [triggers]
+        found = self.strings(triggers, f"{where}.escalate_on") or []
+        for trigger in found:
+            if trigger not in ENSEMBLE_TRIGGERS:
+                self.add(f"{where}.escalate_on", f"{shown(trigger)} is not one of {', '.join(ENSEMBLE_TRIGGERS)}")
+        below = value.get("confidence_below", 0.5)
+        message = number_problem(below, whole=False, minimum=0, maximum=1)
+        if message is not None:
+            self.add(f"{where}.confidence_below", message)
+        if len(self.problems) > before:
+            return None
+        return EnsembleSpec(
+            escalate_to=tuple(models),
+            escalate_on=cast(Any, tuple(dict.fromkeys(found))),
+            confidence_below=float(below),
+        )
 
     def escalation(self, value: Any, where: str) -> Escalation | None:
         """The escalation rules: confidence_floor (0 to 1), on_low_confidence, on_fail, retries."""

@@ -25,7 +25,7 @@ from planexec.eval._world import Role
 from planexec.executor import ModelExecutor
 from planexec.log import RunResult
 from planexec.models import Message, Model
-from planexec.planner import Planner
+from planexec.planner import Ensemble, Planner
 from planexec.react import ReactAgent, ReactResult
 from planexec.runtime import Agent, AnswerReview, RunContext
 from planexec.store import Redactor, RunStore
@@ -255,6 +255,13 @@ async def _execute(
             settings=task.executor_settings,
             step_timeout=task.step_timeout,
         )
+    ensemble = None
+    if task.ensemble is not None:
+        ensemble = Ensemble(
+            escalate_to=[_model(spec, "planner", wrap) for spec in task.ensemble.escalate_to],
+            escalate_on=task.ensemble.escalate_on,
+            confidence_below=task.ensemble.confidence_below,
+        )
     agent = Agent(
         Planner(
             model=planner,
@@ -262,6 +269,7 @@ async def _execute(
             replan=task.replan,
             settings=task.planner_settings,
             turn_format=task.turn_format,
+            ensemble=ensemble,
         ),
         tools=turns.tools(0),
         executor=executor,

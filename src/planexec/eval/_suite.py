@@ -21,6 +21,7 @@ from planexec.eval._limits import (
     shown,
 )
 from planexec.models import Model, ModelSettings
+from planexec.planner import ENSEMBLE_TRIGGERS, EnsembleTrigger
 from planexec.runtime import AnswerCheck, Budget, Escalation, Limits
 from planexec.tools import Toolset
 
@@ -33,6 +34,7 @@ __all__ = [
     "AgentKind",
     "AnswerExpectation",
     "AnswerReviewSpec",
+    "EnsembleSpec",
     "FaultSpec",
     "JudgeCheck",
     "MatchMode",
@@ -56,6 +58,16 @@ built in Python, a function that returns a fresh model for each run."""
 
 FaultSpec: TypeAlias = "str | Mapping[str, Any]"
 """A fault profile's name, or its fields as a mapping (see :mod:`planexec.faults`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnsembleSpec:
+    """A task's planner ensemble (see :class:`~planexec.planner.Ensemble`): the models planning is
+    handed to, in order, each made fresh for each run; when; and under which confidence."""
+
+    escalate_to: tuple[ModelSpec, ...]
+    escalate_on: tuple[EnsembleTrigger, ...] = ENSEMBLE_TRIGGERS
+    confidence_below: float = 0.5
 
 
 class SuiteInvalid(UsageError):
@@ -157,6 +169,8 @@ class Task:
     step_timeout: float | None = None
     """Seconds a whole model-driven step may take (see ``ModelExecutor.step_timeout``)."""
     turn_format: Literal["nested", "flat"] = "nested"
+    ensemble: EnsembleSpec | None = None
+    """The planner's ensemble: ``planner`` plans first, these models after it."""
     escalation: Escalation = field(default_factory=Escalation)
     review: AnswerReviewSpec | None = None
     expect_tools: ToolExpectation | None = None

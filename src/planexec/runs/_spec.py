@@ -20,7 +20,7 @@ from planexec.executor import ModelExecutor
 from planexec.log import Event, RunStarted
 from planexec.mcp import MCPHttp, MCPStdio, MCPToolset
 from planexec.models import Model, ModelSettings, Providers, missing_keys, unsupported_settings
-from planexec.planner import Planner, PolicyName, ReplanPolicy, TurnFormat
+from planexec.planner import ENSEMBLE_TRIGGERS, Ensemble, EnsembleTrigger, Planner, PolicyName, ReplanPolicy, TurnFormat
 from planexec.runs._loading import (
     importable,
     load_checks,
@@ -56,9 +56,11 @@ __all__ = [
     "recorded_spec",
 ]
 
-SPEC_VERSION = 4
+SPEC_VERSION = 5
 """Version of the recorded spec (1: first version; 2: planner_settings, executor_settings and
-step_timeout; 3: the rules, under ``rules``. What an earlier version lacks reads as unset)."""
+step_timeout; 3: the rules, under ``rules``; 4: mcp and mcp_headers; 5: the planner's ensemble,
+as the rules escalate_to, escalate_on and confidence_below. What an earlier version lacks reads
+as unset)."""
 
 POLICIES = ("upfront", "step")
 REPLANS = ("on_failure", "after_each_step", "never")
@@ -75,9 +77,10 @@ RULE_TEXTS = (
     "review_rubric",
     "review_rounds",
     "judge",
+    "confidence_below",
 )
 """Rules given as one text each."""
-RULE_LISTS = ("review_checks", "review_items")
+RULE_LISTS = ("review_checks", "review_items", "escalate_to", "escalate_on")
 """Rules given as a list of texts."""
 
 METADATA_KEY = "cli"
@@ -88,8 +91,8 @@ METADATA_KEY = "cli"
 class AgentSpec:
     """How to build an agent, as texts; recorded with each run it starts.
 
-    ``planner``/``executor``/``rules["judge"]`` are model strings (``scripted:FILE`` is made
-    absolute when recorded); ``tools`` are ``module:attr`` references imported from ``cwd``;
+    ``planner``/``executor``/``rules["judge"]``/``rules["escalate_to"]`` are model strings
+    (``scripted:FILE`` is made absolute when recorded); ``tools`` are ``module:attr`` references imported from ``cwd``;
     ``budget`` maps :class:`~planexec.Budget` fields to numbers as text (``"none"`` lifts a cap);
     settings are ``KEY=VALUE`` texts, a later key winning. ``mcp``: MCP servers whose tools the
     agent uses, each a command line (spawned, spoken to over stdio) or an ``http://`` or ``https://`` URL
@@ -118,14 +121,17 @@ class AgentSpec:
     step_timeout: str | None = None
     """The executor's raw whole-step timeout."""
     rules: Mapping[str, Any] = field(default_factory=dict)
-    """The rules given: turn format, escalation and the answer's review (texts, or tuples of
-    texts for ``review_checks`` and ``review_items``)."""
+    """The rules given: turn format, escalation, the planner's ensemble and the answer's review
+    (texts, or tuples of texts for ``review_checks``, ``review_items``, ``escalate_to`` and
+    ``escalate_on``)."""
 
     def recorded(self) -> AgentSpec:
         """This spec as it is recorded: scripted model files made absolute, ``cwd`` filled in."""
         rules = dict(self.rules)
         if isinstance(rules.get("judge"), str):
             rules["judge"] = absolute_model_string(rules["judge"])
+        if isinstance(rules.get("escalate_to"), tuple):
+            rules["escalate_to"] = tuple(absolute_model_string(m) for m in rules["escalate_to"])
         return AgentSpec(
             planner=absolute_model_string(self.planner) if self.planner is not None else None,
             executor=absolute_model_string(self.executor) if self.executor is not None else None,
@@ -445,6 +451,7 @@ def build_agent(
                 problems.add(where, "applies to the executor: name the executor's model too")
     planner = None
     own = recorded.spec if recorded is not None and recorded.own else None
+    ensemble = _ensemble(spec.rules, own, used, problems, providers)
     if spec.planner is None:
         needed = "the run records no planner model" if recorded is not None else "a planning model is required"
         problems.add("planner", f"{needed}, e.g. scripted:replies.json")
@@ -493,6 +500,7 @@ def build_agent(
                 replan=cast(ReplanPolicy, replan),
                 settings=planner_settings,
                 turn_format=cast(TurnFormat, turn_format),
+                ensemble=ensemble,
             ),
             tools=[*tools, *servers],
             executor=(
@@ -519,6 +527,54 @@ _REVIEW_WHERE = {
     "checklist": "review_items",
     "max_rounds": "review_rounds",
 }
+
+
+ENSEMBLE_RULES = ("escalate_to", "escalate_on", "confidence_below")
+
+
+def _ensemble(
+    rules: Mapping[str, Any],
+    own: AgentSpec | None,
+    used: Sequence[Event],
+    problems: Problems,
+    providers: Providers | None,
+) -> Ensemble | None:
+    """The planner's ensemble the rules give (the models to escalate to, on which triggers, under
+    which confidence); None when they give none."""
+    if not any(key in rules for key in ENSEMBLE_RULES):
+        return None
+    before = len(problems)
+    named = tuple(rules.get("escalate_to", ()))
+    if not named:
+        for key in ("escalate_on", "confidence_below"):
+            if key in rules:
+                problems.add(key, "applies to the planner's ensemble: name a model to escalate to too")
+    recorded = tuple(own.rules.get("escalate_to", ())) if own is not None else ()
+    models: list[Model] = []
+    for i, spec in enumerate(named):
+        model = _model(
+            "escalate_to",
+            spec,
+            role="planner",
+            recorded=recorded[i] if i < len(recorded) else None,
+            used=used,
+            problems=problems,
+            providers=providers,
+        )
+        if model is not None:
+            models.append(model)
+    triggers = tuple(rules.get("escalate_on", ENSEMBLE_TRIGGERS))
+    for trigger in triggers:
+        if trigger not in ENSEMBLE_TRIGGERS:
+            problems.add("escalate_on", f"{trigger!r} is not one of {', '.join(ENSEMBLE_TRIGGERS)}")
+    below = parse_fraction("confidence_below", rules.get("confidence_below"), problems)
+    if len(problems) > before:
+        return None
+    return Ensemble(
+        escalate_to=models,
+        escalate_on=cast(tuple[EnsembleTrigger, ...], triggers),
+        confidence_below=0.5 if below is None else below,
+    )
 
 
 def _escalation(rules: Mapping[str, Any], problems: Problems) -> Escalation | None:
