@@ -639,3 +639,34 @@ async def test_a_postgresql_memory_that_cannot_be_reached_leaves_runs_to_the_pla
     result = await Agent(planner, tools=[word_count], memory=memory).run("How many words are in report.txt?")
     assert result.stop.kind == "goal_met"
     await memory.close()
+
+
+@pytest.mark.parametrize("policy", ["upfront", "step"])
+async def test_a_plan_of_several_steps_with_bindings_is_reused_whole(policy: str) -> None:
+    from planexec.planner import Planner
+    from tests.support import add
+
+    count = tool_step("c", "word_count", {"path": "report.txt"})
+    total = tool_step("t", "add", {"a": "${c}", "b": 10}, "c")
+    if policy == "upfront":
+        first = ScriptedModel([{"steps": [count, total]}, {"answer": "report.txt: 130 with the 10 extra"}])
+    else:
+        first = ScriptedModel(
+            [
+                {"thought": "count", "confidence": 0.9, "stop": False, "step": count},
+                {"thought": "add", "confidence": 0.9, "stop": False, "step": total},
+                {"thought": "done", "stop": True, "answer": "report.txt: 130 with the 10 extra"},
+            ]
+        )
+    memory = PlanMemory()
+    goal = "Count the words of report.txt and add 10"
+    assert (await Agent(Planner(model=first, policy=policy), tools=[word_count, add], memory=memory).run(goal)).ok
+    [entry] = await memory.entries()
+    assert [s.id for s in entry.steps] == ["c", "t"]
+    assert entry.answer == "report.txt: {{t}} with the 10 extra"
+    planner = Planner(model=no_planner(), policy=policy)
+    result = await Agent(planner, tools=[word_count, add], memory=memory).run("Count the words of notes.txt and add 3")
+    assert result.ok, result.stop
+    assert result.outputs == {"c": 45, "t": 48}
+    assert result.plans[0].step("t").args == {"a": "${c}", "b": 3}
+    assert result.answer == "notes.txt: 48 with the 3 extra"
