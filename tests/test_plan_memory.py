@@ -16,6 +16,7 @@ from planexec import Agent, Approvals, ToolError, UsageError, tool
 from planexec.log import ApprovalRequested, ModelCalled, PlanProposed, PlanRecalled, RunFinished
 from planexec.memory import LexicalEmbedder, MemoryEntry, PlanMemory
 from planexec.models import ModelRequest
+from planexec.planner import PolicyName
 from planexec.runs import load_run
 from planexec.runtime import replay_log
 from planexec.store import MemoryStore, SQLiteStore
@@ -642,7 +643,7 @@ async def test_a_postgresql_memory_that_cannot_be_reached_leaves_runs_to_the_pla
 
 
 @pytest.mark.parametrize("policy", ["upfront", "step"])
-async def test_a_plan_of_several_steps_with_bindings_is_reused_whole(policy: str) -> None:
+async def test_a_plan_of_several_steps_with_bindings_is_reused_whole(policy: PolicyName) -> None:
     from planexec.planner import Planner
     from tests.support import add
 
