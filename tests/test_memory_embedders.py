@@ -301,7 +301,7 @@ async def test_long_texts_are_clipped_and_split_into_requests(server: FakeServer
         (Json({"object": "list", "data": [{"index": 0, "embedding": "AAAAAA=="}]}), "not a list of numbers"),
         (Json({"object": "list", "data": [{"index": 0, "embedding": [0.0, 0.0]}]}), "zeros only"),
         (Json({"object": "list", "data": [{"index": 7, "embedding": [1.0, 0.0]}]}), "the index 7"),
-        (Json({"object": "list", "data": []}), "0 embeddings for 1 texts"),
+        (Json({"object": "list", "data": []}), "0 embeddings for 1 text"),
     ],
 )
 async def test_malformed_replies_are_refused(

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Literal
 
 from planexec._util.clip import clip
 from planexec._util.extras import install_hint
+from planexec._util.plural import counted
 from planexec.errors import Problem, UsageError
 from planexec.memory._embed import Vector
 from planexec.memory._texts import checked_texts, unit_vector
@@ -205,14 +206,14 @@ class OpenAIEmbedder:
         if not isinstance(data, list):
             raise self._malformed("a body that is not a list of embeddings")
         if len(data) != count:
-            raise self._malformed(f"{len(data)} embeddings for {count} texts")
+            raise self._malformed(f"{counted(len(data), 'embedding')} for {counted(count, 'text')}")
         indexes = [getattr(item, "index", None) for item in data]
         if all(i is None for i in indexes):
             indexes = list(range(count))  # a server that leaves the index out lists them in order
         ordered: list[Vector | None] = [None] * count
         for item, index in zip(data, indexes, strict=True):
             if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
-                raise self._malformed(f"an embedding with the index {index!r}, for {count} texts")
+                raise self._malformed(f"an embedding with the index {index!r}, for {counted(count, 'text')}")
             if ordered[index] is not None:
                 raise self._malformed(f"two embeddings with the index {index}")
             ordered[index] = self._checked(getattr(item, "embedding", None), f"texts[{start + index}]")
@@ -229,7 +230,7 @@ class OpenAIEmbedder:
         if self._size is None:
             self._size = len(values)
         if len(values) != self._size:
-            raise self._malformed(f"for {where} an embedding of {len(values)} numbers, not {self._size}")
+            raise self._malformed(f"for {where} an embedding of {counted(len(values), 'number')}, not {self._size}")
         if not any(values):
             raise self._malformed(f"for {where} an embedding of zeros only")
         return unit_vector(values)
