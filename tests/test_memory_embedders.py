@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from planexec.errors import UsageError
-from planexec.memory import Embedder, OpenAIEmbedder, SentenceEmbedder, Vector
+from planexec.memory import Embedder, OpenAIEmbedder, PlanMemory, SentenceEmbedder, Vector
 from planexec.models import ModelCallError, ModelRetryPolicy, allow_model_requests, missing_keys
+from planexec.plan import Step
 from tests.http_fake import FakeServer, Hang, Json, Raw, serve
 from tests.mock_servers import MockServer
 
@@ -468,3 +469,31 @@ async def test_a_client_passed_in_is_used_and_left_open(server: FakeServer, key:
     assert not client.is_closed()
     await client.close()
     assert json.loads(json.dumps(server.requests[1].body))["input"] == ["b"]
+
+
+# == in a plan memory ===============================================================================
+
+
+async def test_a_plan_memory_with_the_sentence_embedder_finds_a_paraphrased_goal(minilm: SentenceEmbedder) -> None:
+    memory = PlanMemory(embedder=minilm)
+    archive = Step(id="a", description="archive it", tool="archive", args={"path": "q3-report.pdf"})
+    weather = Step(id="w", description="look it up", tool="forecast", args={"city": "Lisbon"})
+    await memory.remember(goal="Move the quarterly report into the archive", steps=[archive], answer="done", outputs={})
+    await memory.remember(goal="What is the weather in Lisbon tomorrow", steps=[weather], answer="sun", outputs={})
+
+    recall = await memory.recall("Put the report for the quarter in the archive folder", tools=["archive", "forecast"])
+    assert recall is not None
+    assert recall.entry.goal == "Move the quarterly report into the archive"
+    assert (recall.mode, recall.entry.embedder) == ("guided", "minilm-l6-v2")
+    assert recall.similarity > 0.6
+    assert await memory.recall("Train a classifier on the images", tools=["archive", "forecast"]) is None
+
+
+async def test_a_plan_memory_with_the_provider_embedder(llmock: MockServer, key: str) -> None:
+    memory = PlanMemory(embedder=OpenAIEmbedder(base_url=llmock.url + "/v1", retry=ONCE))
+    step = Step(id="c", description="count", tool="word_count", args={"path": "a.txt"})
+    await memory.remember(goal="Count the words of a.txt", steps=[step], answer="a.txt has 12 words", outputs={"c": 12})
+    recall = await memory.recall("Count the words of a.txt", tools=["word_count"])
+    assert recall is not None
+    assert (recall.mode, recall.entry.embedder) == ("direct", "openai:text-embedding-3-small")
+    assert {r["path"] for r in journal(llmock)} == {"/v1/embeddings"}
