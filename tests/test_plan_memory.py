@@ -8,7 +8,7 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -671,3 +671,36 @@ async def test_a_plan_of_several_steps_with_bindings_is_reused_whole(policy: Pol
     assert result.outputs == {"c": 45, "t": 48}
     assert result.plans[0].step("t").args == {"a": "${c}", "b": 3}
     assert result.answer == "notes.txt: 48 with the 3 extra"
+
+
+class _Letters:
+    """A dense embedder: how often each letter occurs (deterministic, no model)."""
+
+    name = "letters"
+    kind: Literal["dense"] = "dense"
+
+    async def embed(self, texts: Any) -> list[Any]:
+        return [[t.lower().count(c) + 0.01 for c in "abcdefghijklmnopqrstuvwxyz0123456789"] for t in texts]
+
+
+async def test_a_dense_embedder_finds_its_entries_among_many(tmp_path: Path) -> None:
+    memory = PlanMemory(tmp_path / "plans.db", embedder=_Letters())
+    for i in range(300):
+        await memory.remember(
+            goal=f"Archive folder f{i} into box b{i * 3}", steps=[_step("archive", {"n": i})], answer=None, outputs={}
+        )
+    recall = await memory.recall("Archive folder f17 into box b51", tools=["archive"])
+    assert recall is not None
+    assert (recall.mode, recall.entry.goal) == ("direct", "Archive folder f17 into box b51")
+    other = PlanMemory(tmp_path / "plans.db", embedder=_Letters())  # vectors are stored with the entries
+    near = await other.recall("Please archive the folder f17 into the box b51 today", tools=["archive"])
+    assert near is not None
+    assert near.mode == "guided"
+    [entry] = [e for e in await other.entries() if e.id == near.entry.id]
+    assert entry.vector is not None
+    assert len(entry.vector) == 36
+    lexical = PlanMemory(tmp_path / "plans.db")  # the lexical embedder makes its vectors from the goals
+    assert (await lexical.recall("Archive folder f17 into box b51", tools=["archive"])) is not None
+    await memory.close()
+    await other.close()
+    await lexical.close()

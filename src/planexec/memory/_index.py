@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from operator import itemgetter
+from typing import Any
 
 from planexec.memory._embed import goal_words
 
@@ -53,6 +54,8 @@ class GoalIndex:
         self.features = features
         self._sparse: dict[str, dict[str, float]] = {}
         self._dense: dict[str, tuple[float, ...]] = {}
+        self._matrix: tuple[list[str], Any] | None = None
+        """The dense vectors as one numpy matrix (when numpy is installed), made on first search."""
         self._postings: dict[str, dict[str, float]] = {}
         self._exact: dict[str, set[str]] = {}
         self._templates: dict[str, set[str]] = {}
@@ -74,6 +77,7 @@ class GoalIndex:
                 self._postings.setdefault(feature, {})[entry_id] = weight
         else:
             self._dense[entry_id] = v
+            self._matrix = None
 
     def remove(self, entry_id: str) -> None:
         keys = self._keys.pop(entry_id, None)
@@ -93,7 +97,8 @@ class GoalIndex:
                     posting.pop(entry_id, None)
                     if not posting:
                         del self._postings[feature]
-        self._dense.pop(entry_id, None)
+        if self._dense.pop(entry_id, None) is not None:
+            self._matrix = None
 
     def exact(self, goal: str) -> set[str]:
         """The entries whose goal has the same words as ``goal``."""
@@ -110,6 +115,26 @@ class GoalIndex:
             return _dot(q, self._sparse.get(entry_id, {}))
         v = self._dense.get(entry_id)
         return sum(a * b for a, b in zip(v, q, strict=True)) if v is not None and len(v) == len(q) else 0.0
+
+    def _dense_scores(self, q: tuple[float, ...]) -> dict[str, float]:
+        """Every dense entry's similarity to ``q``: one matrix product with numpy (installed with
+        the sentence embedder), else one by one."""
+        np = _numpy()
+        if np is None or not self._dense:
+            return {
+                entry_id: sum(a * b for a, b in zip(v, q, strict=True))
+                for entry_id, v in self._dense.items()
+                if len(v) == len(q)
+            }
+        if self._matrix is None:
+            ids = [i for i, v in self._dense.items() if len(v) == len(q)]
+            self._matrix = (ids, np.array([self._dense[i] for i in ids], dtype=np.float64).reshape(len(ids), len(q)))
+        ids, matrix = self._matrix
+        if not ids or matrix.shape[1] != len(q):
+            self._matrix = None
+            return {}
+        products = matrix @ np.asarray(q, dtype=np.float64)
+        return {entry_id: float(s) for entry_id, s in zip(ids, products.tolist(), strict=True)}
 
     def nearest(
         self, vector: Mapping[str, float] | Sequence[float], *, k: int = 8, allowed: Iterable[str] | None = None
@@ -139,13 +164,19 @@ class GoalIndex:
             sparse = self._sparse
             scores = {i: _dot(q, sparse[i]) for i in scores}
         else:
-            for entry_id, v in self._dense.items():
-                if len(v) == len(q):
-                    scores[entry_id] = sum(a * b for a, b in zip(v, q, strict=True))
+            scores = self._dense_scores(q)
         items: Iterable[tuple[str, float]] = scores.items()
         if keep is not None:
             items = ((i, s) for i, s in items if i in keep)
         return [(s, i) for i, s in heapq.nlargest(k, items, key=lambda p: (p[1], p[0]))]
+
+
+def _numpy() -> Any:
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
 
 
 def _dot(a: Mapping[str, float], b: Mapping[str, float]) -> float:
