@@ -14,6 +14,7 @@ import pytest
 
 from planexec import (
     Agent,
+    AnswerReview,
     ApprovalDecision,
     ApprovalRequest,
     Approvals,
@@ -485,3 +486,21 @@ async def test_a_hand_off_replays_exactly_with_no_model_and_no_tool(tmp_path: Pa
     assert again.matched, again.divergence
     assert outbox.calls == calls  # the workflow was not called by either replay
     assert len(planner.calls) == 2
+
+
+async def test_a_reviewed_answer_is_still_reviewed_after_a_hand_off(tmp_path: Path) -> None:
+    """A hand-off cannot lift the answer review: the planner writes the answer, and it is judged."""
+    outbox = Outbox()
+    planner = ScriptedModel([summary_plan(), {"answer": "Sent the standup summary to Ann."}])
+    seen: list[str] = []
+
+    def mentions_ann(answer: str) -> bool:
+        seen.append(answer)
+        return "Ann" in answer
+
+    result = await agent(planner, outbox, tmp_path, review=AnswerReview(checks=[mentions_ann])).run("send it")
+    assert result.stop.kind == "goal_met", result.stop
+    assert result.answer == "Sent the standup summary to Ann."
+    assert seen == ["Sent the standup summary to Ann."]
+    assert ANSWER in planner.calls[1].last_user_text  # the workflow's output is in the record
+    assert outbox.calls == ["handoff"]
