@@ -38,6 +38,7 @@ from planexec.log import (
     StepHeld,
     StepRequeued,
     StepStarted,
+    StepStreamed,
     StepSucceeded,
     dump_event,
 )
@@ -45,7 +46,7 @@ from planexec.models import ModelRequest
 from planexec.plan import CheckContext, Step, check_steps, validate_steps
 from planexec.runtime import replay_log
 from planexec.store import SQLiteStore
-from planexec.testing import FunctionModel, ScriptedModel, handoff_reply
+from planexec.testing import FunctionModel, ScriptedModel, StreamingScriptedModel, handoff_reply
 from planexec.tools import Toolset
 
 from .support import SAFETY, events_of, tool_step
@@ -504,3 +505,32 @@ async def test_a_reviewed_answer_is_still_reviewed_after_a_hand_off(tmp_path: Pa
     assert seen == ["Sent the standup summary to Ann."]
     assert ANSWER in planner.calls[1].last_user_text  # the workflow's output is in the record
     assert outbox.calls == ["handoff"]
+
+
+async def test_a_streamed_plan_hands_off_once_its_steps_are_done_and_replays(tmp_path: Path) -> None:
+    outbox = Outbox()
+    planner = StreamingScriptedModel([summary_plan()], chunks=12)
+    result = await agent(planner, outbox, tmp_path).run("summarize and send", run_id="s1")
+    assert result.stop.kind == "goal_met", result.stop
+    assert result.answer == ANSWER
+    assert [e.step.id for e in events_of(result, StepStreamed)] == ["read"]  # the hand-off waits for the plan
+    assert outbox.calls == ["handoff"]
+    report = await replay_log(list(result.events))
+    assert report.matched, report.divergence
+
+
+async def test_a_flat_turn_hands_off_with_a_step_calling_the_workflow(tmp_path: Path) -> None:
+    outbox = Outbox()
+    turn = {
+        "thought": "the workflow does the rest",
+        "next_step": "summarize and send the notes",
+        "tool": "send_summary",
+        "arguments": '{"text": "flat notes", "to": ["bo@example.com"]}',
+        "stop": False,
+        "confidence": 0.9,
+    }
+    planner = Planner(model=ScriptedModel([turn]), policy="step", turn_format="flat")
+    result = await agent(planner, outbox, tmp_path).run("send the notes")
+    assert result.stop.kind == "goal_met", result.stop
+    assert result.answer == "sent to 1: flat notes"
+    assert result.plans[-1].step("s1").tool == "send_summary"
