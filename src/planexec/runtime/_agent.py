@@ -216,6 +216,8 @@ class Agent:
     to OpenTelemetry and the ``planexec`` logger (``Telemetry()``: the global providers, no content).
     ``memory``: plan memory (:class:`~planexec.memory.PlanMemory`): a run whose goal is like a
     remembered one reuses its plan, and a run that meets its goal is remembered (None: no memory).
+    ``workflows``: deterministic scripts the planner may hand the rest of the work to (see
+    :class:`~planexec.tools.Workflow`); a hand-off's output is the run's answer.
     """
 
     def __init__(
