@@ -4,6 +4,8 @@ any tool step, and replayed exactly."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -49,6 +51,7 @@ from planexec.store import SQLiteStore
 from planexec.testing import FunctionModel, ScriptedModel, StreamingScriptedModel, handoff_reply
 from planexec.tools import Toolset
 
+from .cli_support import invoke
 from .support import SAFETY, events_of, tool_step
 
 
@@ -534,3 +537,15 @@ async def test_a_flat_turn_hands_off_with_a_step_calling_the_workflow(tmp_path: 
     assert result.stop.kind == "goal_met", result.stop
     assert result.answer == "sent to 1: flat notes"
     assert result.plans[-1].step("s1").tool == "send_summary"
+
+
+async def test_planexec_replay_reproduces_a_hand_off_from_the_store(tmp_path: Path) -> None:
+    outbox = Outbox()
+    result = await agent(ScriptedModel([summary_plan()]), outbox, tmp_path).run("summarize and send", run_id="cli1")
+    assert result.stop.kind == "goal_met"
+    done = await asyncio.to_thread(invoke, ["replay", "cli1", "--store", str(tmp_path / "runs.db"), "--json"])
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.stdout)
+    assert report["matched"] is True
+    assert report["compared"] == report["events"] == len(result.events)
+    assert outbox.calls == ["handoff"]
