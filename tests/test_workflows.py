@@ -549,3 +549,15 @@ async def test_planexec_replay_reproduces_a_hand_off_from_the_store(tmp_path: Pa
     assert report["matched"] is True
     assert report["compared"] == report["events"] == len(result.events)
     assert outbox.calls == ["handoff"]
+
+
+async def test_replanning_after_each_step_keeps_the_hand_off_and_asks_nothing_after_it(tmp_path: Path) -> None:
+    outbox = Outbox()
+    planner = ScriptedModel([summary_plan(), summary_plan()])  # the plan, then the patch after "read"
+    chosen = Planner(model=planner, replan="after_each_step")
+    result = await agent(chosen, outbox, tmp_path).run("summarize and send", run_id="a1")
+    assert result.stop.kind == "goal_met", result.stop
+    assert result.answer == ANSWER
+    assert [e.purpose for e in events_of(result, ModelCalled)] == ["planner.propose", "planner.patch"]
+    assert result.plans[-1].ids == ("read", "handoff")  # the hand-off not yet started keeps its id
+    assert list(outbox.sent) == ["a1:handoff:v1"]  # unchanged: the same step, the same key

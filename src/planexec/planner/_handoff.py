@@ -41,7 +41,9 @@ def take_handoff(draft: PlanDraft, checks: CheckContext, state: RunState) -> lis
             Problem(code="unknown_workflow", where="handoff", message=f"unknown workflow {name} (known: {listing})")
         ]
     tool = checks.tools.get(handoff.workflow)
-    taken = {*(s.id for s in draft.steps), *state.steps, *(rec.id for rec in state.superseded)}
+    # a step that never started may be redefined (a patch replaces it); any other keeps its id
+    started = {sid for sid, rec in state.steps.items() if rec.status != "pending"}
+    taken = {*(s.id for s in draft.steps), *started, *(rec.id for rec in state.superseded)}
     step = handoff_step(
         handoff, after=[s.id for s in draft.steps], taken=taken, effect="write" if tool.side_effect else "read"
     )
