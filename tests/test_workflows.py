@@ -561,3 +561,22 @@ async def test_replanning_after_each_step_keeps_the_hand_off_and_asks_nothing_af
     assert [e.purpose for e in events_of(result, ModelCalled)] == ["planner.propose", "planner.patch"]
     assert result.plans[-1].ids == ("read", "handoff")  # the hand-off not yet started keeps its id
     assert list(outbox.sent) == ["a1:handoff:v1"]  # unchanged: the same step, the same key
+
+
+@pytest.mark.parametrize(
+    ("handoff", "where"),
+    [
+        ({"workflow": "send_summary", "args": "[1, 2]"}, "handoff.args"),
+        ({"workflow": "send_summary", "args": "{not json"}, "handoff.args"),
+        ("send_summary", "handoff"),
+        ({"workflow": "send_summary", "args": {}, "when": "now"}, "handoff.when"),
+    ],
+)
+async def test_a_malformed_hand_off_is_refused_and_repaired(tmp_path: Path, handoff: Any, where: str) -> None:
+    outbox = Outbox()
+    planner = ScriptedModel([{"reason": "", "steps": [], "handoff": handoff}, summary_plan()])
+    result = await agent(planner, outbox, tmp_path).run("summarize and send")
+    assert result.stop.kind == "goal_met", result.stop
+    [rejected] = events_of(result, PlannerOutputRejected)
+    assert where in {p.where for p in rejected.problems}, rejected.problems
+    assert outbox.calls == ["handoff"]

@@ -31,7 +31,7 @@ def take_handoff(draft: PlanDraft, checks: CheckContext, state: RunState) -> lis
         return []
     if draft.question is not None or draft.give_up is not None:
         return [Problem(code="plan", where="handoff", message="a question or giving up comes with no hand-off")]
-    if handoff.workflow not in checks.workflows:
+    if handoff.workflow not in checks.workflows or handoff.workflow not in checks.tools:
         known = sorted(checks.workflows)
         listing = ", ".join(known[:_LISTED]) or "none"
         if len(known) > _LISTED:
