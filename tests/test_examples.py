@@ -51,6 +51,19 @@ EXPECTED: dict[str, list[str]] = {
         "last commit: Say how to install the tool",
         "README.md | 2 ++",
     ],
+    "meeting_summarizer.py": [
+        "worker process exited with status 1 while sending",
+        "  handoff     summarize_and_send (write) after transcript, people",
+        "resumed; already done: ['people', 'transcript']",
+        "goal_met: Sent the summary of 'Weekly sync, 24 Nov 2026' to ann@example.com, bo@example.com, "
+        "cy@example.com: 1 decision, 2 action items.",
+        "planner calls after the crash: 0",
+        "worker   summarize_and_send: key meeting-2026-11-24:handoff:v1, sent to 3",
+        "resumer  summarize_and_send: key meeting-2026-11-24:handoff:v1 already sent, not sent again",
+        "outbox: 1 message",
+        "  | - we ship 2.4 on Friday.",
+        "replayed: matched=True",
+    ],
     "replay_a_run.py": [
         "recorded: goal_met",
         "replayed: matched=True",

@@ -362,7 +362,8 @@ async def test_llmock_schema_shaped_plan_is_refused_with_every_problem_listed(
     llmock: MockServer, opened: list[Model], api: Api
 ) -> None:
     # llmock invents a reply from the schema: an example in every member, the nullable ones too
-    # (an answer while planning, "mock-args" where a JSON object's text belongs, "mock-checks").
+    # (an answer while planning, "mock-args" where a JSON object's text belongs — a step's and a
+    # hand-off's — and "mock-checks").
     make = llmock_models(llmock, api, opened)
     result = await run(agent(Planner(model=make("planner"), max_repairs=1), make("executor")))
 
@@ -376,6 +377,7 @@ async def test_llmock_schema_shaped_plan_is_refused_with_every_problem_listed(
         ("invalid_output", "steps.0.args"),
         ("invalid_output", "steps.0.output_schema"),
         ("invalid_output", "steps.0.checks.0"),
+        ("invalid_output", "handoff.args"),
     }
     assert result.outputs == {}, "nothing ran"
 

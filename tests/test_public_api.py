@@ -45,8 +45,10 @@ PUBLIC = [
     "Toolset",
     "TransientToolError",
     "UsageError",
+    "Workflow",
     "__version__",
     "tool",
+    "workflow",
 ]
 
 SUBPACKAGES = [

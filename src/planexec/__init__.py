@@ -34,7 +34,7 @@ if TYPE_CHECKING:
         Run,
         RunContext,
     )
-    from planexec.tools import RetryPolicy, Tool, ToolContext, Toolset, tool
+    from planexec.tools import RetryPolicy, Tool, ToolContext, Toolset, Workflow, tool, workflow
 
 __version__ = "0.1.0"
 
@@ -71,6 +71,8 @@ _WHERE: dict[str, str] = {
     "ToolContext": "planexec.tools",
     "Toolset": "planexec.tools",
     "tool": "planexec.tools",
+    "Workflow": "planexec.tools",
+    "workflow": "planexec.tools",
 }
 """Where each public name lives; ``__getattr__`` imports it from there when first asked for."""
 
@@ -106,8 +108,10 @@ __all__ = [
     "Toolset",
     "TransientToolError",
     "UsageError",
+    "Workflow",
     "__version__",
     "tool",
+    "workflow",
 ]
 
 

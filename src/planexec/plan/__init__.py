@@ -20,13 +20,16 @@ from planexec.plan._checks import CheckContext, capped, changes_world, check_ste
 from planexec.plan._incremental import IncrementalChecker
 from planexec.plan._plan import (
     FLAT_KEYS,
+    HANDOFF_ID,
     PLAN_SCHEMA_VERSION,
     Author,
     FinalAnswer,
     FlatTurn,
+    Handoff,
     Plan,
     PlanDraft,
     Turn,
+    handoff_step,
     plan_json_schema,
 )
 from planexec.plan._schemas import judge
@@ -34,6 +37,7 @@ from planexec.plan._step import Check, Contains, FitsSchema, Matches, NonEmpty, 
 
 __all__ = [
     "FLAT_KEYS",
+    "HANDOFF_ID",
     "PLAN_SCHEMA_VERSION",
     "Author",
     "BindingError",
@@ -44,6 +48,7 @@ __all__ = [
     "FinalAnswer",
     "FitsSchema",
     "FlatTurn",
+    "Handoff",
     "IncrementalChecker",
     "Matches",
     "NonEmpty",
@@ -58,6 +63,7 @@ __all__ = [
     "changes_world",
     "check_steps",
     "compile_args",
+    "handoff_step",
     "judge",
     "plan_json_schema",
     "render_text",

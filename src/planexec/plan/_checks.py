@@ -59,6 +59,9 @@ class CheckContext:
     """How many more steps the budget allows."""
     predicates: Collection[str] | None = None
     """Names of the acceptance predicates configured; None skips that check."""
+    workflows: Collection[str] = ()
+    """Names of the tools in ``tools`` that are workflows: a step that calls one is a hand-off —
+    the last step of its plan, at most one a plan — and no model step may call one."""
 
 
 def changes_world(step: Step, tools: Toolset) -> bool:
@@ -123,6 +126,7 @@ def check_steps(steps: Sequence[Step], ctx: CheckContext) -> list[Problem]:
 
     for s, arg_problem in zip(steps, args_ok, strict=True):
         problems += rules.arguments(s, arg_problem, known, graph.reaches)
+    problems += rules.handoffs(ids, graph.reaches)
     return capped(problems)
 
 
@@ -275,6 +279,15 @@ class Rules:
                         f"(known: {self._listing('tools', self.ctx.tools.names)})",
                     )
                 )
+            elif name in self.ctx.workflows:
+                out.append(
+                    Problem(
+                        code="workflow_not_a_tool",
+                        where=where,
+                        message=f"allowed_tools names workflow {_shown(name)}: a workflow is handed off to "
+                        "(handoff), never called by a model step",
+                    )
+                )
             elif self.ctx.tools.get(name).requires_approval:
                 out.append(
                     Problem(
@@ -298,6 +311,59 @@ class Rules:
                         message=f"depends on unknown step {_shown(dep)}",
                     )
                 )
+        return out
+
+    def handoffs(self, steps: Mapping[str, Step], reaches: Callable[[Step, str], bool]) -> list[Problem]:
+        """A hand-off (a step calling a workflow) is the plan's last step: at most one a plan, after
+        every other step, and nothing after it."""
+        workflows = self.ctx.workflows
+        if not workflows:
+            return []
+        running = [s for s in self.ctx.running.values() if s.tool in workflows and s.id not in steps]
+        found = [*running, *(s for s in steps.values() if s.tool is not None and s.tool in workflows)]
+        if not found:
+            return []
+        out: list[Problem] = []
+        last = found[0]
+        for extra in found[1:]:
+            out.append(
+                Problem(
+                    code="handoff_twice",
+                    where=f"step {extra.id!r}",
+                    message=f"calls workflow {_shown(extra.tool or '')} after a hand-off to "
+                    f"{_shown(last.tool or '')} (step {last.id!r}): a plan hands off once, as its last step",
+                )
+            )
+        if last.id not in steps:
+            return out  # a hand-off under way: it stays, and the run ends when everything has finished
+        handing_off = {f.id for f in found}
+        before: list[str] = []
+        for s in steps.values():
+            if s.id in handing_off:
+                continue
+            if last.id in s.depends_on:
+                out.append(
+                    Problem(
+                        code="after_handoff",
+                        where=f"step {s.id!r}",
+                        message=f"depends on the hand-off step {last.id!r}: nothing runs after a hand-off, "
+                        "whose output is the final answer",
+                    )
+                )
+            elif not reaches(last, s.id):
+                before.append(s.id)
+        if before:
+            listing = ", ".join(repr(sid) for sid in before[:_LISTED_NAMES])
+            if len(before) > _LISTED_NAMES:
+                listing += f" and {len(before) - _LISTED_NAMES:,} more"
+            out.append(
+                Problem(
+                    code="handoff_not_last",
+                    where=f"step {last.id!r}",
+                    message=f"hands off to workflow {_shown(last.tool or '')} but does not come after {listing}: "
+                    "list them in depends_on (the run ends when the workflow finishes)",
+                )
+            )
         return out
 
     # -- acceptance ------------------------------------------------------------------------------

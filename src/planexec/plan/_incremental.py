@@ -9,7 +9,8 @@ step reached through ``depends_on``" is one bit.
 Steps must come dependencies first: a step may depend only on finished steps and on steps already
 accepted (anything else is a ``missing_dependency``), so no cycle can form. Added in such an order,
 the steps of a plan all pass exactly when :func:`~planexec.plan.check_steps` finds no problem with
-the whole list.
+the whole list — bar a hand-off (a step that calls a workflow), which is never accepted early: it
+must come after every other step, and only the whole plan says which those are.
 
 Use it where steps arrive one by one, such as a planner's answer while it streams::
 
@@ -67,6 +68,10 @@ class IncrementalChecker:
         if self._max_steps is not None and len(self._steps) + 1 > self._max_steps:
             problems.append(rules.budget(len(self._steps) + 1))
         problems += rules.routing(step)
+        if step.tool is not None and step.tool in rules.ctx.workflows:
+            problems.append(
+                Problem(code="handoff_early", where=where, message="a hand-off starts once the whole plan is known")
+            )
         problems += rules.dependencies(step, self._known)
         problems += rules.acceptance(step)
         problems += rules.arguments(step, arg_problem, self._known, self._reaches)

@@ -7,16 +7,21 @@ Plan schema changelog (bump ``PLAN_SCHEMA_VERSION`` and add a line on every chan
 
 Plans of every version listed here load (``schema_version`` says which one a plan was written as);
 new plans are the current version.
+
+A hand-off to a workflow (``PlanDraft.handoff``) changes no plan schema: it becomes an ordinary
+step of the plan, one whose ``tool`` is the workflow (see :func:`handoff_step`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planexec._util.strict_json import MAX_CHARS, MAX_DEPTH, json_problem
 from planexec.plan._bindings import compile_args
-from planexec.plan._step import Step
+from planexec.plan._step import Effect, Step
 
 PLAN_SCHEMA_VERSION: Final = 3
 
@@ -49,9 +54,21 @@ class Plan(BaseModel):
         return tuple(s.id for s in self.steps)
 
 
+class Handoff(BaseModel):
+    """The planner hands the rest of the work to a registered workflow: it runs after every step
+    of the plan, and its output is the run's final answer. ``args`` may bind earlier outputs with
+    ``${step_id}``, as a step's do."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    workflow: str = Field(description="The workflow to hand the rest of the work to.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Its arguments; may bind outputs.")
+
+
 class PlanDraft(BaseModel):
     """What the upfront planner returns: the steps still to do, and why (for a patch) — or a
-    question for the user, or that it gives up."""
+    question for the user, or that it gives up. ``handoff``: after those steps, a workflow does
+    the rest and gives the answer."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -66,6 +83,34 @@ class PlanDraft(BaseModel):
         default=None, description="A question for the user, when the goal is unclear (no steps then)."
     )
     give_up: str | None = Field(default=None, description="Why the goal cannot be met, when it cannot (no steps then).")
+    handoff: Handoff | None = Field(
+        default=None, description="A workflow that does the rest of the work after the steps, and gives the answer."
+    )
+
+
+HANDOFF_ID: Final = "handoff"
+"""The id a hand-off's step is given (``handoff_2``, ``handoff_3`` … when it is taken)."""
+
+
+def handoff_step(handoff: Handoff, after: Collection[str], taken: Collection[str], effect: Effect) -> Step:
+    """The step that carries out ``handoff``: it calls the workflow with the hand-off's arguments,
+    after every step in ``after`` (the plan's other steps) and every step its arguments bind. Its
+    id is the first of ``handoff``, ``handoff_2`` … not in ``taken``."""
+    step_id, n = HANDOFF_ID, 1
+    while step_id in taken:
+        n += 1
+        step_id = f"{HANDOFF_ID}_{n}"
+    bound: list[str] = []
+    if json_problem(handoff.args, max_depth=MAX_DEPTH, max_chars=MAX_CHARS) is None:  # else the checks say why
+        bound = [ref.step_id for _loc, ref in compile_args(handoff.args).refs]
+    return Step(
+        id=step_id,
+        description=f"hand the rest of the work to workflow {handoff.workflow}",
+        tool=handoff.workflow,
+        args=handoff.args,
+        depends_on=tuple(dict.fromkeys([*after, *bound])),
+        effect=effect,
+    )
 
 
 class Turn(BaseModel):

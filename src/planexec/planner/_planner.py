@@ -47,8 +47,9 @@ from planexec.plan import (
     check_steps,
 )
 from planexec.planner import _prompt
+from planexec.planner._handoff import take_handoff
 from planexec.planner._stream import StreamedSteps
-from planexec.planner._wire import FLAT_TURN_SCHEMA, PLAN_SCHEMA, TURN_SCHEMA, unwire_step, unwire_turn
+from planexec.planner._wire import FLAT_TURN_SCHEMA, PLAN_SCHEMA, TURN_SCHEMA, unwire_handoff, unwire_step, unwire_turn
 from planexec.tools import Toolset
 
 if TYPE_CHECKING:
@@ -329,7 +330,7 @@ class Planner:
         # What changes least comes first, each part ending at a cache point: the instructions and
         # the tools (the same in every run of the agent), the goal (the same within a run); then
         # what changes (the record, the budget, what people said, the instruction of this request).
-        tools = _prompt.describe_tools(ctx.tools, ctx.executors)
+        tools = _prompt.describe_tools(ctx.tools, ctx.executors, ctx.checks.workflows)
         budget = [_prompt.describe_budget(ctx.budget_left)] if purpose != "planner.finish" else []
         changing = [*extra[:1], *budget, *([ctx.heard] if ctx.heard else []), *extra[1:]]
         messages = [
@@ -507,6 +508,9 @@ class Planner:
             ctx.on_step(step)
 
     def _check_draft(self, draft: PlanDraft, ctx: PlanningContext) -> list[Problem]:
+        handoff = take_handoff(draft, ctx.checks, ctx.state)
+        if handoff:
+            return capped([*handoff, *check_steps(draft.steps, ctx.current_checks())])
         if draft.question is not None or draft.give_up is not None:
             if draft.steps:
                 return [Problem(code="plan", where="steps", message="a question or giving up comes with no steps")]
@@ -677,6 +681,8 @@ def _unwired(data: Any, output: type[BaseModel]) -> tuple[Any, list[Problem]]:
     steps = data.get("steps")
     if isinstance(steps, list):
         data["steps"] = [unwire_step(s, f"steps.{i}", problems) for i, s in enumerate(steps)]
+    if "handoff" in data:
+        data["handoff"] = unwire_handoff(data["handoff"], problems)
     return data, problems
 
 

@@ -6,7 +6,7 @@ linearly with the steps of the run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from planexec._util.plural import counted
@@ -64,17 +64,26 @@ RECORD_HEAD = "Record:"
 """The first line of the record (what tools that read a planner's prompt look for)."""
 
 
-def describe_tools(tools: Toolset, executors: Mapping[str, str]) -> str:
-    """The tools (and the executors) as the planner reads them: made once for each toolset (an
-    immutable value) and executors, and then kept while it is among the last few described."""
-    docs = tuple(executors.items())
+HANDOFF = """Workflows: deterministic scripts that finish the work. To hand the rest of the work to one, \
+give handoff {"workflow": NAME, "args": JSON object text fitting its signature; may bind "${id}"} \
+(step by step: a step calling it). It runs after all your steps; its output is the final answer."""
+
+
+def describe_tools(tools: Toolset, executors: Mapping[str, str], workflows: Collection[str] = ()) -> str:
+    """The tools, the workflows and the executors as the planner reads them: made once for each
+    toolset (an immutable value), executors and workflows, and then kept while it is among the
+    last few described. ``workflows``: the names of the tools that are workflows."""
+    docs = (*executors.items(), *(("", name) for name in sorted(workflows)))
     known = _TOOLSETS.get(id(tools))
     if known is not None and known[0] is tools and known[1] == docs:
         return known[2]
-    lines = ["Tools:", *(_describe_tool(t) for t in tools)]
-    if docs:
+    lines = ["Tools:", *(_describe_tool(t) for t in tools if t.name not in workflows)]
+    if executors:
         lines.append("Executors, for steps with no tool:")
-        lines += [f"- {name}: {desc}" for name, desc in docs]
+        lines += [f"- {name}: {desc}" for name, desc in executors.items()]
+    if workflows:
+        lines.append(HANDOFF)
+        lines += [_describe_tool(t) for t in tools if t.name in workflows]
     text = "\n".join(lines)
     if len(_TOOLSETS) >= _TOOLSETS_MAX:
         _TOOLSETS.pop(next(iter(_TOOLSETS)))
@@ -83,6 +92,7 @@ def describe_tools(tools: Toolset, executors: Mapping[str, str]) -> str:
 
 
 _TOOLSETS: dict[int, tuple[Toolset, tuple[tuple[str, str], ...], str]] = {}
+"""Described toolsets by id: the toolset, its executors' texts and workflows' names, the text."""
 _TOOLSETS_MAX = 64
 
 _TOOL_TEXTS: dict[tuple[str, str, bool, bool, str], str] = {}

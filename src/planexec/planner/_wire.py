@@ -26,7 +26,7 @@ from typing import Any, Final
 from planexec._util.strict_json import MAX_DEPTH, _JSONRefused, loads
 from planexec.errors import Problem
 
-__all__ = ["FLAT_TURN_SCHEMA", "PLAN_SCHEMA", "TURN_SCHEMA", "unwire_step", "unwire_turn"]
+__all__ = ["FLAT_TURN_SCHEMA", "PLAN_SCHEMA", "TURN_SCHEMA", "unwire_handoff", "unwire_step", "unwire_turn"]
 
 _TEXT: Final = {"type": "string"}
 _MAYBE_TEXT: Final = {"type": ["string", "null"]}
@@ -64,11 +64,13 @@ PLAN_SCHEMA: Final[dict[str, Any]] = {
         "question": _MAYBE_TEXT,
         "give_up": _MAYBE_TEXT,
         "answer": _MAYBE_TEXT,
+        "handoff": {"anyOf": [{"$ref": "#/$defs/handoff"}, {"type": "null"}]},
     },
-    "$defs": {"step": _STEP},
+    "$defs": {"step": _STEP, "handoff": {"properties": {"workflow": _TEXT, "args": _TEXT}}},
 }
 """What the upfront policy's planner answers: a plan or a patch (``steps``), a question, giving up,
-or — when asked for it — the final answer."""
+or — when asked for it — the final answer. ``handoff`` (``workflow``, and ``args`` as JSON text)
+hands the rest of the work to a workflow after the steps."""
 
 TURN_SCHEMA: Final[dict[str, Any]] = {
     "type": "object",
@@ -129,6 +131,16 @@ def unwire_step(raw: Any, where: str, problems: list[Problem]) -> Any:
     if isinstance(checks, list):
         step["checks"] = [_unwire_check(c, f"{where}.checks.{i}", problems) for i, c in enumerate(checks)]
     return step
+
+
+def unwire_handoff(raw: Any, problems: list[Problem]) -> Any:
+    """A plan's ``handoff`` as answered, its ``args`` JSON text decoded; anything else as it is."""
+    if not isinstance(raw, dict):
+        return raw
+    handoff = dict(raw)
+    if "args" in handoff:
+        handoff["args"] = _object_text(handoff["args"], "handoff.args", problems, empty_ok=True)
+    return handoff
 
 
 def unwire_turn(data: Any, problems: list[Problem]) -> Any:

@@ -46,9 +46,10 @@ from planexec.runtime._session import Session, check_session_id
 from planexec.runtime._settings import AnswerReview, ApprovalDecision, Approvals, Escalation, Limits, RunContext
 from planexec.runtime._tool_specs import tool_spec
 from planexec.runtime._turns import RECORD_CHARS, SessionRecord, session_record
+from planexec.runtime._workflows import WorkflowSet
 from planexec.store import RunStore
 from planexec.telemetry import Telemetry
-from planexec.tools import Tool, Toolset
+from planexec.tools import Tool, Toolset, Workflow
 
 if TYPE_CHECKING:
     from planexec.faults import FaultProfile
@@ -215,6 +216,8 @@ class Agent:
     to OpenTelemetry and the ``planexec`` logger (``Telemetry()``: the global providers, no content).
     ``memory``: plan memory (:class:`~planexec.memory.PlanMemory`): a run whose goal is like a
     remembered one reuses its plan, and a run that meets its goal is remembered (None: no memory).
+    ``workflows``: deterministic scripts the planner may hand the rest of the work to (see
+    :class:`~planexec.tools.Workflow`); a hand-off's output is the run's answer.
     """
 
     def __init__(
@@ -236,6 +239,7 @@ class Agent:
         name: str = "planexec",
         telemetry: Telemetry | None = None,
         memory: PlanMemory | None = None,
+        workflows: Sequence[Workflow] = (),
     ) -> None:
         own, self._mcp = _split_servers([tools] if isinstance(tools, Toolset) else list(tools))
         """MCP servers' toolsets: opened by ``open`` (or the first run), closed by ``aclose``."""
@@ -257,7 +261,8 @@ class Agent:
         self.name = name
         self.telemetry = Telemetry() if telemetry is None else telemetry
         self.memory = memory
-        problems: list[Problem] = []
+        problems = WorkflowSet.problems(workflows, self._parts.tools)
+        self._workflows = WorkflowSet(workflows if not problems else ())
         if memory is not None and not isinstance(memory, PlanMemory):
             problems.append(Problem(code="agent", where="memory", message="must be a PlanMemory(...) or None"))
         if not isinstance(name, str) or not name.strip() or len(name) > 200 or not name.isprintable():
@@ -322,6 +327,11 @@ class Agent:
         self._described = None
 
     @property
+    def workflows(self) -> tuple[Workflow, ...]:
+        """The workflows the planner may hand the rest of the work to."""
+        return self._workflows.workflows
+
+    @property
     def executors(self) -> Mapping[str, Executor]:
         """The executors steps are routed to, by name (the built-in ``tools`` executor included)."""
         return MappingProxyType(self._parts.executors)
@@ -384,7 +394,8 @@ class Agent:
             budget = turn.budget  # a session's turn keeps the budget it was given, resumed or forked
         return EngineConfig(
             planner=_bound(parts.planner, self.providers),
-            tools=parts.tools,
+            tools=self._workflows.with_tools(parts.tools),
+            workflows=self._workflows.names,
             executors={name: _bound(e, self.providers) for name, e in parts.executors.items()},
             default_executor=parts.default_executor,
             budget=self.budget if budget is None else budget,
@@ -396,7 +407,7 @@ class Agent:
             escalation=self.escalation,
             review=self.review,
             providers=self.providers,
-            current_tools=self._current_tools if self._mcp else None,
+            current_tools=(lambda: self._workflows.with_tools(self._current_tools())) if self._mcp else None,
             telemetry=self.telemetry,
             agent_name=self.name,
             conversation=None if turn is None else turn.earlier,
@@ -420,7 +431,8 @@ class Agent:
         parts = self._parts
         planner = _bound(parts.planner, self.providers)
         return {
-            "tools": [tool_spec(t) for t in parts.tools],
+            "tools": [tool_spec(t) for t in self._workflows.with_tools(parts.tools)],
+            **({"workflows": sorted(self._workflows.names)} if self._workflows.workflows else {}),
             "executors": {name: e.kind for name, e in parts.executors.items()},
             "executor_profiles": {
                 name: executor_profile(_bound(e, self.providers)).record() for name, e in parts.executors.items()

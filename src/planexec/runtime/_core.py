@@ -53,6 +53,9 @@ class EngineConfig:
     """The agent's name on spans and metrics (``gen_ai.agent.name``)."""
     conversation: str | None = None
     """For a session's turn: the record of the turns before it, which the planner sees."""
+    workflows: frozenset[str] = frozenset()
+    """The names of the tools in ``tools`` that are workflows: a step that calls one hands off the
+    rest of the work, and its output ends the run as the final answer."""
     executor_profiles: Mapping[str, ExecutorProfile] | None = None
     """What the planner is told about each executor, as a log recorded it (a replay); None: as
     the executors themselves say (``executor_profile``)."""

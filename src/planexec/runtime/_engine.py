@@ -37,7 +37,7 @@ from planexec.log import (
     canonical_call,
 )
 from planexec.models import Model, ModelRequest, ModelResponse
-from planexec.plan import CheckContext, Step, changes_world
+from planexec.plan import BindingError, CheckContext, Step, changes_world, render_text
 from planexec.runtime._budget import BudgetHit, used_of
 from planexec.runtime._core import EngineConfig
 from planexec.runtime._humans import Humans
@@ -62,7 +62,15 @@ from planexec.tools import Tool, Toolset
 if TYPE_CHECKING:
     import random
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "handoff_answer"]
+
+
+def handoff_answer(output: Any) -> str:
+    """A workflow's output as the run's final answer: text as it is, other data as JSON."""
+    try:
+        return render_text(output)
+    except BindingError as e:
+        return f"(the workflow's output cannot be shown as text: {e})"
 
 
 class _Suspend(Exception):
@@ -185,6 +193,7 @@ class Engine:
             executors=executors,
             default_executor=config.default_executor,
             predicates=tuple(config.acceptance.predicates),
+            workflows=config.workflows,
         )
         profiles = config.executor_profiles or {}
         executor_docs = {
@@ -569,12 +578,30 @@ class Engine:
         if self.unaddressed:
             self.replan_for_failures()
             return
+        handed_off = self._handed_off()
+        if handed_off is not None:
+            raise handed_off
         plan = self.state.plan
         waiting = [s.id for s in plan.steps if self.state.steps[s.id].status == "pending"] if plan else []
         if waiting:
             raise error_stop("unrunnable", f"steps can never start: {', '.join(waiting)}")
         kind = self.policy.when_idle()
         self.planning.start(kind, "a step finished" if kind == "turn" else "every step finished")
+
+    def _handed_off(self) -> _Stop | None:
+        """The run's end, when the plan's hand-off to a workflow has succeeded: the workflow's
+        output, as text, is the final answer, with no further planner call. With an answer review
+        set, the planner writes the answer from the record instead, and it is reviewed as usual."""
+        plan = self.state.plan
+        workflows = self.config.workflows
+        if plan is None or not workflows or self.config.review is not None:
+            return None
+        for step in reversed(plan.steps):
+            rec = self.state.steps.get(step.id)
+            if step.tool in workflows and rec is not None and rec.status == "succeeded":
+                detail = f"workflow {step.tool} finished the work (step {step.id})"
+                return _Stop(StopReason(kind="goal_met", detail=detail), answer=handoff_answer(rec.output))
+        return None
 
     def _when_blocked(self) -> None:
         """Everything under way waits for a human."""
@@ -746,7 +773,7 @@ class Engine:
             repeated = self.repeats.succeeded(self.state.steps[done.step_id])
             if repeated is not None:
                 self.stall(*repeated)
-            if self.policy.after_step():
+            if self.policy.after_step() and self.state.steps[done.step_id].step.tool not in self.config.workflows:
                 self.planning.after_step_wanted = True
                 if self.planning.idle:
                     self.planning.start("after_step", f"step {done.step_id} finished")

@@ -119,6 +119,7 @@ def recorded_config(first: RunStarted) -> EngineConfig:
         escalation=Escalation(**cfg.get("escalation") or {}),
         review=_recorded_review(cfg.get("review")),
         executor_profiles=profiles,
+        workflows=frozenset(str(name) for name in cfg.get("workflows", ())),
     )
 
 
