@@ -704,3 +704,35 @@ async def test_a_dense_embedder_finds_its_entries_among_many(tmp_path: Path) -> 
     await memory.close()
     await other.close()
     await lexical.close()
+
+
+async def test_a_run_that_handed_off_to_a_workflow_is_reused_with_its_hand_off() -> None:
+    from planexec import workflow
+    from planexec.testing import handoff_reply
+
+    sent: list[tuple[str, str]] = []
+
+    @workflow
+    async def send_count(path: str, to: str) -> str:
+        """Count a file's words and send the count.
+
+        Args:
+            path: The file.
+            to: Who gets it.
+        """
+        sent.append((path, to))
+        return f"sent {COUNTS[path]} words of {path} to {to}"
+
+    memory = PlanMemory()
+    first = ScriptedModel([handoff_reply("send_count", {"path": "report.txt", "to": "ann"})])
+    agent = Agent(first, workflows=[send_count], memory=memory)
+    done = await agent.run("Send the word count of report.txt to ann")
+    assert done.ok, done.stop
+    assert done.answer == "sent 120 words of report.txt to ann"
+    result = await Agent(no_planner(), workflows=[send_count], memory=memory).run(
+        "Send the word count of notes.txt to bo"
+    )
+    assert result.ok, result.stop
+    assert result.answer == "sent 45 words of notes.txt to bo"
+    assert sent == [("report.txt", "ann"), ("notes.txt", "bo")]
+    assert [p.author for p in result.plans] == ["memory"]
