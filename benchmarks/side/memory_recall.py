@@ -107,7 +107,7 @@ async def main(entries: int, queries: int) -> None:
     rng.shuffle(requests)
     held_out, pool = requests[:300], requests[300:]
     print(f"{len(requests):,} distinct BFCL requests; {len(pool):,} to remember from, {len(held_out)} held out")
-    goals = []
+    goals: list[str] = []
     while len(goals) < entries:
         base = pool[len(goals) % len(pool)]
         goals.append(base if len(goals) < len(pool) else _vary(base, rng))
