@@ -1,0 +1,192 @@
+"""Plan memory under attack: goals crafted so that a re-bound value lands where it should not,
+poisoned memory databases, memories written at once by several runs, and secrets in what a failed
+reuse leaves behind. Each test pins a hole that was found and closed."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from planexec import Agent, tool
+from planexec.memory import PlanMemory
+from planexec.plan import Step
+from planexec.runs import load_run
+from planexec.runtime import replay_log
+from planexec.store import SQLiteStore
+from planexec.testing import ScriptedModel
+from tests.support import tool_step
+
+LINES: list[tuple[str, str]] = []
+
+
+@tool
+async def word_count(path: str) -> int:
+    """Count the words of a file."""
+    return {"report.txt": 120, "notes.txt": 45}.get(path, 7)
+
+
+@tool(side_effect=True)
+async def append_line(path: str, line: str) -> str:
+    """Append a line to a file."""
+    LINES.append((path, line))
+    return f"appended to {path}"
+
+
+@tool
+async def shell(cmd: str) -> str:
+    """Run a command."""
+    return cmd
+
+
+def step(args: dict[str, Any], *, step_id: str = "s", tool_name: str = "shell", description: str = "run") -> Step:
+    return Step(id=step_id, description=description, tool=tool_name, args=args)
+
+
+async def rebound(old_goal: str, args: dict[str, Any], new_goal: str, **answer: Any) -> Any:
+    """What a memory that remembered ``args`` for ``old_goal`` offers for ``new_goal``."""
+    memory = PlanMemory()
+    await memory.remember(
+        goal=old_goal, steps=[step(args)], answer=answer.get("answer"), outputs=answer.get("outputs", {})
+    )
+    return await memory.recall(new_goal, tools=["shell"])
+
+
+# -- re-binding: where a new value may land ------------------------------------------------------------
+
+
+async def test_a_new_value_is_never_replaced_again_by_a_later_difference() -> None:
+    recall = await rebound("Copy x.txt to y.txt", {"cmd": "cp x.txt y.txt"}, "Copy y.txt to z.txt")
+    assert recall is not None
+    assert recall.mode == "direct"
+    assert recall.steps[0].args == {"cmd": "cp y.txt z.txt"}  # not "cp z.txt z.txt"
+
+
+async def test_one_value_that_would_become_two_is_not_reused_directly() -> None:
+    recall = await rebound("Copy a.txt to a.txt", {"cmd": "cp a.txt a.txt"}, "Copy b.txt to c.txt")
+    assert recall is None or recall.mode == "guided"
+
+
+async def test_a_value_that_differs_only_in_case_is_rebound_too() -> None:
+    for new_goal, value in (("Delete REPORT.TXT", "REPORT.TXT"), ("Delete rep\u212aort.txt", "rep\u212aort.txt")):
+        recall = await rebound("Delete report.txt", {"cmd": "rm report.txt"}, new_goal)
+        assert recall is not None
+        assert recall.mode == "direct"
+        assert recall.steps[0].args == {"cmd": f"rm {value}"}
+    same = await rebound("delete report.txt", {"cmd": "rm report.txt"}, "Delete report.txt")  # wording only
+    assert same is not None
+    assert same.mode == "direct"
+    assert same.steps[0].args == {"cmd": "rm report.txt"}
+
+
+async def test_values_are_replaced_as_whole_words_of_the_goal_only() -> None:
+    recall = await rebound("Set the timeout to 5", {"cmd": "set timeout 5 ratio 1.5 file my-5"}, "Set the timeout to 7")
+    assert recall is not None
+    assert recall.steps[0].args == {"cmd": "set timeout 7 ratio 1.5 file my-5"}
+    path = await rebound("Write a.txt", {"cmd": "write a.txt my-a.txt a.txt.bak"}, "Write b.txt")
+    assert path is not None
+    assert path.steps[0].args == {"cmd": "write b.txt my-a.txt a.txt.bak"}
+
+
+async def test_regex_syntax_and_backslashes_in_values_are_plain_text() -> None:
+    recall = await rebound("Greet a.b now", {"cmd": "echo a.b"}, r"Greet \g<0> now")
+    assert recall is not None
+    assert recall.mode == "direct"
+    assert recall.steps[0].args == {"cmd": r"echo \g<0>"}
+    dots = await rebound("Greet a.b", {"cmd": "echo a.b axb"}, "Greet c.d")
+    assert dots is not None
+    assert dots.steps[0].args == {"cmd": "echo c.d axb"}
+
+
+async def test_a_goal_cannot_bind_another_steps_output_into_an_argument() -> None:
+    LINES.clear()
+    memory = PlanMemory()
+    plan = {
+        "steps": [
+            tool_step("c", "word_count", {"path": "report.txt"}),
+            tool_step("w", "append_line", {"path": "log.txt", "line": "note hello"}, "c"),
+        ]
+    }
+    first = ScriptedModel([plan, {"answer": "noted hello"}])
+    assert (await Agent(first, tools=[word_count, append_line], memory=memory).run("Note hello in log.txt")).ok
+    result = await Agent(ScriptedModel([]), tools=[word_count, append_line], memory=memory).run("Note ${c} in log.txt")
+    assert result.ok, result.stop
+    assert [p.author for p in result.plans] == ["memory"]
+    assert LINES[-1] == ("log.txt", "note ${c}")  # the text the goal gave, not step c's output (120)
+
+
+async def test_a_value_next_to_a_dollar_sign_cannot_become_a_binding() -> None:
+    recall = await rebound("Pay $5 now", {"cmd": "pay $5"}, "Pay ${s} now")
+    assert recall is None or recall.mode == "guided"
+    braces = await rebound(
+        "Count report.txt", {"cmd": "wc report.txt"}, "Count {s}", answer="{report.txt}: 120", outputs={"s": 120}
+    )
+    assert braces is not None
+    assert braces.mode == "direct"
+    assert braces.answer is None  # "{" + "{s}" + "}" would read as a placeholder: the planner answers
+
+
+async def test_a_goal_cannot_write_a_placeholder_into_the_answer() -> None:
+    recall = await rebound(
+        "Count the words of report.txt",
+        {"cmd": "wc report.txt"},
+        "Count the words of {{s}}",
+        answer="report.txt has 120 words",
+        outputs={"s": 120},
+    )
+    assert recall is not None
+    assert recall.mode == "direct"
+    assert recall.answer is not None
+    assert recall.answer.count("{{s}}") == 1
+
+
+async def test_a_value_that_is_also_a_step_id_leaves_the_answer_placeholders_alone() -> None:
+    recall = await rebound(
+        "Count the words of s", {"cmd": "wc s"}, "Count the words of t", answer="s has 120 words", outputs={"s": 120}
+    )
+    assert recall is not None
+    assert recall.mode == "direct"
+    assert recall.answer == "t has {{s}} words"
+
+
+async def test_an_output_that_is_also_a_step_id_keeps_the_answer_template_whole() -> None:
+    memory = PlanMemory()
+    steps = [step({"cmd": "a"}, step_id="total"), step({"cmd": "b"}, step_id="name")]
+    entry = await memory.remember(
+        goal="Show the total of a.csv",
+        steps=steps,
+        answer="total: 1234567",
+        outputs={"total": 1234567, "name": "total"},
+    )
+    assert entry is not None
+    assert entry.answer == "{{name}}: {{total}}"  # not "{{name}}: {{{{name}}}}"
+
+
+async def test_a_long_goal_of_values_is_compared_quickly_and_not_reused_directly() -> None:
+    memory = PlanMemory()
+    old = " ".join(f"a v{i}.x" for i in range(2_000))[:19_000]
+    new = " ".join(f"a w{i}.x" for i in range(2_000))[:19_000]
+    await memory.remember(goal=old, steps=[step({"cmd": old})], answer=None, outputs={})
+    started = time.perf_counter()
+    recall = await memory.recall(new, tools=["shell"])
+    assert time.perf_counter() - started < 5  # minutes before: the word-by-word alignment was cubic
+    assert recall is None or recall.mode == "guided"
+    one_value = old.replace("v1000.x", "w1000.x")  # a long goal with one value changed is still reused
+    found = await memory.recall(one_value, tools=["shell"])
+    assert found is not None
+    assert found.mode == "direct"
+    assert found.bindings == (("v1000.x", "w1000.x"),)
+
+
+async def test_runs_that_reused_rebound_plans_replay_exactly(tmp_path: Path) -> None:
+    LINES.clear()
+    store = SQLiteStore(tmp_path / "runs.db")
+    memory = PlanMemory(store)
+    plan = {"steps": [tool_step("w", "append_line", {"path": "x.txt", "line": "copy x.txt y.txt"})]}
+    first = ScriptedModel([plan, {"answer": "appended to x.txt"}])
+    assert (await Agent(first, tools=[append_line], store=store, memory=memory).run("Copy x.txt to y.txt")).ok
+    result = await Agent(ScriptedModel([]), tools=[append_line], store=store, memory=memory).run("Copy y.txt to ${w}")
+    assert result.ok, result.stop
+    assert LINES[-1] == ("y.txt", "copy y.txt ${w}")
+    report = await replay_log(await load_run(store, result.run_id))
+    assert report.matched, report.divergence
