@@ -4,17 +4,21 @@ reuse leaves behind. Each test pins a hole that was found and closed."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
-from planexec import Agent, tool
+from planexec import Agent, ToolError, tool
 from planexec.memory import PlanMemory
 from planexec.plan import Step
 from planexec.runs import load_run
 from planexec.runtime import replay_log
 from planexec.store import SQLiteStore
 from planexec.testing import ScriptedModel
+from tests.cli_support import invoke
 from tests.support import tool_step
 
 LINES: list[tuple[str, str]] = []
@@ -190,3 +194,173 @@ async def test_runs_that_reused_rebound_plans_replay_exactly(tmp_path: Path) -> 
     assert LINES[-1] == ("y.txt", "copy y.txt ${w}")
     report = await replay_log(await load_run(store, result.run_id))
     assert report.matched, report.divergence
+
+
+# -- a poisoned memory database ---------------------------------------------------------------------
+
+
+async def _poisoned(path: Path) -> str:
+    """A memory file with one good entry and rows that cannot be read; the good entry's id."""
+    memory = PlanMemory(path)
+    entry = await memory.remember(
+        goal="How many words are in report.txt?",
+        steps=[step({"path": "report.txt"}, step_id="c", tool_name="word_count")],
+        answer="report.txt has 120 words",
+        outputs={"c": 120},
+    )
+    await memory.close()
+    assert entry is not None
+    good = entry.to_record()
+    bad = {
+        "not-json": "{not json",
+        "null": "null",
+        "overflow": json.dumps(good | {"id": "overflow", "uses": 1}).replace('"uses": 1', '"uses": 1e400'),
+        "nan-time": json.dumps(good | {"id": "nan-time", "updated_at": float("nan")}),
+        "huge-time": json.dumps(good | {"id": "huge-time", "updated_at": 1e300}),
+        "number-answer": json.dumps(
+            good | {"id": "number-answer", "goal": "How many words are in a.txt?", "answer": 5}
+        ),
+        "deep": '{"version": 1, "id": "deep", "goal": "g", "steps": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        "not-its-id": json.dumps(good | {"id": entry.id}),
+        "bad-step": json.dumps(good | {"id": "bad-step", "steps": [{"id": "1 bad"}]}),
+        "other-tools": json.dumps(
+            good
+            | {"id": "other-tools", "goal": "How many words are in b.txt?", "tools": ["word_count"]}
+            | {"steps": [{"id": "x", "description": "d", "tool": "append_line", "args": {"path": "b", "line": "l"}}]}
+        ),
+    }
+    with sqlite3.connect(path) as conn:
+        conn.executemany("INSERT INTO plan_memory VALUES (?, 1, ?)", list(bad.items()))
+        conn.execute("UPDATE plan_memory_changes SET n = n + 1")
+    conn.close()
+    return entry.id
+
+
+async def test_a_poisoned_database_leaves_its_good_entries_usable(tmp_path: Path) -> None:
+    good = await _poisoned(tmp_path / "plans.db")
+    memory = PlanMemory(tmp_path / "plans.db")
+    entries = await memory.entries()
+    assert {e.id for e in entries} == {good, "other-tools"}
+    assert set(memory.unreadable) == {
+        "not-json",
+        "null",
+        "overflow",
+        "nan-time",
+        "huge-time",
+        "number-answer",
+        "deep",
+        "not-its-id",
+        "bad-step",
+    }
+    other = next(e for e in entries if e.id == "other-tools")
+    assert other.tools == ("append_line",)  # what its steps call, whatever the row claims
+    found = await memory.recall("How many words are in b.txt?", tools=["word_count"])
+    assert found is not None
+    assert found.entry.id == good
+    result = await Agent(ScriptedModel([]), tools=[word_count], memory=memory).run("How many words are in notes.txt?")
+    assert result.stop.kind == "goal_met", result.stop
+    assert result.answer == "notes.txt has 45 words"
+    assert await memory.forget("not-its-id")  # an unreadable row can still be deleted by its id
+    assert len(await memory.entries()) == 2
+    assert "not-its-id" not in memory.unreadable
+    await memory.close()
+
+
+def test_the_cli_lists_shows_and_exports_a_poisoned_database(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    SQLiteStore(db)  # the run store's file, as `--store` names it
+    good = asyncio.run(_poisoned(db))
+    store = f"sqlite:///{db}"
+    listed = invoke(["--store", store, "memory", "list", "--json"])
+    assert listed.exit_code == 0, listed.output
+    data = json.loads(listed.stdout)
+    assert good in [row["id"] for row in data["entries"]]
+    assert "not-json" in data["unreadable"]
+    table = invoke(["--store", store, "memory", "list"])
+    assert table.exit_code == 0, table.output
+    assert "could not be read" in table.output
+    shown = invoke(["--store", store, "memory", "show", good])
+    assert shown.exit_code == 0, shown.output
+    missing = invoke(["--store", store, "memory", "show", "not-json"])
+    assert missing.exit_code == 2
+    assert "cannot be read" in missing.stderr
+    exported = invoke(["--store", store, "memory", "export"])
+    assert exported.exit_code == 0, exported.output
+    assert good in [json.loads(line)["id"] for line in exported.stdout.splitlines()]
+    for weird in ("", "[bold]x[/bold]", "\x1b[31mred", "x" * 10_000):
+        odd = invoke(["--store", store, "memory", "show", weird])
+        assert odd.exit_code == 2, odd.output
+    gone = invoke(["--store", store, "memory", "forget", "not-json"])
+    assert gone.exit_code == 0, gone.output
+
+
+# -- several runs at once on one database -------------------------------------------------------------
+
+
+async def test_reuses_reported_at_once_by_several_memories_are_all_counted(tmp_path: Path) -> None:
+    a, b = PlanMemory(tmp_path / "plans.db"), PlanMemory(tmp_path / "plans.db")
+    entry = await a.remember(goal="Run it", steps=[step({"cmd": "x"})], answer=None, outputs={})
+    assert entry is not None
+    await asyncio.gather(*(m.reused(entry.id, ok=True) for m in (a, b) for _ in range(10)))
+    await asyncio.gather(*(m.reused(entry.id, ok=False, why="no") for m in (a, b)))
+    after = await b.get(entry.id)
+    assert after is not None
+    assert (after.uses, after.failures) == (20, 2)
+    again = await a.remember(goal="Run it", steps=[step({"cmd": "x"})], answer=None, outputs={})
+    assert again is not None
+    assert again.uses == 20  # remembered again: its uses are kept
+    await a.close()
+    await b.close()
+
+
+# -- redaction -------------------------------------------------------------------------------------------
+
+
+SECRET = "sk-" + "a1B2" * 12
+
+
+@tool
+async def fetch(url: str) -> str:
+    """Fetch a page."""
+    if "bad" in url:
+        raise ToolError(f"401 for token {SECRET}")
+    return "ok"
+
+
+async def test_a_failed_reuse_keeps_no_secret_in_the_memory(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    memory = PlanMemory(store)
+    plan = {"steps": [tool_step("f", "fetch", {"url": "good.com"})]}
+    first = ScriptedModel([plan, {"answer": "fetched good.com"}])
+    assert (await Agent(first, tools=[fetch], store=store, memory=memory).run("Fetch good.com")).ok
+    gives_up = ScriptedModel([{"reason": "no", "give_up": "the page cannot be fetched"}])
+    failed = await Agent(gives_up, tools=[fetch], store=store, memory=memory).run("Fetch bad.com")
+    assert failed.stop.kind != "goal_met"
+    [entry] = await memory.entries()
+    assert entry.failures == 1
+    assert entry.last_failure is not None
+    assert "401 for token" in entry.last_failure
+    await memory.close()
+    await store.close()
+    with sqlite3.connect(tmp_path / "runs.db") as conn:
+        rows = [r[0] for r in conn.execute("SELECT record FROM plan_memory")]
+    conn.close()
+    assert rows
+    assert not any(SECRET in row for row in rows)
+
+
+async def test_secrets_in_the_goal_and_answer_never_reach_the_memory_tables(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    memory = PlanMemory(store)
+    plan = {"steps": [tool_step("f", "fetch", {"url": f"good.com?key={SECRET}"})]}
+    first = ScriptedModel([plan, {"answer": f"fetched with {SECRET}"}])
+    assert (await Agent(first, tools=[fetch], store=store, memory=memory).run(f"Fetch good.com with {SECRET}")).ok
+    [entry] = await memory.entries()
+    assert entry.direct is False
+    await memory.close()
+    await store.close()
+    with sqlite3.connect(tmp_path / "runs.db") as conn:
+        rows = [r[0] for r in conn.execute("SELECT record FROM plan_memory")]
+    conn.close()
+    assert rows
+    assert not any(SECRET in row for row in rows)
