@@ -24,7 +24,7 @@ from typing import Any
 
 from planexec.plan import Step, compile_args
 
-__all__ = ["Rebound", "align", "rebind", "render_answer"]
+__all__ = ["MAX_TEMPLATE_CHARS", "Rebound", "align", "answer_template", "rebind", "render_answer"]
 
 _TOKEN = re.compile(r"\w+(?:[./'@:-]\w+)*|[^\w\s]", re.UNICODE)
 _BINDING = re.compile(r"(\$\{[^}]*\})")
@@ -33,6 +33,9 @@ _PLACEHOLDERS = re.compile(r"(\{\{[A-Za-z_][A-Za-z0-9_-]{0,63}\}\})")
 _STARTS = r"(?<!\w)(?<!\w[./'@:-])"
 _ENDS = r"(?!\w)(?![./'@:-]\w)"
 """Around a whole word of ``_TOKEN``: ``5`` is no word of ``1.5``, nor ``a.txt`` of ``my-a.txt``."""
+
+MAX_TEMPLATE_CHARS = 20_000
+"""Longer answers are not kept as templates: a reuse asks the planner for the answer."""
 
 MAX_ALIGNED_WORDS = 160
 """Goals whose differing stretch (between their common start and end) is longer than this many
@@ -198,11 +201,14 @@ def rebind(old_goal: str, new_goal: str, steps: tuple[Step, ...], answer: str | 
 def answer_template(answer: str, outputs: Mapping[str, Any], goal: str) -> str | None:
     """``answer`` with each step output it quotes replaced by ``{{step_id}}``; None when the
     answer holds a number or a quoted value that comes neither from an output nor from the goal
-    (it was worked out from the outputs, and would be stale for other outputs)."""
+    (it was worked out from the outputs, and would be stale for other outputs), or is longer
+    than ``MAX_TEMPLATE_CHARS``."""
+    if len(answer) > MAX_TEMPLATE_CHARS:
+        return None
     template = answer.replace("{{", "{ {")
     quoted: dict[str, str] = {}
     for text, sid in sorted(((_render(v), sid) for sid, v in outputs.items()), key=lambda p: -len(p[0])):
-        if text.strip() and (len(text) >= 2 or text.isdigit()):
+        if text.strip() and (len(text) >= 2 or text.isdigit()) and text in template:  # big outputs it quotes not
             quoted.setdefault(text, sid)
     if quoted:  # in one pass: a placeholder put in is never searched again
         texts = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, quoted)) + r")(?!\w)")
