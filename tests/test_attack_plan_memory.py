@@ -92,6 +92,19 @@ async def test_values_are_replaced_as_whole_words_of_the_goal_only() -> None:
     assert path.steps[0].args == {"cmd": "write b.txt my-a.txt a.txt.bak"}
 
 
+async def test_a_value_only_a_description_holds_is_no_value_of_the_plan() -> None:
+    memory = PlanMemory()
+    plan = [Step(id="s", description="send report.txt to bob", tool="shell", args={"cmd": "mail bob@x.com"})]
+    await memory.remember(goal="Send report.txt to bob", steps=plan, answer=None, outputs={})
+    recall = await memory.recall("Send report.txt to eve", tools=["shell"])
+    assert recall is None or recall.mode == "guided"  # it ran `mail bob@x.com` for eve
+    cursor = PlanMemory()
+    moves = [Step(id="m", description="move by -5", tool="shell", args={"dx": -5})]
+    await cursor.remember(goal="Move the cursor by -5", steps=moves, answer=None, outputs={})
+    moved = await cursor.recall("Move the cursor by -7", tools=["shell"])
+    assert moved is None or moved.mode == "guided"  # it moved by -5
+
+
 async def test_regex_syntax_and_backslashes_in_values_are_plain_text() -> None:
     recall = await rebound("Greet a.b now", {"cmd": "echo a.b"}, r"Greet \g<0> now")
     assert recall is not None

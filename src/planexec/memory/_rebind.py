@@ -178,23 +178,27 @@ def rebind(old_goal: str, new_goal: str, steps: tuple[Step, ...], answer: str | 
     replacer = _Replacer(pairs)
     if replacer.clash is not None:
         return replacer.clash
-    new_steps = []
+    new_args = []
     for step in steps:
         args = replacer.value(dict(step.args))
         before, after = compile_args(step.args), compile_args(args)
         if (before.refs, before.problems) != (after.refs, after.problems):
             return f"a new value would be read as a binding in the arguments of step {step.id!r}"
-        description = replacer.text(step.description, escape=("", ""))
-        new_steps.append(step.model_copy(update={"args": args, "description": description}))
+        new_args.append(args)
     if replacer.refused:
         return replacer.refused[0]
+    held = set(replacer.used)  # only the arguments count: a value a description holds changes nothing run
     for old, new in pairs:
-        if old not in replacer.used and old.casefold() != new.casefold():
+        if old not in held and old.casefold() != new.casefold():
             return f"the goals differ by {old!r}, which is no value of the plan"
+    new_steps = [
+        step.model_copy(update={"args": args, "description": replacer.text(step.description, escape=("", ""))})
+        for step, args in zip(steps, new_args, strict=True)
+    ]
     new_answer = None if answer is None else replacer.text(answer, keep=_PLACEHOLDERS, escape=("{{", "{ {"))
     if new_answer is not None and _PLACEHOLDER.findall(new_answer) != _PLACEHOLDER.findall(answer or ""):
         new_answer = None  # a new value next to a brace made a placeholder: the planner writes the answer
-    bindings = tuple(p for p in pairs if p[0] in replacer.used or p[0].casefold() != p[1].casefold())
+    bindings = tuple(p for p in pairs if p[0] in held or p[0].casefold() != p[1].casefold())
     return Rebound(steps=tuple(new_steps), answer=new_answer, bindings=bindings, same=same)
 
 
