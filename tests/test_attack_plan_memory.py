@@ -103,6 +103,8 @@ async def test_a_value_only_a_description_holds_is_no_value_of_the_plan() -> Non
     await cursor.remember(goal="Move the cursor by -5", steps=moves, answer=None, outputs={})
     moved = await cursor.recall("Move the cursor by -7", tools=["shell"])
     assert moved is None or moved.mode == "guided"  # it moved by -5
+    signed = await rebound("Move the cursor by -5", {"dx": -5, "note": "by -5"}, "Move the cursor by -7")
+    assert signed is None or signed.mode == "guided"  # it moved by -5, noted "-7"
 
 
 async def test_regex_syntax_and_backslashes_in_values_are_plain_text() -> None:

@@ -158,6 +158,8 @@ class _Replacer:
                         return value
                     self.used.add(old)
                     return replaced
+                if value and _number(old) == -value:  # the goal's "-5" is "-" and "5": which one it meant is unknown
+                    self.refused.append(f"the plan holds {value!r}, the goal's {old!r} with the other sign")
             return value
         if isinstance(value, list | tuple):
             return [self.value(v) for v in value]
