@@ -181,6 +181,27 @@ async def test_an_output_that_is_also_a_step_id_keeps_the_answer_template_whole(
     assert entry.answer == "{{name}}: {{total}}"  # not "{{name}}: {{{{name}}}}"
 
 
+@tool
+async def counted(path: str) -> int:
+    """Count the words of a file."""
+    return {"report.txt": 120, "notes.txt": 45}[path]
+
+
+async def test_an_answer_that_judges_the_outputs_is_written_again_by_the_planner() -> None:
+    for answer in ("Yes, report.txt has 120 words", "Yes", "report.txt isn't short: 120 words"):
+        memory = PlanMemory()
+        plan = {"steps": [tool_step("c", "counted", {"path": "report.txt"})]}
+        first = ScriptedModel([plan, {"answer": answer}])
+        goal = "Does report.txt have more than 100 words?"
+        assert (await Agent(first, tools=[counted], memory=memory).run(goal)).ok
+        [entry] = await memory.entries()
+        assert entry.answer is None, answer
+        finisher = ScriptedModel([{"answer": "No, notes.txt has 45 words"}])
+        result = await Agent(finisher, tools=[counted], memory=memory).run("Does notes.txt have more than 100 words?")
+        assert result.answer == "No, notes.txt has 45 words"  # not "Yes, notes.txt has 45 words"
+        assert [c.purpose for c in finisher.calls] == ["planner.finish"]
+
+
 async def test_big_outputs_are_made_into_an_answer_template_quickly() -> None:
     memory = PlanMemory()
     outputs = {f"s{i}": "word " * 200_000 + str(i) for i in range(10)}

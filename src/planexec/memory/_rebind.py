@@ -34,6 +34,12 @@ _STARTS = r"(?<!\w)(?<!\w[./'@:-])"
 _ENDS = r"(?!\w)(?![./'@:-]\w)"
 """Around a whole word of ``_TOKEN``: ``5`` is no word of ``1.5``, nor ``a.txt`` of ``my-a.txt``."""
 
+_VERDICT = re.compile(
+    r"yes|no|not|true|false|none|neither|both|correct|incorrect|same|equal|different|more|less|fewer|most|least"
+    r"|larger|smaller|bigger|greater|higher|lower|longer|shorter|above|below|over|under|exceeds|than|\w+n't"
+)
+"""Words of an answer that judge the outputs (a comparison, a check): such an answer is no template."""
+
 MAX_TEMPLATE_CHARS = 20_000
 """Longer answers are not kept as templates: a reuse asks the planner for the answer."""
 
@@ -206,9 +212,9 @@ def rebind(old_goal: str, new_goal: str, steps: tuple[Step, ...], answer: str | 
 
 def answer_template(answer: str, outputs: Mapping[str, Any], goal: str) -> str | None:
     """``answer`` with each step output it quotes replaced by ``{{step_id}}``; None when the
-    answer holds a number or a quoted value that comes neither from an output nor from the goal
-    (it was worked out from the outputs, and would be stale for other outputs), or is longer
-    than ``MAX_TEMPLATE_CHARS``."""
+    answer holds a number or a quoted value that comes neither from an output nor from the goal,
+    or a verdict (``yes``, ``not``, ``more`` …: ``_VERDICT``) — it was worked out from the
+    outputs, and would be stale for other outputs — or is longer than ``MAX_TEMPLATE_CHARS``."""
     if len(answer) > MAX_TEMPLATE_CHARS:
         return None
     template = answer.replace("{{", "{ {")
@@ -222,7 +228,7 @@ def answer_template(answer: str, outputs: Mapping[str, Any], goal: str) -> str |
     literal = _PLACEHOLDER.sub(" ", template)
     goal_words = {t for t, _, _ in _tokens(goal)}
     for token, _, _ in _tokens(literal):
-        if _number(token) is not None and token not in goal_words:
+        if (_number(token) is not None and token not in goal_words) or _VERDICT.fullmatch(token):
             return None
     return template
 
