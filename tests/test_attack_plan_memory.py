@@ -363,6 +363,23 @@ async def test_reuses_reported_at_once_by_several_memories_are_all_counted(tmp_p
     await b.close()
 
 
+async def test_reuses_reported_at_once_in_postgresql_are_all_counted() -> None:
+    from planexec.store import PostgresStore
+    from tests.test_store_support import postgres_schema
+
+    with postgres_schema() as url:
+        a, b = PlanMemory(PostgresStore(url)), PlanMemory(url)
+        entry = await a.remember(goal="Run it", steps=[step({"cmd": "x"})], answer=None, outputs={})
+        assert entry is not None
+        await asyncio.gather(*(m.reused(entry.id, ok=True) for m in (a, b) for _ in range(10)))
+        after = await b.get(entry.id)
+        assert after is not None
+        assert after.uses == 20
+        assert await b.reused("nothing-here", ok=True) is None
+        await a.close()
+        await b.close()
+
+
 # -- redaction -------------------------------------------------------------------------------------------
 
 
