@@ -10,6 +10,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from planexec._util.plural import counted
 from planexec.cli._common import make_console, run_command
 from planexec.cli._format import cut, money, when
 from planexec.cli._globals import global_options
@@ -75,7 +76,7 @@ async def _list(choice: StoreChoice, limit: int, as_json: bool) -> int:
     if unreadable:
         listing = ", ".join(plain(cut(i, 40)) for i in unreadable[:10]) + (", …" if len(unreadable) > 10 else "")
         console.print(
-            f"{len(unreadable)} remembered plan(s) could not be read and are never offered: {listing} "
+            f"{counted(len(unreadable), 'remembered plan')} could not be read and are never offered: {listing} "
             "(`planexec memory forget ID` deletes one)",
             markup=False,
         )
@@ -131,8 +132,8 @@ async def _show(choice: StoreChoice, entry_id: str, as_json: bool) -> int:
         f"plan {entry.id}",
         f"goal: {entry.goal}",
         *([f"constraints: {'; '.join(entry.constraints)}"] if entry.constraints else []),
-        f"from run {entry.run_id or '-'}: {entry.plan_versions} plan version(s), "
-        f"{entry.planner_calls} planner call(s), cost {money(entry.cost)}",
+        f"from run {entry.run_id or '-'}: {counted(entry.plan_versions, 'plan version')}, "
+        f"{counted(entry.planner_calls, 'planner call')}, cost {money(entry.cost)}",
         f"uses {entry.uses}, failures {entry.failures}"
         + (f" (last: {entry.last_failure})" if entry.last_failure else ""),
         "offered: " + ("yes" if offered else "no") + ("" if entry.direct else " (as an example only: redacted values)"),
@@ -193,5 +194,5 @@ async def _export(choice: StoreChoice) -> int:
     for record in records:
         click.echo(json.dumps(record, ensure_ascii=False, sort_keys=True))
     if unreadable:
-        click.echo(shown(f"left out {len(unreadable)} remembered plan(s) that cannot be read"), err=True)
+        click.echo(shown(f"left out {counted(len(unreadable), 'remembered plan')} that cannot be read"), err=True)
     return 0
