@@ -17,7 +17,7 @@ from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
 from planexec.cli._report import json_text
 from planexec.cli._store_options import StoreChoice, is_memory, store_choice, using_store
-from planexec.cli._text import shown
+from planexec.cli._text import plain, shown
 from planexec.memory import MemoryEntry, PlanMemory
 
 __all__ = ["memory"]
@@ -68,10 +68,18 @@ async def _list(choice: StoreChoice, limit: int, as_json: bool) -> int:
     async with _opened(choice, problems) as remembered:
         entries = await remembered.entries(limit=limit)
         rows = [_row(e) | {"offered": e.failures < remembered.max_failures} for e in entries]
+        unreadable = list(remembered.unreadable)
     if as_json:
-        click.echo(json_text({"entries": rows}))
+        click.echo(json_text({"entries": rows, "unreadable": unreadable}))
         return 0
     console = make_console(as_json=False)
+    if unreadable:
+        listing = ", ".join(plain(cut(i, 40)) for i in unreadable[:10]) + (", …" if len(unreadable) > 10 else "")
+        console.print(
+            f"{counted(len(unreadable), 'remembered plan')} could not be read and are never offered: {listing} "
+            "(`planexec memory forget ID` deletes one)",
+            markup=False,
+        )
     if not rows:
         console.print(f"no remembered plans in {choice.describe()}", markup=False)
         return 0
@@ -107,8 +115,13 @@ async def _show(choice: StoreChoice, entry_id: str, as_json: bool) -> int:
     async with _opened(choice, problems) as remembered:
         entry = await remembered.get(entry_id)
         offered = entry is not None and entry.failures < remembered.max_failures
+        damaged = entry_id in remembered.unreadable
     if entry is None:
-        problems.add("ID", f"no remembered plan {entry_id!r} in {choice.describe()} (`planexec memory list`)")
+        asked = plain(cut(entry_id, 80))
+        if damaged:
+            problems.add("ID", f"remembered plan {asked!r} cannot be read (`planexec memory forget ID` deletes it)")
+        else:
+            problems.add("ID", f"no remembered plan {asked!r} in {choice.describe()} (`planexec memory list`)")
         raise Refused(problems)
     row = _row(entry) | {"offered": offered}
     if as_json:
@@ -177,6 +190,9 @@ async def _export(choice: StoreChoice) -> int:
     problems = Problems()
     async with _opened(choice, problems) as remembered:
         records = await remembered.export()
+        unreadable = remembered.unreadable
     for record in records:
         click.echo(json.dumps(record, ensure_ascii=False, sort_keys=True))
+    if unreadable:
+        click.echo(shown(f"left out {counted(len(unreadable), 'remembered plan')} that cannot be read"), err=True)
     return 0

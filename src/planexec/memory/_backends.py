@@ -2,7 +2,9 @@
 (SQLite file or PostgreSQL), or in this process.
 
 Each backend holds one row per entry (its JSON record) and a change counter that every write
-bumps, so a memory in another process notices a change with one small query and reloads.
+bumps, so a memory in another process notices a change with one small query and reloads. An
+entry is changed in one transaction (read, changed, written), so that changes made at once by
+several processes — two runs counting a use of one entry — are never lost.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import asyncio
 import json
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -19,15 +22,23 @@ from planexec.errors import StoreError, UsageError
 __all__ = ["Backend", "InProcess", "PostgresBackend", "SQLiteBackend"]
 
 
+Change = Callable[[dict[str, Any] | None], dict[str, Any] | None]
+"""Given an entry's stored record (None: there is none, or it is no JSON object), the record to
+write in its place (None: leave it as it is)."""
+
+
 class Backend(Protocol):
     name: str
 
     async def version(self) -> int: ...
 
-    async def load(self) -> list[dict[str, Any]]: ...
+    async def load(self) -> list[tuple[str, str]]:
+        """Every row, as (entry id, record as stored): a record is read by the memory, which
+        skips the ones it cannot read."""
+        ...
 
-    async def put(self, record: dict[str, Any]) -> int:
-        """Write ``record`` (replacing the entry of its id); the change counter after the write."""
+    async def update(self, entry_id: str, change: Change) -> int:
+        """Apply ``change`` to entry ``entry_id`` in one transaction; the change counter after it."""
         ...
 
     async def delete(self, entry_id: str) -> bool: ...
@@ -46,12 +57,14 @@ class InProcess:
     async def version(self) -> int:
         return self._version
 
-    async def load(self) -> list[dict[str, Any]]:
-        return [json.loads(v) for v in self._rows.values()]
+    async def load(self) -> list[tuple[str, str]]:
+        return list(self._rows.items())
 
-    async def put(self, record: dict[str, Any]) -> int:
-        self._rows[record["id"]] = _encode(record, self.name)
-        self._version += 1
+    async def update(self, entry_id: str, change: Change) -> int:
+        record = change(_decoded(self._rows.get(entry_id)))
+        if record is not None:
+            self._rows[entry_id] = _encode(record, self.name)
+            self._version += 1
         return self._version
 
     async def delete(self, entry_id: str) -> bool:
@@ -68,6 +81,17 @@ def _encode(record: dict[str, Any], name: str) -> str:
         return json.dumps(record, allow_nan=False, ensure_ascii=False, sort_keys=True)
     except (TypeError, ValueError) as e:
         raise StoreError(f"{name}: an entry JSON cannot hold: {e}") from None
+
+
+def _decoded(text: str | None) -> dict[str, Any] | None:
+    """A stored record, or None when there is none or it is no JSON object (damaged)."""
+    if text is None:
+        return None
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 _SQLITE_SCHEMA = (
@@ -123,22 +147,25 @@ class SQLiteBackend:
                 pass
         return int(await self._do(lambda c: c.execute("SELECT n FROM plan_memory_changes").fetchone()[0]))
 
-    async def load(self) -> list[dict[str, Any]]:
-        rows = await self._do(lambda c: c.execute("SELECT record FROM plan_memory").fetchall())
-        return [json.loads(r[0]) for r in rows]
+    async def load(self) -> list[tuple[str, str]]:
+        rows = await self._do(lambda c: c.execute("SELECT id, record FROM plan_memory").fetchall())
+        return [(str(r[0]), str(r[1])) for r in rows]
 
-    async def put(self, record: dict[str, Any]) -> int:
-        text = _encode(record, self.name)
-
+    async def update(self, entry_id: str, change: Change) -> int:
         def write(c: sqlite3.Connection) -> int:
             c.execute("BEGIN IMMEDIATE")
             try:
-                c.execute(
-                    "INSERT INTO plan_memory (id, updated_at, record) VALUES (?, ?, ?) "
-                    "ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, record = excluded.record",
-                    (record["id"], float(record.get("updated_at", 0.0)), text),
-                )
-                n = int(c.execute("UPDATE plan_memory_changes SET n = n + 1 RETURNING n").fetchone()[0])
+                row = c.execute("SELECT record FROM plan_memory WHERE id = ?", (entry_id,)).fetchone()
+                record = change(_decoded(None if row is None else str(row[0])))
+                if record is None:
+                    n = int(c.execute("SELECT n FROM plan_memory_changes").fetchone()[0])
+                else:
+                    c.execute(
+                        "INSERT INTO plan_memory (id, updated_at, record) VALUES (?, ?, ?) "
+                        "ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, record = excluded.record",
+                        (entry_id, float(record.get("updated_at", 0.0)), _encode(record, self.name)),
+                    )
+                    n = int(c.execute("UPDATE plan_memory_changes SET n = n + 1 RETURNING n").fetchone()[0])
                 c.execute("COMMIT")
             except BaseException:
                 c.execute("ROLLBACK")
@@ -240,27 +267,32 @@ class PostgresBackend:
 
         return int(await self._do(read))
 
-    async def load(self) -> list[dict[str, Any]]:
-        async def read(c: Any) -> list[dict[str, Any]]:
-            cur = await c.execute("SELECT record FROM plan_memory")
-            return [json.loads(r[0]) for r in await cur.fetchall()]
+    async def load(self) -> list[tuple[str, str]]:
+        async def read(c: Any) -> list[tuple[str, str]]:
+            cur = await c.execute("SELECT id, record FROM plan_memory")
+            return [(str(r[0]), str(r[1])) for r in await cur.fetchall()]
 
-        result: list[dict[str, Any]] = await self._do(read)
+        result: list[tuple[str, str]] = await self._do(read)
         return result
 
-    async def put(self, record: dict[str, Any]) -> int:
-        text = _encode(record, self.name)
-
+    async def update(self, entry_id: str, change: Change) -> int:
         async def write(c: Any) -> int:
             async with c.transaction():
-                await c.execute(
-                    "INSERT INTO plan_memory (id, updated_at, record) VALUES (%s, %s, %s) "
-                    "ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, record = excluded.record",
-                    (record["id"], float(record.get("updated_at", 0.0)), text),
-                )
-                cur = await c.execute("UPDATE plan_memory_changes SET n = n + 1 RETURNING n")
+                # The counter's row, locked first, makes every change wait for the one before it.
+                cur = await c.execute("SELECT n FROM plan_memory_changes FOR UPDATE")
+                n = int((await cur.fetchone())[0])
+                cur = await c.execute("SELECT record FROM plan_memory WHERE id = %s", (entry_id,))
                 row = await cur.fetchone()
-            return int(row[0])
+                record = change(_decoded(None if row is None else str(row[0])))
+                if record is not None:
+                    await c.execute(
+                        "INSERT INTO plan_memory (id, updated_at, record) VALUES (%s, %s, %s) "
+                        "ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, record = excluded.record",
+                        (entry_id, float(record.get("updated_at", 0.0)), _encode(record, self.name)),
+                    )
+                    cur = await c.execute("UPDATE plan_memory_changes SET n = n + 1 RETURNING n")
+                    n = int((await cur.fetchone())[0])
+            return n
 
         return int(await self._do(write))
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from planexec.errors import UsageError
 from planexec.plan import Step
 
-__all__ = ["ENTRY_VERSION", "MemoryEntry", "Recall", "ReuseMode"]
+__all__ = ["ENTRY_VERSION", "MemoryEntry", "Recall", "ReuseMode", "tools_of"]
 
 ENTRY_VERSION = 1
 """Entry record changelog (bump and add a line on every change):
@@ -77,7 +79,10 @@ class MemoryEntry:
 
     @classmethod
     def from_record(cls, data: Any) -> MemoryEntry:
-        """An entry from its stored record; :class:`UsageError` for a record this version cannot read."""
+        """An entry from its stored record; :class:`UsageError` for a record this version cannot read.
+
+        A record is read as a stranger's: texts must be texts, numbers finite, steps valid steps;
+        ``tools`` are those the steps name, whatever the record says."""
         if not isinstance(data, dict):
             raise UsageError("a plan memory entry must be a JSON object")
         version = data.get("version")
@@ -85,29 +90,59 @@ class MemoryEntry:
             raise UsageError(f"plan memory entry version {version!r} is not one this planexec reads ({ENTRY_VERSION})")
         try:
             vector = data.get("vector")
+            steps = tuple(Step.model_validate(s) for s in data["steps"])
             return cls(
-                id=str(data["id"]),
-                goal=str(data["goal"]),
-                constraints=tuple(str(c) for c in data.get("constraints") or ()),
-                steps=tuple(Step.model_validate(s) for s in data["steps"]),
-                answer=data.get("answer"),
-                tools=tuple(str(t) for t in data.get("tools") or ()),
-                run_id=data.get("run_id"),
-                outcome=str(data.get("outcome", "goal_met")),
-                cost=float(data.get("cost", 0.0)),
-                planner_calls=int(data.get("planner_calls", 0)),
-                plan_versions=int(data.get("plan_versions", 1)),
-                created_at=float(data.get("created_at", 0.0)),
-                updated_at=float(data.get("updated_at", 0.0)),
-                uses=int(data.get("uses", 0)),
-                failures=int(data.get("failures", 0)),
-                last_failure=data.get("last_failure"),
-                direct=bool(data.get("direct", True)),
-                embedder=str(data.get("embedder", "")),
-                vector=None if vector is None else tuple(float(v) for v in vector),
+                id=_text(data["id"]),
+                goal=_text(data["goal"]),
+                constraints=tuple(_text(c) for c in data.get("constraints") or ()),
+                steps=steps,
+                answer=_text(data.get("answer"), missing=True),
+                tools=tools_of(steps),
+                run_id=_text(data.get("run_id"), missing=True),
+                outcome=_text(data.get("outcome", "goal_met")),
+                cost=_finite(data.get("cost", 0.0)),
+                planner_calls=int(_finite(data.get("planner_calls", 0))),
+                plan_versions=int(_finite(data.get("plan_versions", 1))),
+                created_at=_time(data.get("created_at", 0.0)),
+                updated_at=_time(data.get("updated_at", 0.0)),
+                uses=int(_finite(data.get("uses", 0))),
+                failures=int(_finite(data.get("failures", 0))),
+                last_failure=_text(data.get("last_failure"), missing=True),
+                direct=data.get("direct", True) is True,
+                embedder=_text(data.get("embedder", "")),
+                vector=None if vector is None else tuple(_finite(v) for v in vector),
             )
-        except (KeyError, TypeError, ValueError) as e:
-            raise UsageError(f"unreadable plan memory entry: {e}") from None
+        except (KeyError, TypeError, ValueError, RecursionError) as e:
+            raise UsageError(f"unreadable plan memory entry: {type(e).__name__}: {e}"[:500]) from None
+
+
+def tools_of(steps: Iterable[Step]) -> tuple[str, ...]:
+    """The tools ``steps`` call (or let a model call), sorted."""
+    return tuple(sorted({t for s in steps for t in ((s.tool,) if s.tool else ()) + s.allowed_tools}))
+
+
+def _text(value: Any, *, missing: bool = False) -> Any:
+    if isinstance(value, str) or (missing and value is None):
+        return value
+    raise TypeError(f"{type(value).__name__} where a text was expected")
+
+
+def _time(value: Any) -> float:
+    """An epoch time from 1970 to 9999 (what a date can show); ValueError for anything else."""
+    at = _finite(value)
+    if not 0 <= at < _YEAR_10000:
+        raise ValueError(f"{value!r} is no time")
+    return at
+
+
+_YEAR_10000 = 253_402_300_800.0
+
+
+def _finite(value: Any) -> float:
+    """A number as a float; ValueError for anything else, infinities and NaN included."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{value!r} is no finite number")
+    return float(value)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,7 +27,7 @@ from typing import Any
 from planexec.errors import Problem, UsageError
 from planexec.memory._backends import Backend, InProcess, PostgresBackend, SQLiteBackend
 from planexec.memory._embed import Embedder, LexicalEmbedder
-from planexec.memory._entry import MemoryEntry, Recall
+from planexec.memory._entry import MemoryEntry, Recall, tools_of
 from planexec.memory._index import GoalIndex, goal_key
 from planexec.memory._rebind import answer_template, rebind
 from planexec.plan import Step
@@ -135,6 +135,9 @@ class PlanMemory:
         self.redactor = redactor or store_redactor or Redactor()
         self._clock = clock
         self._entries: dict[str, MemoryEntry] = {}
+        self.unreadable: tuple[str, ...] = ()
+        """The ids of the stored entries this memory could not read when it last loaded them
+        (damaged, or written by a newer planexec): never offered, ``forget`` deletes them."""
         self._index = GoalIndex()
         self._seen: int | None = None
         self._usable_cache: dict[frozenset[str], set[str]] = {}
@@ -175,12 +178,13 @@ class PlanMemory:
         if version == self._seen:
             return
         entries: dict[str, MemoryEntry] = {}
-        for record in await self._backend.load():
-            try:
-                entry = MemoryEntry.from_record(record)
-            except UsageError:
-                continue  # written by a newer planexec, or damaged: not offered
-            entries[entry.id] = entry
+        unreadable: list[str] = []
+        for entry_id, text in await self._backend.load():
+            entry = _read(entry_id, text)
+            if entry is None:
+                unreadable.append(entry_id)  # written by a newer planexec, or damaged: not offered
+            else:
+                entries[entry_id] = entry
         index = GoalIndex()
         sparse = self.embedder.kind == "sparse"
         if sparse:
@@ -192,6 +196,7 @@ class PlanMemory:
                 if entry.embedder == self.embedder.name and entry.vector is not None:
                     index.add(entry.id, entry.goal, entry.vector)
         self._entries, self._index, self._seen = entries, index, version
+        self.unreadable = tuple(sorted(unreadable))
         self._usable_cache.clear()
 
     async def _embed_one(self, text: str) -> Mapping[str, float] | Sequence[float]:
@@ -337,41 +342,55 @@ class PlanMemory:
         )
         await self._sync()
         now = self._clock()
-        old = self._entries.get(entry_id)
         vector: tuple[float, ...] | None = None
         if self.embedder.kind == "dense":
             vector = tuple(float(v) for v in await self._embed_one(kept_goal))
-        tools = tuple(sorted({t for s in kept_steps for t in ((s.tool,) if s.tool else ()) + s.allowed_tools}))
         entry = MemoryEntry(
             id=entry_id,
             goal=kept_goal,
             constraints=tuple(str(c) for c in hidden["constraints"]),
             steps=kept_steps,
             answer=hidden["answer"],
-            tools=tools,
+            tools=tools_of(kept_steps),
             run_id=run_id,
             cost=float(cost),
             planner_calls=int(planner_calls),
             plan_versions=int(plan_versions),
-            created_at=now if old is None else old.created_at,
+            created_at=now,
             updated_at=now,
-            uses=0 if old is None else old.uses,
             failures=0,
             direct=direct,
             embedder=self.embedder.name,
             vector=vector,
         )
-        await self._stored(entry)
-        return entry
 
-    async def _stored(self, entry: MemoryEntry) -> None:
-        """Write ``entry``, and keep the index in step without reading everything again when
-        nobody else wrote in between."""
+        def kept(old: MemoryEntry | None) -> MemoryEntry:
+            return entry if old is None else replace(entry, created_at=old.created_at, uses=old.uses)
+
+        return await self._changed(entry_id, kept)
+
+    async def _changed(
+        self, entry_id: str, change: Callable[[MemoryEntry | None], MemoryEntry | None]
+    ) -> MemoryEntry | None:
+        """Apply ``change`` to the stored entry in one transaction (so that no other writer's
+        change is lost), and keep the index in step without reading everything again when nobody
+        else wrote in between. The entry written, or None when ``change`` wrote none."""
+        written: MemoryEntry | None = None
+
+        def record_change(record: dict[str, Any] | None) -> dict[str, Any] | None:
+            nonlocal written
+            old = None if record is None else _entry_of(entry_id, record)
+            written = change(old)
+            return None if written is None else written.to_record()
+
         before = self._seen
-        version = await self._backend.put(entry.to_record())
+        version = await self._backend.update(entry_id, record_change)
+        entry = written
+        if entry is None:
+            return None
         if before is None or version != before + 1:
             self._seen = None
-            return
+            return entry
         self._entries[entry.id] = entry
         self._usable_cache.clear()
         if entry.vector is not None:
@@ -379,25 +398,23 @@ class PlanMemory:
         elif self.embedder.kind == "sparse":
             self._index.add(entry.id, entry.goal, await self._embed_one(entry.goal))
         self._seen = version
+        return entry
 
     async def reused(self, entry_id: str, *, ok: bool, why: str | None = None) -> MemoryEntry | None:
         """Report how a reuse of ``entry_id`` went: a success counts a use; a failure counts
-        against the entry (``why`` kept), which is no longer offered after ``max_failures``."""
-        await self._sync()
-        entry = self._entries.get(entry_id)
-        if entry is None:
-            return None
-        if ok:
-            entry = replace(entry, uses=entry.uses + 1, updated_at=self._clock())
-        else:
-            entry = replace(
-                entry,
-                failures=entry.failures + 1,
-                last_failure=(why or "the reuse failed")[:500],
-                updated_at=self._clock(),
-            )
-        await self._stored(entry)
-        return entry
+        against the entry (``why`` kept, through the redactor), which is no longer offered after
+        ``max_failures``."""
+        now = self._clock()
+        failure = self.redactor.redact_text(why or "the reuse failed")[:500]
+
+        def counted(entry: MemoryEntry | None) -> MemoryEntry | None:
+            if entry is None:
+                return None
+            if ok:
+                return replace(entry, uses=entry.uses + 1, updated_at=now)
+            return replace(entry, failures=entry.failures + 1, last_failure=failure, updated_at=now)
+
+        return await self._changed(entry_id, counted)
 
     # -- inspecting and managing ----------------------------------------------------------------
 
@@ -423,6 +440,23 @@ class PlanMemory:
 
     async def close(self) -> None:
         await self._backend.close()
+
+
+def _read(entry_id: str, text: str) -> MemoryEntry | None:
+    """The entry a stored row holds; None when it cannot be read or is not the entry of its id."""
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return _entry_of(entry_id, record)
+
+
+def _entry_of(entry_id: str, record: object) -> MemoryEntry | None:
+    try:
+        entry = MemoryEntry.from_record(record)
+    except UsageError:
+        return None
+    return entry if entry.id == entry_id else None
 
 
 def _checked(embedder: Embedder, vector: object) -> Mapping[str, float] | Sequence[float]:
