@@ -88,7 +88,12 @@ def say(console: Console, text: str) -> None:
 
 def problem_exit(ctx: click.Context, problems: Sequence[str]) -> NoReturn:
     """Say everything wrong with the invocation and exit with status 2."""
-    path = ctx.command_path if ctx.command_path.startswith("planexec") else f"planexec {ctx.info_name}"
+    names = []
+    at: click.Context | None = ctx
+    while at is not None and at.parent is not None:  # the command and its groups, not the program
+        names.append(at.info_name or "")
+        at = at.parent
+    path = " ".join(["planexec", *reversed(names)])
     click.echo(f"Error: {path}: {counted(len(problems), 'problem')}:", err=True)
     for p in problems:
         click.echo(f"  - {p}", err=True)

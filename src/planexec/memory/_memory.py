@@ -164,7 +164,7 @@ class PlanMemory:
         try:
             return cls(
                 where,
-                direct_at=record.get("direct_at", 0.6),
+                direct_at=record.get("direct_at", 0.5),
                 guided_at=record.get("guided_at", 0.35),
                 max_failures=record.get("max_failures", 1),
             )
