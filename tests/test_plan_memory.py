@@ -736,3 +736,24 @@ async def test_a_run_that_handed_off_to_a_workflow_is_reused_with_its_hand_off()
     assert result.answer == "sent 45 words of notes.txt to bo"
     assert sent == [("report.txt", "ann"), ("notes.txt", "bo")]
     assert [p.author for p in result.plans] == ["memory"]
+
+
+async def test_a_number_keeps_the_type_the_plan_gave_it() -> None:
+    memory = PlanMemory()
+    await memory.remember(
+        goal="Fill the tank with 30 gallons", steps=[_step("fill", {"gallon": 30.0})], answer=None, outputs={}
+    )
+    await memory.remember(goal="Buy 100 shares of AAPL", steps=[_step("buy", {"amount": 100})], answer=None, outputs={})
+    fill = await memory.recall("Fill the tank with 12 gallons", tools=["fill"])
+    assert fill is not None
+    assert fill.mode == "direct"
+    assert fill.steps[0].args == {"gallon": 12.0}
+    assert isinstance(fill.steps[0].args["gallon"], float)
+    buy = await memory.recall("Buy 80 shares of AAPL", tools=["buy"])
+    assert buy is not None
+    assert buy.steps[0].args == {"amount": 80}
+    assert isinstance(buy.steps[0].args["amount"], int)
+    half = await memory.recall("Buy 2.5 shares of AAPL", tools=["buy"])
+    assert half is not None
+    assert half.mode == "guided"
+    assert half.why_not_direct == "the plan holds '100' as a whole number, '2.5' is not one"

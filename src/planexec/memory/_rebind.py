@@ -159,11 +159,18 @@ class _Replacer:
             return value
         if isinstance(value, int | float):
             for old, new in self.new.items():
-                if _number(old) == value and type(_number(old)) is type(value):
+                if _number(old) == value:  # "30" in the goal is 30.0 in a plan that takes a float
                     replaced = _number(new)
                     if replaced is None:
                         self.refused.append(f"{old!r} is a number in the plan, {new!r} is not")
                         return value
+                    if isinstance(value, float):
+                        replaced = float(replaced)
+                    elif isinstance(replaced, float):
+                        if not replaced.is_integer():
+                            self.refused.append(f"the plan holds {old!r} as a whole number, {new!r} is not one")
+                            return value
+                        replaced = int(replaced)
                     self.used.add(old)
                     return replaced
                 if value and _number(old) == -value:  # the goal's "-5" is "-" and "5": which one it meant is unknown
