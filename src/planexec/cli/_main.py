@@ -78,6 +78,12 @@ COMMANDS: dict[str, _Command] = {
         "Show RUN: goal and outcome, each plan version (who made it, why, and what it changed from the "
         "version before), each step record, usage and cost, and the questions asked with their answers.",
     ),
+    "submit": _Command("_workers", "submit", "Queue GOAL for `planexec worker` processes and print the run's id."),
+    "worker": _Command(
+        "_workers",
+        "worker",
+        "Run the runs queued in a PostgreSQL store (`planexec submit`), with any number of other workers.",
+    ),
     "tell": _Command(
         "_approvals",
         "tell",
