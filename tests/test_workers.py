@@ -329,6 +329,36 @@ async def test_a_spec_that_cannot_be_built_fails_once_with_a_typed_stop(setup: S
         await store.close()
 
 
+async def test_a_run_every_worker_dies_with_is_ended_after_max_claims(setup: Setup) -> None:
+    store = PostgresStore(setup.url)
+    queue = RunQueue(store)
+    try:
+        run_id = await submit(store, setup.spec(), "a run its workers keep dying with")
+        for ghost in ("ghost-1", "ghost-2"):  # two workers claimed it and died before writing anything
+            [claim] = await queue.claim(ghost, limit=1, lease_seconds=0.01)
+            assert claim.run_id == run_id
+            await asyncio.sleep(0.02)
+        worker = setup.start_worker("third", "--max-claims", "2")
+
+        async def done() -> QueueEntry | None:
+            entry = await queue.entry(run_id)
+            return entry if entry is not None and entry.state == "done" else None
+
+        entry = await wait_for(done, "the run to be ended")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0
+        assert entry.claims == 3
+        log = [s.event for s in await store.read(run_id)]
+        assert [e.kind for e in log] == ["run_started", "run_finished"]
+        last = log[-1]
+        assert isinstance(last, RunFinished)
+        assert (last.stop.kind, last.stop.code) == ("error", "internal")
+        assert "claimed 3 times" in last.stop.detail
+        assert setup.attempts() == []
+    finally:
+        await store.close()
+
+
 async def test_a_worker_whose_store_goes_away_stops_with_a_clear_message(setup: Setup) -> None:
     import psycopg
 

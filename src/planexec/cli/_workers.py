@@ -110,6 +110,13 @@ async def _submit(goal: str, spec: Any, run_id: str | None, check: bool, choice:
     default=None,
     help="Seconds of store failures after which the worker stops (exit 1). Default: one lease.",
 )
+@click.option(
+    "--max-claims",
+    type=click.IntRange(1, 1_000_000),
+    default=10,
+    show_default=True,
+    help="A run claimed more often (every worker that took it died) is ended with a typed stop.",
+)
 @click.option("--name", default=None, metavar="TEXT", help="The worker's id in leases (default: host:pid:random).")
 @global_options()
 @click.pass_context
@@ -121,6 +128,7 @@ def worker(
     poll_seconds: float,
     grace_seconds: float,
     store_patience: float | None,
+    max_claims: int,
     name: str | None,
 ) -> None:
     """Run the runs queued in a PostgreSQL store (`planexec submit`), with any number of other workers.
@@ -140,6 +148,7 @@ def worker(
         poll_seconds=poll_seconds,
         grace_seconds=grace_seconds,
         store_patience=store_patience,
+        max_claims=max_claims,
         name=name,
     )
     ctx.exit(asyncio.run(_work(settings, store_choice(ctx))))

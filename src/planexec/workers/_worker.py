@@ -13,7 +13,9 @@ Ownership, step by step:
    most of a lease, every run in hand is detached, since another worker may take them over soon.
 4. A finished run's lease is released ``done``; a suspended one's ``waiting`` (requeue it once
    answered). A spec that cannot be built ends the run with a typed stop (``error``, code
-   ``usage``) and is not tried again.
+   ``usage``) and is not tried again; so does a run claimed more than ``max_claims`` times (code
+   ``internal``: every worker that took it died with it), and a log no worker can read is left
+   ``done`` with a note.
 5. ``drain`` (SIGTERM for ``planexec worker``): claim nothing more, give runs in hand
    ``grace_seconds`` to end, then detach the rest and release their leases ``queued`` so that
    another worker takes them up at once.
@@ -32,8 +34,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from planexec.errors import Problem, StoreError, UsageError
-from planexec.log import Event, RunFinished, RunStarted, RunState, StopReason
+from planexec.errors import LogUnreadable, Problem, StoreError, UsageError
+from planexec.log import ErrorCode, Event, RunFinished, RunStarted, RunState, StopReason
 from planexec.models import Providers
 from planexec.runs import AgentSpec, build_agent, resume, still_waiting
 from planexec.runtime import Agent, Approvals, Run
@@ -65,11 +67,16 @@ class WorkerSettings:
     grace_seconds: float = 30.0
     store_patience: float | None = None
     name: str | None = None
+    max_claims: int = 10
+    """A run claimed more often than this (every worker that took it died or stopped before it
+    ended) is ended with a typed stop instead of being taken over again."""
 
     def check(self) -> None:
         problems = []
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency < 1:
             problems.append(Problem(code="worker", where="concurrency", message="must be a whole number, 1 or more"))
+        if isinstance(self.max_claims, bool) or not isinstance(self.max_claims, int) or self.max_claims < 1:
+            problems.append(Problem(code="worker", where="max_claims", message="must be a whole number, 1 or more"))
         for where in ("lease_seconds", "poll_seconds", "grace_seconds", "store_patience"):
             value = getattr(self, where)
             if value is None and where == "store_patience":
@@ -278,9 +285,13 @@ class Worker:
                 state, note = await self._go_on(held)
                 if state is not None or held.let_go:
                     break
+        except LogUnreadable as e:  # no worker can read it: not to be taken over again and again
+            state, note = "done", f"the log cannot be read: {e}"[:1000]
         except StoreError as e:
             self._store_failed(e)  # the lease runs out and another worker takes the run over
             state = None
+        except Exception as e:  # a defect: recorded in the queue, never taken over again and again
+            state, note = "done", f"internal error in worker {self.id}: {type(e).__name__}: {e}"[:1000]
         finally:
             if held.agent is not None:
                 with contextlib.suppress(Exception):
@@ -299,6 +310,12 @@ class Worker:
         the log was written by someone else meanwhile)."""
         claim = held.claim
         log = [s.event for s in await self.store.read(claim.run_id)]
+        if claim.claims > self.settings.max_claims and not RunState.fold(log).finished:
+            detail = (
+                f"the run was claimed {claim.claims} times (max_claims {self.settings.max_claims}): every worker "
+                "that took it stopped before it ended"
+            )
+            return await self._end(claim, log, "internal", detail)
         if log:
             state = RunState.fold(log)
             if state.finished:
@@ -356,6 +373,12 @@ class Worker:
         detail = f"the agent cannot be built on worker {self.id}: {error}"
         for p in error.problems:
             detail += f"; {p.where}: {p.message}" if p.where else f"; {p.message}"
+        return await self._end(claim, log, "usage", detail)
+
+    async def _end(
+        self, claim: Claim, log: list[Event], code: ErrorCode, detail: str
+    ) -> tuple[QueueState | None, str | None]:
+        """End the run with an ``error`` stop of ``code`` (and its first event, when it has none)."""
         now = time.time()
         events: list[Event] = []
         if not log:
@@ -372,7 +395,7 @@ class Worker:
                     config={"cli": dict(spec)},
                 )
             )
-        events.append(RunFinished(at=now, stop=StopReason(kind="error", code="usage", detail=detail[:4000])))
+        events.append(RunFinished(at=now, stop=StopReason(kind="error", code=code, detail=detail[:4000])))
         try:
             await self.store.append(claim.run_id, events, expected_seq=len(log))
         except AppendConflict:
