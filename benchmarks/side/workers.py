@@ -4,12 +4,13 @@ processes on this machine, and how long after a worker is killed its runs are ta
 Each run is a two-step plan from a function-backed planner (answers at once) whose tool sleeps
 ``--tool-ms`` (default 10 ms) per step. Throughput: ``--runs`` runs (default 200) are queued, then
 N workers (``--concurrency`` 8 each) are started, and the clock runs from their start until the
-queue shows every run done (worker start-up included, about 1 s each on this machine).
+queue shows every run done, from the moment every worker has claimed a run (worker start-up,
+about 1 s of CPU each, is left out).
 
 Take-over: two workers with ``--lease`` second leases share runs whose steps take 0.5 s; once the
-first holds runs mid-call it is killed with SIGKILL; for each run it held, the time from the kill
-to the ``run_resumed`` event the survivor logs. The lease is the floor: a claim waits for it to
-expire (it was renewed up to a third of a lease before the kill).
+second holds four runs mid-call it is killed with SIGKILL; for each run it held (and had not
+ended), the time from the kill to the ``run_resumed`` event the other worker logs. The lease is the
+floor: a claim waits for it to expire (it was renewed up to a third of a lease before the kill).
 
     PLANEXEC_TEST_POSTGRES=postgresql://… python -m benchmarks.side.workers [--runs 200] [--lease 2]
 """
@@ -123,22 +124,53 @@ async def throughput(bench: Bench, workers: int, runs: int, concurrency: int) ->
         spec = bench.spec("QUICK").recorded()
         for i in range(runs):
             await submit(store, spec, f"item {i}", check=i == 0)
-        started = time.monotonic()
         processes = [
             bench.worker(url, f"w{i}", "--concurrency", str(concurrency), "--poll-seconds", "0.05")
             for i in range(workers)
         ]
 
+        async def all_up() -> bool:  # every worker has claimed: its start-up is behind it
+            owners = {e.owner for e in await queue.entries(state="leased", limit=runs + 1)}
+            return len(owners) == workers or not await queue.entries(state="queued", limit=1)
+
+        await _until(all_up)
+        before = len(await queue.entries(state="done", limit=runs + 1))
+        started = time.monotonic()
+
         async def done() -> bool:
             return len(await queue.entries(state="done", limit=runs + 1)) == runs
 
         await _until(done)
-        return runs / (time.monotonic() - started)
+        return (runs - before) / (time.monotonic() - started)
     finally:
         for p in processes:
             p.send_signal(signal.SIGTERM)
         for p in processes:
             p.wait(timeout=60)
+        await store.close()
+        bench.drop(schema)
+
+
+async def direct(bench: Bench, runs: int, concurrency: int) -> float:
+    """The floor: the same runs started in this process, ``concurrency`` at a time, on the same
+    store, with no queue, no lease and no worker process."""
+    from planexec.runs import build_agent
+
+    schema, url = bench.schema_url()
+    store = PostgresStore(url, pool_size=concurrency + 2)
+    try:
+        spec = bench.spec("QUICK").recorded()
+        slots = asyncio.Semaphore(concurrency)
+
+        async def one(i: int) -> None:
+            async with slots:
+                agent = build_agent(spec, store=store)
+                await agent.start(f"item {i}", metadata=spec.metadata()).result()
+
+        started = time.monotonic()
+        await asyncio.gather(*(one(i) for i in range(runs)))
+        return runs / (time.monotonic() - started)
+    finally:
         await store.close()
         bench.drop(schema)
 
@@ -152,6 +184,13 @@ async def takeover(bench: Bench, lease: float, runs: int = 16) -> list[float]:
         spec = bench.spec("SLOW").recorded()
         ids = [await submit(store, spec, f"slow {i}", check=i == 0) for i in range(runs)]
         args = ("--concurrency", "4", "--lease-seconds", str(lease), "--poll-seconds", "0.05")
+        survivor = bench.worker(url, "survivor", *args)
+        processes = [survivor]
+
+        async def survivor_up() -> bool:
+            return any(e.owner == "survivor" for e in await queue.entries(state="leased"))
+
+        await _until(survivor_up)
         victim = bench.worker(url, "victim", *args)
 
         async def victim_busy() -> bool:
@@ -163,24 +202,24 @@ async def takeover(bench: Bench, lease: float, runs: int = 16) -> list[float]:
 
         await _until(victim_busy)
         held = {e.run_id for e in await queue.entries(state="leased") if e.owner == "victim"}
-        survivor = bench.worker(url, "survivor", *args)
-        processes = [survivor]
-        await asyncio.sleep(1.0)  # the survivor is up and polling before the kill
         victim.send_signal(signal.SIGKILL)
         killed_at = time.time()
         victim.wait()
 
-        async def resumed() -> bool:
+        async def settled() -> bool:  # each run held at the kill is resumed, or had ended before it
             for run_id in held:
-                if not any(isinstance(s.event, RunResumed) for s in await store.read(run_id)):
+                kinds = {s.event.kind for s in await store.read(run_id)}
+                if "run_resumed" not in kinds and "run_finished" not in kinds:
                     return False
             return True
 
-        await _until(resumed)
+        await _until(settled)
         delays = []
         for run_id in held:
-            first = next(s.event for s in await store.read(run_id) if isinstance(s.event, RunResumed))
-            delays.append(first.at - killed_at)
+            log = [s.event for s in await store.read(run_id)]
+            resumed = [e for e in log if isinstance(e, RunResumed)]
+            if resumed:
+                delays.append(resumed[0].at - killed_at)
 
         async def done() -> bool:
             return len(await queue.entries(state="done")) == len(ids)
@@ -210,12 +249,14 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as home:
         bench = Bench(args.url, Path(home), args.tool_ms / 1000)
         print(f"{args.runs} runs of 2 steps ({args.tool_ms:g} ms tool each), concurrency {args.concurrency} per worker")
+        floor = await direct(bench, args.runs, args.concurrency)
+        print(f"  no workers, {args.concurrency} runs at once in one process (the store's floor): {floor:7.1f} runs/s")
         for n in (int(x) for x in args.workers.split(",")):
             rate = await throughput(bench, n, args.runs, args.concurrency)
             print(f"  {n} worker{'s' if n > 1 else ' '}: {rate:7.1f} runs/s")
         delays = await takeover(bench, args.lease)
         print(
-            f"take-over after SIGKILL, lease {args.lease:g} s: {len(delays)} runs resumed by the survivor "
+            f"take-over after SIGKILL, lease {args.lease:g} s: {len(delays)} runs resumed by the other worker "
             f"after median {statistics.median(delays):.2f} s, max {max(delays):.2f} s"
         )
 
