@@ -31,7 +31,7 @@ import pytest
 import planexec
 from planexec import UsageError
 from planexec.log import Event, RunFinished, RunResumed, RunStarted, StepStarted, StepSucceeded
-from planexec.runs import AgentSpec, submit
+from planexec.runs import AgentSpec, held_by, submit
 from planexec.store import MemoryStore, PostgresStore, QueueEntry, RunQueue
 
 from .test_store_support import postgres_schema, postgres_url
@@ -446,3 +446,24 @@ async def test_submit_refuses_what_workers_cannot_share(tmp_path: Path) -> None:
                 await submit(store, spec, "again", run_id="fixed")
         finally:
             await store.close()
+
+
+async def test_a_run_a_worker_holds_is_not_resumed_elsewhere(setup: Setup) -> None:
+    store = PostgresStore(setup.url)
+    queue = RunQueue(store)
+    try:
+        run_id = await submit(store, setup.spec(), "held by a worker")
+        [claim] = await queue.claim("busy-worker", limit=1, lease_seconds=60)
+        await store.append(run_id, [RunStarted(at=time.time(), run_id=run_id, goal="held", budget={})], expected_seq=0)
+        assert await held_by(store, run_id) == "busy-worker"
+        assert await held_by(MemoryStore(), run_id) is None
+        command = [sys.executable, "-m", "planexec", "--store", setup.url, "resume", run_id, "--no-live"]
+        refused = await asyncio.to_thread(
+            subprocess.run, command, cwd=setup.home, env=setup.env(), capture_output=True, text=True, timeout=60
+        )
+        assert refused.returncode == 2, refused.stderr
+        assert "worker busy-worker runs it now" in refused.stderr
+        assert await queue.release(run_id, owner="busy-worker", lease=claim.lease, state="done")
+        assert await held_by(store, run_id) is None
+    finally:
+        await store.close()

@@ -13,7 +13,7 @@ from planexec.runs._spec import AgentSpec, build_agent
 from planexec.runs._stored import check_run_id
 from planexec.store import PostgresStore, RunQueue, RunStore
 
-__all__ = ["requeue", "submit"]
+__all__ = ["held_by", "requeue", "submit"]
 
 
 async def submit(
@@ -75,3 +75,13 @@ async def requeue(store: RunStore, run_id: str) -> bool:
         raise UsageError(f"runs are queued for workers in PostgreSQL, not in a {type(store).__name__}")
     check_run_id(run_id)
     return await RunQueue(store).requeue(run_id)
+
+
+async def held_by(store: RunStore, run_id: str) -> str | None:
+    """The worker that runs ``run_id`` now — whose lease on it is live — or None (always None
+    for a store that is not PostgreSQL: no worker runs runs there). Resume a run only when this
+    is None: a worker holding it would otherwise run it in two places."""
+    if not isinstance(store, PostgresStore):
+        return None
+    check_run_id(run_id)
+    return await RunQueue(store).holder(run_id)

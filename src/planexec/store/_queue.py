@@ -210,6 +210,19 @@ class RunQueue:
 
         return await self.store._call(f"requeue run {run_id!r}", requeue)
 
+    async def holder(self, run_id: str) -> str | None:
+        """The worker whose lease on run ``run_id`` is live now (database clock), or None."""
+
+        async def select(conn: AsyncConnection[Any]) -> str | None:
+            cur = await conn.execute(
+                f"SELECT owner FROM planexec_queue WHERE run_id = %s AND state = 'leased' AND expires_at >= {_NOW}",
+                (run_id,),
+            )
+            row = await cur.fetchone()
+            return None if row is None else str(row[0])
+
+        return await self.store._call(f"read the lease of run {run_id!r}", select)
+
     async def entries(self, *, state: QueueState | None = None, limit: int = 1000) -> list[QueueEntry]:
         """The queue's rows, oldest first (only ``state`` when given)."""
 
