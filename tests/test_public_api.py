@@ -64,6 +64,7 @@ SUBPACKAGES = [
     "planexec.telemetry",
     "planexec.eval",
     "planexec.hosting",
+    "planexec.workers",
 ]
 
 

@@ -174,6 +174,7 @@ class Worker:
     async def _claim_loop(self) -> None:
         s = self.settings
         while not self._draining.is_set() and self._failure is None:
+            self._freed.clear()  # before counting: a run that ends from here on wakes the wait below
             free = s.concurrency - len(self._held)
             claimed: list[Claim] = []
             if free > 0:
@@ -185,14 +186,11 @@ class Worker:
                     self._store_ok()
             for claim in claimed:
                 self._take(claim)
-            if claimed and len(claimed) == free:
-                self._freed.clear()  # full: wait until a run ends
-            elif claimed:
+            if claimed and len(claimed) < free:
                 continue  # there may be more to take right away
-            self._freed.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(s.poll_seconds):
-                    await self._freed.wait()
+                    await self._freed.wait()  # a slot came free, or the worker stops
 
     def _take(self, claim: Claim) -> None:
         held = _Held(claim=claim)
@@ -301,8 +299,7 @@ class Worker:
                 await self.queue.release(claim.run_id, owner=self.id, lease=claim.lease, state=state, note=note)
             except StoreError as e:
                 self._store_failed(e)
-        if not held.let_go:
-            self._held.pop(claim.run_id, None)
+        self._held.pop(claim.run_id, None)  # its slot is free (a drain releases what it let go itself)
         self._freed.set()
 
     async def _go_on(self, held: _Held) -> tuple[QueueState | None, str | None]:
