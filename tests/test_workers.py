@@ -467,3 +467,40 @@ async def test_a_run_a_worker_holds_is_not_resumed_elsewhere(setup: Setup) -> No
         assert await held_by(store, run_id) is None
     finally:
         await store.close()
+
+
+async def test_a_worker_whose_lease_is_taken_over_stops_writing_at_once(setup: Setup) -> None:
+    """A worker that lost its lease without dying (paused past it, say) notices at its next renewal
+    and stops: the run's log gets nothing more from it, and the run is finished once, from the log."""
+    import psycopg
+
+    store = PostgresStore(setup.url)
+    queue = RunQueue(store)
+    try:
+        run_id = await submit(store, setup.spec(seconds=1.5), "a run whose lease is taken over")
+        holder = setup.start_worker("holder", "--concurrency", "1")
+        await wait_for(lambda: any(a[0] == run_id for a in setup.attempts()), "the holder to call the tool")
+        with psycopg.connect(setup.url, autocommit=True) as conn:  # its lease runs out under it
+            conn.execute("UPDATE planexec_queue SET expires_at = 0 WHERE run_id = %s", (run_id,))
+        [stolen] = await queue.claim("thief", limit=1, lease_seconds=60)
+        assert await queue.release(run_id, owner="thief", lease=stolen.lease, state="queued")
+
+        async def done() -> bool:
+            entry = await queue.entry(run_id)
+            return entry is not None and entry.state == "done"
+
+        await wait_for(done, "the holder to claim the run again and finish it")
+        holder.send_signal(signal.SIGTERM)
+        _, err = holder.communicate(timeout=30)
+        assert holder.returncode == 0, err
+        assert "lost 1" in err
+        log = [s.event for s in await store.read(run_id)]
+        kinds = [e.kind for e in log]
+        assert kinds.count("run_resumed") == 1
+        assert kinds.index("step_succeeded") > kinds.index("run_resumed"), kinds  # nothing after the loss
+        entry = await queue.entry(run_id)
+        assert entry is not None
+        check_exactly_once(setup, {run_id: log}, {run_id: entry})
+        assert entry.claims == 3
+    finally:
+        await store.close()
