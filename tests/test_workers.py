@@ -504,3 +504,34 @@ async def test_a_worker_whose_lease_is_taken_over_stops_writing_at_once(setup: S
         assert entry.claims == 3
     finally:
         await store.close()
+
+
+def _cli(setup: Setup, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "planexec", *args]
+    return subprocess.run(command, cwd=setup.home, env=setup.env(), capture_output=True, text=True, timeout=60)
+
+
+async def test_the_command_line_submits_lists_and_refuses(setup: Setup, tmp_path: Path) -> None:
+    flags = ["--planner", "object:workers_test_tools:QUICK", "--tools", "workers_test_tools:TOOLS"]
+    sqlite = str(tmp_path / "runs.db")
+    for command in (["submit", "a goal", *flags], ["worker"], ["queue"]):
+        refused = await asyncio.to_thread(_cli, setup, "--store", sqlite, *command)
+        assert refused.returncode == 2, refused.stderr
+        assert "workers share runs through a PostgreSQL store" in refused.stderr
+        assert "Traceback" not in refused.stderr
+    wrong = await asyncio.to_thread(_cli, setup, "--store", setup.url, "submit", "g", "--planner", "nope:x")
+    assert wrong.returncode == 2
+    assert "--planner" in wrong.stderr, wrong.stderr
+    queued = await asyncio.to_thread(_cli, setup, "--store", setup.url, "submit", "a goal", *flags, "--run-id", "c1")
+    assert queued.returncode == 0, queued.stderr
+    assert queued.stdout.strip() == "c1"
+    again = await asyncio.to_thread(_cli, setup, "--store", setup.url, "submit", "a goal", *flags, "--run-id", "c1")
+    assert again.returncode == 2
+    assert "submitted or stored already" in again.stderr
+    listed = await asyncio.to_thread(_cli, setup, "--store", setup.url, "queue", "--json")
+    assert listed.returncode == 0, listed.stderr
+    [row] = json.loads(listed.stdout)
+    assert (row["run_id"], row["state"], row["claims"]) == ("c1", "queued", 0)
+    shown = await asyncio.to_thread(_cli, setup, "--store", setup.url, "queue")
+    assert "c1  queued  claims 0" in shown.stdout
+    assert str(postgres_url().split("@")[0].split(":")[-1]) not in shown.stdout  # the password is hidden

@@ -48,6 +48,11 @@ COMMANDS: dict[str, _Command] = {
     "gc": _Command(
         "_gc", "gc", "Delete the runs (and their logs) not updated for AGE: finished, waiting or abandoned alike."
     ),
+    "queue": _Command(
+        "_workers",
+        "queue",
+        "List the runs submitted to workers, oldest first: their state, the worker holding each, claims.",
+    ),
     "reject": _Command(
         "_approvals",
         "reject",

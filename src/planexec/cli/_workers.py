@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import signal
 from typing import Any
 
 import click
 
 from planexec.cli._agent_options import AgentFlags, agent_options
+from planexec.cli._common import run_command
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
@@ -18,7 +21,7 @@ from planexec.cli._text import plain
 from planexec.errors import StoreError, UsageError
 from planexec.store import PostgresStore, safe_url
 
-__all__ = ["submit", "worker"]
+__all__ = ["queue", "submit", "worker"]
 
 POSTGRES_ONLY = "workers share runs through a PostgreSQL store: give --store postgresql://… (or $PLANEXEC_STORE)"
 
@@ -56,8 +59,7 @@ def submit(
     Exit status: 0 queued, 2 wrong command line (every problem is listed).
     """
     spec = AgentFlags.take(values).spec_for_run(constraints)
-    code = asyncio.run(_submit(goal, spec, run_id, not no_check, store_choice(ctx)))
-    ctx.exit(code)
+    run_command(ctx, _submit(goal, spec, run_id, not no_check, store_choice(ctx)))
 
 
 async def _submit(goal: str, spec: Any, run_id: str | None, check: bool, choice: StoreChoice) -> int:
@@ -151,7 +153,7 @@ def worker(
         max_claims=max_claims,
         name=name,
     )
-    ctx.exit(asyncio.run(_work(settings, store_choice(ctx))))
+    run_command(ctx, _work(settings, store_choice(ctx)))
 
 
 async def _work(settings: Any, choice: StoreChoice) -> int:
@@ -203,3 +205,44 @@ async def _work(settings: Any, choice: StoreChoice) -> int:
             return 0
         finally:
             await store.close()
+
+
+@click.command()
+@click.option(
+    "--state",
+    type=click.Choice(["queued", "leased", "waiting", "done"]),
+    default=None,
+    help="Only runs in this state.",
+)
+@click.option("--limit", type=click.IntRange(1, 1_000_000), default=50, show_default=True, help="At most N runs.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as a JSON list.")
+@global_options()
+@click.pass_context
+def queue(ctx: click.Context, /, state: str | None, limit: int, as_json: bool) -> None:
+    """List the runs submitted to workers, oldest first: their state, the worker holding each, claims.
+
+    States: queued (waiting for a worker), leased (a worker runs it; `owner` holds the lease until
+    `expires_at`, database clock), waiting (suspended for a human's answer), done.
+    """
+    run_command(ctx, _queue(state, limit, as_json, store_choice(ctx)))
+
+
+async def _queue(state: str | None, limit: int, as_json: bool, choice: StoreChoice) -> int:
+    from planexec.store import RunQueue
+
+    problems = Problems()
+    async with using_store(choice, problems) as store:
+        if not isinstance(store, PostgresStore):
+            problems.add("--store", POSTGRES_ONLY)
+            raise Refused(problems)
+        chosen: Any = state
+        rows = await RunQueue(store).entries(state=chosen, limit=limit)
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(row) for row in rows], indent=2))
+        return 0
+    click.echo(f"{len(rows)} submitted run{'' if len(rows) == 1 else 's'} in {choice.describe()}")
+    for row in rows:
+        holder = f" held by {row.owner}" if row.owner else ""
+        note = f" — {row.note}" if row.note else ""
+        click.echo(plain(f"  {row.run_id}  {row.state}{holder}  claims {row.claims}{note}"))
+    return 0
