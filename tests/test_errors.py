@@ -32,6 +32,7 @@ FACES = [
     "planexec.eval",
     "planexec.demo",
     "planexec.cli",
+    "planexec.workers",
 ]
 
 

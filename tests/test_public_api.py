@@ -66,6 +66,7 @@ SUBPACKAGES = [
     "planexec.telemetry",
     "planexec.eval",
     "planexec.hosting",
+    "planexec.workers",
 ]
 
 

@@ -35,19 +35,24 @@ def _raw(backend: Backend, sql: str) -> list[tuple[object, ...]]:
         return cur.fetchall() if cur.description else []
 
 
+CURRENT = {"sqlite": 2, "postgres": 3}
+"""The store schema version of each durable backend (PostgreSQL's 3 adds the workers' queue)."""
+
+
 async def test_the_schema_version_is_recorded(durable: Backend) -> None:
     store = durable.open()
     try:
         await store.append("r", step_batch("a"), expected_seq=0)
     finally:
         await store.close()
-    assert _raw(durable, "SELECT component, version FROM planexec_schema") == [("store", 2)]
+    version = CURRENT[durable.kind]
+    assert _raw(durable, "SELECT component, version FROM planexec_schema") == [("store", version)]
     again = durable.open()
     try:
         assert await again.last_seq("r") == 2  # opening again migrates nothing and finds the data
     finally:
         await again.close()
-    assert _raw(durable, "SELECT component, version FROM planexec_schema") == [("store", 2)]
+    assert _raw(durable, "SELECT component, version FROM planexec_schema") == [("store", version)]
 
 
 async def test_a_newer_schema_is_refused(durable: Backend) -> None:
@@ -159,3 +164,24 @@ async def test_a_version_1_sqlite_database_is_brought_up_to_date_with_its_runs(t
         await again.close()
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
         assert conn.execute("SELECT version FROM planexec_schema").fetchall() == [(2,)]
+
+
+async def test_a_version_2_postgres_database_gets_the_queue_and_keeps_its_runs() -> None:
+    from planexec.store import PostgresStore, RunQueue
+    from tests.test_store_support import postgres_schema
+
+    with postgres_schema() as url:
+        backend = Backend("postgres", url=url)
+        store = PostgresStore(url)
+        await store.append("r", step_batch("a"), expected_seq=0)
+        await store.close()
+        _raw(backend, "DROP TABLE planexec_queue")
+        _raw(backend, "UPDATE planexec_schema SET version = 2 WHERE component = 'store'")
+        again = PostgresStore(url)
+        try:
+            assert await again.last_seq("r") == 2
+            assert await RunQueue(again).submit("q", goal="g", constraints=(), spec={})
+            assert [e.run_id for e in await RunQueue(again).entries()] == ["q"]
+        finally:
+            await again.close()
+        assert _raw(backend, "SELECT version FROM planexec_schema") == [(3,)]

@@ -33,8 +33,10 @@
     │                           ``SystemExit``, …); the run stops with an error
     ├── OutputNotJSON           a tool's output cannot be made into JSON data (also a ``ValueError``)
     ├── StoreError              a run store failed: unreachable, timed out, damaged or full
-    │   └── LogUnreadable       a stored log holds events this planexec cannot read;
-    │                           ``events`` keeps every event that could be read
+    │   ├── LogUnreadable       a stored log holds events this planexec cannot read;
+    │   │                       ``events`` keeps every event that could be read
+    │   └── WorkerFailed        a worker stopped because its store kept failing; defined in
+    │                           planexec.workers
     ├── AppendConflict          another writer appended to a run's log first: read, then try
     │                           again; defined in planexec.store
     ├── ModelCallError          a provider call failed (``retryable`` says whether to try again);

@@ -48,6 +48,11 @@ COMMANDS: dict[str, _Command] = {
     "gc": _Command(
         "_gc", "gc", "Delete the runs (and their logs) not updated for AGE: finished, waiting or abandoned alike."
     ),
+    "queue": _Command(
+        "_workers",
+        "queue",
+        "List the runs submitted to workers, oldest first: their state, the worker holding each, claims.",
+    ),
     "reject": _Command(
         "_approvals",
         "reject",
@@ -77,6 +82,12 @@ COMMANDS: dict[str, _Command] = {
         "show",
         "Show RUN: goal and outcome, each plan version (who made it, why, and what it changed from the "
         "version before), each step record, usage and cost, and the questions asked with their answers.",
+    ),
+    "submit": _Command("_workers", "submit", "Queue GOAL for `planexec worker` processes and print the run's id."),
+    "worker": _Command(
+        "_workers",
+        "worker",
+        "Run the runs queued in a PostgreSQL store (`planexec submit`), with any number of other workers.",
     ),
     "tell": _Command(
         "_approvals",

@@ -1,6 +1,7 @@
 """Durable operations on stored runs, for any process: list the runs, read one (as far as it can
 be read), export its log, answer its questions or tell it something new, pick it up again with the
-agent rebuilt from the spec it recorded, list sessions and replay one whole, and delete old runs.
+agent rebuilt from the spec it recorded, submit a run for workers, list sessions and replay one
+whole, and delete old runs.
 
 Every operation takes a :class:`~planexec.store.RunStore` and raises
 :class:`~planexec.UsageError` listing every problem when it is used wrongly; ``where`` in each
@@ -34,6 +35,7 @@ from planexec.runs._stored import (
     parse_age,
     read_run,
 )
+from planexec.runs._submit import held_by, requeue, submit
 
 __all__ = [
     "RULE_LISTS",
@@ -55,6 +57,7 @@ __all__ = [
     "dropped_settings",
     "export_lines",
     "gc",
+    "held_by",
     "list_runs",
     "list_sessions",
     "load_run",
@@ -66,8 +69,10 @@ __all__ = [
     "read_run",
     "recorded_spec",
     "replay_session",
+    "requeue",
     "resume",
     "session_turns",
     "still_waiting",
+    "submit",
     "tell",
 ]

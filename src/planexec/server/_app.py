@@ -27,7 +27,7 @@ from planexec.errors import Problem, StoreError, UsageError
 from planexec.hosting import App, BearerGuard
 from planexec.log import ChecklistResult, Event, RunStarted, RunState, dump_event
 from planexec.plan import Plan
-from planexec.runs import answer, load_run, open_questions, pick_question, read_run, still_waiting, tell
+from planexec.runs import answer, held_by, load_run, open_questions, pick_question, read_run, still_waiting, tell
 from planexec.runtime import ApprovalDecision
 from planexec.server._agents import ServedAgent, check_budget
 from planexec.server._guards import MAX_BODY_BYTES, BodyLimit, SafeHeaders, _ApiError, error_body
@@ -535,8 +535,11 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         log = await run_log(run_id)
         state = RunState.fold(log)
         why = None
+        holder = None if busy or state.finished else await held_by(workers.store, run_id)
         if busy or workers.busy(run_id):
             why = ("running", "this server runs it now")
+        elif holder is not None:
+            why = ("running", f"worker {holder} runs it now (its lease is live)")
         elif state.finished:
             why = ("finished", f"it has finished ({state.stop})")
         elif still_waiting(state) or state.pending_approvals:

@@ -19,6 +19,7 @@ from planexec.store._base import AppendConflict, RunStatus, RunStore, RunSummary
 from planexec.store._failures import safe_url
 from planexec.store._memory import MemoryStore
 from planexec.store._postgres import PostgresStore
+from planexec.store._queue import Claim, QueueEntry, QueueState, RunQueue
 from planexec.store._redact import PII_RULES, SECRET_RULES, SENSITIVE_FIELDS, RedactionRule, Redactor, luhn_valid
 from planexec.store._sqlite import SQLiteStore
 from planexec.store._url import default_store_path, open_store
@@ -28,10 +29,14 @@ __all__ = [
     "SECRET_RULES",
     "SENSITIVE_FIELDS",
     "AppendConflict",
+    "Claim",
     "MemoryStore",
     "PostgresStore",
+    "QueueEntry",
+    "QueueState",
     "RedactionRule",
     "Redactor",
+    "RunQueue",
     "RunStatus",
     "RunStore",
     "RunSummary",

@@ -74,10 +74,12 @@ DEFAULT_STATEMENT_TIMEOUT = 30.0
 
 INSTALL_HINT = install_hint("postgres")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Store schema changelog (one line per version; each version adds a migration below):
     1: planexec_schema, planexec_runs (one summary row per run), planexec_events (the logs).
     2: planexec_runs.session_id and .turn (the session a run is a turn of), indexed.
+    3: planexec_queue: runs submitted for workers, and the lease each one is held under
+       (see :mod:`planexec.store._queue`).
 """
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -112,6 +114,23 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE planexec_runs ADD COLUMN session_id text",
         "ALTER TABLE planexec_runs ADD COLUMN turn integer",
         "CREATE INDEX planexec_runs_session ON planexec_runs (session_id, turn)",
+    ),
+    3: (
+        """CREATE TABLE planexec_queue (
+            run_id text PRIMARY KEY,
+            state text NOT NULL,
+            goal text NOT NULL,
+            constraints text NOT NULL,
+            spec text NOT NULL,
+            owner text,
+            lease integer NOT NULL,
+            expires_at double precision,
+            claims integer NOT NULL,
+            submitted_at double precision NOT NULL,
+            updated_at double precision NOT NULL,
+            note text
+        )""",
+        "CREATE INDEX planexec_queue_ready ON planexec_queue (submitted_at, run_id) WHERE state <> 'done'",
     ),
 }
 
@@ -323,14 +342,18 @@ class PostgresStore(StoreBase):
     async def delete(self, run_id: str) -> bool:
         async def delete(conn: AsyncConnection[Any]) -> bool:
             cur = await conn.execute("DELETE FROM planexec_runs WHERE run_id = %s RETURNING run_id", (run_id,))
-            return await cur.fetchone() is not None
+            deleted = await cur.fetchone() is not None
+            await conn.execute("DELETE FROM planexec_queue WHERE run_id = %s AND state = 'done'", (run_id,))
+            return deleted
 
         return await self._call(f"delete run {run_id!r}", delete)
 
     async def expire(self, *, older_than: float) -> list[str]:
         async def expire(conn: AsyncConnection[Any]) -> list[str]:
             cur = await conn.execute("DELETE FROM planexec_runs WHERE updated_at < %s RETURNING run_id", (older_than,))
-            return [row[0] for row in await cur.fetchall()]
+            gone = [row[0] for row in await cur.fetchall()]
+            await conn.execute("DELETE FROM planexec_queue WHERE state = 'done' AND updated_at < %s", (older_than,))
+            return gone
 
         return await self._call("expire runs", expire)
 

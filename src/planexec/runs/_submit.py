@@ -1,0 +1,87 @@
+"""Submitting a run for workers: the goal and the agent's spec are queued in a PostgreSQL store,
+and whichever ``planexec worker`` claims the run first builds the agent from the spec and runs it
+(see :mod:`planexec.workers`)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from planexec.errors import UsageError
+from planexec.runs._problems import Problems
+from planexec.runs._spec import AgentSpec, build_agent
+from planexec.runs._stored import check_run_id
+from planexec.store import PostgresStore, RunQueue, RunStore
+
+__all__ = ["held_by", "requeue", "submit"]
+
+
+async def submit(
+    store: RunStore,
+    spec: AgentSpec,
+    goal: str,
+    *,
+    constraints: Sequence[str] = (),
+    run_id: str | None = None,
+    check: bool = True,
+) -> str:
+    """Queue ``goal`` for the workers sharing ``store`` (a :class:`~planexec.store.PostgresStore`)
+    and return the run's id (``run_id``, else a new one).
+
+    ``spec`` is recorded as :meth:`AgentSpec.recorded` makes it (scripted model files absolute,
+    ``cwd`` filled in): workers import its tool references from ``cwd``. ``check`` builds the
+    agent here first, so that a spec that cannot be built is refused now rather than failed by a
+    worker (turn it off when the tools exist only on the workers' machines). Raises
+    :class:`~planexec.UsageError` listing every problem — a run id taken already among them.
+    """
+    problems = Problems()
+    if not isinstance(goal, str) or not goal.strip():
+        problems.add("goal", "the goal is empty", code="goal")
+    if not isinstance(store, PostgresStore):
+        problems.add(
+            "store",
+            f"is a {type(store).__name__}: runs are submitted to workers through a PostgreSQL store (postgresql://…)",
+            code="store",
+        )
+    if run_id is not None:
+        try:
+            check_run_id(run_id)
+        except UsageError as e:
+            for p in e.problems:
+                problems.add(p.where, p.message, code=p.code)
+    recorded = spec.recorded()
+    every = (*recorded.constraints, *constraints)
+    if check and isinstance(store, PostgresStore):
+        try:
+            agent = build_agent(recorded, store=store)
+        except UsageError as e:
+            problems.extend(e.problems)
+        else:
+            await agent.aclose()
+    problems.raise_if_any("cannot submit the run")
+    assert isinstance(store, PostgresStore)
+    chosen = run_id if run_id is not None else uuid.uuid4().hex[:16]
+    queued = await RunQueue(store).submit(chosen, goal=goal, constraints=every, spec=recorded.to_dict())
+    if not queued:
+        problems.add("run_id", f"a run {chosen!r} was submitted or stored already", code="run_id")
+        problems.raise_if_any("cannot submit the run")
+    return chosen
+
+
+async def requeue(store: RunStore, run_id: str) -> bool:
+    """Queue a submitted run again for the workers — one that was suspended for a human's answer
+    and has been answered since; False when it is not waiting (queued, held or finished)."""
+    if not isinstance(store, PostgresStore):
+        raise UsageError(f"runs are queued for workers in PostgreSQL, not in a {type(store).__name__}")
+    check_run_id(run_id)
+    return await RunQueue(store).requeue(run_id)
+
+
+async def held_by(store: RunStore, run_id: str) -> str | None:
+    """The worker that runs ``run_id`` now — whose lease on it is live — or None (always None
+    for a store that is not PostgreSQL: no worker runs runs there). Resume a run only when this
+    is None: a worker holding it would otherwise run it in two places."""
+    if not isinstance(store, PostgresStore):
+        return None
+    check_run_id(run_id)
+    return await RunQueue(store).holder(run_id)
