@@ -112,7 +112,11 @@ class RayOptions:
 def _run_on_node(invoke: Invoke, args: dict[str, Any], run_id: str, step_id: str, attempt: int, key: str) -> Any:
     """The body of every task: one attempt at a tool call, on whatever node Ray chose."""
     ctx = ToolContext(run_id=run_id, step_id=step_id, attempt=attempt, idempotency_key=key)
-    return asyncio.run(invoke(args, ctx))
+
+    async def call() -> Any:
+        return await invoke(args, ctx)
+
+    return asyncio.run(call())
 
 
 _connect_lock = threading.Lock()
@@ -234,7 +238,7 @@ class RayExecutor:
         ctx: ToolContext,
     ) -> Any:
         ray = _ray()
-        remote = _remote if _remote is not None and ray.is_initialized() else None
+        remote: Any = _remote if _remote is not None and ray.is_initialized() else None
         if remote is None:
             remote = await asyncio.to_thread(_connect, ray, self.address, self.init_options)
         if not shipped:
