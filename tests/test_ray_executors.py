@@ -23,11 +23,20 @@ from typing import Any
 
 import pytest
 
-from planexec import Agent, ApprovalDecision, ApprovalRequest, Approvals, RetryPolicy, ToolExecutor, tool
+from planexec import (
+    Agent,
+    ApprovalDecision,
+    ApprovalRequest,
+    Approvals,
+    ModelExecutor,
+    RetryPolicy,
+    ToolExecutor,
+    tool,
+)
 from planexec.errors import ToolError, TransientToolError, UsageError
 from planexec.executor import RayExecutor, RayOptions
 from planexec.log import Event, RunResult, StepAttemptFailed, StepFailed, StepHeld, StepStarted, StepSucceeded
-from planexec.testing import ScriptedModel
+from planexec.testing import ScriptedModel, tool_calls
 from planexec.tools import Tool, ToolContext
 from tests.support import SAFETY, tool_step
 
@@ -372,3 +381,21 @@ def test_bad_options_are_refused_with_every_problem() -> None:
         )
     wheres = [p.where for p in caught.value.problems]
     assert wheres == ["options.num_cpus", "options.resources.sql", "tool_options.x", "max_concurrency", "resends"]
+
+
+async def test_a_model_driven_step_calls_its_tools_on_the_cluster(nodes: Nodes) -> None:
+    model = ScriptedModel([tool_calls(("where", {"label": "m"})), "found it"])
+    research = RayExecutor(
+        name="research",
+        inner=ModelExecutor(model=model, name="research", tools=["where"]),
+        tool_options={"where": RayOptions(num_cpus=0, resources={"draft": 1})},
+    )
+    step = {"id": "m1", "description": "find where", "executor": "research", "allowed_tools": ["where"]}
+    planner = ScriptedModel([{"steps": [step]}, {"answer": "done"}])
+    result = await Agent(planner, tools=TOOLS, executors=[research], budget=SAFETY, store=None).run("research")
+    assert result.stop.kind == "goal_met", result.stop
+    assert outputs(result) == {"m1": "found it"}
+    [call] = result.steps["m1"].tool_calls
+    assert call.error is None
+    assert nodes.label_of(call.output["node"]) == "draft"
+    model.assert_consumed()
