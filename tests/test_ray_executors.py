@@ -15,6 +15,7 @@ import asyncio
 import importlib.util
 import os
 import sqlite3
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -399,3 +400,10 @@ async def test_a_model_driven_step_calls_its_tools_on_the_cluster(nodes: Nodes) 
     assert call.error is None
     assert nodes.label_of(call.output["node"]) == "draft"
     model.assert_consumed()
+
+
+async def test_without_ray_a_call_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if it were not installed
+    ctx = ToolContext(run_id="r", step_id="s", attempt=1, idempotency_key="r:s")
+    with pytest.raises(UsageError, match=r"pip install 'planexec\[ray\]'"):
+        await RayExecutor().remote(where).invoke({"label": "x"}, ctx)
