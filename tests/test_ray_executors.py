@@ -29,6 +29,7 @@ from planexec import (
     ApprovalDecision,
     ApprovalRequest,
     Approvals,
+    Budget,
     ModelExecutor,
     RetryPolicy,
     ToolExecutor,
@@ -39,7 +40,7 @@ from planexec.executor import RayExecutor, RayOptions
 from planexec.log import Event, RunResult, StepAttemptFailed, StepFailed, StepHeld, StepStarted, StepSucceeded
 from planexec.testing import ScriptedModel, tool_calls
 from planexec.tools import Tool, ToolContext
-from tests.support import SAFETY, tool_step
+from tests.support import tool_step
 
 if importlib.util.find_spec("ray") is None:  # pragma: no cover - depends on the environment
     if os.environ.get("PLANEXEC_REQUIRE_RAY") == "1":
@@ -49,6 +50,9 @@ if importlib.util.find_spec("ray") is None:  # pragma: no cover - depends on the
 
 PATIENCE = 60.0
 """Seconds a test waits for a record to appear: only turns a hang into a failure."""
+RAY_SAFETY = Budget(wall_time=PATIENCE * 2)
+"""The runs' wall-time budget: only turns a hang into a failed run (a busy machine starts Ray's
+workers slowly)."""
 
 DIR_VAR = "PLANEXEC_RAY_TEST_DIR"
 LOOPBACK = "127.0.0.1"
@@ -71,6 +75,12 @@ def _record_call(ctx: ToolContext, tool_name: str) -> str:
     with _db() as conn:
         conn.execute("insert into calls values (?, ?, ?)", (ctx.idempotency_key, node, tool_name))
     return node
+
+
+def _node_id() -> str:
+    import ray
+
+    return str(ray.get_runtime_context().get_node_id())
 
 
 def _gate(name: str) -> Path:
@@ -112,7 +122,25 @@ async def _hang(marker: str, ctx: ToolContext) -> str:
     return "never"
 
 
-@tool(timeout=0.5, retry=RetryPolicy(max_attempts=1))
+@tool
+def ping(ctx: ToolContext) -> str:
+    """Answer at once (starts a worker on the node)."""
+    return _record_call(ctx, "ping")
+
+
+@tool
+async def stubborn(marker: str, ctx: ToolContext) -> int:
+    """Ignore being cancelled: only killing its worker process ends it."""
+    _record_call(ctx, "stubborn")
+    (Path(os.environ[DIR_VAR]) / f"started-{marker}").write_text(str(os.getpid()))
+    while True:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            (Path(os.environ[DIR_VAR]) / f"ignored-{marker}").touch()
+
+
+@tool(timeout=2.0, retry=RetryPolicy(max_attempts=1))
 async def hangs(marker: str, ctx: ToolContext) -> str:
     """Never ends by itself (times out)."""
     return await _hang(marker, ctx)
@@ -145,7 +173,7 @@ async def ship(order: str, amount: int, ctx: ToolContext) -> dict[str, Any]:
     return await _charge(order, amount, ctx, "ship")
 
 
-TOOLS: list[Tool] = [where, fails, flaky, hangs, waits, charge, ship]
+TOOLS: list[Tool] = [where, fails, flaky, ping, stubborn, hangs, waits, charge, ship]
 
 
 # -- the cluster ----------------------------------------------------------------------------------
@@ -214,6 +242,10 @@ def nodes() -> Iterator[Nodes]:
         for label, resources in NODE_RESOURCES.items():
             found.add(label, dict(resources))
         ray.init(address=cluster.address, _node_ip_address=LOOPBACK, include_dashboard=False, log_to_driver=False)
+        # a worker ready on every node, so that the tests do not pay for starting them (slow when busy)
+        warm = ray.remote(_node_id)
+        ready = [warm.options(num_cpus=0, resources={r: 1}).remote() for r in ("head", "sql", "draft")]
+        ray.get(ready, timeout=PATIENCE * 2)
         for key, value in saved.items():
             if value is not None:
                 os.environ[key] = value
@@ -231,6 +263,10 @@ def executor(**options: Any) -> RayExecutor:
         options=RayOptions(num_cpus=0),
         tool_options={
             "where": RayOptions(resources={"sql": 1}),
+            "ping": RayOptions(resources={"head": 1}),
+            "hangs": RayOptions(resources={"head": 1}),
+            "waits": RayOptions(resources={"head": 1}),
+            "stubborn": RayOptions(resources={"head": 1}),
             "charge": RayOptions(resources={"payments": 1}),
             "ship": RayOptions(resources={"payments": 1}),
         },
@@ -241,7 +277,7 @@ def executor(**options: Any) -> RayExecutor:
 def agent(steps: list[dict[str, Any]], *, ray_backend: bool = True, **options: Any) -> Agent:
     planner = ScriptedModel([{"steps": steps}, {"answer": "done"}])
     executors = [executor()] if ray_backend else [ToolExecutor()]
-    return Agent(planner, tools=TOOLS, executors=executors, budget=SAFETY, store=None, **options)
+    return Agent(planner, tools=TOOLS, executors=executors, budget=RAY_SAFETY, store=None, **options)
 
 
 def outline(events: Sequence[Event]) -> dict[str, list[tuple[str, str | None]]]:
@@ -282,7 +318,7 @@ async def test_steps_land_on_the_nodes_that_have_what_they_ask_for(nodes: Nodes)
         tool_step("f", "flaky", {}, executor="drafts"),
     ]
     planner = ScriptedModel([{"steps": steps + drafted}, {"answer": "done"}])
-    result = await Agent(planner, tools=TOOLS, executors=[executor(), ex], budget=SAFETY, store=None).run("where")
+    result = await Agent(planner, tools=TOOLS, executors=[executor(), ex], budget=RAY_SAFETY, store=None).run("where")
     assert result.stop.kind == "goal_met", result.stop
     found = outputs(result)
     assert {nodes.label_of(found[f"w{i}"]["node"]) for i in range(3)} == {"sql"}  # the tool's own resources
@@ -303,10 +339,37 @@ async def test_errors_and_retries_end_as_they_do_in_process(nodes: Nodes) -> Non
 
 
 async def test_a_timeout_fails_the_step_and_cancels_its_task(nodes: Nodes) -> None:
-    result = await agent([tool_step("h", "hangs", {"marker": "timeout"})]).run("hang")
+    # the ping first leaves a worker ready on the node, so the call starts well within its timeout
+    steps = [tool_step("p", "ping", {}), tool_step("h", "hangs", {"marker": "timeout"}, "p")]
+    result = await agent(steps).run("hang")
     failed = [e for e in result.events if isinstance(e, StepFailed)]
     assert [e.error.kind for e in failed] == ["timeout"]
+    assert (nodes.root / "started-timeout").exists()  # it was running when it timed out
     await appears(nodes.root / "cancelled-timeout")  # the task on the cluster was cancelled
+
+
+async def test_a_task_that_ignores_being_cancelled_loses_its_worker(nodes: Nodes) -> None:
+    planner = ScriptedModel([{"steps": [tool_step("s", "stubborn", {"marker": "stubborn"})]}, {"answer": "x"}])
+    ray_executor = executor(kill_after=0.5)
+    run = Agent(planner, tools=TOOLS, executors=[ray_executor], budget=RAY_SAFETY, store=None).start("stubborn")
+    started = nodes.root / "started-stubborn"
+    await appears(started)
+    pid = int(started.read_text())
+    run.cancel()
+    result = await run.result()
+    assert result.stop.kind == "cancelled"
+    await appears(nodes.root / "ignored-stubborn")  # asked to stop, it carried on
+    deadline = time.monotonic() + PATIENCE
+    while Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid):  # noqa: ASYNC240
+        assert time.monotonic() < deadline, "the worker running the task was never killed"
+        await asyncio.sleep(0.05)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().lower()
+    except OSError:
+        return "zombie"
 
 
 async def test_a_cancelled_run_cancels_its_task(nodes: Nodes) -> None:
@@ -379,9 +442,17 @@ def test_bad_options_are_refused_with_every_problem() -> None:
             tool_options={"x": {"sql": 1}},  # type: ignore[dict-item]
             max_concurrency=0,
             resends=-1,
+            kill_after=-1.0,
         )
     wheres = [p.where for p in caught.value.problems]
-    assert wheres == ["options.num_cpus", "options.resources.sql", "tool_options.x", "max_concurrency", "resends"]
+    assert wheres == [
+        "options.num_cpus",
+        "options.resources.sql",
+        "tool_options.x",
+        "max_concurrency",
+        "resends",
+        "kill_after",
+    ]
 
 
 async def test_a_model_driven_step_calls_its_tools_on_the_cluster(nodes: Nodes) -> None:
@@ -393,7 +464,7 @@ async def test_a_model_driven_step_calls_its_tools_on_the_cluster(nodes: Nodes) 
     )
     step = {"id": "m1", "description": "find where", "executor": "research", "allowed_tools": ["where"]}
     planner = ScriptedModel([{"steps": [step]}, {"answer": "done"}])
-    result = await Agent(planner, tools=TOOLS, executors=[research], budget=SAFETY, store=None).run("research")
+    result = await Agent(planner, tools=TOOLS, executors=[research], budget=RAY_SAFETY, store=None).run("research")
     assert result.stop.kind == "goal_met", result.stop
     assert outputs(result) == {"m1": "found it"}
     [call] = result.steps["m1"].tool_calls

@@ -10,7 +10,8 @@ run's log with the step's idempotency key. What the backend adds:
 - an error the tool raised on the cluster is raised here as itself (a ``TransientToolError``
   stays transient, a ``ToolError`` a tool error);
 - a call the run gives up on (a timeout, a cancelled or obsolete step) cancels its task
-  (``ray.cancel``);
+  (``ray.cancel``: a task not started yet never starts, a running one is interrupted); a task
+  still running ``kill_after`` seconds later has its worker process killed;
 - Ray never retries a task by itself (``max_retries=0``): when the node or worker running a call
   dies, planexec decides. A call that changes nothing, or whose tool is idempotent, is sent again
   with the same idempotency key (Ray places it on a node that is still there); any other
@@ -135,6 +136,24 @@ def _connect(ray: ModuleType, address: str | None, init_options: Mapping[str, An
         return _remote
 
 
+def _give_up(ray: ModuleType, ref: Any, kill_after: float | None) -> None:
+    """Cancel a call's task; one still running ``kill_after`` seconds later loses its worker
+    (watched from a thread of its own, so that neither the run nor its loop waits for it)."""
+    ray.cancel(ref, recursive=True)
+    if kill_after is None:
+        return
+
+    def kill_if_running() -> None:
+        try:
+            done, _ = ray.wait([ref], timeout=kill_after)
+            if not done and ray.is_initialized():
+                ray.cancel(ref, force=True, recursive=True)
+        except BaseException:  # Ray shut down meanwhile: nothing left to kill
+            pass
+
+    threading.Thread(target=kill_if_running, name="planexec-ray-cancel", daemon=True).start()
+
+
 def _lost_types(ray: ModuleType) -> tuple[type[BaseException], ...]:
     """What Ray raises when the node or worker process running a task died."""
     x = ray.exceptions
@@ -151,15 +170,17 @@ def _lost_types(ray: ModuleType) -> tuple[type[BaseException], ...]:
 class RayExecutor:
     """Runs its steps' tool calls as Ray tasks on a cluster; the run's loop stays in this process.
 
-    ``address``: the cluster to join — ``"auto"``, ``"127.0.0.1:6379"``, ``"ray://host:10001"`` —
-    or None to join the one ``RAY_ADDRESS`` names, else start a local one (for development). A
-    process joins one cluster: the first executor to connect decides. ``init_options`` go to
-    ``ray.init``. ``options``: what every call of this executor asks of its node; ``tool_options``:
-    per tool name, what that tool's calls ask instead (unset fields come from ``options``).
-    ``inner``: the executor that carries the step out (a :class:`ToolExecutor` by default, or a
-    :class:`ModelExecutor` for model-driven steps). ``resends``: how many times a call lost with
-    its node is sent again when that is safe. Tools must be picklable, and planexec and their
-    modules importable on the cluster's nodes (install them there, or use ``runtime_env``).
+        ``address``: the cluster to join — ``"auto"``, ``"127.0.0.1:6379"``, ``"ray://host:10001"`` —
+        or None to join the one ``RAY_ADDRESS`` names, else start a local one (for development). A
+        process joins one cluster: the first executor to connect decides. ``init_options`` go to
+        ``ray.init``. ``options``: what every call of this executor asks of its node; ``tool_options``:
+        per tool name, what that tool's calls ask instead (unset fields come from ``options``).
+        ``inner``: the executor that carries the step out (a :class:`ToolExecutor` by default, or a
+        :class:`ModelExecutor` for model-driven steps). ``resends``: how many times a call lost with
+        its node is sent again when that is safe. ``kill_after``: seconds a cancelled task is given to
+    end before the worker process running it is killed (``ray.cancel(force=True)``; None: never).
+    Tools must be picklable, and planexec and their
+        modules importable on the cluster's nodes (install them there, or use ``runtime_env``).
     """
 
     name: str = "tools"
@@ -171,6 +192,7 @@ class RayExecutor:
     description: str = ""
     capabilities: Sequence[str] = ()
     resends: int = 2
+    kill_after: float | None = 5.0
     init_options: Mapping[str, Any] = field(default_factory=dict)
     _inner: Executor = field(init=False, repr=False, compare=False)
     _remote_tools: dict[int, tuple[Tool, Tool]] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -188,6 +210,11 @@ class RayExecutor:
             problems.append(Problem(code="executor", where="max_concurrency", message="must be a whole number >= 1"))
         if type(self.resends) is not int or self.resends < 0:
             problems.append(Problem(code="executor", where="resends", message="must be a whole number >= 0"))
+        wait = self.kill_after
+        if wait is not None and (
+            isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait < float("inf")
+        ):
+            problems.append(Problem(code="executor", where="kill_after", message="must be seconds >= 0, or None"))
         if self.inner is not None and not isinstance(self.inner, Executor):
             problems.append(Problem(code="executor", where="inner", message="must be an executor"))
         description = self.description or getattr(self.inner, "description", "")
@@ -252,7 +279,7 @@ class RayExecutor:
             try:
                 return await ref
             except asyncio.CancelledError:
-                ray.cancel(ref, recursive=True)
+                _give_up(ray, ref, self.kill_after)
                 raise
             except lost_types as e:
                 lost: BaseException = e
