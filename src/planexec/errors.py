@@ -31,6 +31,8 @@
     │   └── TransientToolError  worth retrying (rate limits, flaky services)
     ├── ToolCrashed             a tool raised what is not an ``Exception`` (``KeyboardInterrupt``,
     │                           ``SystemExit``, …); the run stops with an error
+    ├── EffectUncertain         a call may or may not have had its effect (the machine running it
+    │                           died mid-call); inside a run its step is held for a human
     ├── OutputNotJSON           a tool's output cannot be made into JSON data (also a ``ValueError``)
     ├── StoreError              a run store failed: unreachable, timed out, damaged or full
     │   ├── LogUnreadable       a stored log holds events this planexec cannot read;
@@ -66,6 +68,7 @@ __all__ = [
     "BindingError",
     "BudgetExhausted",
     "BudgetHit",
+    "EffectUncertain",
     "Escalated",
     "LogUnreadable",
     "MaxReplans",
@@ -278,6 +281,21 @@ class ToolCrashed(PlanexecError):
         self.error = error
         detail = f": {error}" if str(error) else ""
         super().__init__(f"tool {tool} raised {type(error).__name__}{detail}")
+
+
+class EffectUncertain(PlanexecError):
+    """A call was under way where it can no longer be followed (the node or worker process running
+    it died), so whether it had its effect is unknown. Raised by an executor backend only when the
+    call is not safe to send again (a side-effecting tool that is not idempotent); a run then holds
+    the step for a human — retry, skip, or mark done — and never repeats it by itself."""
+
+    def __init__(self, tool: str, detail: str) -> None:
+        self.tool = tool
+        self.detail = detail
+        super().__init__(f"the effect of {tool} is uncertain: {detail}")
+
+    def __reduce__(self) -> tuple[type[EffectUncertain], tuple[str, str]]:
+        return (type(self), (self.tool, self.detail))
 
 
 class OutputNotJSON(PlanexecError, ValueError):

@@ -5,6 +5,7 @@ from planexec.executor._base import Executor, StepContext, StepFailure
 from planexec.executor._model import ModelExecutor
 from planexec.executor._outcome import PASSED, CheckResult, ErrorKind, StepError, Verdict
 from planexec.executor._profile import ExecutorProfile, executor_profile
+from planexec.executor._ray import RayExecutor, RayOptions
 from planexec.executor._tool_calls import ToolCallOutcome, ToolCallSite, call_tool, checked_call, tool_error
 from planexec.executor._tools import ToolExecutor
 
@@ -17,6 +18,8 @@ __all__ = [
     "ExecutorProfile",
     "ModelExecutor",
     "PredicateFn",
+    "RayExecutor",
+    "RayOptions",
     "StepContext",
     "StepError",
     "StepFailure",

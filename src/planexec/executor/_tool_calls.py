@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planexec._util.strict_json import json_problem
-from planexec.errors import UnknownToolError
+from planexec.errors import EffectUncertain, UnknownToolError
 from planexec.executor._outcome import ErrorKind, StepError
 from planexec.tools import OutputNotJSON, Tool, ToolContext, ToolCrashed, Toolset, call_with_timeout
 
@@ -89,7 +89,8 @@ async def call_tool(tool: Tool, args: dict[str, Any], site: ToolCallSite) -> Too
     """Call ``tool`` with arguments already checked against its schema.
 
     Raises only what is not the tool's failure: a cancellation, a crashed tool
-    (:class:`~planexec.tools.ToolCrashed`), or what the site's callbacks raise.
+    (:class:`~planexec.tools.ToolCrashed`), a call whose effect is uncertain
+    (:class:`~planexec.errors.EffectUncertain`), or what the site's callbacks raise.
     """
     attempt = 0
     while True:
@@ -140,7 +141,7 @@ async def _attempt(tool: Tool, args: dict[str, Any], site: ToolCallSite, attempt
         else:
             async with site.limit:
                 raw = await call_with_timeout(tool, args, ctx, grace=site.cancel_grace)
-    except (asyncio.CancelledError, ToolCrashed):
+    except (asyncio.CancelledError, ToolCrashed, EffectUncertain):
         raise
     except Exception as e:
         raise _Failed(tool_error(tool, e), retryable=tool.retry.retries(e)) from None

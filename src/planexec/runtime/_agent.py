@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from planexec._util.clip import clip
 from planexec._util.sync import run_sync
 from planexec.errors import Problem, ToolDefinitionError, UsageError
-from planexec.executor import Acceptance, Executor, ModelExecutor, ToolExecutor, executor_profile
+from planexec.executor import Acceptance, Executor, ModelExecutor, RayExecutor, ToolExecutor, executor_profile
 from planexec.log import (
     ChecklistResult,
     EffectChoice,
@@ -767,10 +767,9 @@ def _assemble(
         if not isinstance(e, Executor):
             problems.append(Problem(code="executor", where=clip(repr(e), 60), message="is not an executor"))
             continue
-        if e.name == "tools" and not isinstance(e, ToolExecutor):
-            problems.append(
-                Problem(code="executor", where="tools", message="the name 'tools' is the built-in tool executor's")
-            )
+        if e.name == "tools" and not (isinstance(e, ToolExecutor | RayExecutor) and e.kind == "tools"):
+            message = "the name 'tools' is the built-in tool executor's (or a RayExecutor that runs tool steps)"
+            problems.append(Problem(code="executor", where="tools", message=message))
             continue
         if e.name in by_name and e.name != "tools":
             problems.append(Problem(code="executor", where=e.name, message="two executors have this name"))

@@ -1,5 +1,10 @@
 """Carrying out one step: the gate, binding resolution, the intent written before any side effect,
-the executor, the acceptance verdict — or, in a replay, the recorded outcome — reported to the loop."""
+the executor, the acceptance verdict — or, in a replay, the recorded outcome — reported to the loop.
+
+A call whose effect became uncertain while it ran (:class:`~planexec.errors.EffectUncertain`: the
+machine running it died) is not repeated: the step is held for a human, as a resumed run holds an
+interrupted one, and goes on as the human says (retry with the same idempotency key, skip, or mark
+done)."""
 
 from __future__ import annotations
 
@@ -8,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from planexec._util.strict_json import json_problem
-from planexec.errors import UsageError
+from planexec.errors import EffectUncertain, UsageError
 from planexec.executor import PASSED, Executor, StepError, StepFailure, Verdict
-from planexec.log import StepAttemptFailed, StepStarted
+from planexec.log import ApprovalRequested, StepAttemptFailed, StepHeld, StepStarted
 from planexec.models import ModelCrashed, cancelled_for_real
 from planexec.plan import BindingError, Step
 from planexec.runtime._budget import BudgetHit
@@ -66,6 +71,7 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
     ctx = StepCtx(engine, step)
     done = StepDone(step_id=step.id, token=token, started=False)
     reserved = held is None
+    uncertain: EffectUncertain | None = None
     try:
         if held is not None:
             decision = await engine.humans.await_effect(step, held)
@@ -151,6 +157,8 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
         done.error = f.error
     except BudgetHit as hit:
         done.budget = hit
+    except EffectUncertain as e:
+        uncertain = e
     except (UsageError, _JournalFailed, ToolCrashed, ModelCrashed) as e:
         done.crash = e
     except Exception as e:
@@ -164,7 +172,39 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
             engine.unreserve(step)
     if not engine.world.serving:
         done.attempts = ctx.attempts
+    if uncertain is not None:
+        try:
+            approval_id = await _hold(engine, step, uncertain)
+        except _JournalFailed as e:
+            done.crash = e
+        else:
+            await run_step(engine, step, executor, token, approval_id)
+            return
     engine.queue.put_nowait(done)
+
+
+async def _hold(engine: _Loop, step: Step, uncertain: EffectUncertain) -> str:
+    """Hold ``step`` for a human after its call's effect became uncertain; the question's id."""
+    approval_id = engine.new_id()
+    reason = (
+        f"effect uncertain: {uncertain.detail} while {step.id} ({step.tool or step.executor}) was running, "
+        "and its effect is not safe to repeat: retry, skip, or mark done"
+    )
+    await engine.world.turn(lambda e: isinstance(e, ApprovalRequested) and e.step_id == step.id)
+    engine.emit(
+        ApprovalRequested(
+            at=engine.now(),
+            approval_id=approval_id,
+            subject="effect",
+            step_id=step.id,
+            plan_version=engine.state.steps[step.id].plan_version,
+            reason=reason,
+        )
+    )
+    engine.emit(StepHeld(at=engine.now(), step_id=step.id, approval_id=approval_id, reason=reason))
+    if engine.journal is not None:
+        await engine.journal.flush()  # the question is saved before anyone is asked
+    return approval_id
 
 
 def _refused(verdict: Verdict) -> StepError:

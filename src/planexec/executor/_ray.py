@@ -1,0 +1,343 @@
+"""The Ray backend: a step's tool calls run as Ray tasks on a cluster; the run's loop stays here.
+
+Only where the call runs changes. Each call still goes through the run's one tool-call path
+(:func:`~planexec.executor.call_tool`): arguments checked here, the tool's timeout and
+:class:`~planexec.tools.RetryPolicy` applied here, its output checked here, every attempt in the
+run's log with the step's idempotency key. What the backend adds:
+
+- the call becomes a Ray task asking for the resources of its executor, or of its tool
+  (:class:`RayOptions`), so it lands on a node that has them;
+- an error the tool raised on the cluster is raised here as itself (a ``TransientToolError``
+  stays transient, a ``ToolError`` a tool error);
+- a call the run gives up on (a timeout, a cancelled or obsolete step) cancels its task
+  (``ray.cancel``: a task not started yet never starts, a running one is interrupted); a task
+  still running ``kill_after`` seconds later has its worker process killed;
+- Ray never retries a task by itself (``max_retries=0``): when the node or worker running a call
+  dies, planexec decides. A call that changes nothing, or whose tool is idempotent, is sent again
+  with the same idempotency key (Ray places it on a node that is still there); any other
+  side-effecting call raises :class:`~planexec.errors.EffectUncertain`, and the run holds the step
+  for a human.
+
+A model-driven step works the same way: wrap its :class:`ModelExecutor` (``inner=``); its model
+turns are made by the run, its tool calls on the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from planexec.errors import EffectUncertain, Problem, ToolError, UsageError
+from planexec.executor._base import Executor, StepContext
+from planexec.executor._outcome import StepError
+from planexec.executor._profile import check_profile
+from planexec.executor._tools import ToolExecutor
+from planexec.models import Model, ModelRequest, ModelResponse, ToolCall
+from planexec.plan import Step
+from planexec.tools import Invoke, Tool, ToolContext, Toolset
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+__all__ = ["RayExecutor", "RayOptions"]
+
+INSTALL = "pip install 'planexec[ray]'"
+
+
+def _ray() -> ModuleType:
+    try:
+        import ray
+    except ImportError as e:
+        raise UsageError(
+            f"RayExecutor needs Ray: {INSTALL}",
+            [Problem(code="executor", where="ray", message=f"Ray is not installed ({INSTALL})")],
+        ) from e
+    return ray
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RayOptions:
+    """What a Ray task asks of the node it runs on, and the environment it runs in.
+
+    ``num_cpus``, ``num_gpus``: as Ray counts them (None: Ray's default, one CPU, no GPU);
+    ``resources``: custom resources, such as ``{"sql": 1}`` for a node started with
+    ``--resources='{"sql": 4}'``; ``runtime_env``: Ray's runtime environment for the task (pip
+    packages, environment variables, working directory).
+    """
+
+    num_cpus: float | None = None
+    num_gpus: float | None = None
+    resources: Mapping[str, float] = field(default_factory=dict)
+    runtime_env: Mapping[str, Any] | None = None
+
+    def problems(self, where: str) -> list[Problem]:
+        found = []
+        for name, value in (("num_cpus", self.num_cpus), ("num_gpus", self.num_gpus)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
+                found.append(Problem(code="executor", where=f"{where}.{name}", message="must be a number >= 0"))
+        for name, value in self.resources.items():
+            if not isinstance(name, str) or not name:
+                found.append(Problem(code="executor", where=f"{where}.resources", message="names must be text"))
+            elif isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                found.append(
+                    Problem(code="executor", where=f"{where}.resources.{name}", message="must be a number >= 0")
+                )
+        return found
+
+    def over(self, base: RayOptions) -> RayOptions:
+        """These options, with what they leave unset taken from ``base`` (resources merged)."""
+        return RayOptions(
+            num_cpus=base.num_cpus if self.num_cpus is None else self.num_cpus,
+            num_gpus=base.num_gpus if self.num_gpus is None else self.num_gpus,
+            resources={**base.resources, **self.resources},
+            runtime_env=base.runtime_env if self.runtime_env is None else self.runtime_env,
+        )
+
+    def task_options(self) -> dict[str, Any]:
+        """The options of ``ray.remote(...).options(...)``: never retried by Ray itself."""
+        options: dict[str, Any] = {"max_retries": 0, "retry_exceptions": False}
+        if self.num_cpus is not None:
+            options["num_cpus"] = self.num_cpus
+        if self.num_gpus is not None:
+            options["num_gpus"] = self.num_gpus
+        if self.resources:
+            options["resources"] = dict(self.resources)
+        if self.runtime_env is not None:
+            options["runtime_env"] = dict(self.runtime_env)
+        return options
+
+
+def _run_on_node(invoke: Invoke, args: dict[str, Any], run_id: str, step_id: str, attempt: int, key: str) -> Any:
+    """The body of every task: one attempt at a tool call, on whatever node Ray chose."""
+    ctx = ToolContext(run_id=run_id, step_id=step_id, attempt=attempt, idempotency_key=key)
+
+    async def call() -> Any:
+        return await invoke(args, ctx)
+
+    return asyncio.run(call())
+
+
+_connect_lock = threading.Lock()
+_remote: Any = None
+
+
+def _connect(ray: ModuleType, address: str | None, init_options: Mapping[str, Any]) -> Any:
+    """Connect this process to Ray once (or start a local cluster when ``address`` is None and
+    none is configured); the remote function every call is made with."""
+    global _remote
+    with _connect_lock:
+        if not ray.is_initialized():
+            ray.init(address=address, **{"include_dashboard": False, "log_to_driver": False, **init_options})
+        if _remote is None:
+            _remote = ray.remote(max_retries=0)(_run_on_node)
+        return _remote
+
+
+def _give_up(ray: ModuleType, ref: Any, kill_after: float | None) -> None:
+    """Cancel a call's task; one still running ``kill_after`` seconds later loses its worker
+    (watched from a thread of its own, so that neither the run nor its loop waits for it)."""
+    ray.cancel(ref, recursive=True)
+    if kill_after is None:
+        return
+
+    def kill_if_running() -> None:
+        try:
+            done, _ = ray.wait([ref], timeout=kill_after)
+            if not done and ray.is_initialized():
+                ray.cancel(ref, force=True, recursive=True)
+        except BaseException:  # Ray shut down meanwhile: nothing left to kill
+            pass
+
+    threading.Thread(target=kill_if_running, name="planexec-ray-cancel", daemon=True).start()
+
+
+def _lost_types(ray: ModuleType) -> tuple[type[BaseException], ...]:
+    """What Ray raises when the node or worker process running a task died."""
+    x = ray.exceptions
+    return (
+        x.NodeDiedError,
+        x.WorkerCrashedError,
+        x.LocalRayletDiedError,
+        x.ObjectLostError,
+        x.RayActorError,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RayExecutor:
+    """Runs its steps' tool calls as Ray tasks on a cluster; the run's loop stays in this process.
+
+        ``address``: the cluster to join — ``"auto"``, ``"127.0.0.1:6379"``, ``"ray://host:10001"`` —
+        or None to join the one ``RAY_ADDRESS`` names, else start a local one (for development). A
+        process joins one cluster: the first executor to connect decides. ``init_options`` go to
+        ``ray.init``. ``options``: what every call of this executor asks of its node; ``tool_options``:
+        per tool name, what that tool's calls ask instead (unset fields come from ``options``).
+        ``inner``: the executor that carries the step out (a :class:`ToolExecutor` by default, or a
+        :class:`ModelExecutor` for model-driven steps). ``resends``: how many times a call lost with
+        its node is sent again when that is safe. ``kill_after``: seconds a cancelled task is given to
+    end before the worker process running it is killed (``ray.cancel(force=True)``; None: never).
+    Tools must be picklable, and planexec and their
+        modules importable on the cluster's nodes (install them there, or use ``runtime_env``).
+    """
+
+    name: str = "tools"
+    address: str | None = None
+    options: RayOptions = field(default_factory=RayOptions)
+    tool_options: Mapping[str, RayOptions] = field(default_factory=dict)
+    inner: Executor | None = None
+    max_concurrency: int | None = None
+    description: str = ""
+    capabilities: Sequence[str] = ()
+    resends: int = 2
+    kill_after: float | None = 5.0
+    init_options: Mapping[str, Any] = field(default_factory=dict)
+    _inner: Executor = field(init=False, repr=False, compare=False)
+    _remote_tools: dict[int, tuple[Tool, Tool]] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        problems = self.options.problems("options")
+        for tool_name, opts in self.tool_options.items():
+            if not isinstance(opts, RayOptions):
+                message = f"must be a RayOptions, not {type(opts).__name__}"
+                problems.append(Problem(code="executor", where=f"tool_options.{tool_name}", message=message))
+            else:
+                problems += opts.problems(f"tool_options.{tool_name}")
+        most = self.max_concurrency
+        if most is not None and (type(most) is not int or most < 1):
+            problems.append(Problem(code="executor", where="max_concurrency", message="must be a whole number >= 1"))
+        if type(self.resends) is not int or self.resends < 0:
+            problems.append(Problem(code="executor", where="resends", message="must be a whole number >= 0"))
+        wait = self.kill_after
+        if wait is not None and (
+            isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait < float("inf")
+        ):
+            problems.append(Problem(code="executor", where="kill_after", message="must be seconds >= 0, or None"))
+        if self.inner is not None and not isinstance(self.inner, Executor):
+            problems.append(Problem(code="executor", where="inner", message="must be an executor"))
+        description = self.description or getattr(self.inner, "description", "")
+        capabilities = self.capabilities or getattr(self.inner, "capabilities", ())
+        description, capabilities, bad = check_profile(description, capabilities)
+        problems += bad
+        if problems:
+            raise UsageError(f"invalid Ray executor {self.name!r}", problems)
+        object.__setattr__(self, "description", description)
+        object.__setattr__(self, "capabilities", capabilities)
+        object.__setattr__(self, "_inner", self.inner if self.inner is not None else ToolExecutor(name=self.name))
+
+    @property
+    def kind(self) -> Literal["tools", "model"]:
+        return self._inner.kind
+
+    async def run(self, step: Step, args: dict[str, Any], ctx: StepContext) -> Any:
+        return await self._inner.run(step, args, _OnRay(ctx, self))
+
+    async def connect(self) -> None:
+        """Join the cluster now rather than at the first call (``ray.init`` runs in a thread)."""
+        ray = _ray()
+        await asyncio.to_thread(_connect, ray, self.address, self.init_options)
+
+    def remote(self, tool: Tool) -> Tool:
+        """``tool`` as this executor calls it: the same value, whose invoke runs on the cluster."""
+        cached = self._remote_tools.get(id(tool))
+        if cached is not None and cached[0] is tool:
+            return cached[1]
+        opts = self.tool_options.get(tool.name, RayOptions()).over(self.options).task_options()
+        local = tool.invoke
+        shipped: list[Any] = []  # the invoke, put in the object store once
+
+        async def invoke(args: dict[str, Any], ctx: ToolContext) -> Any:
+            return await self._call(tool, local, shipped, opts, args, ctx)
+
+        made = replace(tool, invoke=invoke)
+        self._remote_tools[id(tool)] = (tool, made)
+        return made
+
+    async def _call(
+        self,
+        tool: Tool,
+        local: Invoke,
+        shipped: list[Any],
+        opts: dict[str, Any],
+        args: dict[str, Any],
+        ctx: ToolContext,
+    ) -> Any:
+        ray = _ray()
+        remote: Any = _remote if _remote is not None and ray.is_initialized() else None
+        if remote is None:
+            remote = await asyncio.to_thread(_connect, ray, self.address, self.init_options)
+        if not shipped:
+            shipped.append(ray.put(local))
+        lost_types = _lost_types(ray)
+        resent = 0
+        while True:
+            ref = remote.options(**opts).remote(
+                shipped[0], args, ctx.run_id, ctx.step_id, ctx.attempt, ctx.idempotency_key
+            )
+            try:
+                return await ref
+            except asyncio.CancelledError:
+                _give_up(ray, ref, self.kill_after)
+                raise
+            except lost_types as e:
+                lost: BaseException = e
+            except ray.exceptions.RayTaskError as e:
+                cause = e.cause
+                if isinstance(cause, lost_types):
+                    lost = cause
+                elif isinstance(cause, Exception):
+                    raise cause from None
+                else:
+                    raise ToolError(f"{tool.name} failed on the cluster: {e}") from None
+            except ray.exceptions.TaskCancelledError:
+                raise ToolError(f"{tool.name}: its task was cancelled on the cluster") from None
+            detail = f"the Ray node or worker running it was lost ({type(lost).__name__})"
+            if tool.side_effect and not tool.idempotent:
+                raise EffectUncertain(tool.name, detail)
+            if resent >= self.resends:
+                raise ToolError(f"{tool.name}: {detail}, {resent + 1} times") from None
+            resent += 1  # safe to send again: the same arguments, the same idempotency key
+
+
+class _OnRay:
+    """The step's context, with each tool call sent to the cluster."""
+
+    __slots__ = ("_ctx", "_executor")
+
+    def __init__(self, ctx: StepContext, executor: RayExecutor) -> None:
+        self._ctx = ctx
+        self._executor = executor
+
+    @property
+    def run_id(self) -> str:
+        return self._ctx.run_id
+
+    @property
+    def step(self) -> Step:
+        return self._ctx.step
+
+    @property
+    def tools(self) -> Toolset:
+        return self._ctx.tools
+
+    @property
+    def cancel_grace(self) -> float:
+        return self._ctx.cancel_grace
+
+    @property
+    def confidence(self) -> float | None:
+        return self._ctx.confidence
+
+    async def call_tool(self, tool: Tool, args: dict[str, Any], *, call_id: str | None = None) -> Any:
+        return await self._ctx.call_tool(self._executor.remote(tool), args, call_id=call_id)
+
+    def refuse_tool_call(self, call: ToolCall, error: StepError) -> None:
+        self._ctx.refuse_tool_call(call, error)
+
+    async def call_model(self, model: Model, request: ModelRequest) -> ModelResponse:
+        return await self._ctx.call_model(model, request)
+
+    def report_confidence(self, confidence: float) -> None:
+        self._ctx.report_confidence(confidence)

@@ -1,0 +1,480 @@
+"""The Ray backend on a real local Ray cluster of three simulated nodes (``ray.cluster_utils.Cluster``),
+started once for the module: steps land on the nodes that have the resources they ask for; errors,
+retries, timeouts and cancellations end as they do in process; a node killed mid-call has an
+idempotent call sent again with the same idempotency key on another node (its effect applied once)
+and a non-idempotent one held for a human, never repeated.
+
+Skipped when Ray is not installed; ``PLANEXEC_REQUIRE_RAY=1`` turns the skip into a failure.
+Tools record what happened (node, idempotency key, effect) in a SQLite file that every node's
+workers reach; tests wait for those records, never for elapsed time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from planexec import (
+    Agent,
+    ApprovalDecision,
+    ApprovalRequest,
+    Approvals,
+    Budget,
+    ModelExecutor,
+    RetryPolicy,
+    ToolExecutor,
+    tool,
+)
+from planexec.errors import ToolError, TransientToolError, UsageError
+from planexec.executor import RayExecutor, RayOptions
+from planexec.log import Event, RunResult, StepAttemptFailed, StepFailed, StepHeld, StepStarted, StepSucceeded
+from planexec.testing import ScriptedModel, tool_calls
+from planexec.tools import Tool, ToolContext
+from tests.support import tool_step
+
+if importlib.util.find_spec("ray") is None:  # pragma: no cover - depends on the environment
+    if os.environ.get("PLANEXEC_REQUIRE_RAY") == "1":
+        pytest.fail("ray is not installed, but PLANEXEC_REQUIRE_RAY=1 (pip install 'planexec[ray]')")
+    pytest.skip("ray is not installed (pip install 'planexec[ray]')", allow_module_level=True)
+# Ray is imported only once the environment it needs here is set (it reads some of it on import).
+
+PATIENCE = 60.0
+"""Seconds a test waits for a record to appear: only turns a hang into a failure."""
+RAY_SAFETY = Budget(wall_time=PATIENCE * 2)
+"""The runs' wall-time budget: only turns a hang into a failed run (a busy machine starts Ray's
+workers slowly)."""
+
+DIR_VAR = "PLANEXEC_RAY_TEST_DIR"
+LOOPBACK = "127.0.0.1"
+
+
+# -- the tools, as they run on the cluster's nodes ---------------------------------------------
+
+
+def _db() -> sqlite3.Connection:
+    conn = sqlite3.connect(Path(os.environ[DIR_VAR]) / "effects.db", timeout=30)
+    conn.execute("create table if not exists calls (key text, node text, tool text)")
+    conn.execute("create table if not exists effects (key text primary key, node text, amount integer)")
+    return conn
+
+
+def _record_call(ctx: ToolContext, tool_name: str) -> str:
+    import ray
+
+    node: str = ray.get_runtime_context().get_node_id()
+    with _db() as conn:
+        conn.execute("insert into calls values (?, ?, ?)", (ctx.idempotency_key, node, tool_name))
+    return node
+
+
+def _node_id() -> str:
+    import ray
+
+    return str(ray.get_runtime_context().get_node_id())
+
+
+def _gate(name: str) -> Path:
+    return Path(os.environ[DIR_VAR]) / f"gate-{name}"
+
+
+async def _wait_for_gate(name: str) -> None:
+    while not _gate(name).exists():  # noqa: ASYNC110  # the gate is a file the test writes
+        await asyncio.sleep(0.02)
+
+
+@tool
+def where(label: str, ctx: ToolContext) -> dict[str, str]:
+    """Say which node ran the call."""
+    return {"label": label, "node": _record_call(ctx, "where")}
+
+
+@tool
+def fails(ctx: ToolContext) -> str:
+    """Always fails."""
+    raise ToolError("the warehouse refused the query")
+
+
+@tool(retry=RetryPolicy(max_attempts=3, initial_delay=0.0, jitter=0.0))
+def flaky(ctx: ToolContext) -> str:
+    """Fails transiently twice, then works."""
+    if ctx.attempt < 3:
+        raise TransientToolError(f"busy (attempt {ctx.attempt})")
+    return f"done on attempt {ctx.attempt}"
+
+
+async def _hang(marker: str, ctx: ToolContext) -> str:
+    _record_call(ctx, "hangs")
+    (Path(os.environ[DIR_VAR]) / f"started-{marker}").touch()
+    try:
+        await asyncio.sleep(3600)
+    finally:
+        (Path(os.environ[DIR_VAR]) / f"cancelled-{marker}").touch()
+    return "never"
+
+
+@tool
+def ping(ctx: ToolContext) -> str:
+    """Answer at once (starts a worker on the node)."""
+    return _record_call(ctx, "ping")
+
+
+@tool
+async def stubborn(marker: str, ctx: ToolContext) -> int:
+    """Ignore being cancelled: only killing its worker process ends it."""
+    _record_call(ctx, "stubborn")
+    (Path(os.environ[DIR_VAR]) / f"started-{marker}").write_text(str(os.getpid()))
+    while True:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            (Path(os.environ[DIR_VAR]) / f"ignored-{marker}").touch()
+
+
+@tool(timeout=2.0, retry=RetryPolicy(max_attempts=1))
+async def hangs(marker: str, ctx: ToolContext) -> str:
+    """Never ends by itself (times out)."""
+    return await _hang(marker, ctx)
+
+
+@tool
+async def waits(marker: str, ctx: ToolContext) -> str:
+    """Never ends by itself (no timeout)."""
+    return await _hang(marker, ctx)
+
+
+async def _charge(order: str, amount: int, ctx: ToolContext, tool_name: str) -> dict[str, Any]:
+    _record_call(ctx, tool_name)
+    (Path(os.environ[DIR_VAR]) / f"started-{order}").touch()
+    await _wait_for_gate(order)
+    with _db() as conn:  # the effect, once per idempotency key
+        conn.execute("insert or ignore into effects values (?, ?, ?)", (ctx.idempotency_key, "", amount))
+    return {"order": order, "charged": amount}
+
+
+@tool(side_effect=True, idempotent=True)
+async def charge(order: str, amount: int, ctx: ToolContext) -> dict[str, Any]:
+    """Charge an order (the payment service drops a repeated idempotency key)."""
+    return await _charge(order, amount, ctx, "charge")
+
+
+@tool(side_effect=True)
+async def ship(order: str, amount: int, ctx: ToolContext) -> dict[str, Any]:
+    """Ship an order (not safe to repeat)."""
+    return await _charge(order, amount, ctx, "ship")
+
+
+TOOLS: list[Tool] = [where, fails, flaky, ping, stubborn, hangs, waits, charge, ship]
+
+
+# -- the cluster ----------------------------------------------------------------------------------
+
+
+class Nodes:
+    def __init__(self, cluster: Any, root: Path) -> None:
+        self.cluster = cluster
+        self.root = root
+        self.by_label: dict[str, Any] = {}
+
+    def add(self, label: str, resources: dict[str, float]) -> None:
+        self.by_label[label] = self.cluster.add_node(num_cpus=1, resources=resources, node_ip_address=LOOPBACK)
+        self.cluster.wait_for_nodes()
+
+    def node_id(self, label: str) -> str:
+        return str(self.by_label[label].node_id)
+
+    def label_of(self, node_id: str) -> str:
+        return next(label for label, node in self.by_label.items() if node.node_id == node_id)
+
+    def kill(self, label: str) -> None:
+        self.cluster.remove_node(self.by_label.pop(label))
+
+
+NODE_RESOURCES = {
+    "sql": {"sql": 2, "payments": 1},
+    "draft": {"draft": 2, "payments": 1},
+}
+
+
+@pytest.fixture(scope="module")
+def nodes() -> Iterator[Nodes]:
+    """A head node and two worker nodes with different custom resources; the environment Ray needs
+    on this machine is set before it starts (loopback only, no usage reports, a short temp dir)."""
+    root = Path(tempfile.mkdtemp(prefix="pxr-", dir="/tmp"))
+    home = root / "home"
+    home.mkdir()
+    (home / "ray_bootstrap_config.yaml").write_text("{}\n")
+    saved = {k: os.environ.get(k) for k in ("HOME",)}
+    os.environ.update(
+        {
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            "RAY_TMPDIR": str(root / "t"),
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
+            "HOME": str(home),
+            DIR_VAR: str(root),
+        }
+    )
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "resources": {"head": 1},
+            "include_dashboard": False,
+            "node_ip_address": LOOPBACK,
+        },
+    )
+    found = Nodes(cluster, root)
+    found.by_label["head"] = cluster.head_node
+    try:
+        for label, resources in NODE_RESOURCES.items():
+            found.add(label, dict(resources))
+        ray.init(address=cluster.address, _node_ip_address=LOOPBACK, include_dashboard=False, log_to_driver=False)
+        # a worker ready on every node, so that the tests do not pay for starting them (slow when busy)
+        warm = ray.remote(_node_id)
+        ready = [warm.options(num_cpus=0, resources={r: 1}).remote() for r in ("head", "sql", "draft")]
+        ray.get(ready, timeout=PATIENCE * 2)
+        for key, value in saved.items():
+            if value is not None:
+                os.environ[key] = value
+        yield found
+    finally:
+        ray.shutdown()
+        cluster.shutdown()  # type: ignore[no-untyped-call]
+        for key, value in saved.items():
+            if value is not None:
+                os.environ[key] = value
+
+
+def executor(**options: Any) -> RayExecutor:
+    return RayExecutor(
+        options=RayOptions(num_cpus=0),
+        tool_options={
+            "where": RayOptions(resources={"sql": 1}),
+            "ping": RayOptions(resources={"head": 1}),
+            "hangs": RayOptions(resources={"head": 1}),
+            "waits": RayOptions(resources={"head": 1}),
+            "stubborn": RayOptions(resources={"head": 1}),
+            "charge": RayOptions(resources={"payments": 1}),
+            "ship": RayOptions(resources={"payments": 1}),
+        },
+        **options,
+    )
+
+
+def agent(steps: list[dict[str, Any]], *, ray_backend: bool = True, **options: Any) -> Agent:
+    planner = ScriptedModel([{"steps": steps}, {"answer": "done"}])
+    executors = [executor()] if ray_backend else [ToolExecutor()]
+    return Agent(planner, tools=TOOLS, executors=executors, budget=RAY_SAFETY, store=None, **options)
+
+
+def outline(events: Sequence[Event]) -> dict[str, list[tuple[str, str | None]]]:
+    """Per step, the kinds of its events with their error kinds: what must not differ by backend."""
+    found: dict[str, list[tuple[str, str | None]]] = {}
+    for e in events:
+        if isinstance(e, StepAttemptFailed | StepFailed):
+            found.setdefault(e.step_id, []).append((e.kind, e.error.kind))
+        elif isinstance(e, StepStarted | StepSucceeded):
+            found.setdefault(e.step_id, []).append((e.kind, None))
+    return found
+
+
+def outputs(result: RunResult) -> dict[str, Any]:
+    return {step_id: record.output for step_id, record in result.steps.items() if record.status == "succeeded"}
+
+
+def rows(query: str, *args: Any) -> list[tuple[Any, ...]]:
+    with _db() as conn:
+        return list(conn.execute(query, args))
+
+
+async def appears(path: Path) -> None:
+    deadline = time.monotonic() + PATIENCE
+    while not path.exists():  # noqa: ASYNC240  # a file a tool on the cluster writes
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        await asyncio.sleep(0.02)
+
+
+# -- the tests ------------------------------------------------------------------------------------
+
+
+async def test_steps_land_on_the_nodes_that_have_what_they_ask_for(nodes: Nodes) -> None:
+    steps = [tool_step(f"w{i}", "where", {"label": f"w{i}"}) for i in range(3)]
+    ex = RayExecutor(name="drafts", options=RayOptions(num_cpus=0, resources={"draft": 1}))
+    drafted = [
+        tool_step("d", "where", {"label": "d"}, executor="drafts"),
+        tool_step("f", "flaky", {}, executor="drafts"),
+    ]
+    planner = ScriptedModel([{"steps": steps + drafted}, {"answer": "done"}])
+    result = await Agent(planner, tools=TOOLS, executors=[executor(), ex], budget=RAY_SAFETY, store=None).run("where")
+    assert result.stop.kind == "goal_met", result.stop
+    found = outputs(result)
+    assert {nodes.label_of(found[f"w{i}"]["node"]) for i in range(3)} == {"sql"}  # the tool's own resources
+    assert nodes.label_of(found["d"]["node"]) == "draft"  # the executor's resources
+    assert found["f"] == "done on attempt 3"
+
+
+async def test_errors_and_retries_end_as_they_do_in_process(nodes: Nodes) -> None:
+    steps = [tool_step("t", "flaky", {}), tool_step("f", "fails", {}, "t")]
+    here = await agent(steps, ray_backend=False).run("errors")
+    there = await agent(steps).run("errors")
+    assert outline(there.events) == outline(here.events)
+    failed = [e for e in there.events if isinstance(e, StepFailed)]
+    assert [(e.step_id, e.error.kind, e.error.message) for e in failed] == [
+        ("f", "tool_error", "fails: the warehouse refused the query")
+    ]
+    assert outputs(there)["t"] == outputs(here)["t"] == "done on attempt 3"
+
+
+async def test_a_timeout_fails_the_step_and_cancels_its_task(nodes: Nodes) -> None:
+    # the ping first leaves a worker ready on the node, so the call starts well within its timeout
+    steps = [tool_step("p", "ping", {}), tool_step("h", "hangs", {"marker": "timeout"}, "p")]
+    result = await agent(steps).run("hang")
+    failed = [e for e in result.events if isinstance(e, StepFailed)]
+    assert [e.error.kind for e in failed] == ["timeout"]
+    assert (nodes.root / "started-timeout").exists()  # it was running when it timed out
+    await appears(nodes.root / "cancelled-timeout")  # the task on the cluster was cancelled
+
+
+async def test_a_task_that_ignores_being_cancelled_loses_its_worker(nodes: Nodes) -> None:
+    planner = ScriptedModel([{"steps": [tool_step("s", "stubborn", {"marker": "stubborn"})]}, {"answer": "x"}])
+    ray_executor = executor(kill_after=0.5)
+    run = Agent(planner, tools=TOOLS, executors=[ray_executor], budget=RAY_SAFETY, store=None).start("stubborn")
+    started = nodes.root / "started-stubborn"
+    await appears(started)
+    pid = int(started.read_text())
+    run.cancel()
+    result = await run.result()
+    assert result.stop.kind == "cancelled"
+    await appears(nodes.root / "ignored-stubborn")  # asked to stop, it carried on
+    deadline = time.monotonic() + PATIENCE
+    while Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid):  # noqa: ASYNC240
+        assert time.monotonic() < deadline, "the worker running the task was never killed"
+        await asyncio.sleep(0.05)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().lower()
+    except OSError:
+        return "zombie"
+
+
+async def test_a_cancelled_run_cancels_its_task(nodes: Nodes) -> None:
+    run = agent([tool_step("h", "waits", {"marker": "cancel"})]).start("hang")
+    await appears(nodes.root / "started-cancel")
+    run.cancel()
+    result = await run.result()
+    assert result.stop.kind == "cancelled"
+    await appears(nodes.root / "cancelled-cancel")
+
+
+async def test_an_idempotent_call_on_a_dying_node_is_sent_again_with_the_same_key(nodes: Nodes) -> None:
+    calm = agent([tool_step("c", "charge", {"order": "calm", "amount": 5})])
+    _gate("calm").touch()
+    undisturbed = await calm.run("charge")
+    run = agent([tool_step("c", "charge", {"order": "o1", "amount": 5})]).start("charge")
+    await appears(nodes.root / "started-o1")
+    [(key, first)] = rows("select key, node from calls where tool = 'charge' and key like ?", f"{run.run_id}%")
+    victim = nodes.label_of(first)
+    nodes.kill(victim)
+    _gate("o1").touch()
+    try:
+        result = await run.result()
+    finally:
+        nodes.add(victim, dict(NODE_RESOURCES[victim]))
+    assert result.stop.kind == "goal_met", result.stop
+    calls = rows("select key, node from calls where key = ?", key)
+    assert [k for k, _ in calls] == [key, key]  # sent twice, with the same key
+    assert calls[0][1] != calls[1][1]  # on another node
+    assert rows("select count(*) from effects where key = ?", key) == [(1,)]  # the effect happened once
+    assert result.answer == undisturbed.answer
+    assert outputs(result)["c"] == {"order": "o1", "charged": 5}
+    assert outputs(undisturbed)["c"] == {"order": "calm", "charged": 5}
+    started = [e for e in result.events if isinstance(e, StepStarted)]
+    assert [e.idempotency_key for e in started] == [key]
+
+
+async def test_a_non_idempotent_call_on_a_dying_node_is_held_for_a_human(nodes: Nodes) -> None:
+    asked: list[ApprovalRequest] = []
+
+    async def human(request: ApprovalRequest) -> ApprovalDecision:
+        asked.append(request)
+        return ApprovalDecision(approved=True, choice="done", output={"order": "o2", "charged": 7}, reason="checked")
+
+    run = agent([tool_step("s", "ship", {"order": "o2", "amount": 7})], approvals=Approvals(approver=human)).start(
+        "ship"
+    )
+    await appears(nodes.root / "started-o2")
+    [(key, first)] = rows("select key, node from calls where tool = 'ship' and key like ?", f"{run.run_id}%")
+    victim = nodes.label_of(first)
+    nodes.kill(victim)
+    try:
+        result = await run.result()
+    finally:
+        nodes.add(victim, dict(NODE_RESOURCES[victim]))
+        _gate("o2").touch()
+    assert result.stop.kind == "goal_met", result.stop
+    assert [r.subject for r in asked] == ["effect"]
+    assert "effect uncertain" in asked[0].reason
+    assert len([e for e in result.events if isinstance(e, StepHeld)]) == 1
+    assert rows("select count(*) from calls where key = ?", key) == [(1,)]  # never sent again
+    assert rows("select count(*) from effects where key = ?", key) == [(0,)]
+    assert outputs(result)["s"] == {"order": "o2", "charged": 7}
+
+
+def test_bad_options_are_refused_with_every_problem() -> None:
+    with pytest.raises(UsageError) as caught:
+        RayExecutor(
+            options=RayOptions(num_cpus=-1, resources={"sql": -2}),
+            tool_options={"x": {"sql": 1}},  # type: ignore[dict-item]
+            max_concurrency=0,
+            resends=-1,
+            kill_after=-1.0,
+        )
+    wheres = [p.where for p in caught.value.problems]
+    assert wheres == [
+        "options.num_cpus",
+        "options.resources.sql",
+        "tool_options.x",
+        "max_concurrency",
+        "resends",
+        "kill_after",
+    ]
+
+
+async def test_a_model_driven_step_calls_its_tools_on_the_cluster(nodes: Nodes) -> None:
+    model = ScriptedModel([tool_calls(("where", {"label": "m"})), "found it"])
+    research = RayExecutor(
+        name="research",
+        inner=ModelExecutor(model=model, name="research", tools=["where"]),
+        tool_options={"where": RayOptions(num_cpus=0, resources={"draft": 1})},
+    )
+    step = {"id": "m1", "description": "find where", "executor": "research", "allowed_tools": ["where"]}
+    planner = ScriptedModel([{"steps": [step]}, {"answer": "done"}])
+    result = await Agent(planner, tools=TOOLS, executors=[research], budget=RAY_SAFETY, store=None).run("research")
+    assert result.stop.kind == "goal_met", result.stop
+    assert outputs(result) == {"m1": "found it"}
+    [call] = result.steps["m1"].tool_calls
+    assert call.error is None
+    assert nodes.label_of(call.output["node"]) == "draft"
+    model.assert_consumed()
+
+
+async def test_without_ray_a_call_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if it were not installed
+    ctx = ToolContext(run_id="r", step_id="s", attempt=1, idempotency_key="r:s")
+    with pytest.raises(UsageError, match=r"pip install 'planexec\[ray\]'"):
+        await RayExecutor().remote(where).invoke({"label": "x"}, ctx)
