@@ -12,8 +12,9 @@ import pytest
 from planexec.models import allow_model_requests
 
 # fakellm and llmock, started once per session when a test asks; headless Chromium for the browser tests;
-# Arize Phoenix, an OpenTelemetry trace backend, started once per session when a test asks
-pytest_plugins = ("tests.mock_servers", "tests.browser_support", "tests.phoenix_support")
+# Arize Phoenix, an OpenTelemetry trace backend, and a local Ray cluster, each started once per
+# session when a test asks
+pytest_plugins = ("tests.mock_servers", "tests.browser_support", "tests.phoenix_support", "tests.ray_cluster")
 
 allow_model_requests(False)
 os.environ["PLANEXEC_STORE"] = "memory://"  # agents that open their default store keep it in memory

@@ -8,6 +8,7 @@ import json
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -262,6 +263,7 @@ def test_a_spec_survives_its_json_and_a_hostile_one_lists_every_problem() -> Non
     spec = AgentSpec(
         planner="openai:gpt-4.1-mini",
         tools=("pkg.mod:TOOLS",),
+        executors=("pkg.deploy:EXECUTORS",),
         budget={"steps": "10", "cost": "none"},
         rules={"on_fail": "retry", "review_items": ("cites sources",)},
         planner_settings=("temperature=0.2",),
@@ -275,6 +277,7 @@ def test_a_spec_survives_its_json_and_a_hostile_one_lists_every_problem() -> Non
         "version": 99,
         "planner": 7,
         "tools": "pkg:TOOLS",
+        "executors": [3],
         "budget": {"steps": 5},
         "approve_plan": "yes",
         "rules": {"judge": ["a"], "rm": "-rf"},
@@ -283,7 +286,17 @@ def test_a_spec_survives_its_json_and_a_hostile_one_lists_every_problem() -> Non
     with pytest.raises(UsageError) as caught:
         AgentSpec.from_dict(hostile)
     found = " ".join(p.message for p in caught.value.problems)
-    for key in ("version", "planner", "tools", "budget", "approve_plan", "rules.judge", "rules.rm", "shell"):
+    for key in (
+        "version",
+        "planner",
+        "tools",
+        "executors",
+        "budget",
+        "approve_plan",
+        "rules.judge",
+        "rules.rm",
+        "shell",
+    ):
         assert repr(key) in found
     with pytest.raises(UsageError):
         AgentSpec.from_dict(["not", "an", "object"])  # type: ignore[arg-type]
@@ -298,11 +311,15 @@ def test_building_from_a_bad_spec_lists_every_problem(tmp_path: Path) -> None:
         executor_settings=("temperature=0.1",),
         step_timeout="0",
         rules={"on_fail": "shrug"},
+        executors=("no_such_module_here:EX", "json:dumps", "planexec.executor:ToolExecutor"),
     )
     with pytest.raises(UsageError) as caught:
         build_agent(spec, store=store)
     wheres = {p.where for p in caught.value.problems}
     assert {
+        "executors 'no_such_module_here:EX'",
+        "executors 'json:dumps'",
+        "executors 'planexec.executor:ToolExecutor'",
         "planner",
         "policy",
         "budget.steps",
@@ -312,6 +329,27 @@ def test_building_from_a_bad_spec_lists_every_problem(tmp_path: Path) -> None:
         "on_fail",
         "tools 'no_such_module_here:TOOLS'",
     } <= wheres
+
+
+async def test_a_spec_routes_steps_to_the_executors_it_names(
+    tmp_path: Path, tools_ref: str, store: SQLiteStore
+) -> None:
+    module = f"runs_executors_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(
+        "from planexec import ToolExecutor\n"
+        "EXECUTORS = [ToolExecutor(name='fast', description='quick lookups')]\n"
+        "ONE = ToolExecutor(name='fast')\n"
+    )
+    step = {"id": "s", "description": "publish", "tool": "publish", "args": {"value": 5}, "executor": "fast"}
+    spec = _spec(tmp_path, tools_ref, [{"steps": [step]}, FINAL], executors=(f"{module}:EXECUTORS",))
+    agent = build_agent(spec, store=store)
+    assert getattr(agent.executors["fast"], "description", None) == "quick lookups"
+    result = await agent.start("publish").result()
+    assert result.stop.kind == "goal_met", result.stop
+    twice = replace(spec, executors=(f"{module}:EXECUTORS", f"{module}:ONE"))
+    with pytest.raises(UsageError) as caught:
+        build_agent(twice, store=store)
+    assert [p.message for p in caught.value.problems] == ["two executors are named 'fast'"]
 
 
 async def test_a_resumed_scripted_planner_goes_on_after_the_replies_it_gave(

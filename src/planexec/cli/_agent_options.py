@@ -37,6 +37,7 @@ _KEYS = (
     "planner_spec",
     "executor_spec",
     "tool_refs",
+    "executor_refs",
     "mcp_commands",
     "mcp_urls",
     "mcp_headers",
@@ -74,6 +75,8 @@ class AgentFlags:
     planner: str | None = None
     executor: str | None = None
     tools: tuple[str, ...] = ()
+    executors: tuple[str, ...] = ()
+    """``module:attr`` references of executors steps may be routed to (``--executors``)."""
     mcp: tuple[str, ...] = ()
     """MCP servers: command lines (``--mcp``) and URLs (``--mcp-url``), in that order."""
     mcp_headers: tuple[str, ...] = ()
@@ -117,6 +120,7 @@ class AgentFlags:
             planner=own["planner_spec"],
             executor=own["executor_spec"],
             tools=tuple(own["tool_refs"] or ()),
+            executors=tuple(own["executor_refs"] or ()),
             mcp=(*(own["mcp_commands"] or ()), *(own["mcp_urls"] or ())),
             mcp_headers=tuple(own["mcp_headers"] or ()),
             policy=own["policy"],
@@ -148,6 +152,7 @@ class AgentFlags:
             planner=self.planner,
             executor=self.executor,
             tools=self.tools,
+            executors=self.executors,
             mcp=self.mcp,
             mcp_headers=self.mcp_headers,
             policy=self.policy or "upfront",
@@ -169,6 +174,7 @@ class AgentFlags:
             planner=absolute_model_string(self.planner) if self.planner is not None else spec.planner,
             executor=absolute_model_string(self.executor) if self.executor is not None else spec.executor,
             tools=self.tools or spec.tools,
+            executors=self.executors or spec.executors,
             mcp=self.mcp or spec.mcp,
             mcp_headers=self.mcp_headers or spec.mcp_headers,
             policy=self.policy if self.policy is not None else spec.policy,
@@ -295,6 +301,14 @@ def agent_options(*, for_run: bool) -> Callable[[F], F]:
             metavar='"COMMAND ARGS…"',
             help="An MCP server to start (a command line, quoted) whose tools the agent may use, over stdio "
             "(repeatable)." + later,
+        )(fn)
+        fn = click.option(
+            "--executors",
+            "executor_refs",
+            multiple=True,
+            metavar="MODULE:ATTR",
+            help="An executor, or a list of executors, that steps may be routed to, e.g. a RayExecutor named "
+            "'tools' that runs every tool step on a Ray cluster (repeatable)." + later,
         )(fn)
         fn = click.option(
             "--tools",

@@ -76,6 +76,7 @@ FLAGS: Mapping[str, str] = {
     "planner": "--planner",
     "executor": "--executor",
     "tools": "--tools",
+    "executors": "--executors",
     "mcp": "--mcp or --mcp-url",
     "mcp_headers": "--mcp-header",
     "policy": "--policy",

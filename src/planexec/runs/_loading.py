@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from planexec._util.strict_json import loads as strict_loads
 from planexec.errors import UsageError
+from planexec.executor import Executor
 from planexec.models import Model, ModelSettings, Providers, resolve_model
 from planexec.runs._problems import Problems
 from planexec.runtime import Budget
@@ -289,4 +290,31 @@ def load_tools(refs: Sequence[str], problems: Problems) -> list[Tool | Toolset]:
             Toolset(*found)
         except UsageError as e:
             problems.add_usage_error("tools", e)
+    return found
+
+
+def load_executors(refs: Sequence[str], problems: Problems) -> list[Executor]:
+    """The executors named by ``module:attr`` references (each an executor or a list of them);
+    every bad reference is a problem, and so is a name two of them share."""
+    _importable_here()
+    found: list[Executor] = []
+    for ref in refs:
+        where = f"executors {ref!r}"
+        value = _imported(where, ref, problems)
+        if value is _MISSING:
+            continue
+        items = list(value) if isinstance(value, list | tuple) else [value]
+        for index, item in enumerate(items):
+            at = f"item {index} " if isinstance(value, list | tuple) else ""
+            if isinstance(item, type):
+                problems.add(
+                    where, f"{at}is the class {item.__name__}, not an executor: make one, e.g. {item.__name__}()"
+                )
+            elif isinstance(item, Executor):
+                found.append(item)
+            else:
+                problems.add(where, f"{at}is a {type(item).__name__}, not an executor or a list of executors")
+    names = [e.name for e in found]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        problems.add("executors", f"two executors are named {name!r}")
     return found

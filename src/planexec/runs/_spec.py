@@ -24,6 +24,7 @@ from planexec.planner import ENSEMBLE_TRIGGERS, Ensemble, EnsembleTrigger, Plann
 from planexec.runs._loading import (
     importable,
     load_checks,
+    load_executors,
     load_model,
     load_tools,
     parse_budget,
@@ -56,11 +57,11 @@ __all__ = [
     "recorded_spec",
 ]
 
-SPEC_VERSION = 5
+SPEC_VERSION = 6
 """Version of the recorded spec (1: first version; 2: planner_settings, executor_settings and
 step_timeout; 3: the rules, under ``rules``; 4: mcp and mcp_headers; 5: the planner's ensemble,
-as the rules escalate_to, escalate_on and confidence_below. What an earlier version lacks reads
-as unset)."""
+as the rules escalate_to, escalate_on and confidence_below; 6: executors. What an earlier version
+lacks reads as unset)."""
 
 POLICIES = ("upfront", "step")
 REPLANS = ("on_failure", "after_each_step", "never")
@@ -98,7 +99,10 @@ class AgentSpec:
     agent uses, each a command line (spawned, spoken to over stdio) or an ``http://`` or ``https://`` URL
     (streamable HTTP); added in spec version 4. ``mcp_headers``: ``NAME: VALUE`` headers sent to
     every URL server, ``${VAR}`` in a value read from the environment when the agent is built
-    (the spec keeps the reference, never the value).
+    (the spec keeps the reference, never the value). ``executors``: ``module:attr`` references to
+    executors (or lists of them) steps may be routed to, such as a
+    :class:`~planexec.executor.RayExecutor` named ``tools`` that runs every tool step on a Ray
+    cluster; added in spec version 6.
     """
 
     planner: str | None = None
@@ -106,6 +110,7 @@ class AgentSpec:
     tools: tuple[str, ...] = ()
     mcp: tuple[str, ...] = ()
     mcp_headers: tuple[str, ...] = ()
+    executors: tuple[str, ...] = ()
     policy: str = "upfront"
     replan: str = "on_failure"
     budget: Mapping[str, str] = field(default_factory=dict)
@@ -138,6 +143,7 @@ class AgentSpec:
             tools=self.tools,
             mcp=self.mcp,
             mcp_headers=self.mcp_headers,
+            executors=self.executors,
             policy=self.policy,
             replan=self.replan,
             budget=dict(self.budget),
@@ -159,6 +165,7 @@ class AgentSpec:
             "tools": list(self.tools),
             "mcp": list(self.mcp),
             "mcp_headers": list(self.mcp_headers),
+            "executors": list(self.executors),
             "policy": self.policy,
             "replan": self.replan,
             "budget": dict(self.budget),
@@ -211,6 +218,7 @@ def _from_dict(data: Mapping[str, Any], where: str, problems: Problems) -> Agent
     tools = _strings(data.get("tools", []))
     mcp = _strings(data.get("mcp", []))
     mcp_headers = _strings(data.get("mcp_headers", []))
+    executors = _strings(data.get("executors", []))
     constraints = _strings(data.get("constraints", []))
     planner_settings = _strings(data.get("planner_settings", []))
     executor_settings = _strings(data.get("executor_settings", []))
@@ -241,6 +249,7 @@ def _from_dict(data: Mapping[str, Any], where: str, problems: Problems) -> Agent
         "tools",
         "mcp",
         "mcp_headers",
+        "executors",
         "policy",
         "replan",
         "budget",
@@ -259,6 +268,7 @@ def _from_dict(data: Mapping[str, Any], where: str, problems: Problems) -> Agent
         tools=tools if tools is not None else (),
         mcp=mcp if mcp is not None else (),
         mcp_headers=mcp_headers if mcp_headers is not None else (),
+        executors=executors if executors is not None else (),
         policy=text("policy", "upfront") or "upfront",
         replan=text("replan", "on_failure") or "on_failure",
         budget=dict(budget),
@@ -274,6 +284,7 @@ def _from_dict(data: Mapping[str, Any], where: str, problems: Problems) -> Agent
         ("tools", tools),
         ("mcp", mcp),
         ("mcp_headers", mcp_headers),
+        ("executors", executors),
         ("constraints", constraints),
         ("planner_settings", planner_settings),
         ("executor_settings", executor_settings),
@@ -478,6 +489,7 @@ def build_agent(
         )
     before = len(problems)
     tools = load_tools(spec.tools, problems)
+    routed = load_executors(spec.executors, problems)
     servers = mcp_toolsets(spec.mcp, spec.cwd, problems, headers=spec.mcp_headers)
     if needs_tools and not servers and len(problems) == before:  # an MCP server's tools are listed when it starts
         have = Toolset(*tools).names
@@ -508,6 +520,7 @@ def build_agent(
                 if executor is not None
                 else None
             ),
+            executors=routed,
             budget=budget,
             approvals=approvals if approvals is not None else Approvals(deferred=True, plan=spec.approve_plan),
             store=store,
