@@ -31,9 +31,10 @@ import pytest
 import planexec
 from planexec import UsageError
 from planexec.log import Event, RunFinished, RunResumed, RunStarted, StepStarted, StepSucceeded
-from planexec.runs import AgentSpec, held_by, submit
+from planexec.runs import AgentSpec, give_back, held_by, submit
 from planexec.store import MemoryStore, PostgresStore, QueueEntry, RunQueue
 
+from .serve_support import Server
 from .test_store_support import postgres_schema, postgres_url
 
 RUNS = 200
@@ -67,7 +68,22 @@ async def apply(item: str, seconds: float, ctx: ToolContext) -> str:
     return f"{item}: applied"
 
 
-TOOLS = [apply]
+@tool(side_effect=True, idempotent=True, requires_approval=True)
+async def publish(item: str, ctx: ToolContext) -> str:
+    """Publish an item (a human approves it first)."""
+    return await apply.invoke({"item": item, "seconds": 0.0}, ctx)
+
+
+TOOLS = [apply, publish]
+
+
+def _gated(request):
+    if request.purpose != "planner.propose":
+        return {"answer": "published"}
+    return {"steps": [{"id": "a", "description": "publish", "tool": "publish", "args": {"item": "news"}}]}
+
+
+GATED = FunctionModel(_gated, name="planner-gated")
 
 
 def _planner(seconds):
@@ -509,6 +525,66 @@ async def test_a_worker_whose_lease_is_taken_over_stops_writing_at_once(setup: S
 def _cli(setup: Setup, *args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "planexec", *args]
     return subprocess.run(command, cwd=setup.home, env=setup.env(), capture_output=True, text=True, timeout=60)
+
+
+async def test_an_answered_run_goes_back_to_the_workers(setup: Setup) -> None:
+    """A worker leaves a run that needs an approval waiting; approving it from any machine gives it
+    back to the workers' queue (not resumed in the approving process), and a worker finishes it."""
+    store = PostgresStore(setup.url, pool_size=2)
+    queue = RunQueue(store)
+    try:
+        spec = AgentSpec(
+            planner="object:workers_test_tools:GATED", tools=("workers_test_tools:TOOLS",), cwd=str(setup.home)
+        )
+        run_id = await submit(store, spec, "publish the news", check=False)
+        setup.start_worker("w0", "--concurrency", "2")
+
+        async def entry_state() -> str | None:
+            entry = await queue.entry(run_id)
+            return entry.state if entry is not None else None
+
+        await wait_for(lambda: _state_is(entry_state, "waiting"), "the run to wait for its approval")
+        assert setup.applied() == []
+        questions = await asyncio.to_thread(_cli, setup, "--store", setup.url, "approvals", "--json")
+        [question] = json.loads(questions.stdout)
+        approved = await asyncio.to_thread(
+            _cli, setup, "--store", setup.url, "approve", run_id, question["approval_id"], "--json"
+        )
+        assert approved.returncode == 0, approved.stderr
+        assert json.loads(approved.stdout)["requeued"] is True
+        assert f"run {run_id}: given back to the workers (queued)" in approved.stderr
+        await wait_for(lambda: _state_is(entry_state, "done"), "a worker to finish the answered run")
+        log = (await logs(store, [run_id]))[run_id]
+        assert isinstance(log[-1], RunFinished)
+        assert log[-1].stop.kind == "goal_met", log[-1].stop
+        assert setup.applied() == [(run_id, "a")]
+        assert not await give_back(store, run_id)  # done: nothing to give back
+        assert not await give_back(MemoryStore(), run_id)  # no workers without PostgreSQL
+
+        # the same through the server's API: the answer gives the run back, the server does not run it
+        served = await submit(store, spec, "publish the weather", check=False)
+        run_id = served
+        await wait_for(lambda: _state_is(entry_state, "waiting"), "the second run to wait for its approval")
+        server = Server(setup.home, [], extra=["--store", setup.url]).start()
+        try:
+            with server.client() as api:
+                [asked] = api.get(f"/v1/runs/{served}").json()["questions"]
+                url = f"/v1/runs/{served}/questions/{asked['question_id']}/answer"
+                answered = await asyncio.to_thread(api.post, url, json={"decision": "approve"})
+                assert answered.status_code == 200, answered.text
+                assert answered.json()["resumed"] is False
+        finally:
+            server.kill(signal.SIGTERM)
+        await wait_for(lambda: _state_is(entry_state, "done"), "a worker to finish the run answered by the API")
+        log = (await logs(store, [served]))[served]
+        assert log[-1].stop.kind == "goal_met"  # type: ignore[attr-defined]
+        assert (served, "a") in setup.applied()
+    finally:
+        await store.close()
+
+
+async def _state_is(read: Callable[[], Any], wanted: str) -> bool:
+    return bool(await read() == wanted)
 
 
 async def test_the_command_line_submits_lists_and_refuses(setup: Setup, tmp_path: Path) -> None:

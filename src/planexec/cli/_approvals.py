@@ -1,6 +1,7 @@
 """``planexec approvals``, ``approve`` and ``reject``: the questions runs wait for, and answering
 them from any process. An answer is appended to the run's log; a suspended run that waits for
-nothing else is then resumed here, as ``planexec resume`` would."""
+nothing else is then resumed here, as ``planexec resume`` would — or, when it was submitted to
+workers, given back to their queue."""
 
 from __future__ import annotations
 
@@ -28,9 +29,10 @@ from planexec.cli._text import plain, shown
 from planexec.errors import UsageError
 from planexec.log import ApprovalRecord, ChecklistResult, RunStarted, RunState
 from planexec.runs import answer as record_answer
-from planexec.runs import open_questions, pick_question
+from planexec.runs import give_back, open_questions, pick_question
 from planexec.runs import tell as tell_run
 from planexec.runtime import ApprovalDecision
+from planexec.store import RunStore
 
 __all__ = ["answer", "approvals", "approve", "reject", "tell"]
 
@@ -125,14 +127,20 @@ async def _decide(
             plain(f"approval {rec.approval_id} ({about(rec)}) {verdict}{extra} by {answer.by}"), err=view.as_json
         )
         others = state.pending_approvals
+        requeued = False
         if resume and not others and state.status == "waiting":
-            try:
-                return await resume_run(store, choice, log, AgentFlags(), view)
-            except Refused as e:
-                first_line = f"run {run_id}: the answer is recorded, but the run cannot be resumed here"
-                raise Refused(Problems([first_line, *e.problems])) from None
+            requeued = await _given_back(store, run_id, view)
+            if not requeued:
+                try:
+                    return await resume_run(store, choice, log, AgentFlags(), view)
+                except Refused as e:
+                    first_line = f"run {run_id}: the answer is recorded, but the run cannot be resumed here"
+                    raise Refused(Problems([first_line, *e.problems])) from None
     if view.as_json:
-        click.echo(json_text({"answered": approval_json(answered, run_id=run_id), "resumed": False}))
+        answered_json = approval_json(answered, run_id=run_id)
+        click.echo(json_text({"answered": answered_json, "resumed": False, "requeued": requeued}))
+    if requeued:
+        return 0
     if others:
         for line in waiting_lines(choice, run_id, others):
             click.echo(plain(line), err=view.as_json)
@@ -147,12 +155,21 @@ async def _decide(
     return 0
 
 
+async def _given_back(store: RunStore, run_id: str, view: View) -> bool:
+    """Give a run the workers left waiting back to them (it goes on on a worker, not here)."""
+    if not await give_back(store, run_id):
+        return False
+    click.echo(plain(f"run {run_id}: given back to the workers (queued)"), err=view.as_json)
+    return True
+
+
 def _resume_option() -> Callable[[Callable[..., None]], Callable[..., None]]:
     return click.option(
         "--resume/--no-resume",
         default=True,
         show_default=True,
-        help="Resume the run here when it is suspended and waits for nothing else (--no-resume: only record).",
+        help="Go on with the run when it is suspended and waits for nothing else: here, or on the workers "
+        "when it was submitted to them (--no-resume: only record).",
     )
 
 
@@ -207,7 +224,8 @@ def approve(
     against the tools the run recorded, and becomes a plan version authored by a human. An
     uncertain effect (a side-effecting call under way when a process stopped) needs --choice.
     The answer is appended to the run's log; then, when the run is suspended and waits for
-    nothing else, it is resumed here (exit status as `planexec run`).
+    nothing else, it is resumed here (exit status as `planexec run`), or given back to the
+    workers when it was submitted to them.
     """
 
     def make(first: RunStarted, state: RunState, rec: ApprovalRecord | None, problems: Problems) -> ApprovalDecision:
@@ -272,8 +290,8 @@ def reject(
     planner with the reason and the failed checklist items (--fail N=NOTE).
 
     The answer is appended to the run's log; then, when the run is suspended and waits for
-    nothing else, it is resumed here and goes on from the rejection (a rejected plan or step
-    stops the run as rejected).
+    nothing else, it is resumed here (or given back to the workers, when it was submitted to
+    them) and goes on from the rejection (a rejected plan or step stops the run as rejected).
     """
 
     def make(first: RunStarted, state: RunState, rec: ApprovalRecord | None, problems: Problems) -> ApprovalDecision:
@@ -318,7 +336,8 @@ def answer(
     """Answer the planner's question ID of RUN with TEXT (for an escalation: TEXT is guidance).
 
     The answer is appended to the run's log and becomes part of what the planner is told; then,
-    when the run is suspended and waits for nothing else, it is resumed here.
+    when the run is suspended and waits for nothing else, it is resumed here (or given back to
+    the workers, when it was submitted to them).
     """
 
     def make(first: RunStarted, state: RunState, rec: ApprovalRecord | None, problems: Problems) -> ApprovalDecision:
@@ -364,7 +383,8 @@ def tell(
     at the next safe point, keeping the work already done.
 
     It is appended to the run's log: a process running the run reads it when it next writes; a
-    suspended run is resumed here (--no-resume: only record it).
+    suspended run is resumed here, or given back to the workers when it was submitted to them
+    (--no-resume: only record it).
     """
     view = View.make(as_json=as_json, no_live=no_live, no_input=no_input)
     run_observed(
@@ -389,8 +409,15 @@ async def _tell(
             raise Refused(problems) from None
         what = "constraint" if constraint else "information"
         click.echo(plain(f"run {run_id}: {what} recorded"), err=view.as_json)
+        requeued = False
         if resume and state.status == "waiting":
-            return await resume_run(store, choice, log, AgentFlags(), view)
+            requeued = await _given_back(store, run_id, view)
+            if not requeued:
+                return await resume_run(store, choice, log, AgentFlags(), view)
+    if requeued:
+        if view.as_json:
+            click.echo(json_text({"told": run_id, "resumed": False, "requeued": True}))
+        return 0
     if state.status == "running":
         click.echo(
             f"run {run_id} is not suspended: a process running it reads this when it next writes its log; "
@@ -400,5 +427,5 @@ async def _tell(
     elif not resume:
         click.echo(f"go on with: planexec {store_flag(choice)}resume {run_id}", err=view.as_json)
     if view.as_json:
-        click.echo(json_text({"told": run_id, "resumed": False}))
+        click.echo(json_text({"told": run_id, "resumed": False, "requeued": False}))
     return 0

@@ -35,7 +35,7 @@ from planexec.runs._stored import (
     parse_age,
     read_run,
 )
-from planexec.runs._submit import held_by, requeue, submit
+from planexec.runs._submit import give_back, held_by, requeue, submit
 
 __all__ = [
     "RULE_LISTS",
@@ -57,6 +57,7 @@ __all__ = [
     "dropped_settings",
     "export_lines",
     "gc",
+    "give_back",
     "held_by",
     "list_runs",
     "list_sessions",

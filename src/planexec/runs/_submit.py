@@ -13,7 +13,7 @@ from planexec.runs._spec import AgentSpec, build_agent
 from planexec.runs._stored import check_run_id
 from planexec.store import PostgresStore, RunQueue, RunStore
 
-__all__ = ["held_by", "requeue", "submit"]
+__all__ = ["give_back", "held_by", "requeue", "submit"]
 
 
 async def submit(
@@ -75,6 +75,20 @@ async def requeue(store: RunStore, run_id: str) -> bool:
         raise UsageError(f"runs are queued for workers in PostgreSQL, not in a {type(store).__name__}")
     check_run_id(run_id)
     return await RunQueue(store).requeue(run_id)
+
+
+async def give_back(store: RunStore, run_id: str) -> bool:
+    """Queue ``run_id`` again for the workers when it is a submitted run they left waiting for a
+    human (answered since); False for any other run — not submitted, not waiting, or in a store
+    that is not PostgreSQL — which whoever answered it may resume itself."""
+    if not isinstance(store, PostgresStore):
+        return False
+    check_run_id(run_id)
+    queue = RunQueue(store)
+    entry = await queue.entry(run_id)
+    if entry is None or entry.state != "waiting":
+        return False
+    return await queue.requeue(run_id)
 
 
 async def held_by(store: RunStore, run_id: str) -> str | None:

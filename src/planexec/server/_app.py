@@ -27,7 +27,17 @@ from planexec.errors import Problem, StoreError, UsageError
 from planexec.hosting import App, BearerGuard
 from planexec.log import ChecklistResult, Event, RunStarted, RunState, dump_event
 from planexec.plan import Plan
-from planexec.runs import answer, held_by, load_run, open_questions, pick_question, read_run, still_waiting, tell
+from planexec.runs import (
+    answer,
+    give_back,
+    held_by,
+    load_run,
+    open_questions,
+    pick_question,
+    read_run,
+    still_waiting,
+    tell,
+)
 from planexec.runtime import ApprovalDecision
 from planexec.server._agents import ServedAgent, check_budget
 from planexec.server._guards import MAX_BODY_BYTES, BodyLimit, SafeHeaders, _ApiError, error_body
@@ -563,7 +573,8 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
             return summary(live.state, agent_of(log[0]))
         state = await tell(store, run_id, body.text, constraint=body.constraint, by=ANSWERED_BY, log=log)
         workers.changed(run_id)
-        if state.status == "waiting" and not state.pending_approvals and not workers.busy(run_id):
+        idle = state.status == "waiting" and not state.pending_approvals and not workers.busy(run_id)
+        if idle and not await give_back(store, run_id):  # a run submitted to workers goes back to them
             workers.resume(run_id, log)
         return summary(state, agent_of(log[0]))
 
@@ -607,7 +618,8 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         state = await answer(store, run_id, decision, approval_id=rec.approval_id, log=log)
         workers.changed(run_id)
         resumed = False
-        if state.status == "waiting" and not state.pending_approvals and not workers.busy(run_id):
+        idle = state.status == "waiting" and not state.pending_approvals and not workers.busy(run_id)
+        if idle and not await give_back(store, run_id):  # a run submitted to workers goes back to them
             workers.resume(run_id, log)
             resumed = True
         return AnswerResult(run=summary(state, agent_of(log[0])), resumed=resumed)
