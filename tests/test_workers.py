@@ -30,7 +30,16 @@ import pytest
 
 import planexec
 from planexec import UsageError
-from planexec.log import Event, RunFinished, RunResumed, RunStarted, StepStarted, StepSucceeded
+from planexec.log import (
+    Event,
+    ModelCalled,
+    PlanRecalled,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    StepStarted,
+    StepSucceeded,
+)
 from planexec.runs import AgentSpec, give_back, held_by, submit
 from planexec.store import MemoryStore, PostgresStore, QueueEntry, RunQueue
 
@@ -576,9 +585,44 @@ async def test_an_answered_run_goes_back_to_the_workers(setup: Setup) -> None:
         finally:
             server.kill(signal.SIGTERM)
         await wait_for(lambda: _state_is(entry_state, "done"), "a worker to finish the run answered by the API")
-        log = (await logs(store, [served]))[served]
-        assert log[-1].stop.kind == "goal_met"  # type: ignore[attr-defined]
+        last = (await logs(store, [served]))[served][-1]
+        assert isinstance(last, RunFinished)
+        assert last.stop.kind == "goal_met", last.stop
         assert (served, "a") in setup.applied()
+    finally:
+        await store.close()
+
+
+async def test_workers_share_a_plan_memory_across_runs(setup: Setup) -> None:
+    """`planexec submit --memory`: the first run's plan is remembered in the store; the same goal
+    submitted again is planned from memory by whichever worker takes it, with no planner call."""
+    store = PostgresStore(setup.url, pool_size=2)
+    queue = RunQueue(store)
+    flags = ["--planner", "object:workers_test_tools:QUICK", "--tools", "workers_test_tools:TOOLS", "--memory"]
+    try:
+        setup.start_worker("w0", "--concurrency", "2")
+        run_ids = []
+        for n in range(2):
+            submitted = await asyncio.to_thread(_cli, setup, "--store", setup.url, "submit", "apply item 7", *flags)
+            assert submitted.returncode == 0, submitted.stderr
+            run_ids.append(submitted.stdout.strip())
+
+            async def done(run_id: str = run_ids[-1]) -> bool:
+                entry = await queue.entry(run_id)
+                return entry is not None and entry.state == "done"
+
+            await wait_for(done, f"run {n} to finish")
+        first, second = (await logs(store, run_ids)).values()
+        for log in (first, second):
+            assert isinstance(log[-1], RunFinished)
+            assert log[-1].stop.kind == "goal_met", log[-1].stop
+        proposed = [
+            sum(isinstance(e, ModelCalled) and e.purpose == "planner.propose" for e in log) for log in (first, second)
+        ]
+        assert proposed == [1, 0]  # the second run's plan came from memory, with no planner call
+        [recalled] = [e for e in second if isinstance(e, PlanRecalled)]
+        assert recalled.mode == "direct"
+        assert not any(isinstance(e, PlanRecalled) for e in first)
     finally:
         await store.close()
 

@@ -3,6 +3,7 @@ store with what it takes to pick the run up again."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -97,7 +98,7 @@ def run(
     line is wrong, 3 when the run waits for a human's answer.
     """
     observed = TelemetryFlags.take(values)
-    spec = AgentFlags.take(values).spec_for_run(constraints)
+    spec = dataclasses.replace(AgentFlags.take(values).spec_for_run(constraints), memory=use_memory)
     view = View.make(as_json=as_json, no_live=no_live, no_input=no_input)
     run_observed(ctx, observed, _run(goal, spec, view, store_choice(ctx), session, session_caps, use_memory))
 

@@ -35,6 +35,13 @@ POSTGRES_ONLY = "workers share runs through a PostgreSQL store: give --store pos
 @click.option("--approve-plan", is_flag=True, help="Approve each plan version before it runs (saved in the log).")
 @click.option("--run-id", "run_id", metavar="ID", default=None, help="The run's id (default: a new one).")
 @click.option(
+    "--memory",
+    "use_memory",
+    is_flag=True,
+    help="The worker reuses a plan remembered in the store when GOAL is like a goal met before, and remembers "
+    "this run's plan when it meets its goal (as `planexec run --memory`; every worker shares the memory).",
+)
+@click.option(
     "--no-check",
     is_flag=True,
     help="Do not build the agent here first (its tools exist only on the workers' machines).",
@@ -47,6 +54,7 @@ def submit(
     goal: str,
     constraints: tuple[str, ...],
     run_id: str | None,
+    use_memory: bool,
     no_check: bool,
     **values: Any,
 ) -> None:
@@ -58,7 +66,7 @@ def submit(
 
     Exit status: 0 queued, 2 wrong command line (every problem is listed).
     """
-    spec = AgentFlags.take(values).spec_for_run(constraints)
+    spec = dataclasses.replace(AgentFlags.take(values).spec_for_run(constraints), memory=use_memory)
     run_command(ctx, _submit(goal, spec, run_id, not no_check, store_choice(ctx)))
 
 

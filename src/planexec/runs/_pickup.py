@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Callable
 
 from planexec.log import Event, RunStarted, RunState
+from planexec.memory import PlanMemory
 from planexec.models import Providers
 from planexec.runs._spec import AgentSpec, build_agent, recorded_spec
 from planexec.runs._stored import load_run
@@ -32,13 +33,15 @@ async def resume(
     change: Callable[[AgentSpec], AgentSpec] | None = None,
     log: list[Event] | None = None,
     providers: Providers | None = None,
+    memory: PlanMemory | None = None,
 ) -> Run:
     """Go on with run ``run_id`` in this process, the agent rebuilt from the spec it recorded.
 
     ``change`` turns the recorded spec into the one to use (e.g. another model string); scripted
     models the run recorded skip the replies the run already used. ``approvals`` default to
     questions saved in the log; ``providers`` resolve, charge and limit its models (the default ones
-    when None). A finished run is returned as it is. Raises
+    when None). ``memory``: the plan memory told how the run ends, when the run was started with
+    one (a memory's offer is in the log already). A finished run is returned as it is. Raises
     :class:`~planexec.UsageError` listing every problem (an unknown run, a spec that cannot be
     built, tools the run used that are missing). The agent's MCP servers are stopped when the run
     ends or is suspended.
@@ -57,6 +60,8 @@ async def resume(
         needs_tools=first.tools,
         providers=providers,
     )
+    if memory is not None and "memory" in first.config:
+        agent.memory = memory
     run = await agent.resume(run_id)
     _close_when_done(run, agent)
     return run

@@ -60,8 +60,8 @@ __all__ = [
 SPEC_VERSION = 6
 """Version of the recorded spec (1: first version; 2: planner_settings, executor_settings and
 step_timeout; 3: the rules, under ``rules``; 4: mcp and mcp_headers; 5: the planner's ensemble,
-as the rules escalate_to, escalate_on and confidence_below; 6: executors. What an earlier version
-lacks reads as unset)."""
+as the rules escalate_to, escalate_on and confidence_below; 6: executors and memory. What an
+earlier version lacks reads as unset)."""
 
 POLICIES = ("upfront", "step")
 REPLANS = ("on_failure", "after_each_step", "never")
@@ -102,7 +102,9 @@ class AgentSpec:
     (the spec keeps the reference, never the value). ``executors``: ``module:attr`` references to
     executors (or lists of them) steps may be routed to, such as a
     :class:`~planexec.executor.RayExecutor` named ``tools`` that runs every tool step on a Ray
-    cluster; added in spec version 6.
+    cluster; ``memory``: the agent remembers plans that met their goals in its run store and
+    reuses them (:class:`~planexec.memory.PlanMemory`; whoever runs the agent gives it the memory:
+    ``planexec worker`` one shared by all its runs); both added in spec version 6.
     """
 
     planner: str | None = None
@@ -111,6 +113,7 @@ class AgentSpec:
     mcp: tuple[str, ...] = ()
     mcp_headers: tuple[str, ...] = ()
     executors: tuple[str, ...] = ()
+    memory: bool = False
     policy: str = "upfront"
     replan: str = "on_failure"
     budget: Mapping[str, str] = field(default_factory=dict)
@@ -144,6 +147,7 @@ class AgentSpec:
             mcp=self.mcp,
             mcp_headers=self.mcp_headers,
             executors=self.executors,
+            memory=self.memory,
             policy=self.policy,
             replan=self.replan,
             budget=dict(self.budget),
@@ -166,6 +170,7 @@ class AgentSpec:
             "mcp": list(self.mcp),
             "mcp_headers": list(self.mcp_headers),
             "executors": list(self.executors),
+            "memory": self.memory,
             "policy": self.policy,
             "replan": self.replan,
             "budget": dict(self.budget),
@@ -230,6 +235,10 @@ def _from_dict(data: Mapping[str, Any], where: str, problems: Problems) -> Agent
     if not isinstance(approve_plan, bool):
         bad.append("approve_plan")
         approve_plan = False
+    memory = data.get("memory", False)
+    if not isinstance(memory, bool):
+        bad.append("memory")
+        memory = False
     rules: dict[str, Any] = {}
     raw_rules = data.get("rules", {})
     if not isinstance(raw_rules, Mapping):
@@ -250,6 +259,7 @@ def _from_dict(data: Mapping[str, Any], where: str, problems: Problems) -> Agent
         "mcp",
         "mcp_headers",
         "executors",
+        "memory",
         "policy",
         "replan",
         "budget",
@@ -269,6 +279,7 @@ def _from_dict(data: Mapping[str, Any], where: str, problems: Problems) -> Agent
         mcp=mcp if mcp is not None else (),
         mcp_headers=mcp_headers if mcp_headers is not None else (),
         executors=executors if executors is not None else (),
+        memory=memory,
         policy=text("policy", "upfront") or "upfront",
         replan=text("replan", "on_failure") or "on_failure",
         budget=dict(budget),

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from planexec.errors import LogUnreadable, Problem, StoreError, UsageError
 from planexec.log import ErrorCode, Event, RunFinished, RunStarted, RunState, StopReason
+from planexec.memory import PlanMemory
 from planexec.models import Providers
 from planexec.runs import AgentSpec, build_agent, resume, still_waiting
 from planexec.runtime import Agent, Approvals, Run
@@ -140,6 +141,7 @@ class Worker:
         self._failure: WorkerFailed | None = None
         self._failing_since: float | None = None
         self._renewed_at = time.monotonic()
+        self._memory: PlanMemory | None = None
 
     @property
     def in_hand(self) -> list[str]:
@@ -167,6 +169,8 @@ class Worker:
                 await heartbeat
             if self._failure is not None or self._held:
                 await self._let_go_all(release=self._failure is None)
+            if self._memory is not None:
+                await self._memory.close()
         if self._failure is not None:
             raise self._failure
         return self.stats
@@ -320,7 +324,9 @@ class Worker:
             if still_waiting(state):
                 return "waiting", None
             try:
-                run = await resume(self.store, claim.run_id, log=log, providers=self.providers)
+                run = await resume(
+                    self.store, claim.run_id, log=log, providers=self.providers, memory=self._plan_memory()
+                )
             except UsageError as e:
                 return await self._unbuildable(claim, log, e)
             self.stats.resumed += 1
@@ -333,6 +339,8 @@ class Worker:
                     approvals=Approvals(deferred=True, plan=spec.approve_plan),
                     providers=self.providers,
                 )
+                if spec.memory:
+                    agent.memory = self._plan_memory()
                 held.agent = agent
                 await agent.open()
                 run = agent.start(
@@ -361,6 +369,13 @@ class Worker:
                 return None, None  # another writer got in (a lease that ran out): read the log again
         self.stats.finished += 1
         return "done", str(result.stop)
+
+    def _plan_memory(self) -> PlanMemory:
+        """The plan memory every run of this worker whose spec asks for one shares: in the store's
+        own database, so that all workers share its entries."""
+        if self._memory is None:
+            self._memory = PlanMemory(self.store)
+        return self._memory
 
     async def _unbuildable(
         self, claim: Claim, log: list[Event], error: UsageError
