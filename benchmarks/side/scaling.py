@@ -1,28 +1,30 @@
 """What limits runs per second when ``planexec worker`` processes share a PostgreSQL store, and a
 bottleneck model fitted to it that predicts runs/s for N workers on machines of their own.
 
-Run (a PostgreSQL server on this machine: ``scripts/postgres start`` prints its URL)::
+Run it with a PostgreSQL server on this machine (``scripts/postgres start`` prints its URL)::
 
-    PLANEXEC_TEST_POSTGRES=postgresql://… python -m benchmarks.side.scaling [--runs 400] [--repeats 2]
+    PLANEXEC_TEST_POSTGRES=postgresql://… python -m benchmarks.side.scaling [--runs 400] [--repeats 3]
 
-The runs are those of ``benchmarks.side.workers``: a two-step plan from a function-backed planner
-(no model latency) whose idempotent side-effecting tool sleeps ``--tool-ms`` per step. Measured, in
-one sitting:
+It takes 2–4 minutes on two shared cores. The runs are those of ``benchmarks.side.workers``: a
+two-step plan from a function-backed planner (no model latency) whose idempotent side-effecting
+tool sleeps ``--tool-ms`` per step. Each sitting (``--repeats`` of them) measures:
 
+* **one run alone**: one worker with one slot runs ``--alone`` runs; wall time per run is a run's
+  latency with nothing else queued (R0, the latency bound's constant).
 * **the sweep**: for N = 1, 2, 3 workers (``--concurrency`` runs each), ``--runs`` queued runs;
   runs/s over a window from the moment every worker has claimed a run and a tenth of the runs are
   done until nine tenths are (start-up and the tail left out), and over that window the **CPU
   seconds per run** spent in the worker processes and in the PostgreSQL server (the postmaster and
   its children, read from ``/proc/PID/stat``), plus what the rest of the machine used meanwhile
-  (``/proc/stat``), since other programs share these cores. Over the
-  workers' whole life: committed transactions per run (``pg_stat_database``), events and appends
-  per run (rows written to ``planexec_events`` and ``planexec_runs``) and the queue's statements
-  (claims, lease renewals, releases). The sweep is repeated ``--repeats`` times, N interleaved.
-* **one run alone**, at the start of each sitting: one worker with one slot runs ``--alone`` runs;
-  wall time per run is a run's latency with nothing else queued (R0, the latency bound's constant).
-* **the store's ceiling**: ``--burst-connections`` connections append two-event batches (a step's
-  ``step_started`` and ``step_succeeded``) to runs of their own as fast as they can, for
-  ``--burst-appends`` appends: appends/s and PostgreSQL CPU per append.
+  (``/proc/stat``), since other programs share these cores. Over the workers' whole life:
+  committed transactions per run (``pg_stat_database``), events and appends per run (rows written
+  to ``planexec_events`` and ``planexec_runs``) and the queue's statements (claims, lease
+  renewals, releases).
+
+After the sittings, **the store's ceiling**: ``--burst-connections`` connections from this process
+append two-event batches (a step's ``step_started`` and ``step_succeeded``) to runs of their own as
+fast as they can, for ``--burst-appends`` appends: appends/s and PostgreSQL CPU per append (one
+Python process may be the limit: its CPU per append is printed beside).
 
 The model (printed with its constants): a run costs ``c_w`` CPU seconds in a worker and ``c_pg`` in
 the database; a worker is one event loop, so it uses at most one core, and holds at most ``k``
@@ -34,8 +36,8 @@ for N workers with a core each and a database of C_pg cores. On this machine eve
 the same cores C, so the prediction here is ``min(N * k / R0, N / c_w, C / (c_w + c_pg))``, with
 ``c_w`` and ``c_pg`` from the one-worker sweeps — checked against every sweep, with C = what the
 other programs left of the machine's cores during it. Gunther's Universal Scalability Law is fitted
-to the quietest sitting's points for comparison. Every process the benchmark
-starts is stopped by its PID; each measurement uses a schema of its own, dropped after it.
+to the quietest sitting's points for comparison. Every process the benchmark starts is stopped by
+its PID; each measurement uses a schema of its own, dropped after it.
 """
 
 from __future__ import annotations
@@ -446,7 +448,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default=os.environ.get("PLANEXEC_TEST_POSTGRES"))
     parser.add_argument("--runs", type=int, default=400)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3, help="sittings")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--tool-ms", type=float, default=10.0)
     parser.add_argument("--lease", type=float, default=3.0, help="lease seconds (renewed every third)")
