@@ -194,7 +194,16 @@ async def lookup(item: str, ctx: ToolContext) -> dict[str, Any]:
     return {"item": item, "client": client, "node": node}
 
 
-TOOLS: list[Tool] = [where, fails, flaky, ping, stubborn, hangs, waits, charge, ship, lookup]
+@tool
+async def pause(marker: str, ctx: ToolContext) -> int:
+    """Wait for the test to let it go; say which process ran it."""
+    _record_call(ctx, "pause")
+    (Path(os.environ[DIR_VAR]) / f"started-{marker}").write_text(str(os.getpid()))
+    await _wait_for_gate(marker)
+    return os.getpid()
+
+
+TOOLS: list[Tool] = [where, fails, flaky, ping, stubborn, hangs, waits, charge, ship, lookup, pause]
 
 
 # -- the cluster ----------------------------------------------------------------------------------
@@ -303,6 +312,7 @@ def pooled(**options: Any) -> RayExecutor:
         tool_options={
             "where": RayOptions(resources={"sql": 1}),
             "lookup": RayOptions(resources={"sql": 1}, actor_concurrency=2),
+            "pause": RayOptions(resources={"sql": 1}, actor_concurrency=2),  # the same pool as lookup
             "ping": head,
             "hangs": head,
             "waits": head,
@@ -554,6 +564,31 @@ async def test_a_pool_keeps_its_tools_warm_on_the_nodes_it_asks_for(nodes: Nodes
     assert {nodes.label_of(node) for _, node in clients} == {"sql"}
     assert {o["client"] for o in found} == {f"client of {pid}" for pid in pids}
     for pid in pids:  # closing the executor killed its actors
+        await gone(pid, f"actor {pid}")
+
+
+async def test_a_pool_spreads_overlapping_calls_over_its_actors(nodes: Nodes) -> None:
+    ex = pooled()
+    try:
+        steps = [tool_step(f"p{i}", "pause", {"marker": f"spread-{i}"}) for i in range(3)]
+        run = agent(steps, using=ex).start("pause")
+        for i in range(3):
+            await appears(nodes.root / f"started-spread-{i}")
+        pids = [int((nodes.root / f"started-spread-{i}").read_text()) for i in range(3)]
+        # the least busy actor first: a second actor for the second call, then one of the two
+        assert len(set(pids)) == 2, pids
+        assert os.getpid() not in pids
+        for i in range(3):
+            _gate(f"spread-{i}").touch()
+        result = await run.result()
+        assert result.stop.kind == "goal_met", result.stop
+        # lookup shares the pool (the same options): it runs on one of those two actors
+        after = await agent([tool_step("l", "lookup", {"item": "x"})], using=ex).run("look up")
+        [(pid,)] = rows("select pid from served where key like ?", f"{after.run_id}%")
+        assert pid in pids
+    finally:
+        await ex.close()
+    for pid in set(pids):
         await gone(pid, f"actor {pid}")
 
 
