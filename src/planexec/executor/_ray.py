@@ -372,8 +372,10 @@ class RayExecutor:
         except ray.exceptions.RayTaskError:
             ran = True  # the tool raised: the actor ran the call, and holds the tool
             raise
-        except ray.exceptions.RayActorError:
+        except ray.exceptions.RayActorError as e:
             pool.drop(member, ray)  # dead or unreachable: a new actor takes its place when needed
+            if getattr(e, "actor_init_failed", False):  # never started, so the call never ran
+                raise ToolError(f"{way.tool.name}: its Ray actor could not be started: {e}") from None
             raise
         finally:
             pool.done(member, tool_key, ran=ran)
