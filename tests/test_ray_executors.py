@@ -706,6 +706,37 @@ async def test_a_non_idempotent_call_on_a_dying_actor_is_held_for_a_human(nodes:
     assert outputs(result)["s"] == {"order": "a-o2", "charged": 7}
 
 
+async def test_a_call_not_safe_to_repeat_skips_an_actor_that_died_while_idle(nodes: Nodes) -> None:
+    asked: list[ApprovalRequest] = []
+
+    async def human(request: ApprovalRequest) -> ApprovalDecision:
+        asked.append(request)
+        return ApprovalDecision(approved=False, reason="not expected")
+
+    ex = pooled()
+    try:
+        _gate("a-o3").touch()
+        first = await agent([tool_step("s", "ship", {"order": "a-o3", "amount": 3})], using=ex).run("ship")
+        assert first.stop.kind == "goal_met", first.stop
+        [(node,)] = rows("select node from calls where tool = 'ship' and key like ?", f"{first.run_id}%")
+        victim = nodes.label_of(node)
+        nodes.kill(victim)  # the pool's actor dies with it, between two calls
+        try:
+            _gate("a-o4").touch()
+            steps = [tool_step("s", "ship", {"order": "a-o4", "amount": 4})]
+            result = await agent(steps, using=ex, approvals=Approvals(approver=human)).run("ship")
+        finally:
+            nodes.add(victim, dict(NODE_RESOURCES[victim]))
+    finally:
+        await ex.close()
+    assert result.stop.kind == "goal_met", result.stop
+    assert asked == []  # sent once, to a live actor: nothing uncertain to ask about
+    [(key, second)] = rows("select key, node from calls where tool = 'ship' and key like ?", f"{result.run_id}%")
+    assert second != node
+    assert rows("select count(*) from effects where key = ?", key) == [(1,)]
+    assert outputs(result)["s"] == {"order": "a-o4", "charged": 4}
+
+
 def test_bad_actor_options_are_refused_with_every_problem() -> None:
     with pytest.raises(UsageError) as caught:
         RayExecutor(

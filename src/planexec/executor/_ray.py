@@ -358,7 +358,10 @@ class RayExecutor:
             raise
 
     async def _on_actor(self, ray: ModuleType, pool: ActorPool, way: _Way, call_args: tuple[Any, ...]) -> Any:
+        tool = way.tool
         member = pool.pick()
+        if tool.side_effect and not tool.idempotent:
+            member = await self._live(ray, pool, member, tool.name)
         tool_key = way.key
         ref = pool.submit(member, tool_key, way.shipped, call_args)
         ran = False
@@ -375,10 +378,30 @@ class RayExecutor:
         except ray.exceptions.RayActorError as e:
             pool.drop(member, ray)  # dead or unreachable: a new actor takes its place when needed
             if getattr(e, "actor_init_failed", False):  # never started, so the call never ran
-                raise ToolError(f"{way.tool.name}: its Ray actor could not be started: {e}") from None
+                raise ToolError(f"{tool.name}: its Ray actor could not be started: {e}") from None
             raise
         finally:
             pool.done(member, tool_key, ran=ran)
+
+    async def _live(self, ray: ModuleType, pool: ActorPool, member: Any, tool_name: str) -> Any:
+        """``member``, or another actor of the pool, once it has answered: a call that is not safe
+        to repeat is never sent to an actor that died while idle (its loss would leave the effect
+        uncertain when the call was certainly never run)."""
+        for _ in range(self.resends + 1):
+            try:
+                await member.handle.ready.remote()
+                return member
+            except ray.exceptions.RayActorError as e:
+                pool.done(member)
+                pool.drop(member, ray)
+                if getattr(e, "actor_init_failed", False):
+                    raise ToolError(f"{tool_name}: its Ray actor could not be started: {e}") from None
+            except BaseException:
+                pool.done(member)
+                raise
+            member = pool.pick()
+        pool.done(member)
+        raise ToolError(f"{tool_name}: no Ray actor of its pool answered ({self.resends + 1} tried)")
 
 
 @dataclass(eq=False, kw_only=True)

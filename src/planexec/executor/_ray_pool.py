@@ -15,7 +15,9 @@ invoke is sent to each actor once and kept there, so what the tool caches at mod
 - **Failures.** Ray neither restarts a pool's actors nor retries their calls (``max_restarts=0``,
   ``max_task_retries=0``). An actor that died (its process or its node) is dropped from the pool and
   a new one is made when a call needs it; the call that was running on it is handled by the
-  executor (sent again when that is safe, else :class:`~planexec.errors.EffectUncertain`).
+  executor (sent again when that is safe, else :class:`~planexec.errors.EffectUncertain`). A call
+  that is not safe to repeat is sent only to an actor that has just answered (``ready``), so that
+  one that died while idle is skipped rather than leaving the call's effect uncertain.
 - **Giving up.** A call the run gives up on is cancelled (``ray.cancel``: the tool sees
   ``CancelledError``). Ray cannot force-stop one call of an actor, so a call still running
   ``kill_after`` seconds later has its actor killed and replaced; the other calls that actor was
@@ -44,6 +46,10 @@ class PoolActor:
 
     def __init__(self) -> None:
         self._invokes: dict[str, Invoke] = {}
+
+    async def ready(self) -> bool:
+        """Answer: the actor is alive (asked before a call that must not be sent to a dead one)."""
+        return True
 
     async def call(
         self,
@@ -82,33 +88,29 @@ class ActorPool:
         self._members: list[_Member] = []
         self.closed = False
 
-    @property
-    def actors(self) -> list[Any]:
-        """The handles of the pool's live actors."""
-        return [m.handle for m in self._members if not m.dead]
-
     def pick(self) -> _Member:
-        """The least busy live actor, or a new one when every actor is busy and there is room."""
+        """The least busy live actor, or a new one when every actor is busy and there is room; it
+        counts one more call in flight until :meth:`done`."""
         self._members = [m for m in self._members if not m.dead]
         idle = min(self._members, key=lambda m: m.in_flight, default=None)
         if idle is None or (idle.in_flight > 0 and len(self._members) < self._size):
             idle = _Member(self._class.options(**self._options).remote())
             self._members.append(idle)
+        idle.in_flight += 1
         return idle
 
-    def submit(self, member: _Member, tool_key: str, shipped: Any, call_args: tuple[Any, ...]) -> Any:
+    @staticmethod
+    def submit(member: _Member, tool_key: str, shipped: Any, call_args: tuple[Any, ...]) -> Any:
         """Send one call to ``member`` (with the tool's invoke, the first time it gets that tool)."""
         invoke = None if tool_key in member.loaded else shipped
-        ref = member.handle.call.remote(tool_key, invoke, *call_args)
-        member.in_flight += 1
-        return ref
+        return member.handle.call.remote(tool_key, invoke, *call_args)
 
     @staticmethod
-    def done(member: _Member, tool_key: str, *, ran: bool) -> None:
-        """A call sent to ``member`` ended; ``ran``: the actor ran it, so it holds the tool now (a
+    def done(member: _Member, tool_key: str | None = None, *, ran: bool = False) -> None:
+        """A call picked ``member`` and ended; ``ran``: the actor ran it, so it holds the tool now (a
         call cancelled before it started may never have delivered the invoke)."""
         member.in_flight -= 1
-        if ran:
+        if ran and tool_key is not None:
             member.loaded.add(tool_key)
 
     def drop(self, member: _Member, ray: ModuleType) -> None:
