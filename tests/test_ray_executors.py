@@ -49,8 +49,9 @@ if importlib.util.find_spec("ray") is None:  # pragma: no cover - depends on the
     pytest.skip("ray is not installed (pip install 'planexec[ray]')", allow_module_level=True)
 # Ray is imported only once the environment it needs here is set (it reads some of it on import).
 
-PATIENCE = 60.0
-"""Seconds a test waits for a record to appear: only turns a hang into a failure."""
+PATIENCE = 120.0
+"""Seconds a test waits for a record to appear: only turns a hang into a failure (on a busy 2-core
+machine a pool's new actor, a worker process of its own, took up to 25 s to start)."""
 RAY_SAFETY = Budget(wall_time=PATIENCE * 2)
 """The runs' wall-time budget: only turns a hang into a failed run (a busy machine starts Ray's
 workers slowly)."""
