@@ -12,6 +12,7 @@ workers reach; tests wait for those records, never for elapsed time.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import os
 import sqlite3
@@ -48,8 +49,9 @@ if importlib.util.find_spec("ray") is None:  # pragma: no cover - depends on the
     pytest.skip("ray is not installed (pip install 'planexec[ray]')", allow_module_level=True)
 # Ray is imported only once the environment it needs here is set (it reads some of it on import).
 
-PATIENCE = 60.0
-"""Seconds a test waits for a record to appear: only turns a hang into a failure."""
+PATIENCE = 120.0
+"""Seconds a test waits for a record to appear: only turns a hang into a failure (on a busy 2-core
+machine a pool's new actor, a worker process of its own, took up to 25 s to start)."""
 RAY_SAFETY = Budget(wall_time=PATIENCE * 2)
 """The runs' wall-time budget: only turns a hang into a failed run (a busy machine starts Ray's
 workers slowly)."""
@@ -65,6 +67,8 @@ def _db() -> sqlite3.Connection:
     conn = sqlite3.connect(Path(os.environ[DIR_VAR]) / "effects.db", timeout=30)
     conn.execute("create table if not exists calls (key text, node text, tool text)")
     conn.execute("create table if not exists effects (key text primary key, node text, amount integer)")
+    conn.execute("create table if not exists clients (pid integer, node text)")
+    conn.execute("create table if not exists served (key text, pid integer)")
     return conn
 
 
@@ -173,7 +177,34 @@ async def ship(order: str, amount: int, ctx: ToolContext) -> dict[str, Any]:
     return await _charge(order, amount, ctx, "ship")
 
 
-TOOLS: list[Tool] = [where, fails, flaky, ping, stubborn, hangs, waits, charge, ship]
+@functools.cache
+def _client() -> str:
+    """A client the tool builds once per process and keeps (counted, to show it stays warm)."""
+    with _db() as conn:
+        conn.execute("insert into clients values (?, ?)", (os.getpid(), _node_id()))
+    return f"client of {os.getpid()}"
+
+
+@tool
+async def lookup(item: str, ctx: ToolContext) -> dict[str, Any]:
+    """Look an item up with the process's client."""
+    client = _client()
+    node = _record_call(ctx, "lookup")
+    with _db() as conn:
+        conn.execute("insert into served values (?, ?)", (ctx.idempotency_key, os.getpid()))
+    return {"item": item, "client": client, "node": node}
+
+
+@tool
+async def pause(marker: str, ctx: ToolContext) -> int:
+    """Wait for the test to let it go; say which process ran it."""
+    _record_call(ctx, "pause")
+    (Path(os.environ[DIR_VAR]) / f"started-{marker}").write_text(str(os.getpid()))
+    await _wait_for_gate(marker)
+    return os.getpid()
+
+
+TOOLS: list[Tool] = [where, fails, flaky, ping, stubborn, hangs, waits, charge, ship, lookup, pause]
 
 
 # -- the cluster ----------------------------------------------------------------------------------
@@ -274,9 +305,31 @@ def executor(**options: Any) -> RayExecutor:
     )
 
 
-def agent(steps: list[dict[str, Any]], *, ray_backend: bool = True, **options: Any) -> Agent:
+def pooled(**options: Any) -> RayExecutor:
+    """An executor whose calls run on actor pools (close it when done: its actors hold resources)."""
+    head = RayOptions(resources={"head": 1}, actors=1, actor_concurrency=4)
+    return RayExecutor(
+        options=RayOptions(num_cpus=0, actors=2, actor_concurrency=4),
+        tool_options={
+            "where": RayOptions(resources={"sql": 1}),
+            "lookup": RayOptions(resources={"sql": 1}, actor_concurrency=2),
+            "pause": RayOptions(resources={"sql": 1}, actor_concurrency=2),  # the same pool as lookup
+            "ping": head,
+            "hangs": head,
+            "waits": head,
+            "stubborn": head,
+            "charge": RayOptions(resources={"payments": 1}, actors=1),
+            "ship": RayOptions(resources={"payments": 1}, actors=1),
+        },
+        **options,
+    )
+
+
+def agent(
+    steps: list[dict[str, Any]], *, ray_backend: bool = True, using: RayExecutor | None = None, **options: Any
+) -> Agent:
     planner = ScriptedModel([{"steps": steps}, {"answer": "done"}])
-    executors = [executor()] if ray_backend else [ToolExecutor()]
+    executors = [using or executor()] if ray_backend else [ToolExecutor()]
     return Agent(planner, tools=TOOLS, executors=executors, budget=RAY_SAFETY, store=None, **options)
 
 
@@ -478,3 +531,233 @@ async def test_without_ray_a_call_says_what_to_install(monkeypatch: pytest.Monke
     ctx = ToolContext(run_id="r", step_id="s", attempt=1, idempotency_key="r:s")
     with pytest.raises(UsageError, match=r"pip install 'planexec\[ray\]'"):
         await RayExecutor().remote(where).invoke({"label": "x"}, ctx)
+
+
+# -- actor pools ----------------------------------------------------------------------------------
+
+
+async def gone(pid: int, what: str) -> None:
+    deadline = time.monotonic() + PATIENCE
+    while Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid):  # noqa: ASYNC240
+        assert time.monotonic() < deadline, f"{what} never ended"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_pool_keeps_its_tools_warm_on_the_nodes_it_asks_for(nodes: Nodes) -> None:
+    ex = pooled()
+    try:
+        results = []
+        for run in range(2):  # the same pool serves both runs
+            steps = [tool_step(f"l{i}", "lookup", {"item": f"{run}.{i}"}) for i in range(4)]
+            results.append(await agent(steps, using=ex).run("look up"))
+        served = rows("select pid from served where key like ? or key like ?", *(f"{r.run_id}%" for r in results))
+        clients = rows("select pid, node from clients where pid in (select pid from served)")
+    finally:
+        await ex.close()
+    assert [r.stop.kind for r in results] == ["goal_met", "goal_met"]
+    found = [o for r in results for o in outputs(r).values()]
+    assert len(found) == len(served) == 8
+    assert {nodes.label_of(o["node"]) for o in found} == {"sql"}  # the tool's resources, held by its actors
+    pids = {pid for (pid,) in served}
+    assert 1 <= len(pids) <= 2  # at most the pool's two actors served the eight calls
+    assert os.getpid() not in pids
+    assert sorted(pid for pid, _ in clients) == sorted(pids)  # one client per actor, not one per call
+    assert {nodes.label_of(node) for _, node in clients} == {"sql"}
+    assert {o["client"] for o in found} == {f"client of {pid}" for pid in pids}
+    for pid in pids:  # closing the executor killed its actors
+        await gone(pid, f"actor {pid}")
+
+
+async def test_a_pool_spreads_overlapping_calls_over_its_actors(nodes: Nodes) -> None:
+    ex = pooled()
+    try:
+        steps = [tool_step(f"p{i}", "pause", {"marker": f"spread-{i}"}) for i in range(3)]
+        run = agent(steps, using=ex).start("pause")
+        for i in range(3):
+            await appears(nodes.root / f"started-spread-{i}")
+        pids = [int((nodes.root / f"started-spread-{i}").read_text()) for i in range(3)]
+        # the least busy actor first: a second actor for the second call, then one of the two
+        assert len(set(pids)) == 2, pids
+        assert os.getpid() not in pids
+        for i in range(3):
+            _gate(f"spread-{i}").touch()
+        result = await run.result()
+        assert result.stop.kind == "goal_met", result.stop
+        # lookup shares the pool (the same options): it runs on one of those two actors
+        after = await agent([tool_step("l", "lookup", {"item": "x"})], using=ex).run("look up")
+        [(pid,)] = rows("select pid from served where key like ?", f"{after.run_id}%")
+        assert pid in pids
+    finally:
+        await ex.close()
+    for pid in set(pids):
+        await gone(pid, f"actor {pid}")
+
+
+async def test_errors_and_retries_on_a_pool_end_as_they_do_in_process(nodes: Nodes) -> None:
+    steps = [tool_step("t", "flaky", {}), tool_step("f", "fails", {}, "t")]
+    here = await agent(steps, ray_backend=False).run("errors")
+    ex = pooled()
+    try:
+        there = await agent(steps, using=ex).run("errors")
+    finally:
+        await ex.close()
+    assert outline(there.events) == outline(here.events)
+    failed = [e for e in there.events if isinstance(e, StepFailed)]
+    assert [(e.step_id, e.error.kind, e.error.message) for e in failed] == [
+        ("f", "tool_error", "fails: the warehouse refused the query")
+    ]
+    assert outputs(there)["t"] == outputs(here)["t"] == "done on attempt 3"
+
+
+async def test_a_timeout_on_a_pool_cancels_the_actor_call(nodes: Nodes) -> None:
+    steps = [tool_step("p", "ping", {}), tool_step("h", "hangs", {"marker": "a-timeout"}, "p")]
+    ex = pooled()
+    try:
+        result = await agent(steps, using=ex).run("hang")
+        failed = [e for e in result.events if isinstance(e, StepFailed)]
+        assert [e.error.kind for e in failed] == ["timeout"]
+        assert (nodes.root / "started-a-timeout").exists()
+        await appears(nodes.root / "cancelled-a-timeout")  # the call on the actor was cancelled
+    finally:
+        await ex.close()
+
+
+async def test_a_cancelled_run_cancels_its_actor_call(nodes: Nodes) -> None:
+    ex = pooled()
+    try:
+        run = agent([tool_step("h", "waits", {"marker": "a-cancel"})], using=ex).start("hang")
+        await appears(nodes.root / "started-a-cancel")
+        run.cancel()
+        result = await run.result()
+        assert result.stop.kind == "cancelled"
+        await appears(nodes.root / "cancelled-a-cancel")
+    finally:
+        await ex.close()
+
+
+async def test_an_actor_whose_call_ignores_being_cancelled_is_replaced(nodes: Nodes) -> None:
+    ex = pooled(kill_after=0.5)
+    try:
+        steps = [tool_step("s", "stubborn", {"marker": "a-stubborn"})]
+        run = agent(steps, using=ex).start("stubborn")
+        started = nodes.root / "started-a-stubborn"
+        await appears(started)
+        pid = int(started.read_text())
+        run.cancel()
+        assert (await run.result()).stop.kind == "cancelled"
+        await appears(nodes.root / "ignored-a-stubborn")  # asked to stop, it carried on
+        await gone(pid, "the actor running the call")
+        after = await agent([tool_step("p", "ping", {})], using=ex).run("ping")  # a new actor takes its place
+        assert after.stop.kind == "goal_met", after.stop
+    finally:
+        await ex.close()
+
+
+async def test_an_idempotent_call_on_a_dying_actor_is_sent_again_with_the_same_key(nodes: Nodes) -> None:
+    ex = pooled()
+    try:
+        run = agent([tool_step("c", "charge", {"order": "a-o1", "amount": 5})], using=ex).start("charge")
+        await appears(nodes.root / "started-a-o1")
+        [(key, first)] = rows("select key, node from calls where tool = 'charge' and key like ?", f"{run.run_id}%")
+        victim = nodes.label_of(first)
+        nodes.kill(victim)
+        _gate("a-o1").touch()
+        try:
+            result = await run.result()
+        finally:
+            nodes.add(victim, dict(NODE_RESOURCES[victim]))
+    finally:
+        await ex.close()
+    assert result.stop.kind == "goal_met", result.stop
+    calls = rows("select key, node from calls where key = ?", key)
+    assert [k for k, _ in calls] == [key, key]  # sent twice, with the same key
+    assert calls[0][1] != calls[1][1]  # to a new actor on another node
+    assert rows("select count(*) from effects where key = ?", key) == [(1,)]  # the effect happened once
+    assert outputs(result)["c"] == {"order": "a-o1", "charged": 5}
+
+
+async def test_a_non_idempotent_call_on_a_dying_actor_is_held_for_a_human(nodes: Nodes) -> None:
+    asked: list[ApprovalRequest] = []
+
+    async def human(request: ApprovalRequest) -> ApprovalDecision:
+        asked.append(request)
+        return ApprovalDecision(approved=True, choice="done", output={"order": "a-o2", "charged": 7}, reason="checked")
+
+    ex = pooled()
+    try:
+        steps = [tool_step("s", "ship", {"order": "a-o2", "amount": 7})]
+        run = agent(steps, using=ex, approvals=Approvals(approver=human)).start("ship")
+        await appears(nodes.root / "started-a-o2")
+        [(key, first)] = rows("select key, node from calls where tool = 'ship' and key like ?", f"{run.run_id}%")
+        victim = nodes.label_of(first)
+        nodes.kill(victim)
+        try:
+            result = await run.result()
+        finally:
+            nodes.add(victim, dict(NODE_RESOURCES[victim]))
+            _gate("a-o2").touch()
+    finally:
+        await ex.close()
+    assert result.stop.kind == "goal_met", result.stop
+    assert [r.subject for r in asked] == ["effect"]
+    assert "effect uncertain" in asked[0].reason
+    assert len([e for e in result.events if isinstance(e, StepHeld)]) == 1
+    assert rows("select count(*) from calls where key = ?", key) == [(1,)]  # never sent again
+    assert rows("select count(*) from effects where key = ?", key) == [(0,)]
+    assert outputs(result)["s"] == {"order": "a-o2", "charged": 7}
+
+
+async def test_a_call_not_safe_to_repeat_skips_an_actor_that_died_while_idle(nodes: Nodes) -> None:
+    asked: list[ApprovalRequest] = []
+
+    async def human(request: ApprovalRequest) -> ApprovalDecision:
+        asked.append(request)
+        return ApprovalDecision(approved=False, reason="not expected")
+
+    ex = pooled()
+    try:
+        _gate("a-o3").touch()
+        first = await agent([tool_step("s", "ship", {"order": "a-o3", "amount": 3})], using=ex).run("ship")
+        assert first.stop.kind == "goal_met", first.stop
+        [(node,)] = rows("select node from calls where tool = 'ship' and key like ?", f"{first.run_id}%")
+        victim = nodes.label_of(node)
+        nodes.kill(victim)  # the pool's actor dies with it, between two calls
+        try:
+            _gate("a-o4").touch()
+            steps = [tool_step("s", "ship", {"order": "a-o4", "amount": 4})]
+            result = await agent(steps, using=ex, approvals=Approvals(approver=human)).run("ship")
+        finally:
+            nodes.add(victim, dict(NODE_RESOURCES[victim]))
+    finally:
+        await ex.close()
+    assert result.stop.kind == "goal_met", result.stop
+    assert asked == []  # sent once, to a live actor: nothing uncertain to ask about
+    [(key, second)] = rows("select key, node from calls where tool = 'ship' and key like ?", f"{result.run_id}%")
+    assert second != node
+    assert rows("select count(*) from effects where key = ?", key) == [(1,)]
+    assert outputs(result)["s"] == {"order": "a-o4", "charged": 4}
+
+
+def test_bad_actor_options_are_refused_with_every_problem() -> None:
+    with pytest.raises(UsageError) as caught:
+        RayExecutor(
+            options=RayOptions(actors=-1, actor_concurrency=0),
+            tool_options={
+                "x": RayOptions(actors=True, actor_concurrency=2.5),  # type: ignore[arg-type]
+                "y": RayOptions(actors="4", runtime_env=["pip"]),  # type: ignore[arg-type]
+            },
+        )
+    wheres = [p.where for p in caught.value.problems]
+    assert wheres == [
+        "options.actors",
+        "options.actor_concurrency",
+        "tool_options.x.actors",
+        "tool_options.x.actor_concurrency",
+        "tool_options.y.runtime_env",
+        "tool_options.y.actors",
+    ]
+    assert RayOptions(actor_concurrency=3).over(RayOptions(actors=2, actor_concurrency=1)).actor_options() == {
+        "max_concurrency": 3,
+        "max_restarts": 0,
+        "max_task_retries": 0,
+    }

@@ -1,4 +1,4 @@
-"""The per-step overhead of the Ray backend, beside the in-process one.
+"""The per-step overhead of the Ray backend (tasks and actor pools), beside the in-process one.
 
 Run: ``PYTHONPATH=.:src .venv/bin/python -m benchmarks.side.ray_overhead`` (``--calls`` and
 ``--steps`` to change the sizes). Needs the ``ray`` extra.
@@ -7,12 +7,15 @@ A local Ray cluster of one node (one CPU, no dashboard, loopback only) is starte
 measurement and shut down after it. One tool, ``add(a, b)``, is:
 
 * called ``--calls`` times (300 by default, after a warm-up of 20), one call at a time, through
-  its ``invoke`` in process and through a ``RayExecutor``'s remote version of it (a Ray task per
-  call: submit, schedule on a warm worker, run, return) — median and p99 per call, in µs;
+  its ``invoke`` in process, through a ``RayExecutor``'s remote version of it (a Ray task per
+  call: submit, schedule on a warm worker, run, return) and through a ``RayExecutor`` with an
+  actor pool (``RayOptions(actors=1)``: a call on a live async actor) — median and p99 per call,
+  in µs;
 * run as a chain of ``--steps`` sequential steps (100 by default) by an ``Agent`` with a
-  ``ScriptedModel`` (no model latency), with the in-process tool executor and with a
-  ``RayExecutor`` named ``tools`` — the run's wall time ÷ steps, median of 3 runs after a warm-up
-  run: what a step costs the framework end to end on each backend.
+  ``ScriptedModel`` (no model latency), with the in-process tool executor, with a ``RayExecutor``
+  named ``tools`` and with the same executor on an actor pool — the run's wall time ÷ steps,
+  median of 3 runs after a warm-up run: what a step costs the framework end to end on each
+  backend.
 
 Starting the cluster is timed once and printed apart. The figures move with the machine's load:
 quote differences taken in one sitting.
@@ -116,21 +119,25 @@ async def _measure(calls: int, steps: int) -> None:
     t0 = time.perf_counter()
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     print(f"local Ray cluster started in {time.perf_counter() - t0:.1f} s")
+    cluster = RayExecutor(name="tools", options=RayOptions(num_cpus=0))
+    pool = RayExecutor(name="tools", options=RayOptions(num_cpus=0, actors=1))
     try:
-        cluster = RayExecutor(name="tools", options=RayOptions(num_cpus=0))
         here = await _per_call(add, calls)
         there = await _per_call(cluster.remote(add), calls)
-        print(f"\nper call ({calls} calls)      median µs    p99 µs")
+        pooled = await _per_call(pool.remote(add), calls)
+        print(f"\nper call ({calls} calls)      median µs    p99 µs   overhead µs")
         print(f"  in process            {median(here):>10.0f} {_p99(here):>9.0f}")
-        print(f"  Ray task              {median(there):>10.0f} {_p99(there):>9.0f}")
-        print(f"  Ray overhead          {median(there) - median(here):>10.0f}")
+        for label, took in (("Ray task", there), ("Ray actor pool", pooled)):
+            print(f"  {label:<20}  {median(took):>10.0f} {_p99(took):>9.0f} {median(took) - median(here):>13.0f}")
         local_step = await _per_step([], steps)
         ray_step = await _per_step([cluster], steps)
-        print(f"\nper step, a chain of {steps} steps (µs, median of 3 runs)")
+        pool_step = await _per_step([pool], steps)
+        print(f"\nper step, a chain of {steps} steps (µs, median of 3 runs)   overhead µs")
         print(f"  in process            {local_step:>10.0f}")
-        print(f"  Ray                   {ray_step:>10.0f}")
-        print(f"  Ray overhead          {ray_step - local_step:>10.0f}")
+        for label, took_step in (("Ray task", ray_step), ("Ray actor pool", pool_step)):
+            print(f"  {label:<20}  {took_step:>10.0f} {took_step - local_step:>13.0f}")
     finally:
+        await pool.close()
         ray.shutdown()
 
 

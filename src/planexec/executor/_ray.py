@@ -1,4 +1,4 @@
-"""The Ray backend: a step's tool calls run as Ray tasks on a cluster; the run's loop stays here.
+"""The Ray backend: a step's tool calls run on a cluster (tasks or actors); the run's loop stays here.
 
 Only where the call runs changes. Each call still goes through the run's one tool-call path
 (:func:`~planexec.executor.call_tool`): arguments checked here, the tool's timeout and
@@ -18,6 +18,9 @@ run's log with the step's idempotency key. What the backend adds:
   side-effecting call raises :class:`~planexec.errors.EffectUncertain`, and the run holds the step
   for a human.
 
+With ``RayOptions(actors=N)`` the calls run on a pool of long-lived async actors instead (see
+:mod:`planexec.executor._ray_pool`): same semantics, warm state, a fraction of the cost per call.
+
 A model-driven step works the same way: wrap its :class:`ModelExecutor` (``inner=``); its model
 turns are made by the run, its tool calls on the cluster.
 """
@@ -34,6 +37,7 @@ from planexec.errors import EffectUncertain, Problem, ToolError, UsageError
 from planexec.executor._base import Executor, StepContext
 from planexec.executor._outcome import StepError
 from planexec.executor._profile import check_profile
+from planexec.executor._ray_pool import ActorPool, PoolActor
 from planexec.executor._tools import ToolExecutor
 from planexec.models import Model, ModelRequest, ModelResponse, ToolCall
 from planexec.plan import Step
@@ -60,18 +64,25 @@ def _ray() -> ModuleType:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RayOptions:
-    """What a Ray task asks of the node it runs on, and the environment it runs in.
+    """What a call's Ray task (or actor) asks of the node it runs on, and the environment it runs in.
 
     ``num_cpus``, ``num_gpus``: as Ray counts them (None: Ray's default, one CPU, no GPU);
     ``resources``: custom resources, such as ``{"sql": 1}`` for a node started with
     ``--resources='{"sql": 4}'``; ``runtime_env``: Ray's runtime environment for the task (pip
     packages, environment variables, working directory).
+
+    ``actors``: run the calls on a pool of up to that many long-lived Ray actors, each asking for
+    the resources above for its whole life, instead of one task per call (None: as the options
+    these are laid over say, else tasks; 0: tasks). ``actor_concurrency``: how many calls one actor
+    runs at once on its event loop (None: as inherited, else 1).
     """
 
     num_cpus: float | None = None
     num_gpus: float | None = None
     resources: Mapping[str, float] = field(default_factory=dict)
     runtime_env: Mapping[str, Any] | None = None
+    actors: int | None = None
+    actor_concurrency: int | None = None
 
     def problems(self, where: str) -> list[Problem]:
         found = []
@@ -85,6 +96,12 @@ class RayOptions:
                 found.append(
                     Problem(code="executor", where=f"{where}.resources.{name}", message="must be a number >= 0")
                 )
+        if self.runtime_env is not None and not isinstance(self.runtime_env, Mapping):
+            found.append(Problem(code="executor", where=f"{where}.runtime_env", message="must be a mapping, or None"))
+        for name, value, least in (("actors", self.actors, 0), ("actor_concurrency", self.actor_concurrency, 1)):
+            if value is not None and (type(value) is not int or value < least):
+                message = f"must be a whole number >= {least}, or None"
+                found.append(Problem(code="executor", where=f"{where}.{name}", message=message))
         return found
 
     def over(self, base: RayOptions) -> RayOptions:
@@ -94,11 +111,26 @@ class RayOptions:
             num_gpus=base.num_gpus if self.num_gpus is None else self.num_gpus,
             resources={**base.resources, **self.resources},
             runtime_env=base.runtime_env if self.runtime_env is None else self.runtime_env,
+            actors=base.actors if self.actors is None else self.actors,
+            actor_concurrency=base.actor_concurrency if self.actor_concurrency is None else self.actor_concurrency,
         )
 
     def task_options(self) -> dict[str, Any]:
         """The options of ``ray.remote(...).options(...)``: never retried by Ray itself."""
-        options: dict[str, Any] = {"max_retries": 0, "retry_exceptions": False}
+        return {"max_retries": 0, "retry_exceptions": False, **self._placement()}
+
+    def actor_options(self) -> dict[str, Any]:
+        """The options of a pool actor's ``.options(...)``: async, running ``actor_concurrency`` calls
+        at once, never restarted nor retried by Ray itself."""
+        return {
+            "max_concurrency": self.actor_concurrency or 1,
+            "max_restarts": 0,
+            "max_task_retries": 0,
+            **self._placement(),
+        }
+
+    def _placement(self) -> dict[str, Any]:
+        options: dict[str, Any] = {}
         if self.num_cpus is not None:
             options["num_cpus"] = self.num_cpus
         if self.num_gpus is not None:
@@ -122,17 +154,19 @@ def _run_on_node(invoke: Invoke, args: dict[str, Any], run_id: str, step_id: str
 
 _connect_lock = threading.Lock()
 _remote: Any = None
+_actor_class: Any = None
 
 
 def _connect(ray: ModuleType, address: str | None, init_options: Mapping[str, Any]) -> Any:
     """Connect this process to Ray once (or start a local cluster when ``address`` is None and
     none is configured); the remote function every call is made with."""
-    global _remote
+    global _remote, _actor_class
     with _connect_lock:
         if not ray.is_initialized():
             ray.init(address=address, **{"include_dashboard": False, "log_to_driver": False, **init_options})
         if _remote is None:
             _remote = ray.remote(max_retries=0)(_run_on_node)
+            _actor_class = ray.remote(max_restarts=0, max_task_retries=0)(PoolActor)
         return _remote
 
 
@@ -168,19 +202,22 @@ def _lost_types(ray: ModuleType) -> tuple[type[BaseException], ...]:
 
 @dataclass(frozen=True, kw_only=True)
 class RayExecutor:
-    """Runs its steps' tool calls as Ray tasks on a cluster; the run's loop stays in this process.
+    """Runs its steps' tool calls on a Ray cluster (as tasks, or on actor pools); the run's loop
+    stays in this process.
 
-        ``address``: the cluster to join — ``"auto"``, ``"127.0.0.1:6379"``, ``"ray://host:10001"`` —
-        or None to join the one ``RAY_ADDRESS`` names, else start a local one (for development). A
-        process joins one cluster: the first executor to connect decides. ``init_options`` go to
-        ``ray.init``. ``options``: what every call of this executor asks of its node; ``tool_options``:
-        per tool name, what that tool's calls ask instead (unset fields come from ``options``).
-        ``inner``: the executor that carries the step out (a :class:`ToolExecutor` by default, or a
-        :class:`ModelExecutor` for model-driven steps). ``resends``: how many times a call lost with
-        its node is sent again when that is safe. ``kill_after``: seconds a cancelled task is given to
-    end before the worker process running it is killed (``ray.cancel(force=True)``; None: never).
-    Tools must be picklable, and planexec and their
-        modules importable on the cluster's nodes (install them there, or use ``runtime_env``).
+    ``address``: the cluster to join — ``"auto"``, ``"127.0.0.1:6379"``, ``"ray://host:10001"`` —
+    or None to join the one ``RAY_ADDRESS`` names, else start a local one (for development). A
+    process joins one cluster: the first executor to connect decides. ``init_options`` go to
+    ``ray.init``. ``options``: what every call of this executor asks of its node; ``tool_options``:
+    per tool name, what that tool's calls ask instead (unset fields come from ``options``); with
+    ``actors`` set, the calls run on a pool of long-lived actors (tools whose options end up equal
+    share one pool; ``await close()`` kills them). ``inner``: the executor that carries the step
+    out (a :class:`ToolExecutor` by default, or a :class:`ModelExecutor` for model-driven steps).
+    ``resends``: how many times a call lost with its node (or actor) is sent again when that is
+    safe. ``kill_after``: seconds a cancelled call is given to end before the worker process running
+    it is killed (a task: ``ray.cancel(force=True)``; an actor's call: the actor is killed and
+    replaced, losing its other calls; None: never). Tools must be picklable, and planexec and their
+    modules importable on the cluster's nodes (install them there, or use ``runtime_env``).
     """
 
     name: str = "tools"
@@ -196,6 +233,7 @@ class RayExecutor:
     init_options: Mapping[str, Any] = field(default_factory=dict)
     _inner: Executor = field(init=False, repr=False, compare=False)
     _remote_tools: dict[int, tuple[Tool, Tool]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _pools: list[tuple[RayOptions, ActorPool]] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         problems = self.options.problems("options")
@@ -244,43 +282,51 @@ class RayExecutor:
         cached = self._remote_tools.get(id(tool))
         if cached is not None and cached[0] is tool:
             return cached[1]
-        opts = self.tool_options.get(tool.name, RayOptions()).over(self.options).task_options()
-        local = tool.invoke
-        shipped: list[Any] = []  # the invoke, put in the object store once
+        merged = self.tool_options.get(tool.name, RayOptions()).over(self.options)
+        way = _Way(tool=tool, local=tool.invoke, options=merged)
 
         async def invoke(args: dict[str, Any], ctx: ToolContext) -> Any:
-            return await self._call(tool, local, shipped, opts, args, ctx)
+            return await self._call(way, args, ctx)
 
         made = replace(tool, invoke=invoke)
         self._remote_tools[id(tool)] = (tool, made)
         return made
 
-    async def _call(
-        self,
-        tool: Tool,
-        local: Invoke,
-        shipped: list[Any],
-        opts: dict[str, Any],
-        args: dict[str, Any],
-        ctx: ToolContext,
-    ) -> Any:
+    async def close(self) -> None:
+        """Kill this executor's actors (``RayOptions(actors=...)``); calls still running on them are
+        lost. The executor stays usable: a later call makes new ones. Tasks are not affected."""
+        pools, self._pools[:] = list(self._pools), []
+        if not pools:
+            return
         ray = _ray()
-        remote: Any = _remote if _remote is not None and ray.is_initialized() else None
-        if remote is None:
-            remote = await asyncio.to_thread(_connect, ray, self.address, self.init_options)
-        if not shipped:
-            shipped.append(ray.put(local))
+        for _, pool in pools:
+            pool.close(ray)
+
+    def _pool(self, options: RayOptions) -> ActorPool:
+        """The pool of actors made with ``options`` (tools asking for the same share one)."""
+        for made_with, pool in self._pools:
+            if made_with == options:
+                return pool
+        pool = ActorPool(_actor_class, options.actor_options(), options.actors or 1)
+        self._pools.append((options, pool))
+        return pool
+
+    async def _call(self, way: _Way, args: dict[str, Any], ctx: ToolContext) -> Any:
+        ray = _ray()
+        if _remote is None or not ray.is_initialized():
+            await asyncio.to_thread(_connect, ray, self.address, self.init_options)
+        if way.shipped is None:
+            way.shipped = ray.put(way.local)  # the invoke, put in the object store once
+        tool = way.tool
+        call_args = (args, ctx.run_id, ctx.step_id, ctx.attempt, ctx.idempotency_key)
         lost_types = _lost_types(ray)
         resent = 0
         while True:
-            ref = remote.options(**opts).remote(
-                shipped[0], args, ctx.run_id, ctx.step_id, ctx.attempt, ctx.idempotency_key
-            )
+            pool = self._pool(way.options) if way.options.actors else None
             try:
-                return await ref
-            except asyncio.CancelledError:
-                _give_up(ray, ref, self.kill_after)
-                raise
+                if pool is None:
+                    return await self._on_task(ray, way, call_args)
+                return await self._on_actor(ray, pool, way, call_args)
             except lost_types as e:
                 lost: BaseException = e
             except ray.exceptions.RayTaskError as e:
@@ -293,12 +339,84 @@ class RayExecutor:
                     raise ToolError(f"{tool.name} failed on the cluster: {e}") from None
             except ray.exceptions.TaskCancelledError:
                 raise ToolError(f"{tool.name}: its task was cancelled on the cluster") from None
-            detail = f"the Ray node or worker running it was lost ({type(lost).__name__})"
+            where = "actor" if pool is not None else "node or worker"
+            detail = f"the Ray {where} running it was lost ({type(lost).__name__})"
             if tool.side_effect and not tool.idempotent:
                 raise EffectUncertain(tool.name, detail)
+            if pool is not None and pool.closed:
+                raise ToolError(f"{tool.name}: its actor was killed when the executor was closed") from None
             if resent >= self.resends:
                 raise ToolError(f"{tool.name}: {detail}, {resent + 1} times") from None
             resent += 1  # safe to send again: the same arguments, the same idempotency key
+
+    async def _on_task(self, ray: ModuleType, way: _Way, call_args: tuple[Any, ...]) -> Any:
+        ref = _remote.options(**way.options.task_options()).remote(way.shipped, *call_args)
+        try:
+            return await ref
+        except asyncio.CancelledError:
+            _give_up(ray, ref, self.kill_after)
+            raise
+
+    async def _on_actor(self, ray: ModuleType, pool: ActorPool, way: _Way, call_args: tuple[Any, ...]) -> Any:
+        tool = way.tool
+        member = pool.pick()
+        if tool.side_effect and not tool.idempotent:
+            member = await self._live(ray, pool, member, tool.name)
+        tool_key = way.key
+        ref = pool.submit(member, tool_key, way.shipped, call_args)
+        ran = False
+        try:
+            result = await ref
+            ran = True
+            return result
+        except asyncio.CancelledError:
+            pool.give_up(ray, member, ref, self.kill_after)
+            raise
+        except ray.exceptions.RayTaskError:
+            ran = True  # the tool raised: the actor ran the call, and holds the tool
+            raise
+        except ray.exceptions.RayActorError as e:
+            pool.drop(member, ray)  # dead or unreachable: a new actor takes its place when needed
+            if getattr(e, "actor_init_failed", False):  # never started, so the call never ran
+                raise ToolError(f"{tool.name}: its Ray actor could not be started: {e}") from None
+            raise
+        finally:
+            pool.done(member, tool_key, ran=ran)
+
+    async def _live(self, ray: ModuleType, pool: ActorPool, member: Any, tool_name: str) -> Any:
+        """``member``, or another actor of the pool, once it has answered: a call that is not safe
+        to repeat is never sent to an actor that died while idle (its loss would leave the effect
+        uncertain when the call was certainly never run)."""
+        for _ in range(self.resends + 1):
+            try:
+                await member.handle.ready.remote()
+                return member
+            except ray.exceptions.RayActorError as e:
+                pool.done(member)
+                pool.drop(member, ray)
+                if getattr(e, "actor_init_failed", False):
+                    raise ToolError(f"{tool_name}: its Ray actor could not be started: {e}") from None
+            except BaseException:
+                pool.done(member)
+                raise
+            member = pool.pick()
+        pool.done(member)
+        raise ToolError(f"{tool_name}: no Ray actor of its pool answered ({self.resends + 1} tried)")
+
+
+@dataclass(eq=False, kw_only=True)
+class _Way:
+    """How one tool is called on the cluster: its options, and its invoke once put in the store."""
+
+    tool: Tool
+    local: Invoke
+    options: RayOptions
+    shipped: Any = None
+
+    @property
+    def key(self) -> str:
+        """What names the tool on the actors it is sent to (unique in this process)."""
+        return f"{self.tool.name}#{id(self)}"
 
 
 class _OnRay:
