@@ -6,11 +6,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
-from planexec import Agent, ToolContext, tool
+from planexec import Agent, ApprovalDecision, ApprovalRequest, Approvals, ToolContext, tool
+from planexec.errors import EffectUncertain
 from planexec.log import (
     ApprovalRequested,
     Event,
@@ -23,6 +24,7 @@ from planexec.log import (
     dump_event,
 )
 from planexec.models import ModelRequest
+from planexec.runtime import replay_log
 from planexec.store import MemoryStore
 from planexec.testing import FunctionModel
 from planexec.tools import Tool
@@ -230,3 +232,59 @@ async def test_a_run_whose_log_cannot_be_written_stops_with_an_error_and_calls_n
     assert result.stop.kind == "error"
     assert "no space left on device" in result.stop.detail
     assert ("charge", "pay") not in ledger.calls
+
+
+class _CutOff:
+    """An executor whose first call is cut off with its effect uncertain (as a backend whose
+    machine died mid-call reports it); later calls go through."""
+
+    name = "edge"
+    kind: Literal["tools", "model"] = "tools"
+    max_concurrency = None
+
+    def __init__(self) -> None:
+        self.calls: list[str | None] = []
+
+    async def run(self, step: Any, args: dict[str, Any], ctx: Any) -> Any:
+        tool_ = ctx.tools.get(step.tool)
+        self.calls.append(step.id)
+        if len(self.calls) == 1:
+            raise EffectUncertain(step.tool, "the machine running it was lost")
+        return await ctx.call_tool(tool_, args)
+
+
+async def test_an_uncertain_effect_is_held_retried_once_and_replayed_exactly() -> None:
+    """An executor reports a call cut off with its effect unknown: the run holds the step, the human
+    says retry, the step runs again with the same key — and a replay of the log matches it event for
+    event, hold and answer included, with no tool called."""
+    sent: list[str] = []
+
+    @tool(side_effect=True)
+    def send(to: str, ctx: ToolContext) -> str:
+        """Send a note (not safe to repeat)."""
+        sent.append(ctx.idempotency_key)
+        return f"sent to {to}"
+
+    async def human(request: ApprovalRequest) -> ApprovalDecision:
+        assert request.subject == "effect"
+        return ApprovalDecision(approved=True, choice="retry", reason="checked: it never arrived")
+
+    cut = _CutOff()
+    plan = {"steps": [tool_step("s", "send", {"to": "ann"}, executor="edge")]}
+    planner = FunctionModel(lambda r: plan if r.purpose == "planner.propose" else {"answer": "sent"})
+    approvals = Approvals(approver=human)
+    agent = Agent(planner, tools=[send], executors=[cut], budget=SAFETY, store=MemoryStore(), approvals=approvals)
+    result = await agent.run("send a note")
+    assert result.stop.kind == "goal_met", result.stop
+    assert cut.calls == ["s", "s"]
+    [key] = {e.idempotency_key for e in result.events if isinstance(e, StepStarted)}
+    assert sent == [key]
+    assert [e.kind for e in result.events if e.kind in ("approval_requested", "step_held", "approval_decided")] == [
+        "approval_requested",
+        "step_held",
+        "approval_decided",
+    ]
+    report = await replay_log(list(result.events))
+    assert report.matched, report.divergence
+    assert [dump_event(e) for e in report.events] == [dump_event(e) for e in result.events]
+    assert sent == [key]  # the replay called nothing

@@ -1,5 +1,6 @@
 """The Ray backend on a real local Ray cluster of three simulated nodes (``ray.cluster_utils.Cluster``),
-started once for the module: steps land on the nodes that have the resources they ask for; errors,
+started once for the test session (``tests/ray_cluster.py``): steps land on the nodes that have the
+resources they ask for; errors,
 retries, timeouts and cancellations end as they do in process; a node killed mid-call has an
 idempotent call sent again with the same idempotency key on another node (its effect applied once)
 and a non-idempotent one held for a human, never repeated.
@@ -13,13 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib.util
 import os
 import sqlite3
 import sys
-import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +37,24 @@ from planexec import (
 )
 from planexec.errors import ToolError, TransientToolError, UsageError
 from planexec.executor import RayExecutor, RayOptions
-from planexec.log import Event, RunResult, StepAttemptFailed, StepFailed, StepHeld, StepStarted, StepSucceeded
+from planexec.log import (
+    Event,
+    RunResult,
+    StepAttemptFailed,
+    StepFailed,
+    StepHeld,
+    StepStarted,
+    StepSucceeded,
+    ToolProgress,
+    dump_event,
+)
+from planexec.runtime import replay_log
 from planexec.testing import ScriptedModel, tool_calls
 from planexec.tools import Tool, ToolContext
+from tests.ray_cluster import DIR_VAR, NODE_RESOURCES, RayNodes, require_ray
 from tests.support import tool_step
 
-if importlib.util.find_spec("ray") is None:  # pragma: no cover - depends on the environment
-    if os.environ.get("PLANEXEC_REQUIRE_RAY") == "1":
-        pytest.fail("ray is not installed, but PLANEXEC_REQUIRE_RAY=1 (pip install 'planexec[ray]')")
-    pytest.skip("ray is not installed (pip install 'planexec[ray]')", allow_module_level=True)
+require_ray()
 # Ray is imported only once the environment it needs here is set (it reads some of it on import).
 
 PATIENCE = 120.0
@@ -55,9 +63,6 @@ machine a pool's new actor, a worker process of its own, took up to 25 s to star
 RAY_SAFETY = Budget(wall_time=PATIENCE * 2)
 """The runs' wall-time budget: only turns a hang into a failed run (a busy machine starts Ray's
 workers slowly)."""
-
-DIR_VAR = "PLANEXEC_RAY_TEST_DIR"
-LOOPBACK = "127.0.0.1"
 
 
 # -- the tools, as they run on the cluster's nodes ---------------------------------------------
@@ -210,83 +215,10 @@ TOOLS: list[Tool] = [where, fails, flaky, ping, stubborn, hangs, waits, charge, 
 # -- the cluster ----------------------------------------------------------------------------------
 
 
-class Nodes:
-    def __init__(self, cluster: Any, root: Path) -> None:
-        self.cluster = cluster
-        self.root = root
-        self.by_label: dict[str, Any] = {}
-
-    def add(self, label: str, resources: dict[str, float]) -> None:
-        self.by_label[label] = self.cluster.add_node(num_cpus=1, resources=resources, node_ip_address=LOOPBACK)
-        self.cluster.wait_for_nodes()
-
-    def node_id(self, label: str) -> str:
-        return str(self.by_label[label].node_id)
-
-    def label_of(self, node_id: str) -> str:
-        return next(label for label, node in self.by_label.items() if node.node_id == node_id)
-
-    def kill(self, label: str) -> None:
-        self.cluster.remove_node(self.by_label.pop(label))
-
-
-NODE_RESOURCES = {
-    "sql": {"sql": 2, "payments": 1},
-    "draft": {"draft": 2, "payments": 1},
-}
-
-
-@pytest.fixture(scope="module")
-def nodes() -> Iterator[Nodes]:
-    """A head node and two worker nodes with different custom resources; the environment Ray needs
-    on this machine is set before it starts (loopback only, no usage reports, a short temp dir)."""
-    root = Path(tempfile.mkdtemp(prefix="pxr-", dir="/tmp"))
-    home = root / "home"
-    home.mkdir()
-    (home / "ray_bootstrap_config.yaml").write_text("{}\n")
-    saved = {k: os.environ.get(k) for k in ("HOME",)}
-    os.environ.update(
-        {
-            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-            "RAY_TMPDIR": str(root / "t"),
-            "RAY_USAGE_STATS_ENABLED": "0",
-            "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
-            "HOME": str(home),
-            DIR_VAR: str(root),
-        }
-    )
-    import ray
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 1,
-            "resources": {"head": 1},
-            "include_dashboard": False,
-            "node_ip_address": LOOPBACK,
-        },
-    )
-    found = Nodes(cluster, root)
-    found.by_label["head"] = cluster.head_node
-    try:
-        for label, resources in NODE_RESOURCES.items():
-            found.add(label, dict(resources))
-        ray.init(address=cluster.address, _node_ip_address=LOOPBACK, include_dashboard=False, log_to_driver=False)
-        # a worker ready on every node, so that the tests do not pay for starting them (slow when busy)
-        warm = ray.remote(_node_id)
-        ready = [warm.options(num_cpus=0, resources={r: 1}).remote() for r in ("head", "sql", "draft")]
-        ray.get(ready, timeout=PATIENCE * 2)
-        for key, value in saved.items():
-            if value is not None:
-                os.environ[key] = value
-        yield found
-    finally:
-        ray.shutdown()
-        cluster.shutdown()  # type: ignore[no-untyped-call]
-        for key, value in saved.items():
-            if value is not None:
-                os.environ[key] = value
+@pytest.fixture
+def nodes(ray_nodes: RayNodes) -> RayNodes:
+    """The session's cluster: a head node and two worker nodes with different custom resources."""
+    return ray_nodes
 
 
 def executor(**options: Any) -> RayExecutor:
@@ -363,7 +295,7 @@ async def appears(path: Path) -> None:
 # -- the tests ------------------------------------------------------------------------------------
 
 
-async def test_steps_land_on_the_nodes_that_have_what_they_ask_for(nodes: Nodes) -> None:
+async def test_steps_land_on_the_nodes_that_have_what_they_ask_for(nodes: RayNodes) -> None:
     steps = [tool_step(f"w{i}", "where", {"label": f"w{i}"}) for i in range(3)]
     ex = RayExecutor(name="drafts", options=RayOptions(num_cpus=0, resources={"draft": 1}))
     drafted = [
@@ -379,7 +311,7 @@ async def test_steps_land_on_the_nodes_that_have_what_they_ask_for(nodes: Nodes)
     assert found["f"] == "done on attempt 3"
 
 
-async def test_errors_and_retries_end_as_they_do_in_process(nodes: Nodes) -> None:
+async def test_errors_and_retries_end_as_they_do_in_process(nodes: RayNodes) -> None:
     steps = [tool_step("t", "flaky", {}), tool_step("f", "fails", {}, "t")]
     here = await agent(steps, ray_backend=False).run("errors")
     there = await agent(steps).run("errors")
@@ -391,7 +323,7 @@ async def test_errors_and_retries_end_as_they_do_in_process(nodes: Nodes) -> Non
     assert outputs(there)["t"] == outputs(here)["t"] == "done on attempt 3"
 
 
-async def test_a_timeout_fails_the_step_and_cancels_its_task(nodes: Nodes) -> None:
+async def test_a_timeout_fails_the_step_and_cancels_its_task(nodes: RayNodes) -> None:
     # the ping first leaves a worker ready on the node, so the call starts well within its timeout
     steps = [tool_step("p", "ping", {}), tool_step("h", "hangs", {"marker": "timeout"}, "p")]
     result = await agent(steps).run("hang")
@@ -401,7 +333,7 @@ async def test_a_timeout_fails_the_step_and_cancels_its_task(nodes: Nodes) -> No
     await appears(nodes.root / "cancelled-timeout")  # the task on the cluster was cancelled
 
 
-async def test_a_task_that_ignores_being_cancelled_loses_its_worker(nodes: Nodes) -> None:
+async def test_a_task_that_ignores_being_cancelled_loses_its_worker(nodes: RayNodes) -> None:
     planner = ScriptedModel([{"steps": [tool_step("s", "stubborn", {"marker": "stubborn"})]}, {"answer": "x"}])
     ray_executor = executor(kill_after=0.5)
     run = Agent(planner, tools=TOOLS, executors=[ray_executor], budget=RAY_SAFETY, store=None).start("stubborn")
@@ -425,7 +357,7 @@ def _state(pid: int) -> str:
         return "zombie"
 
 
-async def test_a_cancelled_run_cancels_its_task(nodes: Nodes) -> None:
+async def test_a_cancelled_run_cancels_its_task(nodes: RayNodes) -> None:
     run = agent([tool_step("h", "waits", {"marker": "cancel"})]).start("hang")
     await appears(nodes.root / "started-cancel")
     run.cancel()
@@ -434,7 +366,7 @@ async def test_a_cancelled_run_cancels_its_task(nodes: Nodes) -> None:
     await appears(nodes.root / "cancelled-cancel")
 
 
-async def test_an_idempotent_call_on_a_dying_node_is_sent_again_with_the_same_key(nodes: Nodes) -> None:
+async def test_an_idempotent_call_on_a_dying_node_is_sent_again_with_the_same_key(nodes: RayNodes) -> None:
     calm = agent([tool_step("c", "charge", {"order": "calm", "amount": 5})])
     _gate("calm").touch()
     undisturbed = await calm.run("charge")
@@ -458,9 +390,13 @@ async def test_an_idempotent_call_on_a_dying_node_is_sent_again_with_the_same_ke
     assert outputs(undisturbed)["c"] == {"order": "calm", "charged": 5}
     started = [e for e in result.events if isinstance(e, StepStarted)]
     assert [e.idempotency_key for e in started] == [key]
+    [resent] = [e for e in result.events if isinstance(e, ToolProgress)]  # the re-send is in the log
+    assert (resent.step_id, resent.progress, resent.total) == ("c", 1.0, 2.0)
+    assert resent.message is not None
+    assert resent.message.startswith("sent again with the same idempotency key: the Ray node or worker")
 
 
-async def test_a_non_idempotent_call_on_a_dying_node_is_held_for_a_human(nodes: Nodes) -> None:
+async def test_a_non_idempotent_call_on_a_dying_node_is_held_for_a_human(nodes: RayNodes) -> None:
     asked: list[ApprovalRequest] = []
 
     async def human(request: ApprovalRequest) -> ApprovalDecision:
@@ -486,6 +422,21 @@ async def test_a_non_idempotent_call_on_a_dying_node_is_held_for_a_human(nodes: 
     assert rows("select count(*) from calls where key = ?", key) == [(1,)]  # never sent again
     assert rows("select count(*) from effects where key = ?", key) == [(0,)]
     assert outputs(result)["s"] == {"order": "o2", "charged": 7}
+    replayed = await replay_log(list(result.events))  # no tool called, no cluster needed
+    assert replayed.matched, replayed.divergence
+    assert [dump_event(e) for e in replayed.events] == [dump_event(e) for e in result.events]
+
+
+async def test_an_executor_for_another_cluster_is_refused(nodes: RayNodes) -> None:
+    elsewhere = RayExecutor(address="127.0.0.1:1", options=RayOptions(num_cpus=0))
+    planner = ScriptedModel([{"steps": [tool_step("w", "ping", {})]}, {"answer": "x"}, {"answer": "x"}])
+    result = await Agent(planner, tools=TOOLS, executors=[elsewhere], budget=RAY_SAFETY, store=None).run("ping")
+    [failed] = [e for e in result.events if isinstance(e, StepFailed)]
+    assert failed.error.kind == "tool_error"
+    assert f"connected to the Ray cluster at {nodes.address}, not 127.0.0.1:1" in failed.error.message
+    with pytest.raises(UsageError, match="a process joins one cluster"):
+        await elsewhere.connect()
+    await RayExecutor(address=nodes.address).connect()  # the same cluster: nothing to say
 
 
 def test_bad_options_are_refused_with_every_problem() -> None:
@@ -508,7 +459,7 @@ def test_bad_options_are_refused_with_every_problem() -> None:
     ]
 
 
-async def test_a_model_driven_step_calls_its_tools_on_the_cluster(nodes: Nodes) -> None:
+async def test_a_model_driven_step_calls_its_tools_on_the_cluster(nodes: RayNodes) -> None:
     model = ScriptedModel([tool_calls(("where", {"label": "m"})), "found it"])
     research = RayExecutor(
         name="research",
@@ -543,7 +494,7 @@ async def gone(pid: int, what: str) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_a_pool_keeps_its_tools_warm_on_the_nodes_it_asks_for(nodes: Nodes) -> None:
+async def test_a_pool_keeps_its_tools_warm_on_the_nodes_it_asks_for(nodes: RayNodes) -> None:
     ex = pooled()
     try:
         results = []
@@ -568,7 +519,7 @@ async def test_a_pool_keeps_its_tools_warm_on_the_nodes_it_asks_for(nodes: Nodes
         await gone(pid, f"actor {pid}")
 
 
-async def test_a_pool_spreads_overlapping_calls_over_its_actors(nodes: Nodes) -> None:
+async def test_a_pool_spreads_overlapping_calls_over_its_actors(nodes: RayNodes) -> None:
     ex = pooled()
     try:
         steps = [tool_step(f"p{i}", "pause", {"marker": f"spread-{i}"}) for i in range(3)]
@@ -593,7 +544,7 @@ async def test_a_pool_spreads_overlapping_calls_over_its_actors(nodes: Nodes) ->
         await gone(pid, f"actor {pid}")
 
 
-async def test_errors_and_retries_on_a_pool_end_as_they_do_in_process(nodes: Nodes) -> None:
+async def test_errors_and_retries_on_a_pool_end_as_they_do_in_process(nodes: RayNodes) -> None:
     steps = [tool_step("t", "flaky", {}), tool_step("f", "fails", {}, "t")]
     here = await agent(steps, ray_backend=False).run("errors")
     ex = pooled()
@@ -609,7 +560,7 @@ async def test_errors_and_retries_on_a_pool_end_as_they_do_in_process(nodes: Nod
     assert outputs(there)["t"] == outputs(here)["t"] == "done on attempt 3"
 
 
-async def test_a_timeout_on_a_pool_cancels_the_actor_call(nodes: Nodes) -> None:
+async def test_a_timeout_on_a_pool_cancels_the_actor_call(nodes: RayNodes) -> None:
     steps = [tool_step("p", "ping", {}), tool_step("h", "hangs", {"marker": "a-timeout"}, "p")]
     ex = pooled()
     try:
@@ -622,7 +573,7 @@ async def test_a_timeout_on_a_pool_cancels_the_actor_call(nodes: Nodes) -> None:
         await ex.close()
 
 
-async def test_a_cancelled_run_cancels_its_actor_call(nodes: Nodes) -> None:
+async def test_a_cancelled_run_cancels_its_actor_call(nodes: RayNodes) -> None:
     ex = pooled()
     try:
         run = agent([tool_step("h", "waits", {"marker": "a-cancel"})], using=ex).start("hang")
@@ -635,7 +586,7 @@ async def test_a_cancelled_run_cancels_its_actor_call(nodes: Nodes) -> None:
         await ex.close()
 
 
-async def test_an_actor_whose_call_ignores_being_cancelled_is_replaced(nodes: Nodes) -> None:
+async def test_an_actor_whose_call_ignores_being_cancelled_is_replaced(nodes: RayNodes) -> None:
     ex = pooled(kill_after=0.5)
     try:
         steps = [tool_step("s", "stubborn", {"marker": "a-stubborn"})]
@@ -653,7 +604,7 @@ async def test_an_actor_whose_call_ignores_being_cancelled_is_replaced(nodes: No
         await ex.close()
 
 
-async def test_an_idempotent_call_on_a_dying_actor_is_sent_again_with_the_same_key(nodes: Nodes) -> None:
+async def test_an_idempotent_call_on_a_dying_actor_is_sent_again_with_the_same_key(nodes: RayNodes) -> None:
     ex = pooled()
     try:
         run = agent([tool_step("c", "charge", {"order": "a-o1", "amount": 5})], using=ex).start("charge")
@@ -676,7 +627,7 @@ async def test_an_idempotent_call_on_a_dying_actor_is_sent_again_with_the_same_k
     assert outputs(result)["c"] == {"order": "a-o1", "charged": 5}
 
 
-async def test_a_non_idempotent_call_on_a_dying_actor_is_held_for_a_human(nodes: Nodes) -> None:
+async def test_a_non_idempotent_call_on_a_dying_actor_is_held_for_a_human(nodes: RayNodes) -> None:
     asked: list[ApprovalRequest] = []
 
     async def human(request: ApprovalRequest) -> ApprovalDecision:
@@ -707,7 +658,7 @@ async def test_a_non_idempotent_call_on_a_dying_actor_is_held_for_a_human(nodes:
     assert outputs(result)["s"] == {"order": "a-o2", "charged": 7}
 
 
-async def test_a_call_not_safe_to_repeat_skips_an_actor_that_died_while_idle(nodes: Nodes) -> None:
+async def test_a_call_not_safe_to_repeat_skips_an_actor_that_died_while_idle(nodes: RayNodes) -> None:
     asked: list[ApprovalRequest] = []
 
     async def human(request: ApprovalRequest) -> ApprovalDecision:

@@ -28,6 +28,7 @@ turns are made by the run, its tool calls on the cluster.
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -170,6 +171,35 @@ def _connect(ray: ModuleType, address: str | None, init_options: Mapping[str, An
         return _remote
 
 
+def _other_cluster(ray: ModuleType, address: str | None) -> str | None:
+    """Why ``address`` is not the cluster this process is connected to (None when it is, or when
+    that cannot be told: no address, ``auto``, a ``ray://`` client address)."""
+    if address is None or address == "auto" or address.startswith("ray://"):
+        return None
+    try:
+        joined = str(ray.get_runtime_context().gcs_address)
+    except Exception:  # connected through a client, or the context does not say
+        return None
+    if _same_place(joined, address):
+        return None
+    return f"this process is connected to the Ray cluster at {joined}, not {address}: a process joins one cluster"
+
+
+def _same_place(one: str, other: str) -> bool:
+    """Whether two ``host:port`` addresses name one place (hosts compared by their IP address
+    when both resolve; an address that cannot be read is taken to be the same)."""
+    host_a, _, port_a = one.rpartition(":")
+    host_b, _, port_b = other.rpartition(":")
+    if not port_a.isdigit() or not port_b.isdigit():
+        return True
+    if port_a != port_b:
+        return False
+    try:
+        return socket.gethostbyname(host_a) == socket.gethostbyname(host_b)
+    except OSError:
+        return True
+
+
 def _give_up(ray: ModuleType, ref: Any, kill_after: float | None) -> None:
     """Cancel a call's task; one still running ``kill_after`` seconds later loses its worker
     (watched from a thread of its own, so that neither the run nor its loop waits for it)."""
@@ -273,9 +303,13 @@ class RayExecutor:
         return await self._inner.run(step, args, _OnRay(ctx, self))
 
     async def connect(self) -> None:
-        """Join the cluster now rather than at the first call (``ray.init`` runs in a thread)."""
+        """Join the cluster now rather than at the first call (``ray.init`` runs in a thread);
+        raises :class:`~planexec.UsageError` when this process is connected to another cluster."""
         ray = _ray()
         await asyncio.to_thread(_connect, ray, self.address, self.init_options)
+        elsewhere = _other_cluster(ray, self.address)
+        if elsewhere is not None:
+            raise UsageError(elsewhere, [Problem(code="executor", where=f"{self.name}.address", message=elsewhere)])
 
     def remote(self, tool: Tool) -> Tool:
         """``tool`` as this executor calls it: the same value, whose invoke runs on the cluster."""
@@ -315,6 +349,9 @@ class RayExecutor:
         ray = _ray()
         if _remote is None or not ray.is_initialized():
             await asyncio.to_thread(_connect, ray, self.address, self.init_options)
+        elsewhere = _other_cluster(ray, self.address)
+        if elsewhere is not None:
+            raise ToolError(f"{way.tool.name}: {elsewhere}")
         if way.shipped is None:
             way.shipped = ray.put(way.local)  # the invoke, put in the object store once
         tool = way.tool
@@ -348,6 +385,7 @@ class RayExecutor:
             if resent >= self.resends:
                 raise ToolError(f"{tool.name}: {detail}, {resent + 1} times") from None
             resent += 1  # safe to send again: the same arguments, the same idempotency key
+            ctx.report(resent, self.resends, f"sent again with the same idempotency key: {detail}")
 
     async def _on_task(self, ray: ModuleType, way: _Way, call_args: tuple[Any, ...]) -> Any:
         ref = _remote.options(**way.options.task_options()).remote(way.shipped, *call_args)

@@ -293,11 +293,13 @@ class RecordedWorld:
             if isinstance(e, StepAttemptFailed | ToolCalled | ToolProgress | StepSucceeded | StepFailed):
                 return e.step_id == step.id
             if isinstance(e, ApprovalRequested):
-                return e.subject == "review" and e.step_id == step.id
+                return e.subject in ("review", "effect") and e.step_id == step.id
             return isinstance(e, ModelCalled) and e.step_id == step.id
 
         while True:
             event = await self._until(mine)
+            if isinstance(event, ApprovalRequested) and event.subject == "effect":  # cut off; held for a human
+                return StepOutcome(held=event.reason, attempts=event_attempts(self.log, step.id))
             if isinstance(event, ApprovalRequested):  # the result failed its checks; a human reviews it
                 return StepOutcome(
                     output=event.output, verdict=event.verdict, attempts=event_attempts(self.log, step.id)

@@ -71,7 +71,7 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
     ctx = StepCtx(engine, step)
     done = StepDone(step_id=step.id, token=token, started=False)
     reserved = held is None
-    uncertain: EffectUncertain | None = None
+    uncertain: str | None = None  # why the step is held: its call's effect became uncertain
     try:
         if held is not None:
             decision = await engine.humans.await_effect(step, held)
@@ -158,7 +158,9 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
     except BudgetHit as hit:
         done.budget = hit
     except EffectUncertain as e:
-        uncertain = e
+        uncertain = _held_because(step, e)
+    except _RecordedHold as e:
+        uncertain = e.reason
     except (UsageError, _JournalFailed, ToolCrashed, ModelCrashed) as e:
         done.crash = e
     except Exception as e:
@@ -183,13 +185,24 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
     engine.queue.put_nowait(done)
 
 
-async def _hold(engine: _Loop, step: Step, uncertain: EffectUncertain) -> str:
-    """Hold ``step`` for a human after its call's effect became uncertain; the question's id."""
-    approval_id = engine.new_id()
-    reason = (
+class _RecordedHold(Exception):
+    """A recorded run held the step here, for the reason its log gives."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _held_because(step: Step, uncertain: EffectUncertain) -> str:
+    return (
         f"effect uncertain: {uncertain.detail} while {step.id} ({step.tool or step.executor}) was running, "
         "and its effect is not safe to repeat: retry, skip, or mark done"
     )
+
+
+async def _hold(engine: _Loop, step: Step, reason: str) -> str:
+    """Hold ``step`` for a human after its call's effect became uncertain; the question's id."""
+    approval_id = engine.new_id()
     await engine.world.turn(lambda e: isinstance(e, ApprovalRequested) and e.step_id == step.id)
     engine.emit(
         ApprovalRequested(
@@ -216,6 +229,8 @@ def _known(outcome: StepOutcome, done: StepDone) -> None:
     """The step ended as the world knows it did (every recorded attempt at once)."""
     done.output, done.verdict, done.attempts = outcome.output, outcome.verdict, outcome.attempts
     done.confidence = outcome.confidence
+    if outcome.held is not None:
+        raise _RecordedHold(outcome.held)
     if outcome.budget is not None:
         raise outcome.budget
     if outcome.error is not None and outcome.error.kind != "acceptance":

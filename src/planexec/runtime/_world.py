@@ -59,6 +59,9 @@ class StepOutcome:
     attempts: int = 1
     budget: BudgetHit | None = None
     confidence: float | None = None
+    held: str | None = None
+    """Set when the step's call was cut off with its effect uncertain and the run held the step
+    for a human: the question's reason."""
 
 
 class World(Protocol):
