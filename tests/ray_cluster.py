@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -114,6 +115,7 @@ def ray_cluster() -> Iterator[RayNodes]:
     finally:
         ray.shutdown()
         cluster.shutdown()  # type: ignore[no-untyped-call]
+        shutil.rmtree(root, ignore_errors=True)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

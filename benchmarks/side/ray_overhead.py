@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import os
 import platform
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -147,8 +148,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     options = parser.parse_args()
     print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs")
-    _isolate()
-    asyncio.run(_measure(options.calls, options.steps))
+    root = _isolate()
+    try:
+        asyncio.run(_measure(options.calls, options.steps))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)  # Ray's session files, once Ray has shut down
 
 
 if __name__ == "__main__":
