@@ -565,6 +565,60 @@ async def test_a_run_given_back_to_the_workers_is_not_resumed_elsewhere(setup: S
         await store.close()
 
 
+async def test_both_questions_answered_at_once_give_the_run_back_once(setup: Setup) -> None:
+    store = PostgresStore(setup.url, pool_size=2)
+    queue = RunQueue(store)
+    try:
+        run_id = await submit(store, _gated_spec(setup, "attack_planners:TWO_GATED"), "publish two", check=False)
+        setup.start_worker("w0")
+
+        async def two_questions() -> list[dict[str, Any]] | None:
+            out = await asyncio.to_thread(_cli, setup, "--store", setup.url, "approvals", "--json")
+            found = [q for q in json.loads(out.stdout) if q["run_id"] == run_id]
+            return found if len(found) == 2 else None
+
+        questions = await wait_for(two_questions, "two open questions")
+        await wait_for(lambda: _state_is(lambda: _entry_state(queue, run_id), "waiting"), "the run to wait")
+        answers = await asyncio.gather(
+            *(
+                asyncio.to_thread(_cli, setup, "--store", setup.url, "approve", run_id, q["approval_id"], "--json")
+                for q in questions
+            )
+        )
+        for done in answers:
+            assert done.returncode == 0, done.stderr
+        requeued = [json.loads(done.stdout)["requeued"] for done in answers]
+        assert sorted(requeued) == [False, True], requeued
+        await wait_for(lambda: _done(queue, run_id), "a worker to finish the run")
+        last = [s.event for s in await store.read(run_id)][-1]
+        assert isinstance(last, RunFinished)
+        assert last.stop.kind == "goal_met", last.stop
+        assert sorted(setup.applied()) == [(run_id, "a"), (run_id, "b")]
+    finally:
+        await store.close()
+
+
+async def test_telling_a_run_a_worker_holds_leaves_it_with_the_worker(setup: Setup) -> None:
+    store = PostgresStore(setup.url, pool_size=2)
+    queue = RunQueue(store)
+    try:
+        run_id = await submit(store, setup.spec(seconds=1.5), "a slow run", check=False)
+        setup.start_worker("w0")
+        await wait_for(lambda: any(a[0] == run_id for a in setup.attempts()), "the worker to call the tool")
+        told = await asyncio.to_thread(_cli, setup, "--store", setup.url, "tell", run_id, "it is Friday", "--json")
+        assert told.returncode == 0, told.stderr
+        assert json.loads(told.stdout)["requeued"] is False
+        assert await give_back(store, run_id) is False  # leased: not given back
+        await wait_for(lambda: _done(queue, run_id), "the worker to finish the run")
+        log = [s.event for s in await store.read(run_id)]
+        assert isinstance(log[-1], RunFinished)  # how it ends is the test planner's (it does not replan)
+        assert sum(isinstance(e, RunFinished) for e in log) == 1
+        assert sum(isinstance(e, RunStarted) for e in log) == 1
+        assert not any(e.kind == "run_resumed" for e in log)  # never picked up anywhere else
+    finally:
+        await store.close()
+
+
 # -- Ray options ----------------------------------------------------------------------------------
 
 
