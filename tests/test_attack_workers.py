@@ -149,7 +149,7 @@ def test_the_same_executor_listed_twice_is_a_usage_error(home: Path) -> None:
 
 
 def test_an_executor_that_raises_on_attribute_access_is_a_usage_error(home: Path) -> None:
-    """BUG: the RuntimeError of ``isinstance(item, Executor)`` escapes (a traceback from
+    """Was: the RuntimeError of ``isinstance(item, Executor)`` escapes (a traceback from
     ``planexec run --executors``)."""
     error = _refused(home, "hostile_executors:raising", "import_raises:thing")
     assert [p.where for p in error.problems][:1] == ["executors 'hostile_executors:raising'"]
@@ -157,35 +157,35 @@ def test_an_executor_that_raises_on_attribute_access_is_a_usage_error(home: Path
 
 
 def test_an_executor_whose_name_raises_is_a_usage_error(home: Path) -> None:
-    """BUG: the ValueError of ``e.name`` escapes build_agent."""
+    """Was: the ValueError of ``e.name`` escapes build_agent."""
     error = _refused(home, "hostile_executors:name_raises")
     assert error.problems
 
 
 @pytest.mark.parametrize("ref", ["hostile_executors:list_name", "hostile_executors:int_name"])
 def test_an_executor_whose_name_is_not_text_is_a_usage_error(home: Path, ref: str) -> None:
-    """BUG: a list name is a TypeError (unhashable) from Agent; an int name is accepted and the
+    """Was: a list name is a TypeError (unhashable) from Agent; an int name is accepted and the
     agent routes steps to the executor ``5``."""
     error = _refused(home, ref)
     assert error.problems
 
 
 def test_two_executors_with_unhashable_names_are_a_usage_error(home: Path) -> None:
-    """BUG: load_executors' duplicate check raises TypeError (unhashable type: 'list')."""
+    """Was: load_executors' duplicate check raises TypeError (unhashable type: 'list')."""
     error = _refused(home, "hostile_executors:two_list_names")
     assert error.problems
 
 
 @pytest.mark.parametrize("ref", ["hostile_executors:lazy", "hostile_executors:holder.inner"])
 def test_an_attribute_that_raises_while_imported_is_a_usage_error(home: Path, ref: str) -> None:
-    """BUG: only AttributeError is caught while walking ``module:attr``; a module ``__getattr__``
+    """Was: only AttributeError is caught while walking ``module:attr``; a module ``__getattr__``
     or a property raising anything else escapes."""
     error = _refused(home, ref)
     assert [p.where for p in error.problems] == [f"executors {ref!r}"]
 
 
 def test_an_executor_module_that_exits_while_imported_is_a_usage_error(home: Path) -> None:
-    """BUG (arguable: importing runs the module's code): SystemExit raised by the import ends the
+    """Was: SystemExit raised by the import ends the
     process that builds the agent — a ``planexec worker`` with it."""
     try:
         error = _refused(home, "import_exits:thing")
@@ -250,7 +250,7 @@ async def _entry_state(queue: RunQueue, run_id: str) -> str | None:
 
 
 async def test_submit_refuses_a_hostile_executor_with_a_usage_error(setup: Setup) -> None:
-    """BUG: submit (which builds the agent to check it) lets the executor's RuntimeError escape;
+    """Was: submit (which builds the agent to check it) lets the executor's RuntimeError escape;
     ``planexec submit --executors`` prints a traceback."""
     store = PostgresStore(setup.url)
     try:
@@ -366,7 +366,7 @@ def _gated_spec(setup: Setup, planner: str = "workers_test_tools:GATED") -> Agen
 
 
 async def test_a_run_asked_again_after_answers_is_not_ended_by_max_claims(setup: Setup) -> None:
-    """BUG: every give-back is a new claim, and claims count against ``max_claims``: a run that a
+    """Was: every give-back is a new claim, and claims count against ``max_claims``: a run that a
     worker left waiting and a human answered is ended with code ``internal`` ("every worker that
     took it stopped before it ended") once it was answered ``max_claims`` times, although no worker
     ever stopped."""
@@ -392,7 +392,7 @@ async def test_a_run_asked_again_after_answers_is_not_ended_by_max_claims(setup:
 
 
 async def test_telling_a_run_that_waits_for_an_approval_does_not_requeue_it(setup: Setup) -> None:
-    """BUG: ``planexec tell`` gives a run back to the workers whenever it is waiting, even when its
+    """Was: ``planexec tell`` gives a run back to the workers whenever it is waiting, even when its
     approval is still unanswered (the server and ``approve`` check for pending questions; ``tell``
     does not): a worker claims it for nothing, and each tell uses up one of its ``max_claims``."""
     store = PostgresStore(setup.url, pool_size=2)
@@ -442,7 +442,7 @@ async def test_answering_one_of_two_questions_leaves_the_run_waiting(setup: Setu
 
 
 async def test_give_back_of_a_run_with_an_unanswered_question_is_refused(setup: Setup) -> None:
-    """BUG (of the public function): give_back reads only the queue, not the log — a run whose
+    """Was: give_back reads only the queue, not the log — a run whose
     question nobody answered is requeued, claimed for nothing and counted against max_claims."""
     store = PostgresStore(setup.url, pool_size=2)
     queue = RunQueue(store)
@@ -488,7 +488,7 @@ async def test_two_concurrent_approvals_run_the_step_once(setup: Setup) -> None:
 
 
 async def test_approving_without_resuming_leaves_it_waiting_and_resume_finishes_it(setup: Setup) -> None:
-    """BUG: ``approve --no-resume`` then ``planexec resume`` runs the submitted run to its end in
+    """Was: ``approve --no-resume`` then ``planexec resume`` runs the submitted run to its end in
     the resuming process, but its queue row stays ``waiting`` for ever (``planexec queue`` and
     ``RunQueue.entries(state="waiting")`` list a finished run as waiting for a human)."""
     store = PostgresStore(setup.url, pool_size=2)
@@ -542,7 +542,7 @@ async def test_answering_a_finished_run_or_a_hostile_id_is_refused_plainly(setup
 
 
 async def test_a_run_given_back_to_the_workers_is_not_resumed_elsewhere(setup: Setup) -> None:
-    """BUG (a race): once an answer gives a run back to the workers (queue row ``queued``),
+    """Was: once an answer gives a run back to the workers (queue row ``queued``),
     ``planexec resume`` still runs it in its own process — ``held_by`` only looks at live leases —
     so a worker claiming it meanwhile runs it in a second place. Shown here with no worker
     running: resume goes on locally, and the queue row stays ``queued`` for a finished run."""
@@ -644,7 +644,7 @@ def test_ray_options_refuse_bad_whole_numbers_listing_every_problem() -> None:
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf])
 def test_ray_options_refuse_resources_that_are_not_finite(bad: float) -> None:
-    """BUG: ``value < 0`` lets NaN and infinity through as CPUs, GPUs and custom resources."""
+    """Was: ``value < 0`` lets NaN and infinity through as CPUs, GPUs and custom resources."""
     from planexec.executor import RayOptions
 
     where = _ray_refused(options=RayOptions(num_cpus=bad, num_gpus=bad, resources={"sql": bad}))
@@ -652,7 +652,7 @@ def test_ray_options_refuse_resources_that_are_not_finite(bad: float) -> None:
 
 
 def test_ray_options_refuse_an_absurd_actor_pool() -> None:
-    """BUG (arguable): 10**100 actors, or 10**100 calls at once on one actor (Ray's
+    """Was: 10**100 actors, or 10**100 calls at once on one actor (Ray's
     ``max_concurrency`` is a C int), are accepted and fail only when the pool is made."""
     from planexec.executor import RayOptions
 
@@ -673,7 +673,7 @@ def test_ray_options_refuse_an_absurd_actor_pool() -> None:
     ],
 )
 def test_ray_executor_refuses_fields_of_the_wrong_type(kwargs: dict[str, Any], where: str) -> None:
-    """BUG: these are AttributeErrors (options, tool_options, resources) or accepted (name,
+    """Was: these are AttributeErrors (options, tool_options, resources) or accepted (name,
     address, init_options — an address of 5 fails only in ``connect``)."""
     from planexec.executor import RayOptions
 
@@ -693,7 +693,7 @@ def test_ray_executor_refuses_fields_of_the_wrong_type(kwargs: dict[str, Any], w
     ["a" * 100 + ":6379", "x" * 100_000 + ":6379", "..:6379", "a\x00b:6379"],
 )
 def test_another_clusters_address_check_survives_hostile_hosts(address: str) -> None:
-    """BUG: ``_same_place`` catches only OSError; ``socket.gethostbyname`` raises UnicodeError (a
+    """Was: ``_same_place`` catches only OSError; ``socket.gethostbyname`` raises UnicodeError (a
     label over 63 characters, an empty label) or TypeError (a NUL) — so ``connect`` raises those
     rather than a UsageError or going on."""
     from planexec.executor._ray import _other_cluster
@@ -711,7 +711,7 @@ def test_another_clusters_address_check_survives_hostile_hosts(address: str) -> 
 
 
 def test_another_clusters_address_with_a_padded_port_is_the_same_place() -> None:
-    """BUG (minor): ports are compared as text, so 127.0.0.1:06379 is "another cluster"."""
+    """Was: ports are compared as text, so 127.0.0.1:06379 is "another cluster"."""
     from planexec.executor._ray import _same_place
 
     assert _same_place("127.0.0.1:6379", "127.0.0.1:06379")

@@ -29,7 +29,7 @@ from planexec.cli._text import plain, shown
 from planexec.errors import UsageError
 from planexec.log import ApprovalRecord, ChecklistResult, RunStarted, RunState
 from planexec.runs import answer as record_answer
-from planexec.runs import give_back, open_questions, pick_question
+from planexec.runs import give_back, open_questions, pick_question, worker_entry
 from planexec.runs import tell as tell_run
 from planexec.runtime import ApprovalDecision
 from planexec.store import RunStore
@@ -411,8 +411,9 @@ async def _tell(
         click.echo(plain(f"run {run_id}: {what} recorded"), err=view.as_json)
         requeued = False
         if resume and state.status == "waiting":
-            requeued = await _given_back(store, run_id, view)
-            if not requeued:
+            if await worker_entry(store, run_id) is not None:  # the workers' run: never resumed here
+                requeued = await _given_back(store, run_id, view)  # not while a question waits
+            else:
                 return await resume_run(store, choice, log, AgentFlags(), view)
     if requeued:
         if view.as_json:

@@ -19,7 +19,7 @@ from planexec.cli._text import plain, redactor_of
 from planexec.errors import UsageError
 from planexec.log import Event, RunResult, RunStarted, RunState
 from planexec.memory import PlanMemory
-from planexec.runs import held_by, load_run, recorded_spec, still_waiting
+from planexec.runs import load_run, recorded_spec, still_waiting, take_from_workers
 from planexec.store import RunStore
 
 __all__ = ["load_log", "resume", "resume_run"]
@@ -116,10 +116,10 @@ def resume(ctx: click.Context, /, run_id: str, no_live: bool, no_input: bool, as
 async def _resume(run_id: str, flags: AgentFlags, view: View, choice: StoreChoice) -> int:
     async with using_store(choice) as store:
         log = await load_log(store, run_id, choice)
-        holder = await held_by(store, run_id)
-        if holder is not None and not RunState.fold(log).finished:
-            problems = Problems()
-            message = f"worker {holder} runs it now (its lease is live): resuming it here would run it twice"
-            problems.add("RUN", plain(message))
-            raise Refused(problems)
+        if not RunState.fold(log).finished:
+            why = await take_from_workers(store, run_id)
+            if why is not None:
+                problems = Problems()
+                problems.add("RUN", plain(why))
+                raise Refused(problems)
         return await resume_run(store, choice, log, flags, view)

@@ -28,6 +28,7 @@ turns are made by the run, its tool calls on the cluster.
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 import threading
 from collections.abc import Mapping, Sequence
@@ -63,6 +64,15 @@ def _ray() -> ModuleType:
     return ray
 
 
+MOST_ACTORS = 10_000
+"""The most actors a pool may have, and the most calls one actor may run at once."""
+
+
+def _amount(value: object) -> bool:
+    """A finite number >= 0 (not a bool): a count of CPUs, GPUs or a custom resource."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) and value >= 0
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RayOptions:
     """What a call's Ray task (or actor) asks of the node it runs on, and the environment it runs in.
@@ -87,22 +97,26 @@ class RayOptions:
 
     def problems(self, where: str) -> list[Problem]:
         found = []
+
+        def add(at: str, message: str) -> None:
+            found.append(Problem(code="executor", where=f"{where}{at}", message=message))
+
         for name, value in (("num_cpus", self.num_cpus), ("num_gpus", self.num_gpus)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
-                found.append(Problem(code="executor", where=f"{where}.{name}", message="must be a number >= 0"))
-        for name, value in self.resources.items():
-            if not isinstance(name, str) or not name:
-                found.append(Problem(code="executor", where=f"{where}.resources", message="names must be text"))
-            elif isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                found.append(
-                    Problem(code="executor", where=f"{where}.resources.{name}", message="must be a number >= 0")
-                )
+            if value is not None and not _amount(value):
+                add(f".{name}", "must be a finite number >= 0")
+        if not isinstance(self.resources, Mapping):
+            add(".resources", f"must be a mapping of names to amounts, not {type(self.resources).__name__}")
+        else:
+            for name, value in self.resources.items():
+                if not isinstance(name, str) or not name:
+                    add(".resources", "names must be text")
+                elif not _amount(value):
+                    add(f".resources.{name}", "must be a finite number >= 0")
         if self.runtime_env is not None and not isinstance(self.runtime_env, Mapping):
-            found.append(Problem(code="executor", where=f"{where}.runtime_env", message="must be a mapping, or None"))
+            add(".runtime_env", "must be a mapping, or None")
         for name, value, least in (("actors", self.actors, 0), ("actor_concurrency", self.actor_concurrency, 1)):
-            if value is not None and (type(value) is not int or value < least):
-                message = f"must be a whole number >= {least}, or None"
-                found.append(Problem(code="executor", where=f"{where}.{name}", message=message))
+            if value is not None and (type(value) is not int or not least <= value <= MOST_ACTORS):
+                add(f".{name}", f"must be a whole number from {least} to {MOST_ACTORS:,}, or None")
         return found
 
     def over(self, base: RayOptions) -> RayOptions:
@@ -190,13 +204,15 @@ def _same_place(one: str, other: str) -> bool:
     when both resolve; an address that cannot be read is taken to be the same)."""
     host_a, _, port_a = one.rpartition(":")
     host_b, _, port_b = other.rpartition(":")
-    if not port_a.isdigit() or not port_b.isdigit():
+    if not (port_a.isascii() and port_a.isdigit() and port_b.isascii() and port_b.isdigit()):
         return True
-    if port_a != port_b:
+    if int(port_a) != int(port_b):
         return False
+    if host_a == host_b:
+        return True
     try:
         return socket.gethostbyname(host_a) == socket.gethostbyname(host_b)
-    except OSError:
+    except (OSError, UnicodeError, ValueError, TypeError):  # a name that cannot be looked up
         return True
 
 
@@ -266,13 +282,34 @@ class RayExecutor:
     _pools: list[tuple[RayOptions, ActorPool]] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        problems = self.options.problems("options")
-        for tool_name, opts in self.tool_options.items():
-            if not isinstance(opts, RayOptions):
-                message = f"must be a RayOptions, not {type(opts).__name__}"
-                problems.append(Problem(code="executor", where=f"tool_options.{tool_name}", message=message))
-            else:
-                problems += opts.problems(f"tool_options.{tool_name}")
+        problems: list[Problem] = []
+
+        def add(where: str, message: str) -> None:
+            problems.append(Problem(code="executor", where=where, message=message))
+
+        if not isinstance(self.name, str) or not self.name.strip():
+            add("name", "must be non-empty text")
+        if self.address is not None and not isinstance(self.address, str):
+            add(
+                "address",
+                f"must be text, such as 'auto' or '127.0.0.1:6379', or None, not {type(self.address).__name__}",
+            )
+        if not isinstance(self.init_options, Mapping):
+            add("init_options", f"must be a mapping of ray.init's options, not {type(self.init_options).__name__}")
+        if isinstance(self.options, RayOptions):
+            problems += self.options.problems("options")
+        else:
+            add("options", f"must be a RayOptions, not {type(self.options).__name__}")
+        if not isinstance(self.tool_options, Mapping):
+            add(
+                "tool_options", f"must be a mapping of tool names to RayOptions, not {type(self.tool_options).__name__}"
+            )
+        else:
+            for tool_name, opts in self.tool_options.items():
+                if not isinstance(opts, RayOptions):
+                    add(f"tool_options.{tool_name}", f"must be a RayOptions, not {type(opts).__name__}")
+                else:
+                    problems += opts.problems(f"tool_options.{tool_name}")
         most = self.max_concurrency
         if most is not None and (type(most) is not int or most < 1):
             problems.append(Problem(code="executor", where="max_concurrency", message="must be a whole number >= 1"))

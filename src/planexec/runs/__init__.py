@@ -35,7 +35,7 @@ from planexec.runs._stored import (
     parse_age,
     read_run,
 )
-from planexec.runs._submit import give_back, held_by, requeue, submit
+from planexec.runs._submit import give_back, held_by, requeue, submit, take_from_workers, worker_entry
 
 __all__ = [
     "RULE_LISTS",
@@ -75,5 +75,7 @@ __all__ = [
     "session_turns",
     "still_waiting",
     "submit",
+    "take_from_workers",
     "tell",
+    "worker_entry",
 ]

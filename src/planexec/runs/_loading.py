@@ -247,15 +247,19 @@ def _imported(where: str, ref: str, problems: Problems) -> Any:
     except ImportError as e:
         problems.add(where, f"cannot import module {module_name!r}: {e}")
         return _MISSING
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # a module's own code may even try to end the process
         problems.add(where, f"importing {module_name!r} raised {type(e).__name__}: {e}")
         return _MISSING
     walked = module_name
     for part in attr.split("."):
-        if not hasattr(value, part):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
             problems.add(where, f"{walked!r} has no attribute {part!r}")
             return _MISSING
-        value = getattr(value, part)
+        except Exception as e:
+            problems.add(where, f"reading {walked}.{part} raised {type(e).__name__}: {e}")
+            return _MISSING
         walked = f"{walked}.{part}"
     return value
 
@@ -298,6 +302,7 @@ def load_executors(refs: Sequence[str], problems: Problems) -> list[Executor]:
     every bad reference is a problem, and so is a name two of them share."""
     _importable_here()
     found: list[Executor] = []
+    seen: set[str] = set()
     for ref in refs:
         where = f"executors {ref!r}"
         value = _imported(where, ref, problems)
@@ -306,15 +311,27 @@ def load_executors(refs: Sequence[str], problems: Problems) -> list[Executor]:
         items = list(value) if isinstance(value, list | tuple) else [value]
         for index, item in enumerate(items):
             at = f"item {index} " if isinstance(value, list | tuple) else ""
-            if isinstance(item, type):
-                problems.add(
-                    where, f"{at}is the class {item.__name__}, not an executor: make one, e.g. {item.__name__}()"
-                )
-            elif isinstance(item, Executor):
-                found.append(item)
+            problem = _not_an_executor(item)
+            if problem is not None:
+                problems.add(where, f"{at}{problem}")
+            elif item.name in seen:
+                problems.add("executors", f"two executors are named {item.name!r}")
             else:
-                problems.add(where, f"{at}is a {type(item).__name__}, not an executor or a list of executors")
-    names = [e.name for e in found]
-    for name in sorted({n for n in names if names.count(n) > 1}):
-        problems.add("executors", f"two executors are named {name!r}")
+                seen.add(item.name)
+                found.append(item)
     return found
+
+
+def _not_an_executor(item: Any) -> str | None:
+    """Why ``item`` cannot be routed steps to (None: it can): an executor with a name of text."""
+    if isinstance(item, type):
+        return f"is the class {item.__name__}, not an executor: make one, e.g. {item.__name__}()"
+    try:
+        if not isinstance(item, Executor):
+            return f"is a {type(item).__name__}, not an executor or a list of executors"
+        name = item.name
+    except Exception as e:  # an object that raises when its attributes are read
+        return f"cannot be read as an executor: {type(e).__name__}: {e}"
+    if not isinstance(name, str) or not name.strip():
+        return f"has the name {name!r}: an executor's name must be non-empty text"
+    return None

@@ -8,12 +8,14 @@ import uuid
 from collections.abc import Sequence
 
 from planexec.errors import UsageError
+from planexec.log import RunState
+from planexec.runs._pickup import still_waiting
 from planexec.runs._problems import Problems
 from planexec.runs._spec import AgentSpec, build_agent
 from planexec.runs._stored import check_run_id
-from planexec.store import PostgresStore, RunQueue, RunStore
+from planexec.store import PostgresStore, QueueEntry, RunQueue, RunStore
 
-__all__ = ["give_back", "held_by", "requeue", "submit"]
+__all__ = ["give_back", "held_by", "requeue", "submit", "take_from_workers", "worker_entry"]
 
 
 async def submit(
@@ -79,8 +81,9 @@ async def requeue(store: RunStore, run_id: str) -> bool:
 
 async def give_back(store: RunStore, run_id: str) -> bool:
     """Queue ``run_id`` again for the workers when it is a submitted run they left waiting for a
-    human (answered since); False for any other run — not submitted, not waiting, or in a store
-    that is not PostgreSQL — which whoever answered it may resume itself."""
+    human and every question it asked has been answered since; False for any other run — not
+    submitted, not waiting, still waiting for an answer, finished, or in a store that is not
+    PostgreSQL — which whoever answered it may resume itself (:func:`take_from_workers` first)."""
     if not isinstance(store, PostgresStore):
         return False
     check_run_id(run_id)
@@ -88,7 +91,40 @@ async def give_back(store: RunStore, run_id: str) -> bool:
     entry = await queue.entry(run_id)
     if entry is None or entry.state != "waiting":
         return False
+    state = RunState.fold(s.event for s in await store.read(run_id))
+    if state.finished or state.pending_approvals or still_waiting(state):
+        return False
     return await queue.requeue(run_id)
+
+
+async def worker_entry(store: RunStore, run_id: str) -> QueueEntry | None:
+    """The run's row in the workers' queue while it is in their hands (queued, leased or waiting
+    for a human); None when it is not a submitted run, is done, or the store is not PostgreSQL."""
+    if not isinstance(store, PostgresStore):
+        return None
+    check_run_id(run_id)
+    entry = await RunQueue(store).entry(run_id)
+    return entry if entry is not None and entry.state != "done" else None
+
+
+async def take_from_workers(store: RunStore, run_id: str) -> str | None:
+    """Before going on with ``run_id`` outside the workers: why it must not be (None: go on). A
+    submitted run that a worker holds, or that is queued for them, is theirs; one they left
+    waiting for a human is taken out of their queue (its row ``done``), so that no worker takes
+    it up as well. Always None for a store that is not PostgreSQL."""
+    if not isinstance(store, PostgresStore):
+        return None
+    check_run_id(run_id)
+    queue = RunQueue(store)
+    entry = await queue.entry(run_id)
+    if entry is None or entry.state == "done":
+        return None
+    holder = await queue.holder(run_id)
+    if holder is not None:
+        return f"worker {holder} runs it now (its lease is live): resuming it here would run it twice"
+    if entry.state == "waiting" and await queue.withdraw(run_id, note="resumed outside the workers"):
+        return None
+    return "it is queued for the workers, and a worker goes on with it (start one with `planexec worker`)"
 
 
 async def held_by(store: RunStore, run_id: str) -> str | None:

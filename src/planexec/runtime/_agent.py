@@ -767,6 +767,10 @@ def _assemble(
         if not isinstance(e, Executor):
             problems.append(Problem(code="executor", where=clip(repr(e), 60), message="is not an executor"))
             continue
+        if not isinstance(e.name, str) or not e.name.strip():
+            message = f"has the name {clip(repr(e.name), 60)}: an executor's name must be non-empty text"
+            problems.append(Problem(code="executor", where=clip(repr(e), 60), message=message))
+            continue
         if e.name == "tools" and not (isinstance(e, ToolExecutor | RayExecutor) and e.kind == "tools"):
             message = "the name 'tools' is the built-in tool executor's (or a RayExecutor that runs tool steps)"
             problems.append(Problem(code="executor", where="tools", message=message))

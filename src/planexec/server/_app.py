@@ -30,13 +30,14 @@ from planexec.plan import Plan
 from planexec.runs import (
     answer,
     give_back,
-    held_by,
     load_run,
     open_questions,
     pick_question,
     read_run,
     still_waiting,
+    take_from_workers,
     tell,
+    worker_entry,
 )
 from planexec.runtime import ApprovalDecision
 from planexec.server._agents import ServedAgent, check_budget
@@ -545,15 +546,16 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         log = await run_log(run_id)
         state = RunState.fold(log)
         why = None
-        holder = None if busy or state.finished else await held_by(workers.store, run_id)
         if busy or workers.busy(run_id):
             why = ("running", "this server runs it now")
-        elif holder is not None:
-            why = ("running", f"worker {holder} runs it now (its lease is live)")
         elif state.finished:
             why = ("finished", f"it has finished ({state.stop})")
         elif still_waiting(state) or state.pending_approvals:
             why = ("waiting", "it waits for an answer: answer its questions first")
+        else:
+            theirs = await take_from_workers(workers.store, run_id)  # last: it takes a waiting run over
+            if theirs is not None:
+                why = ("running", theirs)
         if why is not None:
             raise _ApiError(
                 409, why[0], f"cannot resume run {run_id!r}", [Problem(code=why[0], where="run_id", message=why[1])]
@@ -574,7 +576,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         state = await tell(store, run_id, body.text, constraint=body.constraint, by=ANSWERED_BY, log=log)
         workers.changed(run_id)
         idle = state.status == "waiting" and not state.pending_approvals and not workers.busy(run_id)
-        if idle and not await give_back(store, run_id):  # a run submitted to workers goes back to them
+        if idle and not await _back_to_workers(store, run_id):
             workers.resume(run_id, log)
         return summary(state, agent_of(log[0]))
 
@@ -619,7 +621,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         workers.changed(run_id)
         resumed = False
         idle = state.status == "waiting" and not state.pending_approvals and not workers.busy(run_id)
-        if idle and not await give_back(store, run_id):  # a run submitted to workers goes back to them
+        if idle and not await _back_to_workers(store, run_id):
             workers.resume(run_id, log)
             resumed = True
         return AnswerResult(run=summary(state, agent_of(log[0])), resumed=resumed)
@@ -635,6 +637,15 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
 
     api.mount("/assets", StaticFiles(directory=STATIC / "assets", check_dir=False), name="assets")
     return api
+
+
+async def _back_to_workers(store: RunStore, run_id: str) -> bool:
+    """Whether the run is the workers' (submitted to them and in their hands): it is then given
+    back to their queue, never resumed here, even when another answer gave it back already."""
+    if await worker_entry(store, run_id) is None:
+        return False
+    await give_back(store, run_id)
+    return True
 
 
 def _is_open(path: str) -> bool:

@@ -66,7 +66,8 @@ _ENTRY_COLUMNS = "run_id, state, owner, lease, claims, expires_at, submitted_at,
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Claim:
     """A run a worker has just claimed: ``lease`` names the lease it holds (renew and release with
-    it); ``claims`` counts every claim of the run, this one included (more than one: a take-over)."""
+    it); ``claims`` counts every claim of the run since it was submitted or given back after a
+    human's answer, this one included (more than one: a take-over)."""
 
     run_id: str
     lease: int
@@ -197,18 +198,33 @@ class RunQueue:
         return await self.store._call(f"release the lease of run {run_id!r}", release)
 
     async def requeue(self, run_id: str) -> bool:
-        """Queue a run that waited for a human (or was left ``done`` unfinished) again; False when
-        it is not in the queue or is queued or leased already."""
+        """Queue a run that waited for a human (or was left ``done`` unfinished) again, its claims
+        counted afresh (a human's answer is not a worker that stopped); False when it is not in the
+        queue or is queued or leased already."""
 
         async def requeue(conn: AsyncConnection[Any]) -> bool:
             cur = await conn.execute(
-                f"UPDATE planexec_queue SET state = 'queued', updated_at = {_NOW} "
+                f"UPDATE planexec_queue SET state = 'queued', claims = 0, updated_at = {_NOW} "
                 "WHERE run_id = %s AND state IN ('waiting', 'done') RETURNING run_id",
                 (run_id,),
             )
             return await cur.fetchone() is not None
 
         return await self.store._call(f"requeue run {run_id!r}", requeue)
+
+    async def withdraw(self, run_id: str, *, note: str) -> bool:
+        """Take a run the workers left ``waiting`` out of their hands (``done``, with ``note``), to
+        be run elsewhere; False when it is not waiting (queued, leased, done, or not in the queue)."""
+
+        async def withdraw(conn: AsyncConnection[Any]) -> bool:
+            cur = await conn.execute(
+                f"UPDATE planexec_queue SET state = 'done', note = %s, updated_at = {_NOW} "
+                "WHERE run_id = %s AND state = 'waiting' RETURNING run_id",
+                (note, run_id),
+            )
+            return await cur.fetchone() is not None
+
+        return await self.store._call(f"withdraw run {run_id!r}", withdraw)
 
     async def holder(self, run_id: str) -> str | None:
         """The worker whose lease on run ``run_id`` is live now (database clock), or None."""
