@@ -379,7 +379,7 @@ async def test_a_run_asked_again_after_answers_is_not_ended_by_max_claims(setup:
         questions = await asyncio.to_thread(_cli, setup, "--store", setup.url, "approvals", "--json")
         [question] = json.loads(questions.stdout)
         approved = await asyncio.to_thread(
-            _cli, setup, "--store", setup.url, "approve", run_id, question["approval_id"], "--json"
+            _cli, setup, "--store", setup.url, "approve", run_id, question["question_id"], "--json"
         )
         assert approved.returncode == 0, approved.stderr
         assert json.loads(approved.stdout)["requeued"] is True
@@ -425,14 +425,14 @@ async def test_answering_one_of_two_questions_leaves_the_run_waiting(setup: Setu
 
         first, _second = await wait_for(two_questions, "two open questions")
         approved = await asyncio.to_thread(
-            _cli, setup, "--store", setup.url, "approve", run_id, first["approval_id"], "--json"
+            _cli, setup, "--store", setup.url, "approve", run_id, first["question_id"], "--json"
         )
         assert approved.returncode == 0, approved.stderr
         assert json.loads(approved.stdout)["requeued"] is False
         assert await _entry_state(queue, run_id) == "waiting"
         # answering the same question again is refused, and still requeues nothing
         again = await asyncio.to_thread(
-            _cli, setup, "--store", setup.url, "approve", run_id, first["approval_id"], "--json"
+            _cli, setup, "--store", setup.url, "approve", run_id, first["question_id"], "--json"
         )
         assert again.returncode != 0
         assert "Traceback" not in again.stderr
@@ -462,7 +462,7 @@ async def _waiting_gated_run(setup: Setup, store: PostgresStore, queue: RunQueue
     await wait_for(lambda: _state_is(lambda: _entry_state(queue, run_id), "waiting"), "the run to wait")
     questions = await asyncio.to_thread(_cli, setup, "--store", setup.url, "approvals", "--json")
     [question] = [q for q in json.loads(questions.stdout) if q["run_id"] == run_id]
-    return run_id, str(question["approval_id"])
+    return run_id, str(question["question_id"])
 
 
 async def test_two_concurrent_approvals_run_the_step_once(setup: Setup) -> None:
@@ -581,7 +581,7 @@ async def test_both_questions_answered_at_once_give_the_run_back_once(setup: Set
         await wait_for(lambda: _state_is(lambda: _entry_state(queue, run_id), "waiting"), "the run to wait")
         answers = await asyncio.gather(
             *(
-                asyncio.to_thread(_cli, setup, "--store", setup.url, "approve", run_id, q["approval_id"], "--json")
+                asyncio.to_thread(_cli, setup, "--store", setup.url, "approve", run_id, q["question_id"], "--json")
                 for q in questions
             )
         )

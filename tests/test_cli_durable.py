@@ -182,7 +182,7 @@ def test_a_sensitive_step_suspends_and_approve_resumes_it(cli: Cli) -> None:
     assert ids[0] in listed.stdout
     assert "sensitive tool publish" in listed.stdout
     as_json = json.loads(cli("approvals", "--json").stdout)
-    assert [(q["run_id"], q["approval_id"], q["subject"], q["step_id"]) for q in as_json] == [
+    assert [(q["run_id"], q["question_id"], q["kind"], q["step"]["id"]) for q in as_json] == [
         (run_id, ids[0], "step", "pub")
     ]
 
@@ -384,7 +384,7 @@ def test_an_uncertain_effect_is_answered_with_a_choice(cli: Cli) -> None:
     assert "step mail held for a human" in held.stdout
     assert "--choice retry|skip|done" in held.stdout
     (question,) = json.loads(cli("approvals", "--json").stdout)
-    assert (question["run_id"], question["subject"], question["step_id"]) == ("crashed", "effect", "mail")
+    assert (question["run_id"], question["kind"], question["step"]["id"]) == ("crashed", "effect", "mail")
 
     no_choice = cli("approve", "crashed")
     assert no_choice.exit_code == 2
@@ -446,7 +446,7 @@ def test_a_run_started_from_python_needs_its_models_and_tools_on_the_command_lin
 
     asyncio.run(start_waiting())
     (question,) = json.loads(cli("approvals", "--json").stdout)
-    result = cli("approve", "api", question["approval_id"])
+    result = cli("approve", "api", question["question_id"])
     assert result.exit_code == 2
     err = result.stderr
     assert "the answer is recorded, but the run cannot be resumed here" in err
@@ -478,9 +478,9 @@ def test_suspend_and_approve_as_real_processes(cli: Cli) -> None:
     data = json.loads(first.stdout)
     assert data["stop"]["kind"] == "waiting"
     (question,) = data["pending_approvals"]
-    assert question["commands"][0] == f"planexec --store {cli.store} approve {data['run_id']} {question['approval_id']}"
+    assert question["commands"][0] == f"planexec --store {cli.store} approve {data['run_id']} {question['question_id']}"
 
-    approved = cli.process("approve", data["run_id"], question["approval_id"], "--json")
+    approved = cli.process("approve", data["run_id"], question["question_id"], "--json")
     assert approved.returncode == 0, approved.stderr
     assert json.loads(approved.stdout)["answer"] == "published 5"
     assert cli.calls() == ["publish 5"]
@@ -502,17 +502,17 @@ def _json_run(result: Result) -> dict[str, Any]:
 def test_a_question_suspends_the_run_and_answer_resumes_it(cli: Cli) -> None:
     data = _json_run(cli.run([ASK, ADD_PLAN, {"answer": "5"}], "--json", goal="add the numbers"))
     (question,) = data["pending_approvals"]
-    assert question["subject"] == "question"
+    assert question["kind"] == "question"
     assert question["reason"] == "Which numbers should I add?"
     assert question["commands"] == [
-        f"planexec --store {cli.store} answer {data['run_id']} {question['approval_id']} TEXT"
+        f"planexec --store {cli.store} answer {data['run_id']} {question['question_id']} TEXT"
     ]
 
-    refused = cli("approve", data["run_id"], question["approval_id"], "--no-live")
+    refused = cli("approve", data["run_id"], question["question_id"], "--no-live")
     assert refused.exit_code == 2
     assert "answer it with `planexec answer`" in refused.output
 
-    answered = cli("answer", data["run_id"], question["approval_id"], "2 and 3", "--json")
+    answered = cli("answer", data["run_id"], question["question_id"], "2 and 3", "--json")
     assert answered.exit_code == 0, answered.output
     assert json.loads(answered.stdout)["answer"] == "5"
     decided = [e for e in cli.log(data["run_id"]) if isinstance(e, ApprovalDecided)]
@@ -522,8 +522,8 @@ def test_a_question_suspends_the_run_and_answer_resumes_it(cli: Cli) -> None:
 def test_an_escalation_is_answered_with_guidance_from_the_command_line(cli: Cli) -> None:
     data = _json_run(cli.run([UNKNOWN, ADD_PLAN, {"answer": "5"}], "--json", goal="add"))
     (question,) = data["pending_approvals"]
-    assert (question["subject"], question["code"]) == ("escalation", "unknown_tool")
-    run_id, qid = data["run_id"], question["approval_id"]
+    assert (question["kind"], question["code"]) == ("escalation", "unknown_tool")
+    run_id, qid = data["run_id"], question["question_id"]
 
     bad = cli("approve", run_id, qid, "--choice", "guidance", "--no-live")
     assert bad.exit_code == 2
@@ -536,7 +536,7 @@ def test_an_escalation_is_answered_with_guidance_from_the_command_line(cli: Cli)
 def test_rejecting_an_escalation_stops_the_run_escalated(cli: Cli) -> None:
     data = _json_run(cli.run([UNKNOWN], "--json", goal="add"))
     (question,) = data["pending_approvals"]
-    stopped = cli("reject", data["run_id"], question["approval_id"], "--reason", "no such tool", "--json")
+    stopped = cli("reject", data["run_id"], question["question_id"], "--reason", "no such tool", "--json")
     assert stopped.exit_code != 0
     stop = json.loads(stopped.stdout)["stop"]
     assert (stop["kind"], stop["code"]) == ("escalated", "unknown_tool")
@@ -559,7 +559,7 @@ def test_tell_records_news_for_a_suspended_run_and_the_planner_replans_with_it(c
     assert empty.exit_code == 2
     # resumed: an information round patches the plan (dropping the publish) before anything is published
     (question,) = data["pending_approvals"]
-    refused = cli("reject", run_id, question["approval_id"], "--reason", "as told", "--json")
+    refused = cli("reject", run_id, question["question_id"], "--reason", "as told", "--json")
     log = cli.log(run_id)
     assert any(e.kind == "planning_started" and e.trigger == "information" for e in log)
     assert cli.calls() == []
@@ -575,7 +575,7 @@ def test_questions_and_answers_as_real_processes(cli: Cli) -> None:
     (question,) = data["pending_approvals"]
     told = cli.process("tell", data["run_id"], "the numbers are small", "--no-resume")
     assert told.returncode == 0, told.stderr
-    answered = cli.process("answer", data["run_id"], question["approval_id"], "2 and 3", "--json")
+    answered = cli.process("answer", data["run_id"], question["question_id"], "2 and 3", "--json")
     assert answered.returncode == 0, answered.stderr
     assert json.loads(answered.stdout)["answer"] == "5"
 
@@ -673,25 +673,25 @@ def test_a_checklist_is_answered_from_another_process_and_a_refusal_goes_back(cl
     assert first.returncode == 3, first.stderr
     data = json.loads(first.stdout)
     (review,) = data["pending_approvals"]
-    assert review["subject"] == "answer"
-    assert review["asked_output"] == "done"
+    assert review["kind"] == "answer"
+    assert review["under_review"] == "done"
     assert review["checklist"] == ["gives the sum", "says how it was found"]
 
     refused = cli.process(
-        "reject", data["run_id"], review["approval_id"], "--reason", "too short", "--fail", "1=no number", "--json"
+        "reject", data["run_id"], review["question_id"], "--reason", "too short", "--fail", "1=no number", "--json"
     )
     assert refused.returncode == 3, refused.stderr  # the second answer waits for its own review
     second = json.loads(refused.stdout)
     (again,) = second["pending_approvals"]
-    assert again["asked_output"] == "the sum is 5"
-    assert again["approval_id"] != review["approval_id"]
+    assert again["under_review"] == "the sum is 5"
+    assert again["question_id"] != review["question_id"]
     # the planner was told why
     log = cli.log(data["run_id"])
     assert any(e.kind == "model_called" and e.purpose == "planner.patch" for e in log), (
         "the refusal went back to the planner"
     )
 
-    approved = cli.process("approve", data["run_id"], again["approval_id"], "--json")
+    approved = cli.process("approve", data["run_id"], again["question_id"], "--json")
     assert approved.returncode == 0, approved.stderr
     assert json.loads(approved.stdout)["answer"] == "the sum is 5"
     shown = json.loads(cli.process("show", data["run_id"], "--json").stdout)
@@ -706,12 +706,12 @@ def test_a_checklist_is_answered_from_another_process_and_a_refusal_goes_back(cl
 def test_a_failed_check_is_reviewed_by_a_human_from_the_command_line(cli: Cli) -> None:
     data = _json_run(cli.run([CHECKED_SUM, {"answer": "5"}], "--on-fail", "review", "--json", goal="add"))
     (review,) = data["pending_approvals"]
-    assert review["subject"] == "review"
-    assert review["step_id"] == "sum"
-    assert review["asked_output"] == 5
-    assert [c["passed"] for c in review["verdict"]["checks"]] == [False]
-    assert "^6$" in review["verdict"]["checks"][0]["name"] + review["verdict"]["checks"][0]["detail"]
-    accepted = cli("approve", data["run_id"], review["approval_id"], "--json")
+    assert review["kind"] == "review"
+    assert review["step"]["id"] == "sum"
+    assert review["under_review"] == 5
+    assert [c["passed"] for c in review["failed_checks"]] == [False]
+    assert "^6$" in review["failed_checks"][0]["name"] + review["failed_checks"][0]["detail"]
+    accepted = cli("approve", data["run_id"], review["question_id"], "--json")
     assert accepted.exit_code == 0, accepted.output
     out = json.loads(accepted.stdout)
     assert out["answer"] == "5"
@@ -722,11 +722,11 @@ def test_a_low_confidence_plan_is_escalated_and_resumed_with_guidance(cli: Cli) 
     unsure = {"reason": "not sure", "confidence": 0.2, **ADD_PLAN}
     data = _json_run(cli.run([unsure, ADD_PLAN, {"answer": "5"}], "--confidence-floor", "0.6", "--json", goal="add"))
     (question,) = data["pending_approvals"]
-    assert (question["subject"], question["code"]) == ("escalation", "low_confidence")
+    assert (question["kind"], question["code"]) == ("escalation", "low_confidence")
     meta = cli.log(data["run_id"])[0]
     assert isinstance(meta, RunStarted)
     assert meta.config["cli"]["rules"] == {"confidence_floor": "0.6"}
-    done = cli("approve", data["run_id"], question["approval_id"], "--choice", "guidance", "--text", "add 2 and 3")
+    done = cli("approve", data["run_id"], question["question_id"], "--choice", "guidance", "--text", "add 2 and 3")
     assert done.exit_code == 0, done.output
 
     stopped = cli.run([unsure], "--confidence-floor", "0.6", "--on-low-confidence", "stop", "--json", goal="add")
@@ -750,17 +750,17 @@ def test_every_kind_of_escalation_answered_by_other_processes(cli: Cli) -> None:
     first = cli.process("run", "add", "--planner", planner, "--tools", f"{cli.tools}:TOOLS", *rules, "--json")
     low = pending(first)
     run_id = low["run_id"]
-    assert (low["subject"], low["code"]) == ("escalation", "low_confidence")
+    assert (low["kind"], low["code"]) == ("escalation", "low_confidence")
 
     unknown = pending(
-        cli.process("approve", run_id, low["approval_id"], "--choice", "guidance", "--text", "go on", "--json")
+        cli.process("approve", run_id, low["question_id"], "--choice", "guidance", "--text", "go on", "--json")
     )
-    assert (unknown["subject"], unknown["code"]) == ("escalation", "unknown_tool")
+    assert (unknown["kind"], unknown["code"]) == ("escalation", "unknown_tool")
 
-    review = pending(cli.process("approve", run_id, unknown["approval_id"], "--choice", "replan", "--json"))
-    assert (review["subject"], review["step_id"]) == ("review", "sum")
+    review = pending(cli.process("approve", run_id, unknown["question_id"], "--choice", "replan", "--json"))
+    assert (review["kind"], review["step"]["id"]) == ("review", "sum")
 
-    done = cli.process("approve", run_id, review["approval_id"], "--json")
+    done = cli.process("approve", run_id, review["question_id"], "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["answer"] == "the sum is 5"
     decided = [e for e in cli.log(run_id) if isinstance(e, ApprovalDecided)]

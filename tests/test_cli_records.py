@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from planexec.cli import main
-from planexec.cli._plan_diff import diff_plans
 from planexec.log import Event, RunFinished, RunStarted, StopReason, load_event
 from planexec.plan import Plan, Step
+from planexec.views import diff_plans
 from tests.cli_support import ARITHMETIC_TOOLS, invoke, write_runs, write_script, write_tools_module
 
 TOOLS_SOURCE = ARITHMETIC_TOOLS + "\n\nTOOLS = [add, double, broken]\n"
@@ -321,7 +321,7 @@ def test_replay_under_a_fault_profile_goes_live_at_the_first_spoiled_call(
     doc = json.loads(forked.stdout)
     assert doc["stop"]["kind"] == "waiting", forked.output  # giving up is escalated to a human, never goal_met
     (question,) = doc["pending_approvals"]
-    assert (question["subject"], question["code"]) == ("escalation", "planner_gave_up")
+    assert (question["kind"], question["code"]) == ("escalation", "planner_gave_up")
     assert doc["answer"] is None
     assert doc["forked_from"] == run_id
     bad = cli(store, "replay", run_id, "--faults", "no-such-profile")

@@ -35,9 +35,11 @@ from planexec.log import (
     BudgetExhaustedEvent,
     ChecklistResult,
     Event,
+    Forecast,
     InformationAdded,
     ModelAttemptFailed,
     ModelCalled,
+    PlanForecast,
     PlannerOutputRejected,
     PlanningStarted,
     PlanProposed,
@@ -171,6 +173,21 @@ EXAMPLES: dict[str, Event] = {
         answer="{{c}} words",
         bindings=(("report.txt", "notes.txt"),),
     ),
+    "plan_forecast": PlanForecast(
+        at=9.8,
+        plan_version=2,
+        forecast=Forecast(
+            planner_calls=(1, 3),
+            executor_calls=(2, 12),
+            tool_calls=(4, 4),
+            input_tokens=(3_000, 21_000),
+            output_tokens=(400, 5_200),
+            cost=(0.0125, 0.081),
+            unpriced=("scripted",),
+            basis=("planner requests of about 2,400 characters, as this run's",),
+        ),
+        over=("cost",),
+    ),
     "tools_changed": ToolsChanged(
         at=9.75,
         tools=({"name": "extra", "description": "new", "parameters": {"type": "object"}, "side_effect": False},),
@@ -258,7 +275,7 @@ def test_every_event_kind_has_an_example() -> None:
 def test_event_round_trip(kind: str) -> None:
     event = EXAMPLES[kind]
     dumped = dump_event(event)
-    assert dumped["v"] == EVENT_SCHEMA_VERSION == 10
+    assert dumped["v"] == EVENT_SCHEMA_VERSION == 11
     assert dumped["event"]["kind"] == kind
     text = json.dumps(dumped, ensure_ascii=False)
     loaded = load_event(json.loads(text))

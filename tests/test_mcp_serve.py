@@ -337,8 +337,16 @@ async def test_a_plan_approval_is_answered_and_resumed_after_the_server_restarts
     assert waiting["status"] == "waiting"
     assert waiting["stop"]["kind"] == "waiting"
     [question] = waiting["pending_questions"]
-    assert (question["subject"], question["decisions"]) == ("plan", ["approve", "reject"])
-    assert [s["id"] for s in question["plan"]] == ["sum", "twice"]
+    decisions = sorted({a["decision"] for a in question["answers"]})
+    assert (question["kind"], decisions) == ("plan", ["approve", "reject"])
+    assert [s["id"] for s in question["plan"]["steps"]] == ["sum", "twice"]
+    # what the human decides on: every step's tool, arguments (the binding ${sum} until it has run) and effect
+    assert [
+        (s["tool"], [(a["name"], a["value"], a["binding"]) for a in s["arguments"]]) for s in question["plan"]["steps"]
+    ] == [
+        ("add", [("a", 2, None), ("b", 3, None)]),
+        ("double", [("x", "${sum}", "${sum}")]),
+    ]
     run_id = waiting["run_id"]
 
     second = serve_http(setup, flags)
@@ -366,7 +374,7 @@ async def test_a_plan_approval_is_answered_and_resumed_after_the_server_restarts
     run = json.loads(shown.stdout)
     assert (run["status"], run["stop"]["kind"]) == ("finished", "goal_met")
     [approval] = run["approvals"]
-    assert (approval["subject"], approval["approved"], approval["by"]) == ("plan", True, "mcp")
+    assert (approval["kind"], approval["answered"]["approved"], approval["answered"]["by"]) == ("plan", True, "mcp")
 
 
 # -- the command line and the token, in this process ------------------------------------------------------

@@ -104,10 +104,12 @@ async def test_a_run_suspended_on_its_plan_is_answered_and_resumed_from_another_
 
     other = SQLiteStore(tmp_path / "runs.db")  # another process's view of the same file
     try:
-        [(asked_in, question)] = await open_questions(other)
-        assert (asked_in, question.subject) == (run_id, "plan")
+        [view] = await open_questions(other)
+        assert (view.run_id, view.kind) == (run_id, "plan")
         state = RunState.fold(await load_run(other, run_id))
-        assert pick_question(state) == question == pick_question(state, question.approval_id)
+        question = pick_question(state)
+        assert question.approval_id == view.question_id
+        assert pick_question(state, question.approval_id) == question
         with pytest.raises(UsageError) as unknown:
             pick_question(state, "a-nope")
         assert [p.where for p in unknown.value.problems] == ["approval_id"]

@@ -228,7 +228,7 @@ def test_answering_a_question_from_the_api_resumes_the_run(api: httpx.Client) ->
     run_id = start(api, "asker")["run_id"]
     waiting = wait_for(run_status(api, run_id, "waiting"), what="the run to ask")
     (asked,) = waiting["questions"]
-    assert (asked["subject"], asked["reason"]) == ("question", "Which numbers should I add?")
+    assert (asked["kind"], asked["reason"]) == ("question", "Which numbers should I add?")
     inbox = api.get("/v1/inbox").json()["questions"]
     assert any(q["run_id"] == run_id and q["question_id"] == asked["question_id"] for q in inbox)
     url = f"/v1/runs/{run_id}/questions/{asked['question_id']}/answer"
@@ -252,7 +252,7 @@ def test_an_edited_plan_is_checked_like_any_plan_before_it_is_approved(api: http
     run_id = start(api, "planned")["run_id"]
     waiting = wait_for(run_status(api, run_id, "waiting"), what="the plan to wait for approval")
     (asked,) = waiting["questions"]
-    assert asked["subject"] == "plan"
+    assert asked["kind"] == "plan"
     assert [s["id"] for s in asked["plan"]["steps"]] == ["sum"]
     url = f"/v1/runs/{run_id}/questions/{asked['question_id']}/answer"
 

@@ -557,7 +557,7 @@ async def test_an_answered_run_goes_back_to_the_workers(setup: Setup) -> None:
         questions = await asyncio.to_thread(_cli, setup, "--store", setup.url, "approvals", "--json")
         [question] = json.loads(questions.stdout)
         approved = await asyncio.to_thread(
-            _cli, setup, "--store", setup.url, "approve", run_id, question["approval_id"], "--json"
+            _cli, setup, "--store", setup.url, "approve", run_id, question["question_id"], "--json"
         )
         assert approved.returncode == 0, approved.stderr
         assert json.loads(approved.stdout)["requeued"] is True

@@ -65,7 +65,7 @@ def test_a_checklist_item_number_that_is_not_ascii_digits_is_a_usage_error(
     data = json.loads(first.stdout)
     (review,) = data["pending_approvals"]
     flags = ("--fail", "²=a superscript two", "--fail", "٣=an Arabic-Indic three", "--fail", "0=none")
-    refused = invoke(["--store", store, "reject", data["run_id"], review["approval_id"], "--reason", "no", *flags])
+    refused = invoke(["--store", store, "reject", data["run_id"], review["question_id"], "--reason", "no", *flags])
     assert refused.exit_code == 2, refused.output
     for flag in ("'²=a superscript two'", "'٣=an Arabic-Indic three'", "'0=none'"):
         assert f"--fail: {flag}: give N=NOTE with N from 1 to 2" in refused.output

@@ -13,11 +13,11 @@ import pydantic
 from planexec._util.strict_json import MAX_CHARS, MAX_DEPTH, _JSONRefused
 from planexec._util.strict_json import loads as strict_loads
 from planexec.cli._options import Problems
-from planexec.cli._questions import about
 from planexec.log import ApprovalRecord, ChecklistResult, RunStarted, RunState
 from planexec.plan import Plan
 from planexec.runs import check_edited_plan
 from planexec.runtime import ApprovalDecision
+from planexec.views import about
 
 __all__ = ["check_answer", "load_edit", "parse_choice_flag", "parse_failed_items", "parse_output"]
 

@@ -11,28 +11,28 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
+from rich.text import Text
 
 from planexec.cli._agent_options import AgentFlags, live_options
 from planexec.cli._answer_flags import check_answer, load_edit, parse_choice_flag, parse_failed_items, parse_output
 from planexec.cli._common import View, make_console, run_command
 from planexec.cli._finish import waiting_lines
-from planexec.cli._format import cut, when
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
-from planexec.cli._questions import about, answer_commands, approval_json, under_review
+from planexec.cli._questions import answer_commands, question_json, question_panel
 from planexec.cli._report import json_text
 from planexec.cli._resume import load_log, resume_run
 from planexec.cli._store_options import StoreChoice, store_choice, store_flag, using_store
 from planexec.cli._telemetry import TelemetryFlags, run_observed, telemetry_options
-from planexec.cli._text import plain, shown
+from planexec.cli._text import plain
 from planexec.errors import UsageError
 from planexec.log import ApprovalRecord, ChecklistResult, RunStarted, RunState
 from planexec.runs import answer as record_answer
-from planexec.runs import give_back, open_questions, pick_question, worker_entry
+from planexec.runs import give_back, open_questions, pick_question, question_about, worker_entry
 from planexec.runs import tell as tell_run
 from planexec.runtime import ApprovalDecision
 from planexec.store import RunStore
+from planexec.views import question_view
 
 __all__ = ["answer", "approvals", "approve", "reject", "tell"]
 
@@ -62,36 +62,15 @@ async def _list(choice: StoreChoice, as_json: bool) -> int:
     async with using_store(choice) as store:
         questions = await open_questions(store)
     if as_json:
-        click.echo(json_text([approval_json(rec, run_id=run_id, choice=choice) for run_id, rec in questions]))
+        click.echo(json_text([question_json(view, choice=choice) for view in questions]))
         return 0
     console = make_console(as_json=False)
     if not questions:
         console.print("no run waits for an answer", markup=False)
         return 0
-    table = Table(title=f"open questions ({len(questions)})", title_justify="left", title_style="bold")
-    for name in ("run", "approval", "subject", "step", "reason", "asked at"):
-        table.add_column(name, overflow="fold")
-    for run_id, rec in questions:
-        step = rec.step_id or (f"plan v{rec.plan_version}" if rec.plan_version else "")
-        table.add_row(
-            shown(run_id),
-            shown(rec.approval_id),
-            rec.subject,
-            shown(step),
-            shown(cut(rec.reason, 60)),
-            when(rec.requested_at),
-        )
-    console.print(table)
-    for _run_id, rec in questions:
-        details = under_review(rec)
-        if details:
-            console.print(plain(f"{rec.approval_id} ({about(rec)}):"), markup=False, highlight=False)
-            for line in details:
-                console.print(plain(f"  {line}"), markup=False, highlight=False, soft_wrap=True)
-    console.print("answer with:", markup=False)
-    for run_id, rec in questions:
-        for command in answer_commands(choice, run_id, rec):
-            console.print(plain(f"  {command}"), markup=False, highlight=False, soft_wrap=True)
+    console.print(Text(f"open questions ({len(questions)}), oldest first", style="bold"))
+    for view in questions:
+        console.print(question_panel(view, commands=answer_commands(choice, view)))
     return 0
 
 
@@ -124,7 +103,8 @@ async def _decide(
         verdict = "approved" if answer.approved else "rejected"
         extra = f" ({answer.choice})" if answer.choice else " with an edited plan" if answer.edited_plan else ""
         click.echo(
-            plain(f"approval {rec.approval_id} ({about(rec)}) {verdict}{extra} by {answer.by}"), err=view.as_json
+            plain(f"approval {rec.approval_id} ({question_about(rec)}) {verdict}{extra} by {answer.by}"),
+            err=view.as_json,
         )
         others = state.pending_approvals
         requeued = False
@@ -137,12 +117,12 @@ async def _decide(
                     first_line = f"run {run_id}: the answer is recorded, but the run cannot be resumed here"
                     raise Refused(Problems([first_line, *e.problems])) from None
     if view.as_json:
-        answered_json = approval_json(answered, run_id=run_id)
+        answered_json = question_json(question_view(state, answered, run_id=run_id))
         click.echo(json_text({"answered": answered_json, "resumed": False, "requeued": requeued}))
     if requeued:
         return 0
     if others:
-        for line in waiting_lines(choice, run_id, others):
+        for line in waiting_lines(choice, run_id, [question_view(state, rec, run_id=run_id) for rec in others]):
             click.echo(plain(line), err=view.as_json)
     elif resume and state.status == "running":
         click.echo(
@@ -344,7 +324,9 @@ def answer(
         if not text.strip():
             problems.add("TEXT", "the answer is empty")
         if rec is not None and rec.subject not in ("question", "escalation"):
-            problems.add("ID", f"approval {rec.approval_id} is about {about(rec)}: answer it with approve or reject")
+            problems.add(
+                "ID", f"approval {rec.approval_id} is about {question_about(rec)}: answer it with approve or reject"
+            )
         choice = "guidance" if rec is not None and rec.subject == "escalation" else None
         return ApprovalDecision(approved=True, by=by or _default_by(), text=text, choice=choice)  # type: ignore[arg-type]
 

@@ -10,26 +10,29 @@ import click
 
 from planexec._util.plural import counted
 from planexec.cli._common import EXIT_STOPPED, EXIT_WAITING, View, exit_code
-from planexec.cli._questions import about, answer_commands, approval_json, under_review
+from planexec.cli._questions import answer_commands, question_json, question_text_lines
 from planexec.cli._report import json_text, print_summary, result_json
 from planexec.cli._store_options import StoreChoice, is_memory
 from planexec.cli._text import plain, redacted_result, redactor_of
-from planexec.log import ApprovalRecord, RunResult, RunState
+from planexec.log import RunResult, RunState
 from planexec.store import RunStore
+from planexec.views import QuestionView, question_view
 
 __all__ = ["report_result", "waiting_lines"]
 
 
-def waiting_lines(choice: StoreChoice, run_id: str, pending: Iterable[ApprovalRecord]) -> list[str]:
-    """What a suspended run waits for, and the exact commands that answer each question."""
+def waiting_lines(choice: StoreChoice, run_id: str, pending: Iterable[QuestionView]) -> list[str]:
+    """What a suspended run waits for — each question as a human needs it — and the exact commands
+    that answer each."""
     pending = list(pending)
     lines = [f"run {run_id} is saved in {choice.describe()} and waits for {counted(len(pending), 'answer')}:"]
-    for rec in pending:
-        lines.append(f"  {rec.approval_id}  {about(rec)}: {rec.reason}")
-        lines += [f"      {line}" for line in under_review(rec)]
+    for view in pending:
+        lines.append("")
+        lines += [f"  {line}" for line in question_text_lines(view)]
+    lines.append("")
     lines.append("answer with:")
-    for rec in pending:
-        lines += [f"  {command}" for command in answer_commands(choice, run_id, rec)]
+    for view in pending:
+        lines += [f"  {command}" for command in answer_commands(choice, view)]
     return lines
 
 
@@ -46,11 +49,12 @@ def report_result(
     stopped otherwise, 3 waiting)."""
     result = redacted_result(result, redactor_of(store))
     code = exit_code(result)
-    pending = RunState.fold(result.events).pending_approvals if code == EXIT_WAITING else []
+    state = RunState.fold(result.events)
+    pending = [question_view(state, rec) for rec in state.pending_approvals] if code == EXIT_WAITING else []
     if view.as_json:
         data = result_json(result, store=choice.describe(), **(json_extra or {}))
         if code == EXIT_WAITING:
-            data["pending_approvals"] = [approval_json(rec, run_id=result.run_id, choice=choice) for rec in pending]
+            data["pending_approvals"] = [question_json(view, choice=choice) for view in pending]
         click.echo(json_text(data))
     else:
         print_summary(view.console, result, extra=[("run id", result.run_id), ("store", choice.describe()), *extra])

@@ -21,6 +21,7 @@ from planexec.log import Event, RunResult, RunStarted, RunState
 from planexec.memory import PlanMemory
 from planexec.runs import load_run, recorded_spec, still_waiting, take_from_workers
 from planexec.store import RunStore
+from planexec.views import question_view
 
 __all__ = ["load_log", "resume", "resume_run"]
 
@@ -55,7 +56,7 @@ async def resume_run(store: RunStore, choice: StoreChoice, log: list[Event], fla
         click.echo(plain(f"run {run_id} has finished already: {state.stop}"), err=True)
         return report_result(view, RunResult.from_state(state, log), choice, store)
     if still_waiting(state) and (view.no_input or not _terminal_approver.is_interactive(view.console)):
-        for line in waiting_lines(choice, run_id, state.pending_approvals):
+        for line in waiting_lines(choice, run_id, [question_view(state, rec) for rec in state.pending_approvals]):
             click.echo(plain(line), err=view.as_json)
         return EXIT_WAITING
     recorded = await recorded_spec(store, first)

@@ -16,12 +16,12 @@ from rich.text import Text
 from planexec._util.plural import counted
 from planexec.cli._board import runs_on
 from planexec.cli._format import cut, money, seconds, when
-from planexec.cli._plan_diff import diff_plans
-from planexec.cli._questions import about, approval_json
+from planexec.cli._questions import question_json, question_panel
 from planexec.cli._report import step_json, usage_by_role
 from planexec.cli._text import shown
 from planexec.log import ApprovalRecord, Event, PlanProposed, RunState, StepRecord
 from planexec.plan import render_text
+from planexec.views import diff_plans, forecast_view, question_view
 
 __all__ = ["print_run", "run_json"]
 
@@ -72,7 +72,9 @@ def print_run(console: Console, log: Sequence[Event], state: RunState | None = N
     console.print(_steps(state))
     console.print(_usage(state, log))
     if state.approvals:
-        console.print(_approvals(list(state.approvals.values())))
+        console.print(_approvals(state))
+    for rec in state.pending_approvals:
+        console.print(question_panel(question_view(state, rec)))
     if state.rejections:
         console.print(_rejections(state))
     if state.information or state.reviews or state.tool_changes:
@@ -141,11 +143,14 @@ def _plans(state: RunState, log: Sequence[Event]) -> Table:
     table.add_column("author", no_wrap=True)
     table.add_column("trigger", no_wrap=True)
     table.add_column("reason", ratio=1)
-    table.add_column("changes from the version before", ratio=2)
+    table.add_column("changes from the version before · forecast", ratio=2)
     previous = None
     for plan in state.plans:
         diff = diff_plans(previous, plan)
         changes = "\n".join(diff.lines()) or "(no change)"
+        forecast = forecast_view(state.forecasts.get(plan.version), state.over_forecast.get(plan.version, ()))
+        if forecast is not None:
+            changes += f"\nforecast: {forecast.summary}"
         table.add_row(
             str(plan.version),
             _author(state, plan.version, plan.author),
@@ -235,15 +240,16 @@ def _answer_text(rec: ApprovalRecord) -> str:
     return text
 
 
-def _approvals(records: list[ApprovalRecord]) -> Table:
-    table = Table(title="approvals", title_justify="left", title_style="bold", expand=True)
-    for name in ("id", "about", "reason", "asked at", "answer"):
+def _approvals(state: RunState) -> Table:
+    table = Table(title="questions", title_justify="left", title_style="bold", expand=True)
+    for name in ("id", "about", "why", "asked at", "answer"):
         table.add_column(name, overflow="fold")
-    for rec in records:
+    for rec in state.approvals.values():
+        view = question_view(state, rec)
         table.add_row(
             shown(rec.approval_id),
-            shown(about(rec)),
-            shown(rec.reason),
+            shown(view.about),
+            shown(f"{view.why} [{view.rule}]"),
             when(rec.requested_at),
             shown(_answer_text(rec)),
         )
@@ -251,6 +257,11 @@ def _approvals(records: list[ApprovalRecord]) -> Table:
 
 
 # -- for programs -----------------------------------------------------------------------------
+
+
+def _forecast_json(state: RunState, version: int) -> dict[str, Any] | None:
+    forecast = forecast_view(state.forecasts.get(version), state.over_forecast.get(version, ()))
+    return None if forecast is None else forecast.model_dump(mode="json")
 
 
 def run_json(log: Sequence[Event], state: RunState | None = None) -> dict[str, Any]:
@@ -269,6 +280,7 @@ def run_json(log: Sequence[Event], state: RunState | None = None) -> dict[str, A
                 "reason": plan.reason,
                 "steps": [s.model_dump(mode="json", exclude_defaults=True) for s in plan.steps],
                 "diff": diff_plans(previous, plan).json(),
+                "forecast": _forecast_json(state, plan.version),
             }
         )
         previous = plan
@@ -298,7 +310,7 @@ def run_json(log: Sequence[Event], state: RunState | None = None) -> dict[str, A
             "replans": state.replans,
             "by_role": {role: asdict(row) for role, row in usage_by_role(log).items()},
         },
-        "approvals": [approval_json(rec, run_id=state.run_id) for rec in state.approvals.values()],
+        "approvals": [question_json(question_view(state, rec)) for rec in state.approvals.values()],
         "rejected_planner_answers": [
             {"at": e.at, "attempt": e.attempt, "problems": [asdict(p) for p in e.problems]} for e in state.rejections
         ],

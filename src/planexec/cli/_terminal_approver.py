@@ -15,14 +15,13 @@ from typing import Any, Literal, cast
 from rich.console import Console
 from rich.markup import escape
 from rich.prompt import Confirm, Prompt
-from rich.table import Table
 
 from planexec._util.strict_json import MAX_CHARS, _JSONRefused
 from planexec._util.strict_json import loads as strict_loads
 from planexec.cli._board import Display
+from planexec.cli._questions import question_panel
 from planexec.cli._text import plain, shown
 from planexec.log import ChecklistResult
-from planexec.plan import Step, render_text
 from planexec.runtime import ApprovalDecision, ApprovalRequest, Approvals
 from planexec.store import Redactor
 
@@ -32,21 +31,6 @@ __all__ = ["TerminalApprover", "approvals_for", "is_interactive"]
 def is_interactive(console: Console) -> bool:
     """Whether a human can be asked: the input is a terminal and so is the display."""
     return sys.stdin.isatty() and console.is_terminal
-
-
-def _steps_table(steps: tuple[Step, ...], redactor: Redactor) -> Table:
-    table = Table(show_edge=False, header_style="bold")
-    for name in ("step", "runs on", "after", "effect", "args"):
-        table.add_column(name, overflow="fold")
-    for s in steps:
-        table.add_row(
-            shown(s.id),
-            shown(f"tool {s.tool}" if s.tool else f"{s.executor or 'default'} (model)"),
-            shown(", ".join(s.depends_on)),
-            s.effect,
-            shown(render_text(redactor.redact(s.args))) if s.args else "",
-        )
-    return table
 
 
 def approvals_for(
@@ -143,40 +127,30 @@ class TerminalApprover:
         return ApprovalDecision(approved=True, choice=choice, output=output, reason=reason, by="terminal")
 
     def _show(self, request: ApprovalRequest) -> str:
-        """Show what is asked (redacted, and never read as markup); return the question's prompt."""
+        """Show what is asked — the question's view: the goal, the step with its arguments as they
+        will be sent and its effect, the plan with its changes and forecast, why it is asked and
+        what each answer does (redacted, and never read as markup); return the prompt."""
         console = self._console
-        clean = self._redactor.redact_text
-        if request.subject == "plan" and request.plan is not None:
-            plan = request.plan
-            console.rule(f"approve plan v{plan.version}?")
-            if plan.reason:
-                console.print(plain(f"reason: {clean(plan.reason)}"), markup=False)
-            console.print(_steps_table(plan.steps, self._redactor))
-            return f"Run plan v{plan.version}?"
+        view = request.view
+        if view is not None:
+            console.print(question_panel(view))
+        else:  # an approver called with a request made by hand
+            console.print(shown(f"{request.subject}: {self._redactor.redact_text(request.reason)}"))
+        step = request.step
+        sid = step.id if step is not None else "?"
+        if request.subject == "plan":
+            version = request.plan.version if request.plan is not None else "?"
+            return f"Run plan v{version}?"
         if request.subject == "question":
-            console.rule("the planner asks")
-            return escape(plain(clean(request.reason)))
+            return escape(plain(self._redactor.redact_text(request.reason)))
         if request.subject == "escalation":
-            console.rule(shown(f"escalated ({request.code})"))
-            console.print(plain(clean(request.reason)), markup=False)
             return "Give guidance, let the planner try again, or stop the run?"
         if request.subject == "answer":
-            console.rule("review the final answer")
-            console.print(plain(clean(render_text(request.output))), markup=False)
             return "Tick each item"
-        step = request.step
-        if step is None:
-            return escape(plain(f"Approve ({clean(request.reason)})?"))
         if request.subject == "review":
-            console.rule(shown(f"step {step.id}: its result failed its checks"))
-            console.print(plain(clean(f"{request.reason}\nresult: {render_text(request.output)}")), markup=False)
-            return escape(plain(f"Accept the result of step {step.id}?"))
+            return escape(plain(f"Accept the result of step {sid}?"))
         if request.subject == "effect":
-            console.rule(shown(f"step {step.id}: did its call take effect?"))
-            console.print(plain(clean(f"{step.description}  [{request.reason}]")), markup=False)
-            console.print(_steps_table((step,), self._redactor))
-            return escape(plain(f"Step {step.id}: call again, skip it, or mark it done?"))
-        console.rule(shown(f"approve step {step.id}?"))
-        console.print(plain(clean(f"{step.description}  [{request.reason}]")), markup=False)
-        console.print(_steps_table((step,), self._redactor))
-        return escape(plain(f"Run step {step.id}?"))
+            return escape(plain(f"Step {sid}: call again, skip it, or mark it done?"))
+        if request.subject == "budget":
+            return escape(plain(f"Raise the {request.budget} budget and go on?"))
+        return escape(plain(f"Run step {sid}?"))

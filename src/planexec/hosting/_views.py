@@ -11,10 +11,10 @@ from pydantic import BaseModel, ConfigDict
 
 from planexec._util.clip import clip
 from planexec._util.plural import counted
-from planexec.log import ApprovalRecord, RunState, StepRecord
+from planexec.log import RunState, StepRecord
 from planexec.plan import Step
-from planexec.runs import question_about
 from planexec.store import RunSummary
+from planexec.views import QuestionView, question_lines, question_view
 
 __all__ = [
     "AnswerView",
@@ -36,11 +36,6 @@ a longer one is carried as clipped JSON text."""
 
 Decision = Literal["approve", "reject", "answer"]
 
-_DECISIONS: dict[str, tuple[Decision, ...]] = {
-    "question": ("answer",),
-    "escalation": ("answer", "approve", "reject"),
-}
-
 
 class _View(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -51,38 +46,6 @@ class StopView(_View):
 
     kind: str
     detail: str
-
-
-class PlanStepView(_View):
-    """A step of a plan put to a human."""
-
-    id: str
-    description: str
-    tool: str | None
-    args: Any
-    depends_on: list[str]
-    effect: str
-
-
-class QuestionView(_View):
-    """A question a run waits for: what it is about, and the decisions that answer it."""
-
-    question_id: str
-    subject: str
-    """plan, step, effect, question, escalation, review or answer (the final answer's review)."""
-    about: str
-    reason: str
-    step_id: str | None
-    plan_version: int | None
-    decisions: list[Decision]
-    """The ``decision`` values ``answer_question`` takes for it."""
-    choices: list[str]
-    """``choice`` values it takes with ``approve`` (an uncertain effect, an escalation); else empty."""
-    plan: list[PlanStepView] | None = None
-    """For a plan's approval: the steps that would run."""
-    under_review: Any = None
-    """For a review: the result or final answer under review."""
-    checklist: list[str] = []
 
 
 class OutcomeView(_View):
@@ -184,36 +147,6 @@ def _shown(value: Any) -> Any:
     return clip(text, SHOWN_CHARS, marker=f"... ({len(text):,} characters; the run's log has all of it)")
 
 
-def _plan_step(step: Step) -> PlanStepView:
-    return PlanStepView(
-        id=step.id,
-        description=step.description,
-        tool=step.tool,
-        args=_shown(step.args),
-        depends_on=list(step.depends_on),
-        effect=step.effect,
-    )
-
-
-def question_view(rec: ApprovalRecord) -> QuestionView:
-    decisions = _DECISIONS.get(rec.subject, ("approve", "reject"))
-    choices = {"effect": ["retry", "skip", "done"], "escalation": ["guidance", "replan"]}.get(rec.subject, [])
-    plan = rec.edited_plan or rec.plan
-    return QuestionView(
-        question_id=rec.approval_id,
-        subject=rec.subject,
-        about=question_about(rec),
-        reason=rec.reason,
-        step_id=rec.step_id,
-        plan_version=rec.plan_version,
-        decisions=list(decisions),
-        choices=choices,
-        plan=[_plan_step(s) for s in plan.steps] if rec.subject == "plan" and plan is not None else None,
-        under_review=_shown(rec.asked_output) if rec.subject in ("review", "answer") else None,
-        checklist=list(rec.checklist),
-    )
-
-
 def _stop(state: RunState) -> StopView | None:
     if state.stop is not None:
         return StopView(kind=state.stop.kind, detail=state.stop.detail)
@@ -237,7 +170,7 @@ def outcome_view(state: RunState) -> OutcomeView:
         steps_finished=_finished(state),
         steps_planned=len(plan.steps) if plan is not None else 0,
         cost=state.cost,
-        pending_questions=[question_view(rec) for rec in state.pending_approvals],
+        pending_questions=[question_view(state, rec) for rec in state.pending_approvals],
     )
 
 
@@ -274,7 +207,7 @@ def detail_view(state: RunState, unreadable: Sequence[str] = ()) -> RunDetailVie
             replans=state.replans,
             cost=state.cost,
         ),
-        pending_questions=[question_view(rec) for rec in state.pending_approvals],
+        pending_questions=[question_view(state, rec) for rec in state.pending_approvals],
         unreadable=list(unreadable),
     )
 
@@ -306,7 +239,7 @@ def answer_view(state: RunState, question_id: str, decision: Decision) -> Answer
         question_id=question_id,
         decision=decision,
         status=state.status,
-        pending_questions=[question_view(rec) for rec in pending],
+        pending_questions=[question_view(state, rec) for rec in pending],
         ready_to_resume=state.status == "waiting" and not pending,
     )
 
@@ -320,7 +253,8 @@ TEXT_CHARS = 2_000
 def _questions_text(run_id: str, questions: Sequence[QuestionView]) -> list[str]:
     lines = [f"run {run_id} waits for {counted(len(questions), 'answer')}:"]
     for q in questions:
-        lines.append(f"- {q.question_id}: {q.about}: {q.reason} (decisions: {', '.join(q.decisions)})")
+        lines.append("")
+        lines += question_lines(q)
     lines.append("Answer with answer_question, then go on with resume_run.")
     return lines
 

@@ -39,6 +39,11 @@ fixture log of every version loadable in the tests):
     10: plan_recalled (plan memory offered a remembered plan for the goal: the entry, the
        similarity, ``direct`` or ``guided`` reuse, the steps re-bound to the goal and the answer
        template); plan versions may be authored by ``memory``. Older logs load unchanged.
+    11: approval_requested names the ``rule`` that asks (a reason code), carries a step's
+       ``args`` as they will be sent (bindings resolved), and may be about a ``budget`` (the run
+       reached a cap: raise it or stop); approval_decided may carry the raised ``budget`` caps;
+       plan_forecast (what a plan version is expected to cost, and which caps it would pass).
+       Older logs load unchanged.
 """
 
 from __future__ import annotations
@@ -63,13 +68,16 @@ __all__ = [
     "ChecklistResult",
     "EscalationCode",
     "Event",
+    "Forecast",
     "InformationAdded",
     "ModelAttemptFailed",
     "ModelCalled",
+    "PlanForecast",
     "PlanProposed",
     "PlanRecalled",
     "PlannerOutputRejected",
     "PlanningStarted",
+    "QuestionRule",
     "RunFinished",
     "RunResumed",
     "RunStarted",
@@ -91,8 +99,8 @@ __all__ = [
     "load_event",
 ]
 
-EVENT_SCHEMA_VERSION = 10
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+EVENT_SCHEMA_VERSION = 11
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
 
 PlanTrigger = Literal["initial", "failure", "after_step", "turn", "human", "information", "review"]
 PlanningTrigger = Literal["initial", "failure", "after_step", "turn", "finish", "information", "review"]
@@ -194,13 +202,48 @@ with the same output in several planning rounds; ``ping_pong``: the planner alte
 calls that keep giving the same outputs; ``identical_patch``: the same patch again;
 ``no_progress``: no step finished for several planning rounds."""
 
-ApprovalSubject = Literal["plan", "step", "effect", "question", "escalation", "review", "answer"]
+ApprovalSubject = Literal["plan", "step", "effect", "question", "escalation", "review", "answer", "budget"]
 """``plan``: a plan version before it runs; ``step``: a step before it runs; ``effect``: a
 side-effecting call that may or may not have happened (the process stopped during it);
 ``question``: the planner asks the user (answered with text); ``escalation``: the planner's output
 cannot be acted on (its ``code`` says why) and a human gives guidance, lets it plan again, or stops
 the run; ``review``: a step's result failed its checks and a human accepts or refuses it;
-``answer``: the final answer, reviewed against a checklist before the run ends."""
+``answer``: the final answer, reviewed against a checklist before the run ends; ``budget``: the run
+reached a cap (``budget`` names it): a human raises the caps and the run goes on, or it stops."""
+
+QuestionRule = Literal[
+    "plan_approval",
+    "plan_over_budget",
+    "tool_requires_approval",
+    "step_always",
+    "all_steps",
+    "sensitive_tool",
+    "low_confidence",
+    "unapproved_change",
+    "patched_effect",
+    "effect_uncertain",
+    "result_failed_checks",
+    "answer_checklist",
+    "planner_question",
+    "unknown_tool",
+    "planner_gave_up",
+    "budget_cap",
+]
+"""The rule that asked a question, as a reason code:
+
+``plan_approval``: every plan version is approved (``Approvals(plan=True)``); ``plan_over_budget``:
+the plan's forecast passes a cap and the run asks about such plans; ``tool_requires_approval``: the
+step's tool always needs a human's yes; ``step_always``: the plan marked the step ``approval:
+"always"``; ``all_steps``: every step is approved (``Approvals(steps="all")``); ``sensitive_tool``:
+the step's tool is sensitive (``Approvals(steps="sensitive")``); ``low_confidence``: a sensitive
+step the planner is not confident about; ``unapproved_change``: a step that changes the world, in a
+plan version no human approved (with plan approval on); ``patched_effect``: a step that changes the
+world, added or changed by a patch after the first plan (asked whenever a human can be asked);
+``effect_uncertain``: a side-effecting call under way when its process stopped; ``result_failed_checks``:
+a step's result failed its acceptance checks and a human reviews it; ``answer_checklist``: the final
+answer is reviewed against a checklist; ``planner_question``: the planner asks the user;
+``unknown_tool``, ``low_confidence`` and ``planner_gave_up`` for escalations (as their ``code``);
+``budget_cap``: the run reached a cap."""
 
 EffectChoice = Literal["retry", "skip", "done", "guidance", "replan"]
 """For an uncertain effect: ``retry``, ``skip`` or ``done``; for an escalation: ``guidance`` (with
@@ -247,6 +290,12 @@ class ApprovalRequested:
     """For a review: the verdict of the checks the result failed."""
     checklist: tuple[str, ...] = ()
     """For an answer: the items the reviewer ticks or fails."""
+    rule: QuestionRule | None = None
+    """The rule that asks (None in logs older than schema 11)."""
+    args: dict[str, Any] | None = None
+    """For a step: its arguments as they will be sent, every binding resolved."""
+    budget: BudgetName | None = None
+    """For a budget question: the cap the run reached (``budget_exhausted`` before it says by how much)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -267,6 +316,38 @@ class ApprovalDecided:
     """For a question: the user's answer; for an escalation: the human's guidance."""
     checklist: tuple[ChecklistResult, ...] = ()
     """For an answer: each item of the checklist, ticked or failed."""
+    budget: dict[str, float | int | None] | None = None
+    """For a budget question answered yes: the caps raised (by name; None lifts a cap)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Forecast:
+    """What a plan version is expected to cost from the moment it is proposed to the run's end, as
+    ranges (``low``, ``high``): the planner's and the executors' model calls, the tool calls, the
+    tokens and the money at the providers' prices. ``unpriced`` names models with no known price
+    (their calls count as free); ``basis`` says how the figures were made."""
+
+    planner_calls: tuple[int, int]
+    executor_calls: tuple[int, int]
+    tool_calls: tuple[int, int]
+    input_tokens: tuple[int, int]
+    output_tokens: tuple[int, int]
+    cost: tuple[float, float]
+    unpriced: tuple[str, ...] = ()
+    basis: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanForecast:
+    """A plan version's cost forecast, made before it runs (and before a human is asked about it).
+    ``over``: the caps the forecast passes, as far as is left of them (the low end of a range
+    passing a cap counts)."""
+
+    kind: Literal["plan_forecast"] = "plan_forecast"
+    at: float
+    plan_version: int
+    forecast: Forecast
+    over: tuple[BudgetName, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -501,6 +582,7 @@ Event: TypeAlias = Annotated[
     | PlannerOutputRejected
     | PlanProposed
     | PlanRecalled
+    | PlanForecast
     | StepStreamed
     | ApprovalRequested
     | ApprovalDecided

@@ -17,13 +17,16 @@ from planexec.log._events import (
     ChecklistResult,
     EffectChoice,
     Event,
+    Forecast,
     InformationAdded,
     ModelAttemptFailed,
     ModelCalled,
+    PlanForecast,
     PlannerOutputRejected,
     PlanningStarted,
     PlanProposed,
     PlanRecalled,
+    QuestionRule,
     RunFinished,
     RunResumed,
     RunStarted,
@@ -41,7 +44,7 @@ from planexec.log._events import (
     ToolProgress,
     ToolsChanged,
 )
-from planexec.log._stop import StopReason
+from planexec.log._stop import BudgetName, StopReason
 from planexec.models import Usage
 from planexec.plan import Plan, Step
 
@@ -77,6 +80,8 @@ class StepRecord:
     """The confidence the executor reported with the result, when it did."""
     progress: ToolProgress | None = None
     """The last progress a tool of the step reported."""
+    idempotency_key: str | None = None
+    """The key its tool call was sent with, once it started."""
 
     @property
     def id(self) -> str:
@@ -120,6 +125,25 @@ class ApprovalRecord:
     text: str | None = None
     """The user's answer to a question, or a human's guidance for an escalation."""
     checklist_results: tuple[ChecklistResult, ...] = ()
+    rule: QuestionRule | None = None
+    """The rule that asked (None for questions logged before event schema 11)."""
+    args: dict[str, Any] | None = None
+    """For a step: its arguments as they were to be sent."""
+    budget: BudgetName | None = None
+    """For a budget question: the cap the run reached."""
+    budget_hit: BudgetExhaustedEvent | None = None
+    """For a budget question: what the run had spent of that cap, and what it needed, when asked."""
+    raised: dict[str, float | int | None] | None = None
+    """For a budget question answered yes: the caps raised."""
+    seq: int = 0
+    """The position of the question in the run's log (1-based)."""
+
+    @property
+    def approved_plan(self) -> Plan | None:
+        """For a plan question answered yes: the plan a human approved (their edit, when they made one)."""
+        if self.subject != "plan" or not self.approved:
+            return None
+        return self.edited_plan or self.plan
 
 
 @dataclass(kw_only=True, slots=True)
@@ -135,6 +159,15 @@ class RunState:
     tools: tuple[str, ...] = ()
     """The names of the tools the run may use now (as it started, then as ``tools_changed`` says)."""
     tool_changes: list[ToolsChanged] = field(default_factory=list)
+    run_config: dict[str, Any] = field(default_factory=dict)
+    """How the run was set up, as ``run_started`` records it (``config``)."""
+    tool_specs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """What the log records of each tool the run may use now (its schema and safety flags), by name;
+    empty for runs whose ``run_started`` does not record them."""
+    forecasts: dict[int, Forecast] = field(default_factory=dict)
+    """Each plan version's cost forecast (``plan_forecast``), by version."""
+    over_forecast: dict[int, tuple[BudgetName, ...]] = field(default_factory=dict)
+    """For each forecast plan version: the caps its forecast passes."""
     started_at: float = 0.0
     finished_at: float | None = None
     plans: list[Plan] = field(default_factory=list)
@@ -146,6 +179,10 @@ class RunState:
     """Outputs of the steps that succeeded, by id."""
     usage: Usage = field(default_factory=Usage)
     cost: float = 0.0
+    cost_by_role: dict[str, float] = field(default_factory=dict)
+    """Cost of the model calls of each role (``planner``, ``executor``, ``judge``)."""
+    calls_by_tool: dict[str, int] = field(default_factory=dict)
+    """Tool calls made, by tool (a step's tool and the calls model-driven steps made)."""
     model_calls: int = 0
     tool_calls: int = 0
     steps_started: int = 0
@@ -213,6 +250,18 @@ class RunState:
     def pending_approvals(self) -> list[ApprovalRecord]:
         return [a for a in self.approvals.values() if a.approved is None]
 
+    def last_approved_plan(self, before: int | None = None) -> Plan | None:
+        """The plan a human last approved (their edit, when they made one), among the questions
+        asked before log position ``before`` (None: all of them)."""
+        found = None
+        for rec in self.approvals.values():
+            if before is not None and rec.seq >= before:
+                continue
+            plan = rec.approved_plan
+            if plan is not None:
+                found = plan
+        return found
+
     def apply(self, event: Event) -> None:
         """Fold one event into the state."""
         self.events += 1
@@ -230,11 +279,19 @@ class RunState:
         self.run_id, self.goal, self.constraints = e.run_id, e.goal, e.constraints
         self.policy, self.replan, self.budget, self.tools = e.policy, e.replan, dict(e.budget), e.tools
         self.started_at = e.at
+        self.run_config = e.config if isinstance(e.config, dict) else {}
+        specs = self.run_config.get("tools")
+        if isinstance(specs, list):
+            self.tool_specs = {
+                name: spec for spec in specs if isinstance(spec, dict) and isinstance(name := spec.get("name"), str)
+            }
 
     def _model_called(self, e: ModelCalled) -> None:
         self.model_calls += 1
         self.usage = self.usage + e.usage
         self.cost += e.cost
+        if e.cost:
+            self.cost_by_role[e.role] = self.cost_by_role.get(e.role, 0.0) + e.cost
         if e.role == "planner" and e.response is not None:
             self.planner_model = e.answered_by or e.model
 
@@ -299,6 +356,11 @@ class RunState:
             asked_output=e.output,
             verdict=e.verdict,
             checklist=e.checklist,
+            rule=e.rule,
+            args=e.args,
+            budget=e.budget,
+            budget_hit=self.budget_hit if e.budget is not None else None,
+            seq=self.events,
         )
 
     def _approval_decided(self, e: ApprovalDecided) -> None:
@@ -307,21 +369,29 @@ class RunState:
             rec.approved, rec.by, rec.decision_reason, rec.decided_at = e.approved, e.by, e.reason, e.at
             rec.choice, rec.output, rec.edited_plan = e.choice, e.output, e.edited_plan
             rec.text, rec.checklist_results = e.text, e.checklist
+            if rec.subject == "budget" and e.approved and e.budget:
+                rec.raised = dict(e.budget)
+                self.budget.update(e.budget)
+                self.budget_hit = None
 
     def _step_started(self, e: StepStarted) -> None:
         rec = self.steps[e.step_id]
         rec.status, rec.executor, rec.args, rec.started_at, rec.attempts = "running", e.executor, e.args, e.at, 1
+        rec.idempotency_key = e.idempotency_key
         self.steps_started += 1
         if e.tool is not None:
             self.tool_calls += 1
+            self.calls_by_tool[e.tool] = self.calls_by_tool.get(e.tool, 0) + 1
 
     def _attempt_failed(self, e: StepAttemptFailed) -> None:
         rec = self.steps[e.step_id]
         rec.attempt_errors.append(e.error)
         if e.retry_in is not None:
             rec.attempts = e.attempt + 1
-            if rec.step.tool is not None:
+            tool = rec.step.tool
+            if tool is not None:
                 self.tool_calls += 1
+                self.calls_by_tool[tool] = self.calls_by_tool.get(tool, 0) + 1
 
     def _tool_progress(self, e: ToolProgress) -> None:
         rec = self.steps.get(e.step_id)
@@ -331,15 +401,24 @@ class RunState:
     def _plan_recalled(self, e: PlanRecalled) -> None:
         self.recalled = e
 
+    def _plan_forecast(self, e: PlanForecast) -> None:
+        self.forecasts[e.plan_version] = e.forecast
+        self.over_forecast[e.plan_version] = e.over
+
     def _tools_changed(self, e: ToolsChanged) -> None:
         gone = set(e.removed)
         kept = [n for n in self.tools if n not in gone]
         self.tools = (*kept, *(n for spec in e.tools if (n := str(spec.get("name", ""))) and n not in kept))
         self.tool_changes.append(e)
+        if self.tool_specs or e.tools:
+            specs = {name: spec for name, spec in self.tool_specs.items() if name not in gone}
+            specs.update({n: spec for spec in e.tools if (n := str(spec.get("name", "")))})
+            self.tool_specs = specs
 
     def _tool_called(self, e: ToolCalled) -> None:
         self.steps[e.step_id].tool_calls.append(e)
         self.tool_calls += e.attempts
+        self.calls_by_tool[e.tool] = self.calls_by_tool.get(e.tool, 0) + e.attempts
 
     def _step_requeued(self, e: StepRequeued) -> None:
         rec = self.steps[e.step_id]
@@ -415,6 +494,7 @@ _HANDLERS: dict[type, Callable[[RunState, Any], None]] = {
     ToolProgress: RunState._tool_progress,
     ToolsChanged: RunState._tools_changed,
     PlanRecalled: RunState._plan_recalled,
+    PlanForecast: RunState._plan_forecast,
     ToolCalled: RunState._tool_called,
     StepRequeued: RunState._step_requeued,
     StepHeld: RunState._step_held,

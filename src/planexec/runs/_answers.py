@@ -17,6 +17,7 @@ from planexec.runs._stored import check_run_id, load_run
 from planexec.runtime import ApprovalDecision, Limits, check_decision, decided_event
 from planexec.store import AppendConflict, RunStore
 from planexec.tools import Tool, ToolContext, Toolset
+from planexec.views import about
 
 __all__ = ["ATTEMPTS", "answer", "check_edited_plan", "pick_question", "question_about", "tell"]
 
@@ -26,21 +27,8 @@ MAX_TOLD_CHARS = Limits().max_output_chars
 """The longest text a run is told from outside (as from inside, by default)."""
 
 
-def question_about(rec: ApprovalRecord) -> str:
-    """What a question is about, in a few words."""
-    if rec.subject == "plan":
-        return f"plan v{rec.plan_version}"
-    if rec.subject == "effect":
-        return f"the effect of step {rec.step_id}"
-    if rec.subject == "question":
-        return f"a question: {rec.reason}"
-    if rec.subject == "escalation":
-        return f"an escalation ({rec.code})"
-    if rec.subject == "review":
-        return f"the result of step {rec.step_id}"
-    if rec.subject == "answer":
-        return "the final answer"
-    return f"step {rec.step_id}"
+question_about = about
+"""What a question is about, in a few words."""
 
 
 def pick_question(state: RunState, approval_id: str | None = None) -> ApprovalRecord:

@@ -12,9 +12,10 @@ from typing import Any
 
 from planexec._util.clip import clip
 from planexec.errors import LogUnreadable, Problem, UsageError
-from planexec.log import ApprovalRecord, Event, RunStarted, RunState, dump_event
+from planexec.log import Event, RunStarted, RunState, dump_event
 from planexec.runs._problems import Problems
 from planexec.store import RunStatus, RunStore, RunSummary, StoredEvent
+from planexec.views import QuestionView, question_view
 
 __all__ = [
     "MAX_LIST",
@@ -114,16 +115,17 @@ async def list_runs(store: RunStore, *, status: str | None = None, limit: int = 
     return await store.list_runs(status=chosen, limit=limit)
 
 
-async def open_questions(store: RunStore) -> list[tuple[str, ApprovalRecord]]:
-    """Every unanswered question of every unfinished run, oldest first, with its run's id."""
-    found: list[tuple[str, ApprovalRecord]] = []
+async def open_questions(store: RunStore) -> list[QuestionView]:
+    """Every unanswered question of every unfinished run, oldest first, as a human is shown it
+    (:class:`~planexec.views.QuestionView`: read back from the store, so redacted as it redacts)."""
+    found: list[QuestionView] = []
     for status in ("waiting", "running"):
         for summary in await store.list_runs(status=status, limit=QUESTION_SCAN):
             if summary.pending_approvals:
                 stored = await read_run(store, summary.run_id)
                 state = RunState.fold(stored.events)
-                found += [(summary.run_id, rec) for rec in state.pending_approvals]
-    return sorted(found, key=lambda item: item[1].requested_at)
+                found += [question_view(state, rec, run_id=summary.run_id) for rec in state.pending_approvals]
+    return sorted(found, key=lambda view: view.asked_at)
 
 
 def export_lines(events: Iterable[Event]) -> Iterator[str]:

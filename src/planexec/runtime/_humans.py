@@ -17,13 +17,15 @@ from typing import Any, Protocol
 from planexec._util.strict_json import json_problem
 from planexec.errors import Problem, UsageError
 from planexec.executor import CheckResult, StepError, StepFailure, Verdict
-from planexec.log import ApprovalDecided, ApprovalRecord, ApprovalRequested, ChecklistResult, Event
+from planexec.log import ApprovalDecided, ApprovalRecord, ApprovalRequested, ChecklistResult, Event, QuestionRule
 from planexec.models import cancelled_for_real
 from planexec.plan import Step
 from planexec.runtime._core import Core
 from planexec.runtime._journal import Journal
 from planexec.runtime._settings import ApprovalDecision, ApprovalRequest
+from planexec.store import Redactor
 from planexec.tools import Tool
+from planexec.views import QuestionView, question_view
 
 __all__ = ["Humans", "check_decision", "decided_event"]
 
@@ -75,12 +77,34 @@ class Humans:
         """Whether ``gate`` can do anything for ``step`` (a cheap test that spares most steps a wait)."""
         if step.approval == "always" or step.confidence is not None or self._gated(step.tool):
             return True
-        approvals = self._engine.config.approvals
-        return approvals.steps == "all" or (approvals.plan and self._engine.side_effecting(step))
+        engine = self._engine
+        approvals = engine.config.approvals
+        if approvals.steps == "all":
+            return True
+        if not engine.side_effecting(step):
+            return False
+        return approvals.plan or (approvals.patched_effects and engine.can_ask_humans and len(engine.state.plans) > 1)
 
     def _tool_of(self, step: Step) -> Tool | None:
         tools = self._engine.config.tools
         return tools.get(step.tool) if step.tool is not None and step.tool in tools else None
+
+    def _patched(self, step: Step) -> bool:
+        """Whether ``step`` changes the world and a patch (a plan version after the first) added or
+        changed it, against the plan a human last approved, or else the run's first plan: the
+        planner had read the run's results by then, and no human saw the step."""
+        engine = self._engine
+        approvals = engine.config.approvals
+        state = engine.state
+        if approvals.plan or not approvals.patched_effects or not state.plans or not engine.side_effecting(step):
+            return False
+        version = state.steps[step.id].plan_version
+        first = state.plans[0]
+        if version <= first.version:
+            return False
+        base = state.last_approved_plan() or first
+        before = next((s for s in base.steps if s.id == step.id), None)
+        return before != step
 
     def _unapproved(self, step: Step) -> bool:
         """Whether ``step`` changes the world and came after the plan a human approved: with plan
@@ -93,12 +117,14 @@ class Humans:
             a.subject == "plan" and a.approved and a.plan_version == version for a in engine.state.approvals.values()
         )
 
-    async def gate(self, step: Step) -> None:
+    async def gate(self, step: Step, args: dict[str, Any]) -> None:
         """The confidence gate and step approvals; raises ``StepFailure`` when the step may not run.
+        ``args``: the step's arguments as they will be sent (a human is shown exactly these).
 
         Gates come from the developer's configuration: a tool that ``requires_approval``,
-        ``Approvals(steps=...)``, plan approval. A plan may make a step stricter (``approval:
-        "always"``) but never lift a gate: ``"never"`` is read as ``"auto"``.
+        ``Approvals(steps=...)``, plan approval, side-effecting steps a patch adds. A plan may make
+        a step stricter (``approval: "always"``) but never lift a gate: ``"never"`` is read as
+        ``"auto"``.
         """
         engine = self._engine
         cfg = engine.config
@@ -110,8 +136,9 @@ class Humans:
             step.approval == "always" or (tool is not None and tool.requires_approval) or approvals.steps == "all"
         )
         unapproved = self._unapproved(step)
+        patched = can_ask and self._patched(step)
         low = step.confidence is not None and step.confidence < cfg.limits.confidence_threshold
-        ask = required or unapproved or (sensitive and (low or approvals.steps == "sensitive"))
+        ask = required or unapproved or patched or (sensitive and (low or approvals.steps == "sensitive"))
         if not ask:
             return
         if not can_ask:
@@ -128,16 +155,21 @@ class Humans:
             raise StepFailure(
                 StepError(kind="rejected", message="the step needs a human's approval and no approver is configured")
             )
+        rule: QuestionRule
         if sensitive and low:
-            why = f"low confidence ({step.confidence:.2f}) on a sensitive step"
+            why, rule = f"low confidence ({step.confidence:.2f}) on a sensitive step", "low_confidence"
         elif tool is not None and tool.requires_approval:
-            why = f"tool {tool.name} always needs approval"
+            why, rule = f"tool {tool.name} always needs approval", "tool_requires_approval"
         elif unapproved:
-            why = "a step that changes the world, added after the plan was approved"
+            why, rule = "a step that changes the world, added after the plan was approved", "unapproved_change"
+        elif patched:
+            why, rule = "a step that changes the world, added or changed by a patch", "patched_effect"
         elif sensitive:
-            why = f"sensitive tool {tool.name if tool else step.tool}"
+            why, rule = f"sensitive tool {tool.name if tool else step.tool}", "sensitive_tool"
+        elif step.approval == "always":
+            why, rule = "approval policy always", "step_always"
         else:
-            why = f"approval policy {step.approval if step.approval == 'always' else approvals.steps!r}"
+            why, rule = f"approval policy {approvals.steps!r}", "all_steps"
         version = engine.state.steps[step.id].plan_version
         earlier = self._earlier(step.id, "step", version)
         self.waiting_steps.add(step.id)
@@ -146,7 +178,9 @@ class Humans:
             if earlier is not None and earlier.approved is not None:
                 decision = _decision_of(earlier)
             else:
-                request = ApprovalRequest(approval_id="", run_id=engine.run_id, subject="step", step=step, reason=why)
+                request = ApprovalRequest(
+                    approval_id="", run_id=engine.run_id, subject="step", step=step, reason=why, rule=rule, args=args
+                )
                 decision = await self.ask(request, version=version, existing=earlier)
         finally:
             self.waiting_steps.discard(step.id)
@@ -187,9 +221,12 @@ class Humans:
                     output=request.output,
                     verdict=request.verdict,
                     checklist=request.checklist,
+                    rule=request.rule,
+                    args=request.args,
+                    budget=request.budget,
                 )
             )
-        request = replace(request, approval_id=approval_id)
+        request = replace(request, approval_id=approval_id, view=self.view(approval_id))
         future: asyncio.Future[ApprovalDecision] = asyncio.get_running_loop().create_future()
         self._futures[approval_id] = future
         approver = engine.config.approvals.approver
@@ -292,6 +329,7 @@ class Humans:
             reason=f"the result failed its checks ({failures}): accept it or refuse it",
             output=output,
             verdict=verdict,
+            rule="result_failed_checks",
         )
         version = engine.state.steps[step.id].plan_version
         earlier = self._earlier(step.id, "review", version)
@@ -326,11 +364,28 @@ class Humans:
                     output=record.output,
                 )
             request = ApprovalRequest(
-                approval_id=approval_id, run_id=self._engine.run_id, subject="effect", step=step, reason=record.reason
+                approval_id=approval_id,
+                run_id=self._engine.run_id,
+                subject="effect",
+                step=step,
+                reason=record.reason,
+                rule="effect_uncertain",
+                args=record.args,
             )
             return await self.ask(request, version=record.plan_version, existing=record)
         finally:
             self.waiting_steps.discard(step.id)
+
+    def view(self, approval_id: str) -> QuestionView | None:
+        """What a human is shown of question ``approval_id``, redacted as the run's store redacts."""
+        engine = self._engine
+        record = engine.state.approvals.get(approval_id)
+        if record is None:
+            return None
+        journal = engine.journal
+        found = getattr(journal.store, "redactor", None) if journal is not None else None
+        redactor = found if isinstance(found, Redactor) else _DEFAULT_REDACTOR
+        return question_view(engine.state, record, redactor=redactor, run_id=engine.run_id)
 
     def blocked(self) -> bool:
         """Whether everything under way waits for a human."""
@@ -350,6 +405,9 @@ class Humans:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
+
+_DEFAULT_REDACTOR = Redactor()
+"""What a run without a store redacts from what it shows a human (as a store would by default)."""
 
 _CHOICES_OF: dict[str, tuple[str, ...]] = {"effect": ("retry", "skip", "done"), "escalation": ("guidance", "replan")}
 

@@ -306,7 +306,12 @@ class Planning:
         async def wait() -> None:
             done = PlanDone(kind=kind, result=draft, failed_at_start=failed)
             request = ApprovalRequest(
-                approval_id=approval_id, run_id=engine.run_id, subject="plan", plan=plan, reason=record.reason
+                approval_id=approval_id,
+                run_id=engine.run_id,
+                subject="plan",
+                plan=plan,
+                reason=record.reason,
+                rule=record.rule or "plan_approval",
             )
             await self._approve(done, request, plan.version, record)
             engine.queue.put_nowait(done)
@@ -371,13 +376,22 @@ class Planning:
 
     async def _escalate(self, code: str, detail: str) -> str | None:
         engine = self._engine
-        request = ApprovalRequest(approval_id="", run_id=engine.run_id, subject="escalation", reason=detail, code=code)
+        request = ApprovalRequest(
+            approval_id="",
+            run_id=engine.run_id,
+            subject="escalation",
+            reason=detail,
+            code=code,
+            rule=code if code in ("unknown_tool", "low_confidence", "planner_gave_up") else None,  # type: ignore[arg-type]
+        )
         decision = await self._ask_human(request)
         return _guidance(code, detail, decision)
 
     async def _ask_user(self, question: str) -> str:
         engine = self._engine
-        request = ApprovalRequest(approval_id="", run_id=engine.run_id, subject="question", reason=question)
+        request = ApprovalRequest(
+            approval_id="", run_id=engine.run_id, subject="question", reason=question, rule="planner_question"
+        )
         decision = await self._ask_human(request)
         return decision.text or ""
 
@@ -399,6 +413,7 @@ class Planning:
                         code=record.code,
                         output=record.asked_output,
                         checklist=record.checklist,
+                        rule=record.rule,
                     )
                     decision = await self._ask_human(request, existing=record)
                 else:
@@ -483,7 +498,12 @@ class Planning:
                 else:
                     plan = self.next_plan(steps, reason=_reason(done.result), author=done.author)
                     request = ApprovalRequest(
-                        approval_id="", run_id=engine.run_id, subject="plan", plan=plan, reason=why
+                        approval_id="",
+                        run_id=engine.run_id,
+                        subject="plan",
+                        plan=plan,
+                        reason=why,
+                        rule="plan_approval",
                     )
                     await self._approve(done, request, plan.version, None)
             answer = _final_answer(done.result)
@@ -542,6 +562,7 @@ class Planning:
                 reason="review the final answer before the run ends with it",
                 output=answer,
                 checklist=tuple(review.checklist),
+                rule="answer_checklist",
             )
             decision = await self._ask_human(request)
             return self._checklist_verdict(answer, decision)

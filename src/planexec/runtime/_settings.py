@@ -6,15 +6,16 @@ import math
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from planexec.errors import Problem, UsageError
 from planexec.executor import Verdict
-from planexec.log import ChecklistResult, EffectChoice
+from planexec.log import BudgetName, ChecklistResult, EffectChoice, QuestionRule
 from planexec.models import ModelSettings
 from planexec.plan import OnFail, Plan, Step
+from planexec.views import QuestionView
 
 if TYPE_CHECKING:
     from planexec.models import Model
@@ -108,12 +109,19 @@ class ApprovalRequest:
       (``choice="guidance"`` with ``text``), let it plan again (``choice="replan"``), or refuse to stop
       the run;
     - ``review``: a step's result (``output``) failed its checks (``verdict``): accept or refuse it;
-    - ``answer``: the final answer (``output``): approve or refuse it, ticking each ``checklist`` item.
+    - ``answer``: the final answer (``output``): approve or refuse it, ticking each ``checklist`` item;
+    - ``budget``: the run reached its ``budget`` cap: approve with raised caps
+      (``ApprovalDecision(budget={...})``) to go on, or refuse to stop the run.
+
+    ``view`` is everything a human needs to decide, as every surface shows it (the goal, the step
+    with its arguments as they will be sent and its effect, the plan with its changes since the
+    last yes and its cost forecast, why it is asked and what each answer does), redacted as the
+    run's store redacts: render it rather than the raw fields.
     """
 
     approval_id: str
     run_id: str
-    subject: Literal["plan", "step", "effect", "question", "escalation", "review", "answer"]
+    subject: Literal["plan", "step", "effect", "question", "escalation", "review", "answer", "budget"]
     reason: str
     plan: Plan | None = None
     step: Step | None = None
@@ -121,6 +129,13 @@ class ApprovalRequest:
     output: Any = None
     verdict: Verdict | None = None
     checklist: tuple[str, ...] = ()
+    rule: QuestionRule | None = None
+    """The rule that asks, as a reason code."""
+    args: dict[str, Any] | None = None
+    """For a step: its arguments as they will be sent."""
+    budget: BudgetName | None = None
+    """For a budget question: the cap the run reached."""
+    view: QuestionView | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,6 +154,8 @@ class ApprovalDecision:
     edited_plan: Plan | None = None
     text: str | None = None
     checklist: tuple[ChecklistResult, ...] = ()
+    budget: Mapping[str, float | int | None] | None = None
+    """For a budget question: the caps to raise, by name (``{"cost": 2.0}``; None lifts a cap)."""
 
 
 Approver = Callable[[ApprovalRequest], Awaitable[ApprovalDecision | bool]]
@@ -164,6 +181,11 @@ class Approvals:
     answers other processes write."""
     poll_interval: float = 0.5
     """With ``wait``: how often the store is read for answers given by other processes."""
+    patched_effects: bool = True
+    """Whenever a human can be asked: a step that changes the world, added or changed by a plan
+    version after the first (a patch the planner made after reading the run's results), is asked
+    about before it runs, as if its tool were sensitive — even with plan approval off. False lets
+    such steps run as the other gates say."""
 
 
 NO_APPROVALS = Approvals()

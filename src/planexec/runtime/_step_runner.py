@@ -81,8 +81,6 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
             if decision.choice == "skip" or not decision.approved:
                 message = f"a human skipped the step after an uncertain effect: {decision.reason or 'no reason'}"
                 raise StepFailure(StepError(kind="tool_error", message=message))
-        elif engine.humans.may_ask(step):
-            await engine.humans.gate(step)
         compiled = engine.planning.compiled_args(step)
         try:
             args = compiled.resolve(engine.state.outputs, max_chars=engine.config.limits.max_output_chars)
@@ -93,6 +91,8 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
             if problem is not None:  # e.g. a large output bound many times over
                 message = f"the step's arguments cannot be kept: {problem.where}: {problem.message}"
                 raise StepFailure(StepError(kind="invalid_arguments", message=message, problems=(problem,)))
+        if held is None and engine.humans.may_ask(step):
+            await engine.humans.gate(step, args)  # a human sees the arguments exactly as they will be sent
         # dispatched before a round that may replace the plan began: no effect until it is in force
         await engine.planning.until_free(step)
         done.started = True
@@ -212,6 +212,8 @@ async def _hold(engine: _Loop, step: Step, reason: str) -> str:
             step_id=step.id,
             plan_version=engine.state.steps[step.id].plan_version,
             reason=reason,
+            rule="effect_uncertain",
+            args=engine.state.steps[step.id].args,
         )
     )
     engine.emit(StepHeld(at=engine.now(), step_id=step.id, approval_id=approval_id, reason=reason))

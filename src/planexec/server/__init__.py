@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from planexec.server._agents import AGENT_NAME, DEMO_AGENT, AgentBuilder, ServedAgent, demo_agent, parse_agent_option
 from planexec.server._identity import DEFAULT_PORT, TOKEN_ENV, instance_id, require_server, serve_token
-from planexec.server._views import Question, RunDetail, RunSummary
+from planexec.server._views import RunDetail, RunSummary
+from planexec.views import QuestionView
 
 if TYPE_CHECKING:
     from planexec.server._app import AppSettings, build_app
@@ -32,7 +33,7 @@ __all__ = [
     "TOKEN_ENV",
     "AgentBuilder",
     "AppSettings",
-    "Question",
+    "QuestionView",
     "RunDetail",
     "RunSummary",
     "ServedAgent",

@@ -44,18 +44,17 @@ from planexec.server._agents import ServedAgent, check_budget
 from planexec.server._guards import MAX_BODY_BYTES, BodyLimit, SafeHeaders, _ApiError, error_body
 from planexec.server._stream import EventStream, event_frames
 from planexec.server._views import (
-    Question,
     RunDetail,
     RunSummary,
     agent_of,
     detail,
     detail_of_summary,
     pending_summary,
-    question,
     summary,
 )
 from planexec.server._workers import Workers, request_digest, served_by
 from planexec.store import RunStore
+from planexec.views import QuestionView
 
 __all__ = ["STATIC", "AppSettings", "build_app", "openapi_document"]
 
@@ -150,7 +149,7 @@ class EventPage(BaseModel):
 
 
 class Inbox(BaseModel):
-    questions: list[Question]
+    questions: list[QuestionView]
 
 
 class AnswerResult(BaseModel):
@@ -473,7 +472,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
     @api.get("/v1/inbox", tags=["questions"])
     async def inbox() -> Inbox:
         """Every question unfinished runs wait for, oldest first."""
-        return Inbox(questions=[question(run_id, rec) for run_id, rec in await open_questions(store)])
+        return Inbox(questions=await open_questions(store))
 
     # -- acting ------------------------------------------------------------------------------
 

@@ -9,22 +9,18 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from planexec.log import ApprovalRecord, Event, PlanProposed, RunStarted, RunState, StepRecord
+from planexec.log import Event, PlanProposed, RunStarted, RunState, StepRecord
 from planexec.plan import Plan
-from planexec.runs import question_about
+from planexec.views import ForecastView, QuestionView, forecast_view, question_view
 
 __all__ = [
-    "Question",
     "RunDetail",
     "RunSummary",
     "agent_of",
     "detail",
     "pending_summary",
-    "question",
     "summary",
 ]
-
-CHOICES = {"effect": ["retry", "skip", "done"], "escalation": ["guidance", "replan"]}
 
 
 class _View(BaseModel):
@@ -66,7 +62,9 @@ class StepError(_View):
     message: str
 
 
-class StepView(_View):
+class StepRecordView(_View):
+    """A record of a step in the run (a step a later plan version replaced is ``superseded``)."""
+
     id: str
     description: str
     tool: str | None
@@ -82,19 +80,24 @@ class StepView(_View):
     superseded: bool
 
 
-class PlanDiff(_View):
+class PlanVersionDiff(_View):
+    """Step ids added, removed and changed against the version before."""
+
     added: list[str]
     removed: list[str]
     changed: list[str]
 
 
-class PlanView(_View):
+class PlanVersion(_View):
+    """A plan version of the run, with its changes from the version before and its cost forecast."""
+
     version: int
     author: str
     reason: str
     trigger: str
     steps: list[dict[str, Any]]
-    diff: PlanDiff
+    diff: PlanVersionDiff
+    forecast: ForecastView | None = None
 
 
 class Usage(_View):
@@ -103,24 +106,6 @@ class Usage(_View):
     output_tokens: int
     tool_calls: int
     cost: float
-
-
-class Question(_View):
-    """A question a run waits for."""
-
-    run_id: str
-    question_id: str
-    subject: str
-    """plan, step, effect, question, escalation, review or answer."""
-    about: str
-    reason: str
-    step_id: str | None
-    plan_version: int | None
-    plan: dict[str, Any] | None
-    output: Any
-    checklist: list[str]
-    choices: list[str]
-    asked_at: float
 
 
 class RunDetail(_View):
@@ -137,11 +122,11 @@ class RunDetail(_View):
     duration: float | None
     answer: str | None
     constraints: list[str]
-    plans: list[PlanView]
-    steps: list[StepView]
+    plans: list[PlanVersion]
+    steps: list[StepRecordView]
     usage: Usage
-    questions: list[Question]
-    """The questions it waits for."""
+    questions: list[QuestionView]
+    """The questions it waits for, each with everything a human needs to answer it."""
     events: int
     """The length of its log."""
 
@@ -195,27 +180,10 @@ def pending_summary(run_id: str, agent: str, goal: str, accepted_at: float, *, f
     )
 
 
-def question(run_id: str, rec: ApprovalRecord) -> Question:
-    return Question(
-        run_id=run_id,
-        question_id=rec.approval_id,
-        subject=rec.subject,
-        about=question_about(rec),
-        reason=rec.reason,
-        step_id=rec.step_id,
-        plan_version=rec.plan_version,
-        plan=None if rec.plan is None else rec.plan.model_dump(mode="json"),
-        output=rec.asked_output,
-        checklist=list(rec.checklist),
-        choices=CHOICES.get(rec.subject, []),
-        asked_at=rec.requested_at,
-    )
-
-
-def _step(rec: StepRecord, *, superseded: bool) -> StepView:
+def _step(rec: StepRecord, *, superseded: bool) -> StepRecordView:
     step = rec.step
     error = rec.error
-    return StepView(
+    return StepRecordView(
         id=step.id,
         description=step.description,
         tool=step.tool,
@@ -232,24 +200,25 @@ def _step(rec: StepRecord, *, superseded: bool) -> StepView:
     )
 
 
-def _plans(plans: Sequence[Plan], events: Sequence[Event]) -> list[PlanView]:
+def _plans(state: RunState, plans: Sequence[Plan], events: Sequence[Event]) -> list[PlanVersion]:
     triggers = {e.plan.version: e.trigger for e in events if isinstance(e, PlanProposed)}
     views = []
     before: dict[str, Any] = {}
     for plan in plans:
         steps = {s.id: s.model_dump(mode="json") for s in plan.steps}
         views.append(
-            PlanView(
+            PlanVersion(
                 version=plan.version,
                 author=plan.author,
                 reason=plan.reason,
                 trigger=triggers.get(plan.version, ""),
                 steps=list(steps.values()),
-                diff=PlanDiff(
+                diff=PlanVersionDiff(
                     added=[i for i in steps if i not in before],
                     removed=[i for i in before if i not in steps],
                     changed=[i for i in steps if i in before and before[i] != steps[i]],
                 ),
+                forecast=forecast_view(state.forecasts.get(plan.version), state.over_forecast.get(plan.version, ())),
             )
         )
         before = steps
@@ -264,7 +233,7 @@ def detail(state: RunState, events: Sequence[Event]) -> RunDetail:
         **base.model_dump(exclude={"steps", "questions"}),
         answer=state.answer,
         constraints=list(state.constraints),
-        plans=_plans(state.plans, events),
+        plans=_plans(state, state.plans, events),
         steps=records,
         usage=Usage(
             model_calls=state.model_calls,
@@ -273,7 +242,7 @@ def detail(state: RunState, events: Sequence[Event]) -> RunDetail:
             tool_calls=state.tool_calls,
             cost=state.cost,
         ),
-        questions=[question(state.run_id, r) for r in state.pending_approvals],
+        questions=[question_view(state, r) for r in state.pending_approvals],
         events=len(events),
     )
 

@@ -2,24 +2,159 @@
 // makes them, and lists every problem). A plan can be approved as it is, rejected, or edited.
 
 import { api, ApiError } from "./api.js";
-import { h, fill, pretty, when, problemList, toast } from "./ui.js";
-
-const TITLES = {
-  plan: "Approve the plan",
-  step: "Approve a step",
-  effect: "An effect may or may not have happened",
-  question: "The planner asks",
-  escalation: "The planner is stuck",
-  review: "Review a step's result",
-  answer: "Review the answer",
-};
+import { drawDag } from "./dag.js";
+import { h, fill, pretty, when, money, problemList, toast } from "./ui.js";
 
 /** A key telling whether the set of questions changed (so a card being edited is not redrawn). */
 export function questionsKey(questions) {
   return questions.map((q) => `${q.run_id}/${q.question_id}`).join(" ");
 }
 
-/** A card for question `q`; `onAnswered(result)` is called after the server took the answer. */
+/** An argument's value as one line, with where it comes from. */
+function argumentRows(args) {
+  return args.map((a) =>
+    h(
+      "tr",
+      { "data-argument": a.name },
+      h("th", { scope: "row" }, h("code", {}, a.name)),
+      h("td", {}, h("code", { class: "value" }, a.text), a.cut ? h("span", { class: "muted" }, ` (${a.size.toLocaleString()} characters, cut)`) : null),
+      h("td", {}, a.binding ? h("code", {}, a.binding) : "—", a.binding && !a.resolved ? h("span", { class: "muted" }, " (not run yet)") : null),
+    ),
+  );
+}
+
+function argumentsTable(args, caption) {
+  if (!args.length) return h("p", { class: "muted" }, "No arguments.");
+  return h(
+    "div",
+    { class: "table-scroll" },
+    h(
+      "table",
+      { class: "arguments" },
+      h("caption", { class: "visually-hidden" }, caption),
+      h("thead", {}, h("tr", {}, ["Argument", "Value as sent", "From"].map((c) => h("th", { scope: "col" }, c)))),
+      h("tbody", {}, argumentRows(args)),
+    ),
+  );
+}
+
+function effectBadge(effect) {
+  return h("span", { class: ["badge", effect.changes_world ? "tone-bad" : "tone-off"], "data-effect": effect.label }, effect.label);
+}
+
+/** A step as a human decides about it: what it does, where it runs, its effect, its arguments. */
+function stepFacts(step) {
+  return [
+    h(
+      "dl",
+      { class: "facts" },
+      h("dt", {}, "Step"),
+      h("dd", {}, h("code", {}, step.id), ` ${step.description}`, step.change && step.change !== "kept" ? h("span", { class: "badge tone-waiting change" }, ` ${step.change}`) : null),
+      h("dt", {}, "Runs on"),
+      h("dd", {}, step.runs_on),
+      h("dt", {}, "Effect"),
+      h("dd", {}, effectBadge(step.effect)),
+      step.depends_on.length ? [h("dt", {}, "After"), h("dd", {}, step.depends_on.join(", "))] : null,
+      step.idempotency_key ? [h("dt", {}, "Idempotency key"), h("dd", {}, h("code", {}, step.idempotency_key))] : null,
+    ),
+    argumentsTable(step.arguments, `Arguments of step ${step.id}`),
+  ];
+}
+
+/** A plan put to a human: its changes, its forecast, its graph and every step. */
+function planSection(plan, id) {
+  const rows = plan.steps.map((step, i) =>
+    h(
+      "tr",
+      { "data-step": step.id, class: step.change === "added" || step.change === "changed" ? "changed" : null },
+      h("td", {}, String(i + 1)),
+      h("td", {}, h("code", {}, step.id), h("div", { class: "muted" }, step.description)),
+      h("td", {}, step.runs_on),
+      h("td", {}, step.depends_on.join(", ") || "—"),
+      h("td", {}, effectBadge(step.effect)),
+      h("td", {}, step.arguments.length ? h("ul", { class: "plain" }, step.arguments.map((a) => h("li", {}, h("code", {}, a.name), " = ", h("code", {}, a.resolved ? a.text : a.binding)))) : "—"),
+      h("td", {}, step.change ?? "—", step.changed_fields.length ? h("div", { class: "muted" }, step.changed_fields.join(", ")) : null),
+    ),
+  );
+  const dag = drawDag(plan.steps, { statusOf: (sid) => (plan.steps.find((x) => x.id === sid)?.change === "kept" ? "succeeded" : "pending") });
+  return [
+    h(
+      "dl",
+      { class: "facts" },
+      h("dt", {}, "Plan"),
+      h("dd", {}, `version ${plan.version} by ${plan.author}`, plan.reason ? ` — ${plan.reason}` : ""),
+      h("dt", {}, "Changes"),
+      h("dd", { class: "changes" }, plan.changes.summary),
+      h("dt", {}, "Forecast"),
+      h("dd", { class: "forecast" }, plan.forecast ? plan.forecast.summary : "none made"),
+      plan.world_changing.length ? [h("dt", {}, "Change the world"), h("dd", {}, plan.world_changing.join(", "))] : null,
+    ),
+    h("div", { class: "question-dag" }, dag.element),
+    h(
+      "div",
+      { class: "table-scroll" },
+      h(
+        "table",
+        { class: "plan-steps", id: `${id}-steps` },
+        h("caption", { class: "visually-hidden" }, `Steps of plan version ${plan.version}`),
+        h("thead", {}, h("tr", {}, ["#", "Step", "Runs on", "After", "Effect", "Arguments", "Change"].map((c) => h("th", { scope: "col" }, c)))),
+        h("tbody", {}, rows),
+      ),
+    ),
+    plan.changes.removed.length
+      ? h("p", { class: "removed" }, "Removed: ", plan.changes.removed.map((st) => `${st.id} (${st.runs_on})`).join(", "))
+      : null,
+    plan.changes.changed.length
+      ? h(
+          "ul",
+          { class: "field-changes" },
+          plan.changes.changed.map((c) => h("li", {}, h("code", {}, `${c.step_id}.${c.field}`), ": ", h("code", {}, pretty(c.before)), " → ", h("code", {}, pretty(c.after)))),
+        )
+      : null,
+  ];
+}
+
+function budgetSection(b, id) {
+  const inputs = Object.entries(b.caps).map(([name, cap]) => {
+    const input = h("input", {
+      type: "number",
+      min: "0",
+      step: "any",
+      id: `${id}-cap-${name}`,
+      name,
+      value: name === b.name ? String(Math.max(b.limit * 2, b.used + b.needed) || "") : cap === null ? "" : String(cap),
+      placeholder: "no cap",
+    });
+    input.dataset.current = cap === null ? "" : String(cap);
+    return { name, input };
+  });
+  const spent = b.spent;
+  return {
+    inputs,
+    parts: [
+      h(
+        "dl",
+        { class: "facts" },
+        h("dt", {}, "Cap reached"),
+        h("dd", {}, `${b.name}: ${b.used} used of ${b.limit}`),
+        h("dt", {}, "Spent"),
+        h("dd", {}, `${money(spent.cost)} · ${spent.model_calls} model calls · ${spent.tool_calls} tool calls · ${spent.steps} steps`),
+        Object.keys(spent.by_role).length ? [h("dt", {}, "By role"), h("dd", {}, Object.entries(spent.by_role).map(([k, v]) => `${k} ${money(v)}`).join(", "))] : null,
+        Object.keys(spent.by_tool).length ? [h("dt", {}, "By tool"), h("dd", {}, Object.entries(spent.by_tool).map(([k, v]) => `${k} ×${v}`).join(", "))] : null,
+        h("dt", {}, "The rest"),
+        h("dd", {}, b.rest ? b.rest.summary : "no forecast"),
+      ),
+      h(
+        "fieldset",
+        { class: "caps" },
+        h("legend", {}, "New caps (empty: no cap)"),
+        inputs.map(({ name, input }) => h("div", { class: "field" }, h("label", { for: input.id }, name.replaceAll("_", " ")), input)),
+      ),
+    ],
+  };
+}
+
+/** A card for question `q` (its view); `onAnswered(result)` is called after the server took the answer. */
 export function questionCard(q, { showRun = true, onAnswered = () => {} } = {}) {
   const id = `q-${q.run_id}-${q.question_id}`.replace(/[^A-Za-z0-9_-]/g, "_");
   const feedback = h("div", { class: "feedback" });
@@ -27,6 +162,7 @@ export function questionCard(q, { showRun = true, onAnswered = () => {} } = {}) 
   const parts = [];
   let editor = null;
   let choice = null;
+  let caps = null;
   const checks = [];
 
   parts.push(
@@ -34,32 +170,31 @@ export function questionCard(q, { showRun = true, onAnswered = () => {} } = {}) 
       "dl",
       { class: "facts" },
       showRun ? [h("dt", {}, "Run"), h("dd", {}, h("a", { href: `#/runs/${encodeURIComponent(q.run_id)}` }, q.run_id))] : null,
-      q.step_id ? [h("dt", {}, "Step"), h("dd", {}, h("code", {}, q.step_id))] : null,
-      q.plan_version ? [h("dt", {}, "Plan version"), h("dd", {}, String(q.plan_version))] : null,
-      [h("dt", {}, "Asked"), h("dd", {}, when(q.asked_at))],
+      h("dt", {}, "Goal"),
+      h("dd", { class: "goal" }, q.goal),
+      q.constraints.length ? [h("dt", {}, "Constraints"), h("dd", {}, q.constraints.join("; "))] : null,
+      h("dt", {}, "Why asked"),
+      h("dd", { class: "why" }, q.why, " ", h("code", { class: "muted rule" }, q.rule)),
+      q.reason && !q.why.includes(q.reason) ? [h("dt", {}, "Asked"), h("dd", { class: "reason" }, q.reason)] : null,
+      h("dt", {}, "Asked at"),
+      h("dd", {}, when(q.asked_at)),
     ),
   );
-  if (q.about) parts.push(h("p", { class: "about" }, q.about));
-  if (q.reason && q.reason !== q.about) parts.push(h("p", { class: "reason" }, q.reason));
-  if (q.output !== undefined && q.output !== null) parts.push(h("h4", {}, "Output"), h("pre", { class: "json" }, pretty(q.output)));
+  if (q.step) parts.push(stepFacts(q.step));
+  if (q.plan) parts.push(planSection(q.plan, id));
+  if (q.under_review !== undefined && q.under_review !== null) {
+    parts.push(h("h4", {}, q.kind === "answer" ? "The answer" : "The result"), h("pre", { class: "json under-review" }, pretty(q.under_review)));
+  }
+  if (q.failed_checks.length) {
+    parts.push(h("ul", { class: "failed-checks" }, q.failed_checks.map((c) => h("li", {}, h("strong", {}, c.name), `: ${c.detail}`))));
+  }
+  if (q.budget) {
+    const section = budgetSection(q.budget, id);
+    caps = section.inputs;
+    parts.push(section.parts);
+  }
 
-  if (q.subject === "plan" && q.plan) {
-    parts.push(
-      h(
-        "ol",
-        { class: "plan-steps" },
-        q.plan.steps.map((step) =>
-          h(
-            "li",
-            {},
-            h("code", {}, step.id),
-            ` ${step.description ?? ""}`,
-            step.tool ? h("span", { class: "muted" }, ` · ${step.tool}`) : null,
-            step.depends_on?.length ? h("span", { class: "muted" }, ` · after ${step.depends_on.join(", ")}`) : null,
-          ),
-        ),
-      ),
-    );
+  if (q.kind === "plan" && q.plan) {
     const textarea = h("textarea", {
       id: `${id}-plan`,
       rows: Math.min(24, 4 + q.plan.steps.length * 9),
@@ -67,7 +202,7 @@ export function questionCard(q, { showRun = true, onAnswered = () => {} } = {}) 
       class: "json",
       "aria-describedby": `${id}-plan-help`,
     });
-    textarea.value = JSON.stringify(q.plan.steps, null, 2);
+    textarea.value = JSON.stringify(q.plan.as_written.steps, null, 2);
     editor = h(
       "details",
       { class: "editor" },
@@ -108,7 +243,16 @@ export function questionCard(q, { showRun = true, onAnswered = () => {} } = {}) 
     );
   }
 
-  const asks = q.subject === "question" || q.subject === "escalation";
+  parts.push(
+    h("h4", {}, "What each answer does"),
+    h(
+      "dl",
+      { class: "facts answers" },
+      q.answers.map((a) => [h("dt", {}, a.label), h("dd", {}, a.does)]),
+    ),
+  );
+
+  const asks = q.kind === "question" || q.kind === "escalation";
   parts.push(h("label", { for: note.id }, asks ? "Your answer" : "Note (optional)"), note);
 
   const buttons = [];
@@ -117,6 +261,9 @@ export function questionCard(q, { showRun = true, onAnswered = () => {} } = {}) 
     if (note.value.trim()) body.text = note.value.trim();
     if (choice) body.choice = choice.querySelector("input:checked")?.value;
     if (checks.length) body.checklist = checks.map(({ box, remark }) => ({ passed: box.checked, note: remark.value }));
+    if (caps && decision === "approve") {
+      body.budget = Object.fromEntries(caps.map(({ name, input }) => [name, input.value.trim() === "" ? null : Number(input.value)]));
+    }
     if (decision === "approve" && editor?.open) {
       let steps;
       try {
@@ -126,7 +273,7 @@ export function questionCard(q, { showRun = true, onAnswered = () => {} } = {}) 
         editor.textarea.focus();
         return;
       }
-      body.plan = { ...q.plan, steps };
+      body.plan = { ...q.plan.as_written, steps };
     }
     for (const b of buttons) b.disabled = true;
     fill(feedback, h("p", { class: "muted" }, "Sending…"));
@@ -149,11 +296,13 @@ export function questionCard(q, { showRun = true, onAnswered = () => {} } = {}) 
     return b;
   };
   const actions =
-    q.subject === "question"
+    q.kind === "question"
       ? [button("Answer", "answer", "primary")]
-      : q.subject === "escalation"
+      : q.kind === "escalation"
         ? [button("Answer", "answer", "primary"), button("Reject", "reject", "danger")]
-        : [button("Approve", "approve", "primary"), button("Reject", "reject", "danger")];
+        : q.kind === "budget"
+          ? [button("Raise and go on", "approve", "primary"), button("Stop the run", "reject", "danger")]
+          : [button("Approve", "approve", "primary"), button("Reject", "reject", "danger")];
   if (editor) {
     const approve = actions[0];
     editor.addEventListener("toggle", () => {
@@ -169,8 +318,8 @@ export function questionCard(q, { showRun = true, onAnswered = () => {} } = {}) 
 
   return h(
     "section",
-    { class: ["card", "question", `subject-${q.subject}`], "aria-labelledby": `${id}-title`, "data-question": q.question_id },
-    h("h3", { id: `${id}-title` }, TITLES[q.subject] ?? q.subject),
+    { class: ["card", "question", `subject-${q.kind}`], "aria-labelledby": `${id}-title`, "data-question": q.question_id, "data-kind": q.kind },
+    h("h3", { id: `${id}-title` }, q.title),
     parts,
     h("div", { class: "actions" }, actions),
     feedback,

@@ -86,7 +86,7 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
   const statusOf = (id) => {
     const record = run?.steps.find((step) => step.id === id && !step.superseded);
     const status = liveStatus.get(id) ?? record?.status ?? "pending";
-    return shownStatus(status, run?.questions.some((q) => q.step_id === id));
+    return shownStatus(status, run?.questions.some((q) => q.step?.id === id));
   };
 
   const currentPlan = () => (run?.plans?.length ? run.plans[run.plans.length - 1] : null);

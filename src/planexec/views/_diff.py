@@ -6,7 +6,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from planexec.cli._format import cut
 from planexec.plan import Plan, Step
 
 __all__ = ["FieldChange", "PlanDiff", "StepChange", "diff_plans"]
@@ -58,6 +57,11 @@ class PlanDiff:
             ],
             "kept": list(self.kept),
         }
+
+
+def cut(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
 def _runs_on(step: Step) -> str:

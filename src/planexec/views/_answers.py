@@ -1,0 +1,177 @@
+"""What each answer to a question does, in words, for every kind of question."""
+
+from __future__ import annotations
+
+from planexec._util.plural import counted
+from planexec.log import ApprovalRecord, RunState
+from planexec.views._models import AnswerOption, PlanView, StepView
+
+__all__ = ["answer_options", "choices_of"]
+
+_CHOICES = {"effect": ["retry", "skip", "done"], "escalation": ["guidance", "replan"]}
+
+
+def choices_of(kind: str) -> list[str]:
+    """The ``choice`` values an approval of this kind of question takes."""
+    return list(_CHOICES.get(kind, []))
+
+
+def _rounds_left(state: RunState) -> str:
+    config = state.run_config
+    review = config.get("review") if isinstance(config.get("review"), dict) else None
+    rounds = review.get("max_rounds") if review is not None else None
+    done = sum(1 for r in state.reviews if not r.passed)
+    if isinstance(rounds, int) and not isinstance(rounds, bool):
+        left = max(0, rounds - done - 1)
+        if left == 0:
+            return "; this was the last round allowed, so the run then stops escalated (answer_rejected)"
+        return f"; {counted(left, 'more refusal')} allowed before the run stops escalated"
+    return ""
+
+
+def answer_options(
+    rec: ApprovalRecord, state: RunState, *, step: StepView | None, plan: PlanView | None
+) -> list[AnswerOption]:
+    """Every way to answer ``rec`` and what the run does then."""
+    kind = rec.subject
+    if kind == "plan" and plan is not None:
+        writes = plan.world_changing
+        runs = f"plan v{plan.version} is put in force: {counted(len(plan.steps), 'step')} run as shown"
+        if writes:
+            runs += f" ({counted(len(writes), 'step')} that change the world: {', '.join(writes)})"
+        return [
+            AnswerOption(decision="approve", label="Approve", does=runs),
+            AnswerOption(
+                decision="approve",
+                label="Approve an edited plan",
+                does="your edit is checked like any plan (tools, arguments, bindings) and runs instead, as a "
+                "version a human made",
+                needs=["plan"],
+            ),
+            AnswerOption(
+                decision="reject",
+                label="Reject",
+                does="nothing of this plan runs; the run stops as rejected",
+                needs=["reason"],
+            ),
+        ]
+    sid = rec.step_id or "?"
+    if kind == "step":
+        call = f"calls tool {step.tool}" if step is not None and step.tool else "runs its model-driven task"
+        return [
+            AnswerOption(decision="approve", label="Approve", does=f"step {sid} {call} with the arguments shown, once"),
+            AnswerOption(
+                decision="reject",
+                label="Reject",
+                does=f"step {sid} is not run; the run stops as rejected",
+                needs=["reason"],
+            ),
+        ]
+    if kind == "effect":
+        tool = step.tool if step is not None and step.tool else "its tool"
+        key = f" ({step.idempotency_key})" if step is not None and step.idempotency_key else ""
+        return [
+            AnswerOption(
+                decision="approve",
+                choice="retry",
+                label="Call again",
+                does=f"{tool} is called again with the same idempotency key{key}: choose it when the call did not "
+                "happen, or when the tool ignores a key it has seen",
+            ),
+            AnswerOption(
+                decision="approve",
+                choice="skip",
+                label="Skip",
+                does=f"step {sid} fails without a call; the planner patches the rest of the plan",
+            ),
+            AnswerOption(
+                decision="approve",
+                choice="done",
+                label="Mark done",
+                does=f"step {sid} counts as succeeded with the output you give (the call is not made again)",
+                needs=["output"],
+            ),
+            AnswerOption(
+                decision="reject",
+                label="Reject",
+                does=f"step {sid} fails without a call, as with skip",
+                needs=["reason"],
+            ),
+        ]
+    if kind == "question":
+        return [
+            AnswerOption(
+                decision="answer",
+                label="Answer",
+                does="the planner goes on with your answer (it becomes part of what it is told)",
+                needs=["text"],
+            )
+        ]
+    if kind == "escalation":
+        return [
+            AnswerOption(
+                decision="approve",
+                choice="guidance",
+                label="Give guidance",
+                does="the planner plans again with your guidance",
+                needs=["text"],
+            ),
+            AnswerOption(
+                decision="approve",
+                choice="replan",
+                label="Let it try again",
+                does="the planner is asked again as it is",
+            ),
+            AnswerOption(decision="reject", label="Stop the run", does="the run stops as escalated", needs=["reason"]),
+        ]
+    if kind == "review":
+        return [
+            AnswerOption(
+                decision="approve",
+                label="Accept",
+                does=f"the result is accepted: step {sid} succeeds and later steps use it",
+            ),
+            AnswerOption(
+                decision="reject",
+                label="Refuse",
+                does=f"step {sid} fails its checks; the planner patches the rest of the plan",
+                needs=["reason"],
+            ),
+        ]
+    if kind == "answer":
+        return [
+            AnswerOption(
+                decision="approve",
+                label="Approve",
+                does="every item of the checklist is ticked and the run ends, goal met, with this answer",
+                needs=["checklist"],
+            ),
+            AnswerOption(
+                decision="reject",
+                label="Refuse",
+                does="the answer goes back to the planner with your reason and the items you failed"
+                + _rounds_left(state),
+                needs=["reason", "checklist"],
+            ),
+        ]
+    if kind == "budget":
+        name = rec.budget or "the"
+        return [
+            AnswerOption(
+                decision="approve",
+                label="Raise and go on",
+                does="the caps you give replace the run's (a higher one for the cap reached at least) and the run "
+                "goes on where it stopped; what it spent stays counted",
+                needs=["budget"],
+            ),
+            AnswerOption(
+                decision="reject",
+                label="Stop",
+                does=f"the run stops: budget exhausted ({name})",
+                needs=["reason"],
+            ),
+        ]
+    return [
+        AnswerOption(decision="approve", label="Approve", does="the run goes on"),
+        AnswerOption(decision="reject", label="Reject", does="the run stops as rejected", needs=["reason"]),
+    ]
