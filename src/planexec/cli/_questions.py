@@ -17,7 +17,7 @@ from rich.text import Text
 from planexec.cli._format import when
 from planexec.cli._store_options import StoreChoice, store_flag
 from planexec.cli._text import plain, shown
-from planexec.views import PlanView, QuestionView, StepView, argument_text, question_lines
+from planexec.views import REASON_SHOWN, PlanView, QuestionView, StepView, argument_text, question_lines
 
 __all__ = ["answer_commands", "question_json", "question_panel", "question_text_lines"]
 
@@ -134,7 +134,7 @@ def question_panel(view: QuestionView, *, commands: Sequence[str] = ()) -> Rende
     for c in view.constraints:
         grid.add_row("constraint", shown(c))
     grid.add_row("why", Text.assemble(shown(view.why), Text(f"  [{view.rule}]", style="dim")))
-    if view.reason and view.reason not in view.why:
+    if view.reason and view.kind in REASON_SHOWN and view.reason not in view.why:
         grid.add_row("asked", shown(view.reason))
     grid.add_row("asked at", when(view.asked_at))
     parts: list[RenderableType] = [grid]

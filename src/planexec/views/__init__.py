@@ -30,9 +30,10 @@ from planexec.views._models import (
     StepView,
 )
 from planexec.views._question import about, forecast_view, plan_view, question_view, rule_of, step_view
-from planexec.views._text import argument_text, question_lines, step_lines
+from planexec.views._text import REASON_SHOWN, argument_text, question_lines, step_lines
 
 __all__ = [
+    "REASON_SHOWN",
     "AnswerOption",
     "AnsweredView",
     "ArgumentView",

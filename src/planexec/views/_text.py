@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from planexec.views._models import ArgumentView, PlanView, QuestionView, StepView
 
-__all__ = ["argument_text", "question_lines", "step_lines"]
+__all__ = ["REASON_SHOWN", "argument_text", "question_lines", "step_lines"]
+
+REASON_SHOWN = frozenset({"question", "escalation", "effect"})
+"""Kinds of question whose own words (``reason``) say more than why they were asked."""
 
 
 def argument_text(arg: ArgumentView, *, width: int = 100) -> str:
@@ -64,7 +67,7 @@ def question_lines(view: QuestionView) -> list[str]:
     lines = [f"{view.title}   ({view.question_id}, run {view.run_id})", f"goal: {view.goal}"]
     lines += [f"constraint: {c}" for c in view.constraints]
     lines.append(f"why: {view.why} [{view.rule}]")
-    if view.reason and view.reason not in view.why:
+    if view.reason and view.kind in REASON_SHOWN and view.reason not in view.why:
         lines.append(f"asked: {view.reason}")
     if view.step is not None:
         lines += ["step: " + line if n == 0 else line for n, line in enumerate(step_lines(view.step))]

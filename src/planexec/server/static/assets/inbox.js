@@ -175,7 +175,9 @@ export function questionCard(q, { showRun = true, onAnswered = () => {} } = {}) 
       q.constraints.length ? [h("dt", {}, "Constraints"), h("dd", {}, q.constraints.join("; "))] : null,
       h("dt", {}, "Why asked"),
       h("dd", { class: "why" }, q.why, " ", h("code", { class: "muted rule" }, q.rule)),
-      q.reason && !q.why.includes(q.reason) ? [h("dt", {}, "Asked"), h("dd", { class: "reason" }, q.reason)] : null,
+      q.reason && ["question", "escalation", "effect"].includes(q.kind) && !q.why.includes(q.reason)
+        ? [h("dt", {}, q.kind === "question" ? "Question" : "Detail"), h("dd", { class: "reason" }, q.reason)]
+        : null,
       h("dt", {}, "Asked at"),
       h("dd", {}, when(q.asked_at)),
     ),
