@@ -105,7 +105,7 @@ async def test_happy_path_plan_steps_answer() -> None:
     # The event log: the run's story, in order.
     kinds = [e.kind for e in result.events]
     assert kinds[0] == "run_started"
-    assert kinds[1:4] == ["planning_started", "model_called", "plan_proposed"]
+    assert kinds[1:5] == ["planning_started", "model_called", "plan_forecast", "plan_proposed"]
     assert kinds[-3:] == ["planning_started", "model_called", "run_finished"]
     assert kinds.count("step_started") == 3
     assert kinds.count("step_succeeded") == 3

@@ -155,7 +155,7 @@ async def test_a_last_turn_cut_short_by_a_crash_is_replayed_up_to_where_its_log_
     last = report.turns[-1]
     assert last.status == "unfinished"
     assert last.replay is not None
-    assert last.replay.compared == last.events == 5
+    assert last.replay.compared == last.events == 6
 
 
 async def test_an_unknown_session_or_a_malformed_id_is_a_usage_error(store: SQLiteStore) -> None:
@@ -264,7 +264,7 @@ async def test_what_a_tampered_turn_says_and_what_it_leaves_unchecked(tmp_path: 
     assert not second.replay.matched
     [diverged] = second.problems
     assert diverged.where == f"turn 2 (run {rec.runs[1]})"
-    assert "did not replay as recorded: event 5: the log has step_started" in diverged.message
+    assert "did not replay as recorded: event 6: the log has step_started" in diverged.message
     # the third turn's planner was shown the second turn as it ran, not as the log now says
     assert third.replay is not None
     assert third.replay.matched

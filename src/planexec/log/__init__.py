@@ -52,7 +52,7 @@ from planexec.log._events import (
     load_event,
 )
 from planexec.log._result import RunResult
-from planexec.log._state import ApprovalRecord, RunState, StepRecord, StepStatus, canonical_call
+from planexec.log._state import ApprovalRecord, RoleTally, RunState, StepRecord, StepStatus, canonical_call
 from planexec.log._stop import BudgetName, ErrorCode, EscalationCode, StopKind, StopReason
 
 __all__ = [
@@ -80,6 +80,7 @@ __all__ = [
     "PlannerOutputRejected",
     "PlanningStarted",
     "QuestionRule",
+    "RoleTally",
     "RunFinished",
     "RunResult",
     "RunResumed",

@@ -48,7 +48,7 @@ from planexec.log._stop import BudgetName, StopReason
 from planexec.models import Usage
 from planexec.plan import Plan, Step
 
-__all__ = ["ApprovalRecord", "RunState", "StepRecord", "StepStatus", "canonical_call"]
+__all__ = ["ApprovalRecord", "RoleTally", "RunState", "StepRecord", "StepStatus", "canonical_call"]
 
 StepStatus = Literal["pending", "running", "held", "succeeded", "failed", "cancelled", "dropped"]
 
@@ -96,6 +96,19 @@ class StepRecord:
     @property
     def done(self) -> bool:
         return self.status in ("succeeded", "failed", "cancelled", "dropped")
+
+
+@dataclass(kw_only=True, slots=True)
+class RoleTally:
+    """The answered model calls of one role (planner, executor, judge): how many, and the sizes of
+    their requests and replies, for forecasts."""
+
+    calls: int = 0
+    request_chars: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    largest_input: int = 0
+    largest_output: int = 0
 
 
 @dataclass(kw_only=True, slots=True)
@@ -179,6 +192,8 @@ class RunState:
     """Outputs of the steps that succeeded, by id."""
     usage: Usage = field(default_factory=Usage)
     cost: float = 0.0
+    tallies: dict[str, RoleTally] = field(default_factory=dict)
+    """The answered model calls of each role, with their sizes."""
     cost_by_role: dict[str, float] = field(default_factory=dict)
     """Cost of the model calls of each role (``planner``, ``executor``, ``judge``)."""
     calls_by_tool: dict[str, int] = field(default_factory=dict)
@@ -292,6 +307,17 @@ class RunState:
         self.cost += e.cost
         if e.cost:
             self.cost_by_role[e.role] = self.cost_by_role.get(e.role, 0.0) + e.cost
+        if e.response is not None:
+            tally = self.tallies.get(e.role)
+            if tally is None:
+                tally = self.tallies[e.role] = RoleTally()
+            usage = e.usage
+            tally.calls += 1
+            tally.request_chars += e.request_chars
+            tally.input_tokens += usage.input_tokens
+            tally.output_tokens += usage.output_tokens
+            tally.largest_input = max(tally.largest_input, usage.input_tokens)
+            tally.largest_output = max(tally.largest_output, usage.output_tokens)
         if e.role == "planner" and e.response is not None:
             self.planner_model = e.answered_by or e.model
 

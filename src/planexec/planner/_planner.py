@@ -191,6 +191,9 @@ class PlanningContext:
     """For a session's turn: the record of the turns before it (fixed for the run)."""
     example: str | None = None
     """A remembered plan for a similar goal, shown as a worked example (plan memory's guided reuse)."""
+    plan_problems: Callable[[Sequence[Step]], list[Problem]] | None = None
+    """The run's own checks of a plan that passed its static checks (its cost forecast against the
+    budget): problems the planner repairs like any other."""
 
     def current_checks(self) -> CheckContext:
         """The check context as of now: the steps finished so far, and the steps the budget still allows."""
@@ -517,7 +520,10 @@ class Planner:
             return []
         if not draft.steps and not _work_done(ctx):
             return [_EMPTY]
-        return check_steps(draft.steps, ctx.current_checks())
+        problems = check_steps(draft.steps, ctx.current_checks())
+        if not problems and draft.steps and ctx.plan_problems is not None:
+            problems = ctx.plan_problems(draft.steps)
+        return problems
 
     def _check_turn(self, turn: Turn, ctx: PlanningContext) -> list[Problem]:
         if turn.question is not None or turn.give_up is not None:

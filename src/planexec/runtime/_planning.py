@@ -27,9 +27,9 @@ import contextvars
 import functools
 import inspect
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from planexec._util.clip import clip
 from planexec._util.plural import counted
@@ -38,7 +38,10 @@ from planexec.log import (
     AnswerReviewed,
     ApprovalRecord,
     BudgetExhaustedEvent,
+    BudgetName,
     ErrorCode,
+    Forecast,
+    PlanForecast,
     PlannerOutputRejected,
     PlanningStarted,
     PlanProposed,
@@ -77,7 +80,8 @@ from planexec.planner import (
     describe_heard,
     with_finished,
 )
-from planexec.runtime._budget import BudgetHit
+from planexec.runtime._budget import BudgetHit, used_of
+from planexec.runtime._forecast import ACTING_CAPS, forecast_problem, forecast_steps, over_caps
 from planexec.runtime._core import Core
 from planexec.runtime._humans import Humans
 from planexec.runtime._journal import _JournalFailed
@@ -348,7 +352,58 @@ class Planning:
             new_step_id=self._new_step_id,
             heard=describe_heard(engine.state),
             conversation=engine.config.conversation,
+            plan_problems=self._forecast_problems if self._forecast_refuses() else None,
         )
+
+    # -- cost forecasts -----------------------------------------------------------------------
+
+    def _forecast_refuses(self) -> bool:
+        """Whether a plan whose forecast passes a cap is refused as a plan problem."""
+        engine = self._engine
+        rule = engine.config.limits.over_forecast
+        if rule == "run":
+            return False
+        return rule == "replan" or not engine.can_ask_humans
+
+    def forecast_of(self, steps: Sequence[Step]) -> tuple[Forecast, tuple[BudgetName, ...]]:
+        """What a plan version of ``steps`` is expected to cost from now, and the caps it passes."""
+        engine = self._engine
+        planner = engine.config.planner
+        forecast = forecast_steps(
+            engine.config, engine.state, engine.budget, steps, policy=planner.policy, replan=planner.replan
+        )
+        return forecast, over_caps(forecast, engine.state, engine.budget)
+
+    def _forecast_problems(self, steps: Sequence[Step]) -> list[Problem]:
+        """A plan problem when ``steps`` are forecast to pass a cost or token cap (a record says
+        what it decided)."""
+        engine = self._engine
+        known, recorded = engine.world.recorded_refusal()
+        if known:
+            return list(recorded)
+        plan = self.next_plan(list(steps), reason="")
+        forecast, over = self.forecast_of(plan.steps)
+        acting = [name for name in over if name in ACTING_CAPS]
+        if not acting:
+            return []
+        message = forecast_problem(forecast, acting, engine.state, engine.budget)
+        return [Problem(code="over_budget", where=f"budget.{acting[0]}", message=message)]
+
+    def forecast(self, plan: Plan) -> tuple[BudgetName, ...]:
+        """Log plan version ``plan``'s cost forecast (once a version; a record's, as it has it);
+        the caps it passes that a forecast acts on (cost and tokens)."""
+        engine = self._engine
+        state = engine.state
+        if plan.version not in state.forecasts:
+            known, recorded = engine.world.recorded_forecast()
+            if known:
+                if recorded is None or recorded.plan_version != plan.version:
+                    return ()
+                engine.emit(recorded)
+            else:
+                forecast, over = self.forecast_of(plan.steps)
+                engine.emit(PlanForecast(at=engine.now(), plan_version=plan.version, forecast=forecast, over=over))
+        return tuple(name for name in state.over_forecast.get(plan.version, ()) if name in ACTING_CAPS)
 
     def _rejected(self, attempt: int, problems: list[Problem]) -> None:
         engine = self._engine
@@ -497,6 +552,7 @@ class Planning:
                     done.rejected = "every plan needs a human's approval, and nobody can be asked"
                 else:
                     plan = self.next_plan(steps, reason=_reason(done.result), author=done.author)
+                    self.forecast(plan)
                     request = ApprovalRequest(
                         approval_id="",
                         run_id=engine.run_id,
@@ -504,6 +560,19 @@ class Planning:
                         plan=plan,
                         reason=why,
                         rule="plan_approval",
+                    )
+                    await self._approve(done, request, plan.version, None)
+            elif steps is not None and engine.config.limits.over_forecast == "ask" and engine.can_ask_humans:
+                plan = self.next_plan(steps, reason=_reason(done.result), author=done.author)
+                over = self.forecast(plan)
+                if over:
+                    request = ApprovalRequest(
+                        approval_id="",
+                        run_id=engine.run_id,
+                        subject="plan",
+                        plan=plan,
+                        reason=f"its cost forecast passes the {', '.join(over)} cap",
+                        rule="plan_over_budget",
                     )
                     await self._approve(done, request, plan.version, None)
             answer = _final_answer(done.result)
@@ -752,6 +821,16 @@ class Planning:
                 )
             )
             raise _Stop(StopReason(kind="budget_exhausted", budget="steps", detail=step_budget[0].message))
+        over = [p for p in problems if p.code == "over_budget"]
+        if over and len(over) == len(problems):
+            name = over[0].where.removeprefix("budget.")
+            cap = getattr(engine.budget, name, None)
+            if name in ACTING_CAPS and cap is not None:
+                budget = cast(BudgetName, name)
+                used = used_of(budget, engine.state, engine.now())
+                engine.emit(BudgetExhaustedEvent(at=engine.now(), budget=budget, limit=cap, used=used, needed=0.0))
+                detail = f"no plan the planner proposed fits the {name} budget: {over[0].message}"
+                raise _Stop(StopReason(kind="budget_exhausted", budget=budget, detail=detail))
         repairs = engine.config.planner.max_repairs
         detail = f"the planner's output was still invalid after {counted(repairs, 'repair')}: " + "; ".join(
             map(str, problems)
@@ -807,6 +886,7 @@ class Planning:
         for sid in obsolete:
             engine.cancel_step(sid)
             engine.emit(StepCancelled(at=engine.now(), step_id=sid, reason=f"obsolete after plan v{plan.version}"))
+        self.forecast(plan)
         engine.emit(PlanProposed(at=engine.now(), plan=plan, trigger=trigger, cancelled=tuple(obsolete)))
         engine.unaddressed[:] = [sid for sid in engine.unaddressed if sid not in addressed]
         self.load(plan)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from planexec.executor import ErrorKind, StepError
+from planexec.errors import Problem
 from planexec.log import (
     AnswerReviewed,
     ApprovalDecided,
@@ -28,6 +29,8 @@ from planexec.log import (
     InformationAdded,
     ModelAttemptFailed,
     ModelCalled,
+    PlanForecast,
+    PlannerOutputRejected,
     PlanRecalled,
     RunFinished,
     RunResumed,
@@ -355,6 +358,20 @@ class RecordedWorld:
             return None
         event = self.log[self.cursor]
         return event if isinstance(event, ToolsChanged) else None
+
+    def recorded_forecast(self) -> tuple[bool, PlanForecast | None]:
+        if self.live:
+            return False, None
+        event = self.log[self.cursor] if self.cursor < len(self.log) else None
+        return True, event if isinstance(event, PlanForecast) else None
+
+    def recorded_refusal(self) -> tuple[bool, tuple[Problem, ...]]:
+        if self.live:
+            return False, ()
+        event = self.log[self.cursor] if self.cursor < len(self.log) else None
+        if not isinstance(event, PlannerOutputRejected):
+            return True, ()
+        return True, tuple(p for p in event.problems if p.code == "over_budget")
 
     async def _external_news(self, outlet: Outlet) -> None:
         """Information another process added to the run: emit it where the log has it. (No

@@ -65,6 +65,11 @@ class Limits:
     """
 
     max_concurrency: int = 16
+    over_forecast: Literal["replan", "ask", "run"] = "replan"
+    """A plan whose cost forecast passes a cap (its low end passes what is left of ``cost``, the
+    token caps, ``model_calls`` or ``tool_calls``): ``replan`` refuses it as a plan problem (the
+    planner is asked for a cheaper plan, within its repairs); ``ask`` asks a human whether to run
+    it (and refuses it when nobody can be asked); ``run`` runs it (the caps still stop the run)."""
     stall_rounds: int = 3
     repeat_rounds: int = 3
     confidence_threshold: float = 0.6
@@ -86,6 +91,8 @@ class Limits:
                 problems.append(
                     Problem(code="limits", where=name, message=f"must be a whole number of at least {least}")
                 )
+        if self.over_forecast not in ("replan", "ask", "run"):
+            problems.append(Problem(code="limits", where="over_forecast", message="must be 'replan', 'ask' or 'run'"))
         grace = self.cancel_grace
         if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace < math.inf:
             problems.append(

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from planexec.executor import StepError, Verdict
-from planexec.log import AnswerReviewed, Event, PlanRecalled, ToolsChanged
+from planexec.errors import Problem
+from planexec.log import AnswerReviewed, Event, PlanForecast, PlanRecalled, ToolsChanged
 from planexec.models import ModelResponse
 from planexec.plan import Step
 from planexec.runtime._budget import BudgetHit
@@ -127,6 +128,17 @@ class World(Protocol):
         """The change of tools a record holds where the run now is (None: none, or live)."""
         ...
 
+    def recorded_forecast(self) -> tuple[bool, PlanForecast | None]:
+        """A plan version's forecast, when a record knows it: ``(True, event)``, or ``(True, None)``
+        for a record with none here (it was written before forecasts, or made none); ``(False,
+        None)``: make one."""
+        ...
+
+    def recorded_refusal(self) -> tuple[bool, tuple[Problem, ...]]:
+        """Whether a record refused the planner's answer just given for its forecast: ``(True,
+        problems)`` (none when it did not); ``(False, ())``: check it."""
+        ...
+
     def recalled(self) -> tuple[bool, PlanRecalled | None]:
         """What plan memory offered where the run now is, when a record knows it: ``(True,
         event)``, or ``(True, None)`` for a record with no offer here; ``(False, None)``: ask."""
@@ -183,6 +195,12 @@ class LiveWorld:
 
     def tools_change(self) -> ToolsChanged | None:
         return None
+
+    def recorded_forecast(self) -> tuple[bool, PlanForecast | None]:
+        return False, None
+
+    def recorded_refusal(self) -> tuple[bool, tuple[Problem, ...]]:
+        return False, ()
 
     def recalled(self) -> tuple[bool, PlanRecalled | None]:
         return False, None
