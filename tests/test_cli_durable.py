@@ -180,7 +180,7 @@ def test_a_sensitive_step_suspends_and_approve_resumes_it(cli: Cli) -> None:
     assert listed.exit_code == 0, listed.output
     assert run_id in listed.stdout
     assert ids[0] in listed.stdout
-    assert "sensitive tool publish" in listed.stdout
+    assert "tool publish is sensitive" in " ".join(listed.stdout.split())
     as_json = json.loads(cli("approvals", "--json").stdout)
     assert [(q["run_id"], q["question_id"], q["kind"], q["step"]["id"]) for q in as_json] == [
         (run_id, ids[0], "step", "pub")

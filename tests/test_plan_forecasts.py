@@ -53,12 +53,13 @@ async def test_every_plan_version_is_forecast_before_it_runs() -> None:
     kinds = [e.kind for e in result.events]
     assert kinds.index("plan_forecast") == kinds.index("plan_proposed") - 1
     f = forecast.forecast
-    assert forecast.plan_version == 1 and forecast.over == ()
+    assert (forecast.plan_version, forecast.over) == (1, ())
     assert f.planner_calls[0] == 1  # the final answer at least
     assert f.executor_calls == (3, 3)  # one call for each draft (no tools to call)
     assert f.tool_calls == (1, 1)
     # the planner's answered call sets the size of its next ones: 2,000 tokens in, 500 out
-    assert f.input_tokens[0] >= 2_000 and f.output_tokens[0] >= 500
+    assert f.input_tokens[0] >= 2_000
+    assert f.output_tokens[0] >= 500
     assert 0 < f.cost[0] <= f.cost[1]
     assert f.unpriced == ()
     assert any("planner (planner-model): 1 answered calls in this run" in line for line in f.basis)
@@ -74,7 +75,8 @@ async def test_a_plan_forecast_to_pass_the_cost_cap_is_sent_back_for_a_cheaper_o
     [refused] = events_of(result, PlannerOutputRejected)
     [problem] = refused.problems
     assert (problem.code, problem.where) == ("over_budget", "budget.cost")
-    assert "of the cost budget is left" in problem.message and "cheaper plan" in problem.message
+    assert "of the cost budget is left" in problem.message
+    assert "cheaper plan" in problem.message
     assert [p.plan.ids for p in events_of(result, PlanProposed)] == [("look",)]
     assert result.cost <= 0.03
 
@@ -82,7 +84,7 @@ async def test_a_plan_forecast_to_pass_the_cost_cap_is_sent_back_for_a_cheaper_o
 async def test_a_planner_that_only_proposes_plans_over_the_cap_ends_the_run_budget_exhausted() -> None:
     agent = _agent([THINKING, THINKING, THINKING], budget=Budget(cost=0.03, wall_time=30))
     result = await agent.run("write it up")
-    assert result.stop.kind == "budget_exhausted" and result.stop.budget == "cost", result.stop
+    assert (result.stop.kind, result.stop.budget) == ("budget_exhausted", "cost"), result.stop
     assert "no plan the planner proposed fits the cost budget" in result.stop.detail
     assert events_of(result, PlanProposed) == []
     assert result.cost <= 0.03
@@ -106,7 +108,8 @@ async def test_a_plan_over_the_cap_is_asked_about_with_its_forecast_when_the_run
     assert result.stop.kind == "rejected"
     [view] = asked
     assert (view.kind, view.rule) == ("plan", "plan_over_budget")
-    assert view.plan is not None and view.plan.forecast is not None
+    assert view.plan is not None
+    assert view.plan.forecast is not None
     assert view.plan.forecast.over == ["cost"]
     assert "passes the cost cap" in view.plan.forecast.summary
     assert "cost budget" in view.why

@@ -83,8 +83,9 @@ def _check_step_view(view: QuestionView) -> None:
     assert (args["amount"].value, args["amount"].binding, args["amount"].resolved) == (120, "${quote.total}", True)
     assert (args["to"].value, args["to"].binding) == ("ACME", "${quote.payee}")
     memo = args["memo"]
-    assert memo.cut and memo.size == len(SHOWN_MEMO)  # the size of what is kept: the key redacted
-    assert str(memo.value).startswith("pay for order 42.") and f"{len(SHOWN_MEMO):,} characters" in str(memo.value)
+    assert (memo.cut, memo.size) == (True, len(SHOWN_MEMO))  # the size of what is kept: the key redacted
+    assert str(memo.value).startswith("pay for order 42.")
+    assert f"{len(SHOWN_MEMO):,} characters" in str(memo.value)
     assert KEY not in json.dumps(view.model_dump(mode="json"))
     assert [(a.decision, a.label) for a in view.answers] == [("approve", "Approve"), ("reject", "Reject")]
     assert "calls tool transfer with the arguments shown" in view.answers[0].does
@@ -109,7 +110,8 @@ async def test_an_approver_is_shown_the_arguments_as_they_will_be_sent_and_the_e
     # the question in the log says which rule asked and carries the arguments as they would have been sent
     [asked] = events_of(result, ApprovalRequested)
     assert asked.rule == "sensitive_tool"
-    assert asked.args is not None and asked.args["amount"] == 120 and asked.args["to"] == "ACME"
+    assert asked.args is not None
+    assert (asked.args["amount"], asked.args["to"]) == (120, "ACME")
 
 
 @pytest.fixture
@@ -143,7 +145,8 @@ def test_the_cli_shows_the_step_its_arguments_and_effect_in_approvals_and_show(w
     text = " ".join(listed.stdout.split())
     for expected in (GOAL, "pay the supplier", "tool transfer", "write · sensitive", "amount", "120", "ACME"):
         assert expected in text, expected
-    assert "${quote.total}" in text and f"[{len(SHOWN_MEMO):,} characters]" in text
+    assert "${quote.total}" in text
+    assert f"[{len(SHOWN_MEMO):,} characters]" in text
     assert KEY not in listed.stdout
     assert "calls tool transfer with the arguments shown" in text
     assert f"approve {run_id}" in text
@@ -204,7 +207,9 @@ async def test_the_mcp_tools_show_the_same_view(waiting: tuple[str, str], tmp_pa
     [question] = data["pending_questions"]
     _check_step_view(QuestionView.model_validate(question))
     text = " ".join(block.text for block in shown.content if hasattr(block, "text"))
-    assert "amount = 120" in text and "write · sensitive" in text and KEY not in text
+    assert "amount = 120" in text
+    assert "write · sensitive" in text
+    assert KEY not in text
 
 
 # -- changes since the last yes ----------------------------------------------------------------------------
@@ -265,7 +270,8 @@ async def test_a_patch_is_asked_about_as_a_diff_against_the_plan_a_human_approve
     result = await agent.run("post the page")
     assert result.stop.kind == "goal_met", result.stop
     first_view, patch_view = views
-    assert first_view.plan is not None and first_view.plan.changes.base_version is None
+    assert first_view.plan is not None
+    assert first_view.plan.changes.base_version is None
     assert [s.effect.label for s in first_view.plan.steps] == ["read", "write"]
     assert first_view.plan.world_changing == ["say"]
     plan = patch_view.plan
@@ -317,7 +323,8 @@ async def test_a_side_effect_a_patch_adds_is_asked_about_even_with_plan_approval
     assert result.stop.kind == "rejected"
     [view] = asked
     assert (view.kind, view.rule, view.step and view.step.id) == ("step", "patched_effect", "wipe")
-    assert view.step is not None and view.step.change == "added"
+    assert view.step is not None
+    assert view.step.change == "added"
     assert "added by plan v2, a patch" in view.why
 
     # lifted by the developer, or with nobody to ask, the step runs as the other gates say

@@ -60,6 +60,8 @@ _KEYS = (
     "escalate_to",
     "escalate_on",
     "confidence_below",
+    "on_budget",
+    "over_forecast",
 )
 
 SETTING_HELP = (
@@ -110,6 +112,10 @@ class AgentFlags:
     """The ensemble's triggers (raw; all of them when none is given)."""
     confidence_below: str | None = None
     """The ensemble's raw confidence under which ``low_confidence`` escalates."""
+    on_budget: str | None = None
+    """What a cap the run reaches does: ``auto``, ``ask`` or ``stop`` (raw)."""
+    over_forecast: str | None = None
+    """What a plan whose forecast passes a cap does: ``replan``, ``ask`` or ``run`` (raw)."""
 
     @classmethod
     def take(cls, values: dict[str, Any]) -> AgentFlags:
@@ -143,6 +149,8 @@ class AgentFlags:
             escalate_to=tuple(own["escalate_to"] or ()),
             escalate_on=tuple(own["escalate_on"] or ()),
             confidence_below=own["confidence_below"],
+            on_budget=own["on_budget"],
+            over_forecast=own["over_forecast"],
         )
 
     def spec_for_run(self, constraints: Sequence[str]) -> AgentSpec:
@@ -354,6 +362,21 @@ def _rule_options(fn: F, *, for_run: bool, later: str) -> F:
             default=None,
             help="When a step's result fails its checks: the planner patches the plan, the step runs again "
             "(then patch), or a human reviews the result (patch when nobody can be asked)." + default("patch"),
+        ),
+        click.option(
+            "--on-budget",
+            metavar="[auto|ask|stop]",
+            default=None,
+            help="When the run reaches a cap: ask a human to raise it (the run is saved and goes on once raised: "
+            "planexec approve RUN ID --raise NAME=CAP), or stop; auto asks only at an interactive terminal."
+            + default("auto"),
+        ),
+        click.option(
+            "--over-forecast",
+            metavar="[replan|ask|run]",
+            default=None,
+            help="A plan whose cost forecast passes a cost or token cap: sent back for a cheaper one, asked "
+            "about, or run." + default("replan"),
         ),
         click.option(
             "--fail-retries",

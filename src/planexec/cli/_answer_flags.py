@@ -19,7 +19,7 @@ from planexec.runs import check_edited_plan
 from planexec.runtime import ApprovalDecision
 from planexec.views import about
 
-__all__ = ["check_answer", "load_edit", "parse_choice_flag", "parse_failed_items", "parse_output"]
+__all__ = ["check_answer", "load_edit", "parse_choice_flag", "parse_failed_items", "parse_output", "parse_raises"]
 
 EffectChoice = Literal["retry", "skip", "done", "guidance", "replan"]
 CHOICES: tuple[EffectChoice, ...] = ("retry", "skip", "done", "guidance", "replan")
@@ -44,6 +44,34 @@ def parse_output(raw: str | None, problems: Problems) -> Any:
     except _JSONRefused as e:
         problems.add("--output", f"not JSON: {e.problem.message}")
         return None
+
+
+_CAP = re.compile(r"\s*([a-z_]{1,32})\s*=\s*(\S{1,40})\s*")
+
+
+def parse_raises(raw: tuple[str, ...], problems: Problems) -> dict[str, float | int | None] | None:
+    """``--raise NAME=CAP`` flags (CAP a number, or ``none`` for no cap) as the caps to raise."""
+    if not raw:
+        return None
+    caps: dict[str, float | int | None] = {}
+    for flag in raw:
+        match = _CAP.fullmatch(flag)
+        if match is None:
+            problems.add("--raise", f"{flag!r}: give NAME=CAP, e.g. cost=2.5 or tool_calls=200 (none: no cap)")
+            continue
+        name, value = match.groups()
+        if name in caps:
+            problems.add("--raise", f"{name} is raised twice")
+        if value.lower() == "none":
+            caps[name] = None
+            continue
+        try:
+            number = float(value)
+        except ValueError:
+            problems.add("--raise", f"{flag!r}: {value!r} is not a number (or none)")
+            continue
+        caps[name] = int(number) if number.is_integer() and "." not in value and "e" not in value.lower() else number
+    return caps
 
 
 def check_answer(
@@ -75,6 +103,12 @@ def check_answer(
         problems.add("--fail", f"only a final answer has a checklist; approval {rec.approval_id} is about {about(rec)}")
     if subject != "plan" and edit_given:
         problems.add("--edit", f"only a plan can be edited; approval {rec.approval_id} is about {about(rec)}")
+    if subject == "budget" and answer.approved and not answer.budget:
+        problems.add("--raise", f"approval {rec.approval_id} is about {about(rec)}: give the caps, --raise NAME=CAP")
+    elif subject != "budget" and answer.budget is not None:
+        problems.add(
+            "--raise", f"raises caps only for a budget question; approval {rec.approval_id} is about {about(rec)}"
+        )
 
 
 def _either(choices: tuple[str, ...]) -> str:

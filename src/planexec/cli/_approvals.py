@@ -14,7 +14,14 @@ import click
 from rich.text import Text
 
 from planexec.cli._agent_options import AgentFlags, live_options
-from planexec.cli._answer_flags import check_answer, load_edit, parse_choice_flag, parse_failed_items, parse_output
+from planexec.cli._answer_flags import (
+    check_answer,
+    load_edit,
+    parse_choice_flag,
+    parse_failed_items,
+    parse_output,
+    parse_raises,
+)
 from planexec.cli._common import View, make_console, run_command
 from planexec.cli._finish import waiting_lines
 from planexec.cli._globals import global_options
@@ -170,6 +177,14 @@ def _resume_option() -> Callable[[Callable[..., None]], Callable[..., None]]:
 )
 @click.option("--text", default=None, help="With --choice guidance: the guidance the planner is given.")
 @click.option("--output", "output_json", metavar="JSON", help="With --choice done: the step's output, as JSON.")
+@click.option(
+    "--raise",
+    "raises",
+    multiple=True,
+    metavar="NAME=CAP",
+    help="For a budget question: a cap to raise (cost=2.5, tool_calls=200; none: no cap). Repeatable; the cap "
+    "the run reached must be among them.",
+)
 @click.option("--reason", default="", help="Why (recorded with the answer).")
 @click.option("--by", default=None, metavar="NAME", help="Who answers (default: the user name).")
 @_resume_option()
@@ -186,6 +201,7 @@ def approve(
     choice: str | None,
     text: str | None,
     output_json: str | None,
+    raises: tuple[str, ...],
     reason: str,
     by: str | None,
     resume: bool,
@@ -199,6 +215,9 @@ def approve(
     An escalation (the planner could not go on) needs --choice guidance --text '...' or --choice
     replan; a step's result under review is accepted; a final answer under review is approved with
     every item of its checklist ticked.
+
+    A budget question (the run reached a cap) is approved with the caps raised (--raise NAME=CAP,
+    repeatable): the run goes on where it stopped; rejecting it ends the run budget_exhausted.
 
     A plan may be approved as edited (--edit): the edit is checked with the plan's static checks
     against the tools the run recorded, and becomes a plan version authored by a human. An
@@ -222,6 +241,7 @@ def approve(
             edited_plan=edited,
             text=text,
             checklist=ticked,
+            budget=parse_raises(raises, problems),
         )
         check_answer(rec, answer, output_given=output_json is not None, edit_given=edit is not None, problems=problems)
         return answer

@@ -29,6 +29,7 @@ from planexec.log import (
     Event,
     InformationAdded,
     ModelCalled,
+    PlanForecast,
     PlannerOutputRejected,
     PlanningStarted,
     PlanProposed,
@@ -55,6 +56,7 @@ from planexec.log import (
 from planexec.plan import render_text
 from planexec.runtime import Run
 from planexec.store import Redactor, RunStore
+from planexec.views import forecast_view
 
 __all__ = [
     "Board",
@@ -291,7 +293,8 @@ def describe_event(event: Event, state: RunState) -> str:
             "effect": f"the effect of step {event.step_id}",
             "review": f"a review of step {event.step_id}'s result",
             "answer": "a review of the final answer",
-        }[event.subject]
+            "budget": f"raising the {event.budget} cap",
+        }.get(event.subject, event.subject)
         return f"approval asked for {what}: {event.reason} (id {event.approval_id})"
     if isinstance(event, ApprovalDecided):
         verdict = "approved" if event.approved else "rejected"
@@ -301,6 +304,10 @@ def describe_event(event: Event, state: RunState) -> str:
             verdict += " with an edited plan"
         if event.text is not None:
             verdict += f" with {event.text!r}"
+        if event.budget:
+            verdict += " raising " + ", ".join(
+                f"{k} to {'no cap' if v is None else f'{v:g}'}" for k, v in event.budget.items()
+            )
         failed = [r.item for r in event.checklist if not r.passed]
         if failed:
             verdict += f" (failed: {', '.join(failed)})"
@@ -338,6 +345,9 @@ def describe_event(event: Event, state: RunState) -> str:
         return f"budget {event.budget} exhausted: used {event.used:g} of {event.limit:g}"
     if isinstance(event, StallDetected):
         return f"stalled ({event.rule}): {event.detail}"
+    if isinstance(event, PlanForecast):
+        view = forecast_view(event.forecast, event.over)
+        return f"plan v{event.plan_version} forecast: {view.summary if view is not None else ''}"
     if isinstance(event, PlanRecalled):
         how = "runs it as it is" if event.mode == "direct" else f"shows it to the planner ({event.why_not_direct})"
         bound = f" with {', '.join(f'{a} → {b}' for a, b in event.bindings)}" if event.bindings else ""

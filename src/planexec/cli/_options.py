@@ -97,6 +97,8 @@ FLAGS: Mapping[str, str] = {
     "escalate_to": "--escalate-to",
     "escalate_on": "--escalate-on",
     "confidence_below": "--confidence-below",
+    "on_budget": "--on-budget",
+    "over_forecast": "--over-forecast",
     "approval_id": "ID",
     "run": "RUN",
     "text": "TEXT",

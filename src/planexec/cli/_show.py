@@ -235,6 +235,9 @@ def _answer_text(rec: ApprovalRecord) -> str:
         text += " — failed " + "; ".join(failed)
     if rec.edited_plan is not None:
         text += " with an edited plan"
+    if rec.raised:
+        caps = ", ".join(f"{k} to {'no cap' if v is None else f'{v:g}'}" for k, v in rec.raised.items())
+        text += f", raising {caps}"
     if rec.decision_reason:
         text += f": {rec.decision_reason}"
     return text

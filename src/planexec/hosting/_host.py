@@ -8,7 +8,7 @@ from the store, so it is what any other process (``planexec show``) sees, secret
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -200,9 +200,10 @@ class RunHost:
         decision: Decision = "approve",
         text: str | None = None,
         choice: str | None = None,
+        budget: Mapping[str, float | None] | None = None,
     ) -> AnswerView:
         """Record a human's answer to a question ``run_id`` waits for (``question_id``; None: its
-        only open one)."""
+        only open one). ``budget``: for a budget question approved, the caps to raise."""
         summary = f"cannot answer run {run_id!r}"
         problems: list[Problem] = []
         if decision not in ("approve", "reject", "answer"):
@@ -224,6 +225,8 @@ class RunHost:
                     "decision", f"{rec.approval_id} is about {question_about(rec)}: answer it with approve or reject"
                 )
             )
+        if budget is not None and (rec.subject != "budget" or decision != "approve"):
+            problems.append(_problem("budget", "raises caps only when approving a budget question"))
         if problems:
             raise UsageError(summary, problems)
         if decision == "reject":
@@ -241,6 +244,7 @@ class RunHost:
                 choice=choice,  # type: ignore[arg-type]  # answer() checks it against the question
                 checklist=ticked,
                 by=ANSWERED_BY,
+                budget=dict(budget) if budget is not None else None,
             )
         after = await answer(self.store, run_id, made, approval_id=rec.approval_id, log=log)
         return answer_view(after, rec.approval_id, decision)

@@ -65,14 +65,17 @@ LIST_RUNS = "List the runs in the store, newest first: id, goal, status, why eac
 SHOW_RUN = """\
 Show one run: goal and constraints, status and why it stopped, the steps of its current plan with \
 their status, outputs and errors, tokens, calls and cost, the answer, and the questions it waits for \
-(id, what each is about, and the decisions that answer it)."""
+with everything a human needs to answer each: the goal, the step with its arguments as they will \
+be sent and its effect, the plan with its changes since the last approval and its cost forecast, \
+why it is asked, and what each answer does."""
 
 ANSWER_QUESTION = """\
 Record a human's answer to a question a run waits for. decision "approve" or "reject" answers a \
 plan, a step, a result under review or the final answer (reject needs text: the reason); "answer" \
 answers the planner's question, or gives guidance on an escalation, with text. An uncertain effect \
 (a side-effecting step that may have run before a restart) is approved with choice retry, skip or \
-done. question_id may be left out when the run waits for one question only. The run does not go on \
+done. A budget question (the run reached a cap) is approved with budget, the caps to raise. \
+question_id may be left out when the run waits for one question only. The run does not go on \
 by itself: call resume_run once it waits for nothing else (ready_to_resume)."""
 
 RESUME_RUN = """\
@@ -199,9 +202,16 @@ def mcp_server(agent: AgentSource, store: RunStore, *, name: str = "planexec") -
                 "for an escalation."
             ),
         ] = None,
+        budget: Annotated[
+            dict[str, float | None] | None,
+            Field(
+                description="With approve, for a budget question (the run reached a cap): the caps to raise, "
+                'e.g. {"cost": 2.5} (null: no cap); the cap reached must be among them.'
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, AnswerView]:
         async with refusals():
-            view = await host.answer_question(run_id, question_id, decision, text, choice)
+            view = await host.answer_question(run_id, question_id, decision, text, choice, budget)
         return result(view, answer_text(view))
 
     @server.tool(name="resume_run", title="Resume a run", description=RESUME_RUN, annotations=runs_agent)

@@ -36,7 +36,7 @@ from planexec.runs._loading import (
 )
 from planexec.runs._problems import Problems
 from planexec.runs._scripted import absolute_model_string, calls_made, rest_of_script
-from planexec.runtime import Agent, AnswerReview, Approvals, Escalation
+from planexec.runtime import Agent, AnswerReview, Approvals, Escalation, Limits
 from planexec.store import RunStore
 from planexec.tools import Toolset
 
@@ -68,6 +68,8 @@ REPLANS = ("on_failure", "after_each_step", "never")
 TURN_FORMATS = ("nested", "flat")
 LOW_CONFIDENCE = ("ask", "stop")
 ON_FAIL = ("patch", "retry", "review")
+ON_BUDGET = ("auto", "ask", "stop")
+OVER_FORECAST = ("replan", "ask", "run")
 
 RULE_TEXTS = (
     "turn_format",
@@ -79,6 +81,8 @@ RULE_TEXTS = (
     "review_rounds",
     "judge",
     "confidence_below",
+    "on_budget",
+    "over_forecast",
 )
 """Rules given as one text each."""
 RULE_LISTS = ("review_checks", "review_items", "escalate_to", "escalate_on")
@@ -466,6 +470,7 @@ def build_agent(
     step_timeout = parse_seconds("step_timeout", spec.step_timeout, problems)
     turn_format = parse_choice("turn_format", spec.rules.get("turn_format", "nested"), TURN_FORMATS, problems)
     escalation = _escalation(spec.rules, problems)
+    limits = _limits(spec.rules, problems)
     review = _review(spec.rules, problems, providers)
     if spec.executor is None:
         for where, given in (("executor_settings", bool(spec.executor_settings)), ("step_timeout", bool(step_timeout))):
@@ -538,6 +543,7 @@ def build_agent(
             escalation=escalation,
             review=review,
             providers=providers,
+            limits=limits if limits is not None else Limits(),
         )
     except UsageError as e:
         problems.add_usage_error("", e)
@@ -618,6 +624,19 @@ def _escalation(rules: Mapping[str, Any], problems: Problems) -> Escalation | No
         on_fail=cast(Any, on_fail),
         retries=cast(int, retries),
     )
+
+
+def _limits(rules: Mapping[str, Any], problems: Problems) -> Limits | None:
+    """The limits the rules give (what a cap reached and a plan forecast over a cap do); None
+    (the defaults) when they give none."""
+    if not any(key in rules for key in ("on_budget", "over_forecast")):
+        return None
+    before = len(problems)
+    on_budget = parse_choice("on_budget", rules.get("on_budget", "auto"), ON_BUDGET, problems)
+    over = parse_choice("over_forecast", rules.get("over_forecast", "replan"), OVER_FORECAST, problems)
+    if len(problems) > before:
+        return None
+    return Limits(on_budget=cast(Any, on_budget), over_forecast=cast(Any, over))
 
 
 def _review(rules: Mapping[str, Any], problems: Problems, providers: Providers | None) -> AnswerReview | None:

@@ -480,10 +480,18 @@ class Agent:
                 "suspends": self.store is not None
                 and self.approvals.approver is None
                 and self.approvals.when_waiting == "suspend",
+                "raises": self._raises(),
             },
             "predicates": sorted(self.acceptance.predicates),
             **({"memory": self.memory.describe()} if self.memory is not None else {}),
         }
+
+    def _raises(self) -> bool:
+        """Whether a run of this agent asks a human to raise a cap it reaches (``Limits.on_budget``)."""
+        rule = self.limits.on_budget
+        if rule == "ask":
+            return self._can_ask()
+        return rule == "auto" and self.approvals.approver is not None
 
     def _can_ask(self) -> bool:
         return self.approvals.approver is not None or (self.approvals.deferred and self.store is not None)

@@ -31,6 +31,7 @@ from planexec.log import (
     StallRule,
     StepCancelled,
     StepFailed,
+    StepRequeued,
     StepSucceeded,
     StopReason,
     ToolsChanged,
@@ -48,9 +49,7 @@ from planexec.runtime._policies import PlanKind, PlanningPolicy, policy_of
 from planexec.runtime._recall import report_to_memory
 from planexec.runtime._recovery import restore
 from planexec.runtime._scheduler import ReadyQueue
-from planexec.runtime._settings import (
-    ApprovalDecision,
-)
+from planexec.runtime._settings import ApprovalDecision, ApprovalRequest
 from planexec.runtime._stalls import RepeatWatch
 from planexec.runtime._step_runner import StepDone, run_step
 from planexec.runtime._tool_specs import tools_changed, with_change
@@ -83,6 +82,13 @@ class _Wake:
 
 class _News:
     """Queued when new information reached the log: the planner is to hear it."""
+
+
+@dataclass(slots=True)
+class _Raised:
+    """Queued when a human answered whether to raise the cap the run reached."""
+
+    decision: ApprovalDecision
 
 
 @dataclass(slots=True)
@@ -135,14 +141,20 @@ class Engine:
         self.policy: PlanningPolicy = policy_of(config.planner)
         """When the planner is consulted, and what it is asked for."""
         self.world.resume_at(len(self.events))
-        self.budget = config.budget
+        raised: dict[str, Any] = {}
+        for rec in self.state.approvals.values():
+            if rec.raised:
+                raised.update(rec.raised)
+        self.caps = replace(config.budget, **raised) if raised else config.budget
+        """The run's caps: the agent's, as humans raised them since."""
+        self.budget = self.caps
         """The caps checked before each call (a world that serves its own wall-time stop lifts that cap)."""
         if not self.world.keeps_wall_time:
-            self.budget = replace(config.budget, wall_time=None)
+            self.budget = replace(self.caps, wall_time=None)
         self._listeners: list[Callable[[Event], None]] = []
         self._clock = config.context.clock
         self._rng_made: random.Random | None = None
-        self.queue: asyncio.Queue[StepDone | PlanDone | _Wake | _News | _Recorded] = asyncio.Queue()
+        self.queue: asyncio.Queue[StepDone | PlanDone | _Wake | _News | _Recorded | _Raised] = asyncio.Queue()
         self.ready = ReadyQueue()
         self._running: dict[str, tuple[asyncio.Task[None], int]] = {}
         self._tokens: dict[str, int] = {}
@@ -157,7 +169,11 @@ class Engine:
         self._helpers: set[asyncio.Task[None]] = set()
         self._budget_blocked: BudgetHit | None = None
         """A step or tool-call cap that refused a ready step: no more steps start, and the run stops
-        once the steps already under way have finished."""
+        once the steps already under way have finished (or a human is asked to raise the cap)."""
+        self.raising: BudgetHit | None = None
+        """The cap a human is asked to raise: nothing new starts until they answer."""
+        self._after_raise: list[tuple[str, Any]] = []
+        """What was refused for the cap, to do again once it is raised: steps, planning rounds."""
         self._deadline: asyncio.Timeout | None = None
         self.repeats = RepeatWatch(config.limits.repeat_rounds)
         self.repeats.restore(self.state)
@@ -184,9 +200,13 @@ class Engine:
         """Whether questions can be asked at all (a callback, or a log to keep them in)."""
         self.suspends = self.journal is not None and approvals.approver is None and approvals.when_waiting == "suspend"
         """Whether the run is saved and left when only humans can move it on."""
+        rule = config.limits.on_budget
+        self.raises_budget = self.can_ask_humans if rule == "ask" else rule == "auto" and approvals.approver is not None
+        """Whether a cap the run reaches is put to a human to raise (``Limits.on_budget``)."""
         if recorded is not None:  # a replay decides as the recorded run did
             self.can_ask_humans = bool(recorded.get("ask", self.can_ask_humans))
             self.suspends = bool(recorded.get("suspends", self.suspends))
+            self.raises_budget = bool(recorded.get("raises", False))
         executors = {name: e.kind for name, e in config.executors.items()}
         checks = CheckContext(
             tools=config.tools,
@@ -356,26 +376,30 @@ class Engine:
             telemetry.end()
 
     async def _run(self) -> RunState:
-        cfg = self.config
         if self.resuming:
             self.emit(RunResumed(at=self.now(), events=len(self.events)))
         else:
             self.emit(self._started())
-        wall = None if cfg.budget.wall_time is None else max(0.0, cfg.budget.wall_time - self.state.active_time)
+        cap = self.caps.wall_time
+        wall = None if cap is None else max(0.0, cap - self.state.active_time)
         if not self.world.keeps_wall_time:
             wall = None  # the world serves its own wall-time stop
         stop: _Stop | None = None
+        begin = True
         try:
-            async with asyncio.timeout(wall) as deadline:
-                self._deadline = deadline
+            while stop is None:
                 try:
-                    await self._loop()
-                except _Stop as s:
-                    stop = s
-        except TimeoutError:
-            if not deadline.expired():
-                raise
-            stop = await self._out_of_time()
+                    async with asyncio.timeout(wall) as deadline:
+                        self._deadline = deadline
+                        try:
+                            await self._loop(begin=begin)
+                        except _Stop as s:
+                            stop = s
+                except TimeoutError:
+                    if not deadline.expired():
+                        raise
+                    stop = await self._out_of_time()
+                    begin, wall = False, None  # asked to raise it: no deadline until it is raised
         except _Suspend:
             return await self._suspend()
         except _EndSegment as end:
@@ -416,13 +440,14 @@ class Engine:
             raise
         self._finish(stop)
         await self._close_journal()
-        if cfg.memory is not None and self.state.finished:
-            await report_to_memory(cfg, self.run_id, self.state, self.events)
+        if self.config.memory is not None and self.state.finished:
+            await report_to_memory(self.config, self.run_id, self.state, self.events)
         return self.state
 
-    async def _out_of_time(self) -> _Stop:
-        """The wall-time budget ran out: steps under way fail as timed out, and the run stops."""
-        limit = self.config.budget.wall_time or 0.0
+    async def _out_of_time(self) -> _Stop | None:
+        """The wall-time budget ran out: steps under way fail as timed out, and the run stops — or,
+        when a human is asked to raise the cap, waits for the answer (None)."""
+        limit = self.caps.wall_time or 0.0
         running = [sid for sid in self._running if self.state.steps[sid].status == "running"]
         await self._shutdown("", log=False)
         used = used_of("wall_time", self.state, self.now())
@@ -439,6 +464,10 @@ class Engine:
                     started=True,
                 )
             )
+        if self.raises_budget and self.raising is None:
+            self.unaddressed += [sid for sid in running if sid not in self.unaddressed]
+            self._ask_to_raise(BudgetHit("wall_time", limit, round(used, 6)))
+            return None
         detail = f"wall time of {limit:g}s used up"
         return _Stop(StopReason(kind="budget_exhausted", budget="wall_time", detail=detail))
 
@@ -535,20 +564,21 @@ class Engine:
         for task in stuck:
             abandon(task)
 
-    async def _loop(self) -> None:
-        self._helpers.update(self.world.start(self.outlet()))
-        if self.journal is not None:
-            await self.journal.flush()  # a store that cannot be written stops the run before it spends anything
-        if self.resuming:
-            restore(self)
-        else:
-            self.planning.start("initial", "the run started")
+    async def _loop(self, *, begin: bool = True) -> None:
+        if begin:
+            self._helpers.update(self.world.start(self.outlet()))
+            if self.journal is not None:
+                await self.journal.flush()  # a store that cannot be written stops the run before it spends anything
+            if self.resuming:
+                restore(self)
+            else:
+                self.planning.start("initial", "the run started")
         loop = asyncio.get_running_loop()
         while True:
             if self.journal is not None and self.journal.error is not None:
                 raise _JournalFailed(f"the run log could not be written: {self.journal.error}")
             self._dispatch()
-            if self._budget_blocked is not None and not self._running:
+            if self._budget_blocked is not None and not self._running and self.raising is None:
                 self.budget_stop(self._budget_blocked)
             waiting_for_humans = False
             if not self._running and self.planning.idle:
@@ -570,11 +600,17 @@ class Engine:
                 self.planning.done(done)
             elif isinstance(done, _News):
                 self.planning.news()
+            elif isinstance(done, _Raised):
+                self._raised(done.decision)
             elif isinstance(done, _Recorded):
                 raise _EndSegment(done.events)
 
     def _when_idle(self) -> None:
         """Nothing runs and nobody plans: replan, take the next turn, finish, or stop."""
+        if self.raising is not None:  # nothing goes on before a human says whether to raise the cap
+            if self.humans.open_questions:
+                self._when_blocked()
+            return
         if self.unaddressed:
             self.replan_for_failures()
             return
@@ -750,13 +786,21 @@ class Engine:
         if done.crash is not None:
             raise crash_stop(done.crash)
         if done.budget is not None:
+            if self.raises_budget and self._safe_to_rerun(done):  # run it again once the cap is raised
+                reason = f"waits for a raised budget: {done.budget}"
+                self.emit(StepRequeued(at=self.now(), step_id=done.step_id, reason=reason))
+                self.budget_stop(done.budget, redo=("step", done.step_id))
+                return
             error = StepError(kind="budget", message=str(done.budget))
             self.emit(
                 StepFailed(
                     at=self.now(), step_id=done.step_id, error=error, attempts=done.attempts, started=done.started
                 )
             )
+            if self.raises_budget:  # it ran part of the way: patched once the cap is raised
+                self.unaddressed.append(done.step_id)
             self.budget_stop(done.budget)
+            return
         if done.error is None:
             assert done.verdict is not None
             self.emit(
@@ -791,6 +835,14 @@ class Engine:
         )
         self._route_failure(done.step_id, done.error)
 
+    def _safe_to_rerun(self, done: StepDone) -> bool:
+        """Whether a step a cap stopped may simply run again: it was refused before it started, it
+        cannot change the world, or (a model-driven step) it had called no tool yet."""
+        if not done.started:
+            return True
+        rec = self.state.steps[done.step_id]
+        return not self.may_change_world(rec.step) or (rec.step.tool is None and not rec.tool_calls)
+
     def _route_failure(self, step_id: str, error: StepError) -> None:
         if error.kind == "rejected":
             raise _Stop(StopReason(kind="rejected", detail=f"step {step_id}: {error.message}"))
@@ -802,7 +854,7 @@ class Engine:
         if not self.policy.replans_failures():
             raise error_stop("step_failed", f"step {step_id} failed ({error}) and replanning is off")
         self.unaddressed.append(step_id)
-        if self.planning.idle:
+        if self.planning.idle and self.raising is None:
             self.replan_for_failures()
 
     def replan_for_failures(self) -> None:
@@ -822,14 +874,114 @@ class Engine:
         self.emit(StallDetected(at=self.now(), rule=rule, detail=detail))
         raise _Stop(StopReason(kind="stalled", detail=detail))
 
-    def budget_stop(self, hit: BudgetHit) -> None:
-        """Stop the run on ``hit``, reporting what the run has actually spent of that budget."""
+    def budget_stop(self, hit: BudgetHit, *, redo: tuple[str, Any] | None = None) -> None:
+        """The run reached a cap: stop it, reporting what it has actually spent of that budget — or,
+        when a human is asked to raise caps, ask (once for caps reached together) and hold ``redo``
+        (what the cap refused) until the answer."""
         used = used_of(hit.budget, self.state, self.now())
         if hit.budget == "wall_time":
             used = round(used, 6)
         final = BudgetHit(hit.budget, hit.limit, used, needed=hit.needed)
         self.emit(BudgetExhaustedEvent(at=self.now(), budget=hit.budget, limit=hit.limit, used=used, needed=hit.needed))
-        raise _Stop(StopReason(kind="budget_exhausted", budget=hit.budget, detail=str(final)))
+        if not self.raises_budget:
+            raise _Stop(StopReason(kind="budget_exhausted", budget=hit.budget, detail=str(final)))
+        if redo is not None:
+            self._after_raise.append(redo)
+        if self._budget_blocked is None:
+            self._budget_blocked = final
+        if self.raising is None:
+            self._ask_to_raise(final)
+
+    def _ask_to_raise(self, hit: BudgetHit) -> None:
+        """Ask a human whether to raise ``hit``'s cap (with the forecast of the rest of the plan);
+        the answer comes back through the queue."""
+        self.raising = hit
+        plan = self.state.plan
+        if plan is not None:
+            self.planning.forecast_rest(plan)
+        request = ApprovalRequest(
+            approval_id="",
+            run_id=self.run_id,
+            subject="budget",
+            reason=f"{hit}: raise the cap to go on, or stop the run",
+            rule="budget_cap",
+            budget=hit.budget,
+        )
+
+        async def ask() -> None:
+            self.wake()  # the loop looks again once the question is open
+            decision = await self.humans.ask(request, version=plan.version if plan is not None else None)
+            self.queue.put_nowait(_Raised(decision))
+
+        task = asyncio.create_task(ask(), name=f"budget:{self.run_id}")
+        self._helpers.add(task)
+        task.add_done_callback(self._helpers.discard)
+
+    def resume_raise(self, hit: BudgetHit, approval_id: str) -> None:
+        """After a restart: wait again for the answer to the question about raising ``hit``'s cap."""
+        self.raising = hit
+        self._budget_blocked = hit
+        record = self.state.approvals[approval_id]
+        request = ApprovalRequest(
+            approval_id=approval_id,
+            run_id=self.run_id,
+            subject="budget",
+            reason=record.reason,
+            rule="budget_cap",
+            budget=hit.budget,
+        )
+
+        async def ask() -> None:
+            self.wake()
+            decision = await self.humans.ask(request, version=record.plan_version, existing=record)
+            self.queue.put_nowait(_Raised(decision))
+
+        task = asyncio.create_task(ask(), name=f"budget:{self.run_id}")
+        self._helpers.add(task)
+        task.add_done_callback(self._helpers.discard)
+
+    def after_raise(self, what: str, arg: Any) -> None:
+        """Do ``what`` once the cap a human is asked about is raised (``plan``: a planning round)."""
+        self._after_raise.append((what, arg))
+
+    def _raised(self, decision: ApprovalDecision) -> None:
+        """A human answered: go on with the caps raised, or stop."""
+        hit = self.raising
+        assert hit is not None
+        self.raising = None
+        if not decision.approved:
+            by = decision.by or "a human"
+            detail = f"{hit}; {by} did not raise it: {decision.reason or 'no reason given'}"
+            raise _Stop(StopReason(kind="budget_exhausted", budget=hit.budget, detail=detail))
+        self.apply_raise(dict(decision.budget or {}))
+        self._budget_blocked = None
+        redo, self._after_raise = self._after_raise, []
+        succeeded = {sid for sid, rec in self.state.steps.items() if rec.status == "succeeded"}
+        for what, arg in redo:
+            if what == "step":
+                rec = self.state.steps.get(arg)
+                if rec is not None and rec.status == "pending":
+                    self.ready.add(rec.step, succeeded)
+            elif what == "plan" and self.planning.idle:
+                kind, why = arg
+                self.planning.start(kind, why)
+
+    def apply_raise(self, caps: Mapping[str, Any]) -> None:
+        """Take up raised caps: checked before each call from now on; a raised wall time moves the
+        deadline (what the run has used stays counted)."""
+        if not caps:
+            return
+        self.caps = replace(self.caps, **caps)
+        self.budget = replace(
+            self.budget, **{k: v for k, v in caps.items() if k != "wall_time" or self.world.keeps_wall_time}
+        )
+        if "wall_time" in caps and self._deadline is not None and self.world.keeps_wall_time:
+            cap = caps["wall_time"]
+            if cap is None:
+                self._deadline.reschedule(None)
+            else:
+                left = max(0.0, cap - used_of("wall_time", self.state, self.now()))
+                self._deadline.reschedule(asyncio.get_running_loop().time() + left)
 
     # -- calls on behalf of the planner and executors ---------------------------------------
 

@@ -157,7 +157,7 @@ def forecast_steps(
         if step.tool is not None:
             tool_calls.add(1, 1)
             continue
-        name, model, turns = _executor_model(config, step)
+        _name, model, turns = _executor_model(config, step)
         if model is None:
             continue
         price = providers.price_of(model)

@@ -20,6 +20,7 @@ from planexec.executor import CheckResult, StepError, StepFailure, Verdict
 from planexec.log import ApprovalDecided, ApprovalRecord, ApprovalRequested, ChecklistResult, Event, QuestionRule
 from planexec.models import cancelled_for_real
 from planexec.plan import Step
+from planexec.runtime._budget import Budget
 from planexec.runtime._core import Core
 from planexec.runtime._journal import Journal
 from planexec.runtime._settings import ApprovalDecision, ApprovalRequest
@@ -406,6 +407,7 @@ class Humans:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
+DEFAULT_BUDGET = Budget()
 _DEFAULT_REDACTOR = Redactor()
 """What a run without a store redacts from what it shows a human (as a store would by default)."""
 
@@ -476,6 +478,14 @@ def check_decision(record: ApprovalRecord, decision: ApprovalDecision) -> list[P
                     add("checklist", f"{item!r} failed, so the answer cannot be approved: refuse it")
     if decision.edited_plan is not None and subject != "plan":
         add("edit", "only a plan can be edited")
+    caps = decision.budget
+    if caps is not None and subject != "budget":
+        add("budget", "caps are raised only in answer to a budget question")
+    elif subject == "budget":
+        if decision.approved:
+            problems += _raise_problems(record, caps, where)
+        elif caps:
+            add("budget", "a refusal raises no cap")
     output = json_problem(decision.output, where="output")
     if output is not None:
         add("output", f"{output.where}: {output.message}")
@@ -489,6 +499,38 @@ def check_decision(record: ApprovalRecord, decision: ApprovalDecision) -> list[P
             add(name, f"{name} must be text")
         elif (too_long := json_problem(value, where=name)) is not None:
             add(name, f"{name} is too long ({too_long.message})")
+    return problems
+
+
+def _raise_problems(record: ApprovalRecord, caps: object, where: str) -> list[Problem]:
+    """What is wrong with ``caps`` as the caps raised in answer to budget question ``record``."""
+    problems: list[Problem] = []
+
+    def add(message: str) -> None:
+        problems.append(Problem(code="budget", where=where, message=message))
+
+    if not isinstance(caps, Mapping) or not caps:
+        add("a yes to a budget question gives the caps to raise: {name: new cap (None: no cap)}")
+        return problems
+    names = set(DEFAULT_BUDGET.as_dict())
+    values: dict[str, Any] = {}
+    for name, value in caps.items():
+        if not isinstance(name, str) or name not in names:
+            add(f"{name!r} is not a budget; one of: {', '.join(sorted(names))}")
+            continue
+        values[name] = value
+    try:
+        Budget(**values)
+    except UsageError as e:
+        for p in e.problems:
+            add(f"{p.where}: {p.message}")
+    hit = record.budget_hit
+    name = record.budget
+    if name is not None and not problems:
+        if name not in values:
+            add(f"the run reached its {name} cap: give a higher one (or None for no cap)")
+        elif values[name] is not None and hit is not None and values[name] <= hit.used:
+            add(f"{name}: {values[name]:g} is not above what the run has used ({hit.used:g})")
     return problems
 
 
@@ -506,6 +548,7 @@ def decided_event(approval_id: str, decision: ApprovalDecision, *, at: float) ->
         edited_plan=decision.edited_plan,
         text=decision.text,
         checklist=tuple(decision.checklist),
+        budget=dict(decision.budget) if decision.budget is not None else None,
     )
 
 
@@ -523,4 +566,5 @@ def _decision_of(record: ApprovalRecord) -> ApprovalDecision:
         edited_plan=record.edited_plan,
         text=record.text,
         checklist=record.checklist_results,
+        budget=record.raised,
     )

@@ -81,8 +81,8 @@ from planexec.planner import (
     with_finished,
 )
 from planexec.runtime._budget import BudgetHit, used_of
-from planexec.runtime._forecast import ACTING_CAPS, forecast_problem, forecast_steps, over_caps
 from planexec.runtime._core import Core
+from planexec.runtime._forecast import ACTING_CAPS, forecast_problem, forecast_steps, over_caps
 from planexec.runtime._humans import Humans
 from planexec.runtime._journal import _JournalFailed
 from planexec.runtime._policies import PlanKind, PlanningPolicy
@@ -115,7 +115,7 @@ class _Loop(Core, Protocol):
 
     def stall(self, rule: StallRule, detail: str) -> None: ...
 
-    def budget_stop(self, hit: BudgetHit) -> None: ...
+    def budget_stop(self, hit: BudgetHit, *, redo: tuple[str, Any] | None = None) -> None: ...
 
     def refresh_tools(self) -> None: ...
 
@@ -388,6 +388,18 @@ class Planning:
             return []
         message = forecast_problem(forecast, acting, engine.state, engine.budget)
         return [Problem(code="over_budget", where=f"budget.{acting[0]}", message=message)]
+
+    def forecast_rest(self, plan: Plan) -> None:
+        """Log what the rest of ``plan`` is expected to cost from now (for a question about raising
+        a cap; a record's, where it has one)."""
+        engine = self._engine
+        known, recorded = engine.world.recorded_forecast()
+        if known:
+            if recorded is not None:
+                engine.emit(recorded)
+            return
+        forecast, over = self.forecast_of(plan.steps)
+        engine.emit(PlanForecast(at=engine.now(), plan_version=plan.version, forecast=forecast, over=over))
 
     def forecast(self, plan: Plan) -> tuple[BudgetName, ...]:
         """Log plan version ``plan``'s cost forecast (once a version; a record's, as it has it);
@@ -705,7 +717,8 @@ class Planning:
         engine = self._engine
         self.task = None
         if done.budget is not None:
-            engine.budget_stop(done.budget)
+            engine.budget_stop(done.budget, redo=("plan", (done.kind, f"the {done.budget.budget} cap was raised")))
+            return
         if done.crash is not None:
             raise crash_stop(done.crash, planner=True, problems=self.round_problems)
         if done.gave_up is not None:

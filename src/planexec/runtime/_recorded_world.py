@@ -18,8 +18,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from planexec.executor import ErrorKind, StepError
 from planexec.errors import Problem
+from planexec.executor import ErrorKind, StepError
 from planexec.log import (
     AnswerReviewed,
     ApprovalDecided,

@@ -11,12 +11,13 @@ goes on with the answer. Information told while the run was suspended is planned
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
-from planexec.log import ApprovalRequested, StepHeld, StepRequeued
+from planexec.log import ApprovalRequested, StepHeld, StepRequeued, StopReason
 from planexec.plan import Step
+from planexec.runtime._budget import BudgetHit
 from planexec.runtime._core import Core
-from planexec.runtime._planning import Planning
+from planexec.runtime._planning import Planning, _Stop
 
 __all__ = ["restore"]
 
@@ -33,9 +34,34 @@ class _Loop(Core, Protocol):
 
     def replan_for_failures(self) -> None: ...
 
+    def resume_raise(self, hit: BudgetHit, approval_id: str) -> None: ...
+
+    def after_raise(self, what: str, arg: Any) -> None: ...
+
+
+def _budget_question(engine: _Loop) -> bool:
+    """A question about raising a cap, when the run's last one waits for its answer (True): the
+    run waits for it again, and starts nothing new before; refused while the run was suspended, the
+    run stops."""
+    asked = [a for a in engine.state.approvals.values() if a.subject == "budget"]
+    if not asked:
+        return False
+    last = asked[-1]
+    hit = last.budget_hit
+    name = last.budget or (hit.budget if hit is not None else "cost")
+    reached = BudgetHit(name, hit.limit, hit.used, needed=hit.needed) if hit is not None else BudgetHit(name, 0, 0)
+    if last.approved is False:
+        detail = f"{reached}; {last.by or 'a human'} did not raise it: {last.decision_reason or 'no reason given'}"
+        raise _Stop(StopReason(kind="budget_exhausted", budget=name, detail=detail))
+    if last.approved is None:
+        engine.resume_raise(reached, last.approval_id)
+        return True
+    return False
+
 
 def restore(engine: _Loop) -> None:
     state = engine.state
+    raising = _budget_question(engine)
     plan = state.plan
     if plan is not None:
         for step in plan.steps:
@@ -72,6 +98,10 @@ def restore(engine: _Loop) -> None:
             if state.steps[step.id].status == "held":
                 engine.start_step(step, held=_held_by(engine, step.id))
 
+    if raising:  # the rest waits for the answer: planning goes on once the cap is raised
+        if state.planning is not None:
+            engine.after_raise("plan", (state.planning.trigger, f"resumed: {state.planning.why}"))
+        return
     if state.planning is not None:
         trigger = state.planning.trigger
         questions = [

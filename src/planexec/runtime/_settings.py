@@ -70,6 +70,12 @@ class Limits:
     token caps, ``model_calls`` or ``tool_calls``): ``replan`` refuses it as a plan problem (the
     planner is asked for a cheaper plan, within its repairs); ``ask`` asks a human whether to run
     it (and refuses it when nobody can be asked); ``run`` runs it (the caps still stop the run)."""
+    on_budget: Literal["auto", "ask", "stop"] = "auto"
+    """When the run reaches a cap: ``ask`` a human whether to raise it (the run waits — or, with
+    questions kept in the log, suspends durably — and goes on where it stopped once the caps are
+    raised, or stops ``budget_exhausted`` on a no); ``stop`` at once; ``auto`` asks when an
+    approver callback is configured, and stops otherwise. Plans larger than the step cap and
+    plans no cheaper plan replaced are not asked about (they stop as before)."""
     stall_rounds: int = 3
     repeat_rounds: int = 3
     confidence_threshold: float = 0.6
@@ -91,6 +97,8 @@ class Limits:
                 problems.append(
                     Problem(code="limits", where=name, message=f"must be a whole number of at least {least}")
                 )
+        if self.on_budget not in ("auto", "ask", "stop"):
+            problems.append(Problem(code="limits", where="on_budget", message="must be 'auto', 'ask' or 'stop'"))
         if self.over_forecast not in ("replan", "ask", "run"):
             problems.append(Problem(code="limits", where="over_forecast", message="must be 'replan', 'ask' or 'run'"))
         grace = self.cancel_grace

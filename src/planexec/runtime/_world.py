@@ -16,8 +16,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from planexec.executor import StepError, Verdict
 from planexec.errors import Problem
+from planexec.executor import StepError, Verdict
 from planexec.log import AnswerReviewed, Event, PlanForecast, PlanRecalled, ToolsChanged
 from planexec.models import ModelResponse
 from planexec.plan import Step

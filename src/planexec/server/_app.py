@@ -131,6 +131,11 @@ class Answer(_Body):
     choice: Literal["retry", "skip", "done", "guidance", "replan"] | None = None
     output: Any = None
     checklist: list[ChecklistItem] | None = None
+    budget: dict[str, float | None] | None = Field(
+        default=None,
+        description="For a budget question approved: the caps to raise, by name (null: no cap); the cap the run "
+        "reached must be among them, above what it has used.",
+    )
 
 
 class RunList(BaseModel):
@@ -685,6 +690,12 @@ def _decision(body: Answer, rec: Any) -> ApprovalDecision:
             problems.append(Problem(code="text", where="text", message="the answer is empty"))
     if body.decision == "reject" and not (text or "").strip():
         problems.append(Problem(code="text", where="text", message="say why the answer is no"))
+    if body.budget is not None and (subject != "budget" or body.decision != "approve"):
+        problems.append(
+            Problem(code="budget", where="budget", message="raises caps only when approving a budget question")
+        )
+    if subject == "budget" and body.decision == "approve" and not body.budget:
+        problems.append(Problem(code="budget", where="budget", message='give the caps to raise, e.g. {"cost": 2.5}'))
     checklist: tuple[ChecklistResult, ...] = ()
     if body.checklist is not None:
         if len(body.checklist) != len(rec.checklist):
@@ -720,4 +731,10 @@ def _decision(body: Answer, rec: Any) -> ApprovalDecision:
         text=text if guided or subject == "question" else None,
         reason="" if guided else text or "",
         checklist=checklist,
+        budget=_caps(body.budget) if body.budget is not None else None,
     )
+
+
+def _caps(raw: dict[str, float | None]) -> dict[str, float | int | None]:
+    """Caps as JSON gives them: whole numbers as integers (the counted caps take only those)."""
+    return {k: int(v) if isinstance(v, float) and v.is_integer() and k != "cost" else v for k, v in raw.items()}
