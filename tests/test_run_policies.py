@@ -76,7 +76,7 @@ async def test_step_by_step_invalid_turns_are_repaired() -> None:
     model = ScriptedModel(
         [
             {"thought": "go", "confidence": 0.5, "stop": False},  # no step
-            {"thought": "stop", "confidence": 0.5, "stop": True},  # no answer
+            {"thought": "go", "stop": False, "step": tool_step("a", "add", {"a": 1, "b": 2})},  # no confidence
             {"thought": "done", "confidence": 1.0, "stop": True, "answer": "x"},
         ]
     )
@@ -84,7 +84,8 @@ async def test_step_by_step_invalid_turns_are_repaired() -> None:
     result = await Agent(Planner(model=model, policy="step"), tools=[add], review=review).run("x")
     assert result.stop.kind == "goal_met"
     assert "a step is required" in model.calls[1].last_user_text
-    assert "an answer is required" in model.calls[2].last_user_text
+    assert "a turn with a step needs a confidence" in model.calls[2].last_user_text
+    # A turn that stops without the answer is not refused: the answer is asked for (test_run_step_stop.py).
 
 
 async def test_step_by_step_policy_after_a_failure() -> None:

@@ -30,6 +30,7 @@ from planexec.models._base import Model
 from planexec.models._limits import DEFAULT_LIMITS, ProviderLimits, limits_from
 from planexec.models._prices import BUILT_IN_PRICES, Price, look_up_price
 from planexec.models._registry import BUILT_IN_PROVIDERS, ProviderFactory
+from planexec.models._resilience import FallbackModel
 
 __all__ = ["ProviderFactory", "Providers", "known_providers", "resolve_model", "use_providers"]
 
@@ -144,7 +145,11 @@ class Providers:
 
     def price_of(self, model: object) -> Price | None:
         """The price a call to ``model`` is charged at: the model's own (a ``price`` attribute that
-        is a :class:`Price`), else :meth:`price_for` its name."""
+        is a :class:`Price`), else :meth:`price_for` its name. None for a fallback list, which has
+        no price of its own: a call to one is charged at the price of the model of the list that
+        answered it (its ``answered_by``), never at a price the list's joined name may match."""
+        if isinstance(model, FallbackModel):
+            return None
         own = getattr(model, "price", None)
         if isinstance(own, Price):
             return own
@@ -207,8 +212,6 @@ def resolve_model(spec: str | Model, *, providers: Providers | None = None) -> M
         raise ModelNotFound(f"{spec!r} is not a model: it needs a name and an async request() method")
     providers = _DEFAULT if providers is None else providers
     if "|" in spec:
-        from planexec.models._resilience import FallbackModel
-
         parts = [p.strip() for p in spec.split("|")]
         problems: list[Problem] = []
         models: list[Model] = []

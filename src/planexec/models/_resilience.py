@@ -203,7 +203,8 @@ class FallbackModel:
     A circuit breaker spares the calls that follow a failure: a model that failed is skipped for
     ``cooldown`` seconds (then tried again), so a provider that is down does not cost every call
     its whole retry cycle. When every model is cooling down they are tried anyway, the one whose
-    cool-down ends first first. The answer says which model gave it (``answered_by``).
+    cool-down ends first first. The answer says which model gave it (``answered_by``: the name of
+    a model of the list, or, for a list inside the list, of the model of that list that answered).
     """
 
     def __init__(
@@ -267,7 +268,7 @@ class FallbackModel:
                 errors.append(f"{model.name}: {e}")
                 continue
             self._cool_until.pop(index, None)
-            return replace(response, answered_by=model.name)
+            return replace(response, answered_by=_answered_by(model, response))
         raise _all_failed(errors)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
@@ -279,9 +280,12 @@ class FallbackModel:
                 if isinstance(model, StreamingModel):
                     async for item in model.stream(request):
                         started = True
-                        yield replace(item, answered_by=model.name) if isinstance(item, ModelResponse) else item
+                        if isinstance(item, ModelResponse):
+                            item = replace(item, answered_by=_answered_by(model, item))
+                        yield item
                 else:
-                    yield replace(await model.request(request), answered_by=model.name)
+                    response = await model.request(request)
+                    yield replace(response, answered_by=_answered_by(model, response))
             except ModelCallError as e:
                 self._failed(index)
                 if started:
@@ -291,6 +295,13 @@ class FallbackModel:
             self._cool_until.pop(index, None)
             return
         raise _all_failed(errors)
+
+
+def _answered_by(model: Model, response: ModelResponse) -> str:
+    """The name of the model that gave ``response``, which ``model`` (one of a list) passed on."""
+    if isinstance(model, FallbackModel) and isinstance(response.answered_by, str):
+        return response.answered_by
+    return model.name
 
 
 def _all_failed(errors: list[str]) -> ModelCallError:

@@ -114,8 +114,9 @@ def handoff_step(handoff: Handoff, after: Collection[str], taken: Collection[str
 
 
 class Turn(BaseModel):
-    """What the step-by-step planner returns each turn: one next step, stop with the answer, ask
-    the user a question, or give up."""
+    """What the step-by-step planner returns each turn: one next step, stop (with the answer, or
+    without it: the planner is then asked for the final answer), ask the user a question, or give
+    up. Stop wins over a step given with it: that step is not run."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -125,7 +126,9 @@ class Turn(BaseModel):
     )
     stop: bool = Field(default=False, description="True when the goal is met and `answer` is final.")
     step: Step | None = Field(default=None, description="The next step, when not stopping.")
-    answer: str | None = Field(default=None, description="The final answer, when stopping.")
+    answer: str | None = Field(
+        default=None, description="The final answer, when stopping (none: the planner is asked for it)."
+    )
     question: str | None = Field(default=None, description="A question for the user, when the goal is unclear.")
     give_up: str | None = Field(default=None, description="Why the goal cannot be met, when it cannot.")
 
@@ -134,8 +137,10 @@ class FlatTurn(BaseModel):
     """The flat turn format: one object with the next step's tool and arguments side by side.
 
     ``next_step`` says what to do next (a model-driven step's task when ``tool`` is null), or is the
-    final answer when ``stop`` is true. The step's id is given by planexec (``s1``, ``s2``, ...), and
-    it depends on every step its arguments bind (``${s1}``)."""
+    final answer when ``stop`` is true and ``answer`` is not given — unless the turn names a
+    ``tool``: then it says what that step would do, stop wins, the step is not run, and the planner
+    is asked for the final answer. The step's id is given by planexec (``s1``, ``s2``, ...), and it
+    depends on every step its arguments bind (``${s1}``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -154,7 +159,9 @@ class FlatTurn(BaseModel):
     def as_turn(self, step_id: str) -> Turn:
         """This turn in the nested form, its step named ``step_id``."""
         if self.stop or self.question is not None or self.give_up is not None:
-            answer = self.answer if self.answer is not None else self.next_step if self.stop else None
+            answer = self.answer
+            if self.stop and not _given(answer) and self.tool is None and _given(self.next_step):
+                answer = self.next_step
             return Turn(
                 thought=self.thought,
                 confidence=self.confidence,
@@ -177,6 +184,11 @@ class FlatTurn(BaseModel):
             confidence=self.confidence,
         )
         return Turn(thought=self.thought, confidence=self.confidence, stop=False, step=step)
+
+
+def _given(text: str | None) -> bool:
+    """Whether ``text`` says something (an empty or blank answer is no answer)."""
+    return text is not None and bool(text.strip())
 
 
 FLAT_KEYS = frozenset({"next_step", "tool", "arguments"})

@@ -304,16 +304,26 @@ class Planner:
         return await self._ask(ctx, _prompt.UPFRONT, extra, PlanDraft, self._check_draft, "planner.patch")
 
     async def turn(self, ctx: PlanningContext) -> Turn:
-        """The next step, or stop with the answer (step-by-step policy)."""
+        """The next step, or stop (step-by-step policy). A turn that stops without the answer (none,
+        or empty) has ``answer`` None: the run then asks for it with :meth:`finish`."""
         extra = [ctx.record_text(self.record_chars, self.record_window)] if ctx.state.steps else []
-        system = _prompt.STEP_BY_STEP_FLAT if self.turn_format == "flat" else _prompt.STEP_BY_STEP
-        return await self._ask(ctx, system, extra, Turn, self._check_turn, "planner.turn")
+        return await self._ask(ctx, self._turn_system, extra, Turn, self._check_turn, "planner.turn")
 
     async def finish(self, ctx: PlanningContext) -> str:
-        """The final answer from the finished record."""
-        extra = [ctx.record_text(self.record_chars), _prompt.FINISH]
-        answer = await self._ask(ctx, _prompt.UPFRONT, extra, FinalAnswer, lambda _a, _c: [], "planner.finish")
+        """The final answer from the finished record. Under the step-by-step policy it is asked for
+        as the turns are (the same instructions and schema, so a provider's prompt cache serves the
+        request), after a turn that stopped without it; the answer may come in a turn's shape."""
+        if self.policy == "step":
+            system, instruction = self._turn_system, _prompt.FINISH_TURN
+        else:
+            system, instruction = _prompt.UPFRONT, _prompt.FINISH
+        extra = [ctx.record_text(self.record_chars), instruction]
+        answer = await self._ask(ctx, system, extra, FinalAnswer, lambda _a, _c: [], "planner.finish")
         return answer.answer
+
+    @property
+    def _turn_system(self) -> str:
+        return _prompt.STEP_BY_STEP_FLAT if self.turn_format == "flat" else _prompt.STEP_BY_STEP
 
     # -- the shared loop: ask, parse, validate, check, repair --------------------------------
 
@@ -501,6 +511,8 @@ class Planner:
                 continue  # the whole answer is validated, and repaired, when it is complete
             if reader.scalars.get("stop") is True:
                 continue
+            if reader.key == "step" and reader.scalars.get("stop") is not False:
+                continue  # stop wins over a turn's step: it starts early only once the turn said it goes on
             if step.confidence is None and "confidence" in reader.scalars:
                 confidence = reader.scalars["confidence"]
                 if not isinstance(confidence, int | float) or not 0 <= confidence <= 1:
@@ -532,8 +544,10 @@ class Planner:
                 return [Problem(code="turn", where="turn", message=f"{what} comes with no step and no stop")]
             return []
         if turn.stop:
-            if turn.answer is None:
-                return [Problem(code="turn", where="answer", message="stop is true, so an answer is required")]
+            # Stop wins over a step given with it (the step is not run); with no answer (none, or
+            # empty), the run asks the planner for it (``finish``).
+            if turn.answer is not None and not turn.answer.strip():
+                turn.answer = None
             if not _work_done(ctx):
                 return [_EMPTY]
             return []
@@ -673,8 +687,12 @@ def _unwired(data: Any, output: type[BaseModel]) -> tuple[Any, list[Problem]]:
     data = dict(data)
     answer = data.pop("answer", None)
     if output is FinalAnswer:
+        if answer is None and data.get("stop") is True and data.get("tool") is None:
+            answer = data.get("next_step")  # a flat turn's answer, asked for under the step-by-step policy
         if not isinstance(answer, str):
             problems.append(Problem(code="invalid_output", where="answer", message="give the final answer as text"))
+        elif not answer.strip():
+            problems.append(Problem(code="invalid_output", where="answer", message="the final answer is empty"))
         return {"answer": answer if isinstance(answer, str) else ""}, problems
     if answer is not None:
         problems.append(

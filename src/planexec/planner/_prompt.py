@@ -60,6 +60,8 @@ stopped: it runs on whatever you send, so never repeat its call."""
 
 FINISH = """All steps have finished: give the final answer in answer."""
 
+FINISH_TURN = """You stopped without the final answer: give it now in answer, with stop true."""
+
 RECORD_HEAD = "Record:"
 """The first line of the record (what tools that read a planner's prompt look for)."""
 

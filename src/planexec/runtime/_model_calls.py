@@ -2,10 +2,12 @@
 logged after, calls in flight counted against the caps, streamed answers passed on as they come,
 and, where the world already knows an answer (a recorded run), that answer instead.
 
-Each call is charged at one price, before and after it alike: the model's own ``price``, else the
+Each call is charged at the price of the model that answered it: the model's own ``price``, else the
 price the agent's :class:`~planexec.models.Providers` has for the model's name. A call to a model
-with neither is charged what the model reports. The call keeps to the limits of the agent's
-providers."""
+with neither is charged what the model reports. A call to a fallback list is charged at the price
+of the model of the list that answered it (its ``answered_by``); before the call, the budgets count
+it at the most the list could cost (the highest input and output prices of its models), since any
+of them may answer. The call keeps to the limits of the agent's providers."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from planexec.executor import StepError, StepFailure
 from planexec.log import ModelAttemptFailed, ModelCalled
 from planexec.models import (
     FailedAttempt,
+    FallbackModel,
     FinishReason,
     Model,
     ModelCallError,
@@ -33,6 +36,7 @@ from planexec.models import (
     ModelRequest,
     ModelResponse,
     Price,
+    Providers,
     StreamingModel,
     ToolCall,
     Usage,
@@ -121,11 +125,8 @@ class ModelCalls:
         providers = engine.config.providers
         if request.cache_key is None:  # one prompt cache per run and role, where a provider routes by key
             request = replace(request, cache_key=f"planexec/{engine.run_id}/{role}"[:64])
-        estimate = _input_tokens(model, request)
-        price = providers.price_of(model)
-        estimated_cost = estimate * price.input / 1e6 if price is not None else 0.0
         output = request.settings.max_tokens or OUTPUT_RESERVE
-        output_cost = output * price.output / 1e6 if price is not None else 0.0
+        estimate, estimated_cost, output_cost = _most_a_call_costs(providers, model, request, output)
         engine.budget.check_model_call(
             engine.state,
             engine.now(),
@@ -207,7 +208,7 @@ class ModelCalls:
             raise StepFailure(
                 StepError(kind="executor", message=f"the model failed: {type(error).__name__}: {error}")
             ) from error
-        cost = _charged(model, response, price)
+        cost = _charge(providers, model, response)
         if cost != response.cost:
             response = replaced(response, cost=cost)
         called = ModelCalled(
@@ -229,10 +230,45 @@ class ModelCalls:
         return response
 
 
+def _answerers(model: Model) -> tuple[Model, ...]:
+    """The models that may answer a call to ``model``: those of a fallback list (lists in it opened
+    up), else ``model`` itself."""
+    if isinstance(model, FallbackModel):
+        return tuple(answerer for member in model.models for answerer in _answerers(member))
+    return (model,)
+
+
+def _most_a_call_costs(
+    providers: Providers, model: Model, request: ModelRequest, output: int
+) -> tuple[int, float, float]:
+    """What a call to ``model`` is counted for before it is made: its input tokens, what they cost
+    and what ``output`` tokens cost — for a fallback list, the most of each that any of its models
+    would take (a model that is not priced counts nothing but its tokens)."""
+    tokens, input_cost, output_cost = 0, 0.0, 0.0
+    for answerer in _answerers(model):
+        counted = _input_tokens(answerer, request)
+        tokens = max(tokens, counted)
+        price = providers.price_of(answerer)
+        if price is not None:
+            input_cost = max(input_cost, counted * price.input / 1e6)
+            output_cost = max(output_cost, output * price.output / 1e6)
+    return tokens, input_cost, output_cost
+
+
+def _charge(providers: Providers, model: Model, response: ModelResponse) -> float:
+    """What a call to ``model`` is charged: at the price of the model that answered (for a fallback
+    list, the one its ``answered_by`` names; when none of the list has that name, the most any of
+    them would charge)."""
+    answerers = _answerers(model)
+    if isinstance(model, FallbackModel):
+        answerers = tuple(m for m in answerers if m.name == response.answered_by) or answerers
+    return max(_charged(answerer, response, providers.price_of(answerer)) for answerer in answerers)
+
+
 def _charged(model: Model, response: ModelResponse, price: Price | None) -> float:
-    """What a call is charged: at ``price`` (the one its budget check used), unless that is the
-    model's own price, with which the model has costed its answer itself; at what the model reports
-    when no price is known."""
+    """What a call answered by ``model`` is charged: at ``price``, unless that is the model's own
+    price, with which the model has costed its answer itself; at what the model reports when no
+    price is known."""
     if price is None or isinstance(getattr(model, "price", None), Price):
         return response.cost or 0.0
     return cost_of(response.usage, price) or 0.0

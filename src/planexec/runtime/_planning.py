@@ -741,6 +741,9 @@ class Planning:
             if result.stop:
                 if self._news_before_answer():
                     return
+                if result.answer is None:  # the planner is asked for the answer, as at the end of a plan
+                    self.start("finish", "the planner stopped without the final answer")
+                    return
                 raise _Stop(StopReason(kind="goal_met", detail=result.thought or "the planner stopped"), result.answer)
             assert result.step is not None
             trigger: PlanTrigger = (
