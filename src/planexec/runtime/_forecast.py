@@ -22,6 +22,7 @@ from planexec.models import Model, Price, Providers
 from planexec.plan import Step
 from planexec.runtime._budget import Budget
 from planexec.runtime._core import EngineConfig
+from planexec.runtime._model_calls import answerers
 
 __all__ = ["ACTING_CAPS", "forecast_problem", "forecast_steps", "over_caps"]
 
@@ -66,6 +67,26 @@ def _price_cost(price: Price | None, input_tokens: float, output_tokens: float) 
     return (input_tokens * price.input + output_tokens * price.output) / 1e6
 
 
+@dataclass(slots=True)
+class _Prices:
+    """What a call to a model is charged at: the low end at the model that answers first (for a
+    fallback list, its first model), the high end at the dearest that may answer."""
+
+    low: Price | None
+    high: Price | None
+
+    def cost(self, low: tuple[float, float], high: tuple[float, float]) -> tuple[float, float]:
+        return _price_cost(self.low, *low), _price_cost(self.high, *high)
+
+
+def _prices_of(providers: Providers, model: Model, unpriced: set[str]) -> _Prices:
+    found = [(m, providers.price_of(m)) for m in answerers(model)]
+    unpriced.update(m.name for m, price in found if price is None)
+    priced = [price for _m, price in found if price is not None]
+    high = max(priced, key=lambda p: p.input + p.output, default=None)
+    return _Prices(low=found[0][1] if found else None, high=high)
+
+
 def _per_call(tally: RoleTally | None, estimate: float) -> tuple[float, float, float, float]:
     """(input low, input high, output low, output high) tokens of one call of a role."""
     if tally is None or tally.calls == 0:
@@ -107,9 +128,7 @@ def forecast_steps(
 
     # -- the planner: the final answer, and what patches or turns may still come -----------------
     planner_model = config.planner.resolved_model(providers)
-    planner_price = providers.price_of(planner_model)
-    if planner_price is None:
-        unpriced.add(planner_model.name)
+    planner_prices = _prices_of(providers, planner_model, unpriced)
     handed_off = any(s.tool in config.workflows for s in steps) and config.review is None
     finish = 0 if handed_off else 1
     replans_left = 0
@@ -136,8 +155,7 @@ def forecast_steps(
     input_tokens = _Span(low_calls * in_low, high_calls * in_high)
     output_tokens = _Span(low_calls * out_low, high_calls * out_high)
     cost = _Span(
-        _price_cost(planner_price, low_calls * in_low, low_calls * out_low),
-        _price_cost(planner_price, high_calls * in_high, high_calls * out_high),
+        *planner_prices.cost((low_calls * in_low, low_calls * out_low), (high_calls * in_high, high_calls * out_high))
     )
     if tally is not None and tally.calls:
         basis.append(
@@ -160,9 +178,7 @@ def forecast_steps(
         _name, model, turns = _executor_model(config, step)
         if model is None:
             continue
-        price = providers.price_of(model)
-        if price is None:
-            unpriced.add(model.name)
+        prices = _prices_of(providers, model, unpriced)
         chars = EXECUTOR_PROMPT_CHARS + len(step.description) + len(step.expected or "")
         chars += len(json.dumps(step.args, default=str)) + _spec_chars(specs, step.allowed_tools)
         e_in_low, e_in_high, e_out_low, e_out_high = _per_call(etally, chars * ratio)
@@ -170,9 +186,7 @@ def forecast_steps(
         executor_calls.add(1, calls_high)
         input_tokens.add(e_in_low, calls_high * e_in_high)
         output_tokens.add(e_out_low, calls_high * e_out_high)
-        cost.add(
-            _price_cost(price, e_in_low, e_out_low), _price_cost(price, calls_high * e_in_high, calls_high * e_out_high)
-        )
+        cost.add(*prices.cost((e_in_low, e_out_low), (calls_high * e_in_high, calls_high * e_out_high)))
         if step.allowed_tools:
             tool_calls.add(0, (turns - 1) * len(step.allowed_tools))
     if executor_calls.high:

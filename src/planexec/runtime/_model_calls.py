@@ -50,7 +50,7 @@ from planexec.plan import Step
 from planexec.runtime._core import Core
 from planexec.runtime._world import _RecordedError
 
-__all__ = ["ModelCalls", "accepted_reply"]
+__all__ = ["ModelCalls", "accepted_reply", "answerers"]
 
 
 ATTEMPT_ERROR_CHARS = 2000
@@ -230,11 +230,11 @@ class ModelCalls:
         return response
 
 
-def _answerers(model: Model) -> tuple[Model, ...]:
+def answerers(model: Model) -> tuple[Model, ...]:
     """The models that may answer a call to ``model``: those of a fallback list (lists in it opened
     up), else ``model`` itself."""
     if isinstance(model, FallbackModel):
-        return tuple(answerer for member in model.models for answerer in _answerers(member))
+        return tuple(answerer for member in model.models for answerer in answerers(member))
     return (model,)
 
 
@@ -245,7 +245,7 @@ def _most_a_call_costs(
     and what ``output`` tokens cost — for a fallback list, the most of each that any of its models
     would take (a model that is not priced counts nothing but its tokens)."""
     tokens, input_cost, output_cost = 0, 0.0, 0.0
-    for answerer in _answerers(model):
+    for answerer in answerers(model):
         counted = _input_tokens(answerer, request)
         tokens = max(tokens, counted)
         price = providers.price_of(answerer)
@@ -259,10 +259,10 @@ def _charge(providers: Providers, model: Model, response: ModelResponse) -> floa
     """What a call to ``model`` is charged: at the price of the model that answered (for a fallback
     list, the one its ``answered_by`` names; when none of the list has that name, the most any of
     them would charge)."""
-    answerers = _answerers(model)
+    candidates = answerers(model)
     if isinstance(model, FallbackModel):
-        answerers = tuple(m for m in answerers if m.name == response.answered_by) or answerers
-    return max(_charged(answerer, response, providers.price_of(answerer)) for answerer in answerers)
+        candidates = tuple(m for m in candidates if m.name == response.answered_by) or candidates
+    return max(_charged(answerer, response, providers.price_of(answerer)) for answerer in candidates)
 
 
 def _charged(model: Model, response: ModelResponse, price: Price | None) -> float:
