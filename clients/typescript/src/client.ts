@@ -13,7 +13,18 @@ type Schemas = components["schemas"];
 export type AgentView = Schemas["AgentView"];
 export type Answer = Schemas["Answer"];
 export type AnswerResult = Schemas["AnswerResult"];
-export type Question = Schemas["Question"];
+/** A question a run waits for, with everything a human needs to answer it (the same view the CLI,
+ * the web page and the MCP tools show). */
+export type QuestionView = Schemas["QuestionView"];
+export type QuestionKind = QuestionView["kind"];
+export type StepView = Schemas["StepView"];
+export type ArgumentView = Schemas["ArgumentView"];
+export type EffectView = Schemas["EffectView"];
+export type PlanView = Schemas["PlanView"];
+export type PlanChangeView = Schemas["PlanChangeView"];
+export type ForecastView = Schemas["ForecastView"];
+export type BudgetView = Schemas["BudgetView"];
+export type AnswerOption = Schemas["AnswerOption"];
 export type RunDetail = Schemas["RunDetail"];
 export type RunList = Schemas["RunList"];
 export type RunSummary = Schemas["RunSummary"];
@@ -116,7 +127,7 @@ export class PlanexecClient {
   }
 
   /** The questions runs wait for, across runs. */
-  async inbox(): Promise<Question[]> {
+  async inbox(): Promise<QuestionView[]> {
     return (await this.call(this.api.GET("/v1/inbox"))).questions;
   }
 

@@ -299,12 +299,124 @@ export interface components {
             output?: unknown;
             /** Checklist */
             checklist?: components["schemas"]["ChecklistItem"][] | null;
+            /**
+             * Budget
+             * @description For a budget question approved: the caps to raise, by name (null: no cap); the cap the run reached must be among them, above what it has used.
+             */
+            budget?: {
+                [key: string]: number | null;
+            } | null;
+        };
+        /**
+         * AnswerOption
+         * @description One way to answer, and what it will do.
+         */
+        AnswerOption: {
+            /**
+             * Decision
+             * @enum {string}
+             */
+            decision: "approve" | "reject" | "answer";
+            /** Choice */
+            choice?: string | null;
+            /** Label */
+            label: string;
+            /** Does */
+            does: string;
+            /**
+             * Needs
+             * @default []
+             */
+            needs: string[];
         };
         /** AnswerResult */
         AnswerResult: {
             run: components["schemas"]["RunSummary"];
             /** Resumed */
             resumed: boolean;
+        };
+        /** AnsweredView */
+        AnsweredView: {
+            /** Approved */
+            approved: boolean;
+            /** By */
+            by: string;
+            /** At */
+            at: number | null;
+            /** Choice */
+            choice?: string | null;
+            /**
+             * Reason
+             * @default
+             */
+            reason: string;
+            /** Text */
+            text?: string | null;
+            /**
+             * Edited
+             * @default false
+             */
+            edited: boolean;
+            /** Raised */
+            raised?: {
+                [key: string]: number | null;
+            } | null;
+        };
+        /**
+         * ArgumentView
+         * @description One argument of a step, as it will be sent: bindings resolved, redacted as the store
+         *     redacts, a long value cut (``cut``) with its full size in ``size``.
+         */
+        ArgumentView: {
+            /** Name */
+            name: string;
+            /** Value */
+            value: unknown;
+            /** Text */
+            text: string;
+            /** Binding */
+            binding?: string | null;
+            /**
+             * Resolved
+             * @default true
+             */
+            resolved: boolean;
+            /** Size */
+            size: number;
+            /**
+             * Cut
+             * @default false
+             */
+            cut: boolean;
+        };
+        /**
+         * BudgetView
+         * @description The cap a run reached, what it has spent, and what the rest of its plan is expected to cost.
+         */
+        BudgetView: {
+            /** Name */
+            name: string;
+            /** Limit */
+            limit: number;
+            /** Used */
+            used: number;
+            /** Needed */
+            needed: number;
+            /** Caps */
+            caps: {
+                [key: string]: number | null;
+            };
+            spent: components["schemas"]["SpendView"];
+            rest?: components["schemas"]["ForecastView"] | null;
+        };
+        /** CheckView */
+        CheckView: {
+            /** Name */
+            name: string;
+            /** Passed */
+            passed: boolean;
+            /** Detail */
+            detail: string;
         };
         /** ChecklistItem */
         ChecklistItem: {
@@ -315,6 +427,32 @@ export interface components {
              * @default
              */
             note: string;
+        };
+        /**
+         * EffectView
+         * @description How the engine treats a step's effect — what it enforces, not only what the plan claims.
+         */
+        EffectView: {
+            /** Changes World */
+            changes_world: boolean;
+            /** Label */
+            label: string;
+            /**
+             * Declared
+             * @enum {string}
+             */
+            declared: "read" | "write";
+            /** Sensitive */
+            sensitive: boolean;
+            /** Requires Approval */
+            requires_approval: boolean;
+            /** Idempotent */
+            idempotent: boolean;
+            /**
+             * Through
+             * @default []
+             */
+            through: string[];
         };
         /** EventItem */
         EventItem: {
@@ -331,6 +469,37 @@ export interface components {
             events: components["schemas"]["EventItem"][];
             /** Next */
             next: number;
+        };
+        /** FieldChangeView */
+        FieldChangeView: {
+            /** Step Id */
+            step_id: string;
+            /** Field */
+            field: string;
+            /** Before */
+            before: unknown;
+            /** After */
+            after: unknown;
+        };
+        /**
+         * ForecastView
+         * @description What a plan version is expected to cost from when it was proposed to the run's end.
+         */
+        ForecastView: {
+            planner_calls: components["schemas"]["RangeView"];
+            executor_calls: components["schemas"]["RangeView"];
+            tool_calls: components["schemas"]["RangeView"];
+            input_tokens: components["schemas"]["RangeView"];
+            output_tokens: components["schemas"]["RangeView"];
+            cost: components["schemas"]["RangeView"];
+            /** Unpriced */
+            unpriced: string[];
+            /** Basis */
+            basis: string[];
+            /** Over */
+            over: string[];
+            /** Summary */
+            summary: string;
         };
         /** Fork */
         Fork: {
@@ -350,19 +519,34 @@ export interface components {
         /** Inbox */
         Inbox: {
             /** Questions */
-            questions: components["schemas"]["Question"][];
+            questions: components["schemas"]["QuestionView"][];
         };
-        /** PlanDiff */
-        PlanDiff: {
+        /**
+         * PlanChangeView
+         * @description What a plan version changes against a base: the plan a human last approved, or (when
+         *     nobody approved one) the version before it.
+         */
+        PlanChangeView: {
+            /** Base Version */
+            base_version: number | null;
+            /** Base Approved */
+            base_approved: boolean;
             /** Added */
             added: string[];
             /** Removed */
-            removed: string[];
+            removed: components["schemas"]["StepView"][];
             /** Changed */
-            changed: string[];
+            changed: components["schemas"]["FieldChangeView"][];
+            /** Kept */
+            kept: string[];
+            /** Summary */
+            summary: string;
         };
-        /** PlanView */
-        PlanView: {
+        /**
+         * PlanVersion
+         * @description A plan version of the run, with its changes from the version before and its cost forecast.
+         */
+        PlanVersion: {
             /** Version */
             version: number;
             /** Author */
@@ -375,39 +559,112 @@ export interface components {
             steps: {
                 [key: string]: unknown;
             }[];
-            diff: components["schemas"]["PlanDiff"];
+            diff: components["schemas"]["PlanVersionDiff"];
+            forecast?: components["schemas"]["ForecastView"] | null;
         };
         /**
-         * Question
-         * @description A question a run waits for.
+         * PlanVersionDiff
+         * @description Step ids added, removed and changed against the version before.
          */
-        Question: {
+        PlanVersionDiff: {
+            /** Added */
+            added: string[];
+            /** Removed */
+            removed: string[];
+            /** Changed */
+            changed: string[];
+        };
+        /**
+         * PlanView
+         * @description A plan version put to a human: every step, the changes since the last yes, the forecast.
+         */
+        PlanView: {
+            /** Version */
+            version: number;
+            /** Author */
+            author: string;
+            /** Reason */
+            reason: string;
+            /** Steps */
+            steps: components["schemas"]["StepView"][];
+            changes: components["schemas"]["PlanChangeView"];
+            forecast?: components["schemas"]["ForecastView"] | null;
+            /** World Changing */
+            world_changing: string[];
+            /** As Written */
+            as_written: {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * QuestionView
+         * @description A question to a human, with everything the decision needs: the goal, what is asked about
+         *     (the step with its resolved arguments and effect, the plan as a graph with its changes and
+         *     forecast, the result under review, the cap reached), why it is asked, and what each answer
+         *     does.
+         */
+        QuestionView: {
             /** Run Id */
             run_id: string;
             /** Question Id */
             question_id: string;
-            /** Subject */
-            subject: string;
+            /**
+             * Kind
+             * @enum {string}
+             */
+            kind: "plan" | "step" | "effect" | "question" | "escalation" | "review" | "answer" | "budget";
+            /** Title */
+            title: string;
             /** About */
             about: string;
-            /** Reason */
-            reason: string;
-            /** Step Id */
-            step_id: string | null;
-            /** Plan Version */
-            plan_version: number | null;
-            /** Plan */
-            plan: {
-                [key: string]: unknown;
-            } | null;
-            /** Output */
-            output: unknown;
-            /** Checklist */
-            checklist: string[];
-            /** Choices */
-            choices: string[];
             /** Asked At */
             asked_at: number;
+            /** Seq */
+            seq: number;
+            /** Goal */
+            goal: string;
+            /** Constraints */
+            constraints: string[];
+            /** Rule */
+            rule: string;
+            /** Why */
+            why: string;
+            /** Reason */
+            reason: string;
+            /** Code */
+            code?: string | null;
+            step?: components["schemas"]["StepView"] | null;
+            plan?: components["schemas"]["PlanView"] | null;
+            /** Under Review */
+            under_review?: unknown;
+            /** Under Review Size */
+            under_review_size?: number | null;
+            /**
+             * Failed Checks
+             * @default []
+             */
+            failed_checks: components["schemas"]["CheckView"][];
+            /**
+             * Checklist
+             * @default []
+             */
+            checklist: string[];
+            budget?: components["schemas"]["BudgetView"] | null;
+            /** Answers */
+            answers: components["schemas"]["AnswerOption"][];
+            /**
+             * Choices
+             * @default []
+             */
+            choices: string[];
+            answered?: components["schemas"]["AnsweredView"] | null;
+        };
+        /** RangeView */
+        RangeView: {
+            /** Low */
+            low: number;
+            /** High */
+            high: number;
         };
         /**
          * RunDetail
@@ -436,12 +693,12 @@ export interface components {
             /** Constraints */
             constraints: string[];
             /** Plans */
-            plans: components["schemas"]["PlanView"][];
+            plans: components["schemas"]["PlanVersion"][];
             /** Steps */
-            steps: components["schemas"]["StepView"][];
+            steps: components["schemas"]["StepRecordView"][];
             usage: components["schemas"]["Usage"];
             /** Questions */
-            questions: components["schemas"]["Question"][];
+            questions: components["schemas"]["QuestionView"][];
             /** Events */
             events: number;
         };
@@ -478,6 +735,32 @@ export interface components {
             /** Questions */
             questions: number;
         };
+        /**
+         * SpendView
+         * @description What a run has spent, and on what.
+         */
+        SpendView: {
+            /** Model Calls */
+            model_calls: number;
+            /** Tool Calls */
+            tool_calls: number;
+            /** Steps */
+            steps: number;
+            /** Input Tokens */
+            input_tokens: number;
+            /** Output Tokens */
+            output_tokens: number;
+            /** Cost */
+            cost: number;
+            /** By Role */
+            by_role: {
+                [key: string]: number;
+            };
+            /** By Tool */
+            by_tool: {
+                [key: string]: number;
+            };
+        };
         /** StartRun */
         StartRun: {
             /** Agent */
@@ -512,8 +795,11 @@ export interface components {
             /** Message */
             message: string;
         };
-        /** StepView */
-        StepView: {
+        /**
+         * StepRecordView
+         * @description A record of a step in the run (a step a later plan version replaced is ``superseded``).
+         */
+        StepRecordView: {
             /** Id */
             id: string;
             /** Description */
@@ -539,6 +825,47 @@ export interface components {
             finished_at: number | null;
             /** Superseded */
             superseded: boolean;
+        };
+        /**
+         * StepView
+         * @description A step as a human decides about it.
+         */
+        StepView: {
+            /** Id */
+            id: string;
+            /** Description */
+            description: string;
+            /** Tool */
+            tool: string | null;
+            /** Executor */
+            executor: string | null;
+            /** Runs On */
+            runs_on: string;
+            /** Arguments */
+            arguments: components["schemas"]["ArgumentView"][];
+            /** Depends On */
+            depends_on: string[];
+            effect: components["schemas"]["EffectView"];
+            /** Plan Version */
+            plan_version?: number | null;
+            /** Status */
+            status?: string | null;
+            /** Change */
+            change?: ("added" | "changed" | "kept") | null;
+            /**
+             * Changed Fields
+             * @default []
+             */
+            changed_fields: string[];
+            /** Expected */
+            expected?: string | null;
+            /**
+             * Allowed Tools
+             * @default []
+             */
+            allowed_tools: string[];
+            /** Idempotency Key */
+            idempotency_key?: string | null;
         };
         /** Stop */
         Stop: {

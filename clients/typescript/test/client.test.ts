@@ -71,7 +71,20 @@ test("a step that waits for approval is answered from the inbox, and the run fin
   assert.equal(waiting.status, "waiting");
   const [question] = (await client.inbox()).filter((q) => q.run_id === run.run_id);
   assert.ok(question !== undefined);
-  assert.equal(question.step_id, "tell");
+  // everything the decision needs: the goal, the step, its arguments as they will be sent, its effect, why
+  assert.equal(question.kind, "step");
+  assert.equal(question.goal, "send the sum");
+  assert.equal(question.step?.id, "tell");
+  assert.equal(question.step?.effect.label, "write · requires approval");
+  assert.deepEqual(
+    question.step?.arguments.map((a) => [a.name, a.value, a.binding]),
+    [["text", "total 2", "${sum}"]],
+  );
+  assert.equal(question.rule, "tool_requires_approval");
+  assert.deepEqual(
+    question.answers.map((a) => a.decision),
+    ["approve", "reject"],
+  );
   const answered = await client.answer(run.run_id, question.question_id, { decision: "approve" });
   assert.equal(answered.resumed, true);
   const done = await client.waitFor(run.run_id);
