@@ -807,3 +807,40 @@ async def test_v9_fixture_replays_exactly() -> None:
 
     report = await replay_log(_load_log(FIXTURES / "events_v9.jsonl"))
     assert report.matched, report.divergence
+
+
+def test_v11_fixture_loads_and_folds() -> None:
+    events = _load_log(FIXTURES / "events_v11.jsonl")
+    state = RunState.fold(events)
+    assert state.stop is not None
+    assert state.stop.kind == "goal_met"
+    # the rule that asked, and the arguments as they were to be sent
+    budget, step = state.approvals.values()
+    assert (budget.subject, budget.rule, budget.budget, budget.raised) == (
+        "budget",
+        "budget_cap",
+        "tool_calls",
+        {"tool_calls": 10},
+    )
+    assert budget.budget_hit is not None
+    assert (budget.budget_hit.limit, budget.budget_hit.used) == (2, 2)
+    assert (step.subject, step.rule, step.args) == ("step", "sensitive_tool", {"text": "total 3"})
+    assert state.budget["tool_calls"] == 10  # raised by the answer
+    assert sorted(state.forecasts) == [1]
+    assert state.forecasts[1].tool_calls == (1, 1)  # the forecast of the rest, when the cap was reached
+    for line, event in zip(
+        (FIXTURES / "events_v11.jsonl").read_text(encoding="utf-8").splitlines(), events, strict=True
+    ):
+        old = json.loads(line)
+        assert old["v"] == 11
+        assert _kept(dump_event(event)["event"], old["event"])
+    older = RunState.fold(_load_log(FIXTURES / "events_v10.jsonl"))
+    assert older.forecasts == {}
+    assert all(a.rule is None for a in older.approvals.values())
+
+
+async def test_v11_fixture_replays_exactly() -> None:
+    from planexec.runtime import replay_log
+
+    report = await replay_log(_load_log(FIXTURES / "events_v11.jsonl"))
+    assert report.matched, report.divergence
