@@ -36,6 +36,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         write_agent(folder, "asker", [ASK, ADD_PLAN, {"answer": "5"}]),
         write_agent(folder, "holder", [HOLD_PLAN, {"answer": "held"}]),
         write_agent(folder, "planned", [ADD_PLAN, {"answer": "edited"}], approve_plan=True),
+        write_agent(folder, "capped", [CHAIN, {"answer": "4"}], budget={"tool_calls": "2"}, rules={"on_budget": "ask"}),
     ]
     served = Server(folder, agents).start()
     yield served
@@ -224,6 +225,45 @@ def test_a_client_that_never_reads_its_stream_holds_up_no_other_run(server: Serv
 # -- questions ----------------------------------------------------------------------------------------
 
 
+CHAIN = {
+    "steps": [
+        step("s1", "add", {"a": 1, "b": 1}),
+        step("s2", "add", {"a": "${s1}", "b": 1}, "s1"),
+        step("s3", "add", {"a": "${s2}", "b": 1}, "s2"),
+    ]
+}
+
+
+def test_a_run_that_reached_a_cap_is_raised_from_the_api_and_goes_on(api: httpx.Client) -> None:
+    run_id = start(api, "capped", "count to four")["run_id"]
+    waiting = wait_for(run_status(api, run_id, "waiting"), what="the run to reach its cap")
+    (asked,) = waiting["questions"]
+    assert (asked["kind"], asked["rule"]) == ("budget", "budget_cap")
+    budget = asked["budget"]
+    assert (budget["name"], budget["limit"], budget["used"]) == ("tool_calls", 2, 2)
+    assert budget["spent"]["by_tool"] == {"add": 2}
+    assert budget["rest"]["tool_calls"] == {"low": 1, "high": 1}
+    url = f"/v1/runs/{run_id}/questions/{asked['question_id']}/answer"
+    for body, expected in (
+        ({"decision": "approve"}, "give the caps to raise"),
+        ({"decision": "approve", "budget": {"tool_calls": 2}}, "not above what the run has used (2)"),
+        ({"decision": "approve", "budget": {"tool_calls": -5, "nope": 1}}, "'nope' is not a budget"),
+        ({"decision": "approve", "budget": {"tool_calls": "lots"}}, "budget.tool_calls"),
+        ({"decision": "approve", "budget": {"tool_calls": 2.5}}, "must be a whole number"),
+        ({"decision": "approve", "budget": {"cost": 1}}, "give a higher one"),
+        ({"decision": "reject", "text": "no", "budget": {"tool_calls": 10}}, "only when approving a budget question"),
+    ):
+        refused = api.post(url, json=body)
+        assert refused.status_code == 422, (body, refused.text)
+        assert expected in refused.text, (body, refused.text)
+    assert api.get(f"/v1/runs/{run_id}").json()["status"] == "waiting"
+    answered = api.post(url, json={"decision": "approve", "budget": {"tool_calls": 10}})
+    assert answered.status_code == 200, answered.text
+    assert answered.json()["resumed"] is True
+    done = wait_for(run_status(api, run_id, "finished"), what="the run to finish")
+    assert (done["answer"], done["stop"]["kind"], done["usage"]["tool_calls"]) == ("4", "goal_met", 3)
+
+
 def test_answering_a_question_from_the_api_resumes_the_run(api: httpx.Client) -> None:
     run_id = start(api, "asker")["run_id"]
     waiting = wait_for(run_status(api, run_id, "waiting"), what="the run to ask")
@@ -370,6 +410,6 @@ def test_health_check_openapi_and_agents(server: Server, api: httpx.Client, tmp_
     document = api.get("/v1/openapi.json").json()
     assert "/v1/runs/{run_id}/events/stream" in document["paths"]
     agents = {a["name"]: a for a in api.get("/v1/agents").json()["agents"]}
-    assert set(agents) == {"adder", "asker", "holder", "planned"}
+    assert set(agents) == {"adder", "asker", "holder", "planned", "capped"}
     assert agents["planned"]["approve_plan"] is True
     assert set(agents["adder"]["tools"]) == {"add", "hold", "charge"}
