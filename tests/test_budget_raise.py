@@ -33,6 +33,8 @@ from planexec.testing import ScriptedModel
 from .cli_support import invoke, write_script, write_tools_module
 from .support import events_of, tool_step
 
+ROOT = Path(__file__).resolve().parent.parent
+
 CHAIN = {
     "steps": [
         tool_step("s1", "add", {"a": 1, "b": 1}),
@@ -283,3 +285,45 @@ async def test_a_model_step_refused_before_its_first_call_runs_once_the_cap_is_r
     assert (result.stop.kind, result.answer) == ("goal_met", "drafted"), result.stop
     assert result.outputs == {"d1": "first draft", "d2": "second draft"}
     assert [r.budget for r in seen] == ["model_calls"]
+
+
+async def test_the_mcp_tools_show_a_budget_question_and_raise_the_cap(tmp_path: Path) -> None:
+    pytest.importorskip("mcp")
+    from mcp import Client
+
+    from planexec.hosting import mcp_server
+    from planexec.runs import AgentSpec
+
+    script = tmp_path / "planner.json"
+    script.write_text(json.dumps([CHAIN, {"answer": "4"}]))
+    spec = AgentSpec(
+        planner=f"scripted:{script}",
+        tools=("tests.serve_support:TOOLS",),
+        cwd=str(ROOT),
+        budget={"tool_calls": "2"},
+        rules={"on_budget": "ask"},
+    )
+    store = SQLiteStore(tmp_path / "runs.db")
+    try:
+        async with Client(mcp_server(spec, store)) as client:
+            waiting = (await client.call_tool("run_goal", {"goal": "count to four"})).structured_content
+            assert waiting is not None
+            [question] = waiting["pending_questions"]
+            assert (question["kind"], question["budget"]["name"]) == ("budget", "tool_calls")
+            run_id = waiting["run_id"]
+            low = await client.call_tool(
+                "answer_question", {"run_id": run_id, "decision": "approve", "budget": {"tool_calls": 1}}
+            )
+            assert low.is_error
+            text = " ".join(block.text for block in low.content if hasattr(block, "text"))
+            assert "not above what the run has used (2)" in text
+            answered = await client.call_tool(
+                "answer_question", {"run_id": run_id, "decision": "approve", "budget": {"tool_calls": 10}}
+            )
+            assert answered.structured_content is not None
+            assert answered.structured_content["ready_to_resume"] is True
+            done = (await client.call_tool("resume_run", {"run_id": run_id})).structured_content
+    finally:
+        await store.close()
+    assert done is not None
+    assert (done["status"], done["answer"]) == ("finished", "4")

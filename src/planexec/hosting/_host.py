@@ -38,7 +38,7 @@ from planexec.runs import (
     recorded_spec,
     still_waiting,
 )
-from planexec.runtime import Agent, ApprovalDecision, Run
+from planexec.runtime import Agent, ApprovalDecision, Run, caps_from_json
 from planexec.store import RunStore
 
 __all__ = ["AgentSource", "Progress", "RunHost"]
@@ -244,7 +244,7 @@ class RunHost:
                 choice=choice,  # type: ignore[arg-type]  # answer() checks it against the question
                 checklist=ticked,
                 by=ANSWERED_BY,
-                budget=dict(budget) if budget is not None else None,
+                budget=caps_from_json(budget) if budget is not None else None,
             )
         after = await answer(self.store, run_id, made, approval_id=rec.approval_id, log=log)
         return answer_view(after, rec.approval_id, decision)

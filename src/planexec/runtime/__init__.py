@@ -2,7 +2,7 @@
 stops with a reason — with budgets, limits, humans in the loop, and replays of recorded runs."""
 
 from planexec.runtime._agent import Agent, Run
-from planexec.runtime._budget import DEFAULT_CAPS, Budget, BudgetHit
+from planexec.runtime._budget import DEFAULT_CAPS, Budget, BudgetHit, caps_from_json
 from planexec.runtime._humans import check_decision, decided_event
 from planexec.runtime._model_calls import accepted_reply
 from planexec.runtime._recorded_world import Fault
@@ -42,6 +42,7 @@ __all__ = [
     "Session",
     "SessionRecord",
     "accepted_reply",
+    "caps_from_json",
     "check_decision",
     "check_session_id",
     "decided_event",

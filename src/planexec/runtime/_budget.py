@@ -8,7 +8,7 @@ it: ``Budget(steps=None)`` has no step cap, ``Budget.unbounded()`` no cap at all
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +18,7 @@ from planexec.log import BudgetName
 if TYPE_CHECKING:
     from planexec.log import RunState
 
-__all__ = ["DEFAULT_CAPS", "Budget", "BudgetHit"]
+__all__ = ["DEFAULT_CAPS", "Budget", "BudgetHit", "caps_from_json"]
 
 DEFAULT_CAPS: dict[str, float | int] = {
     "model_calls": 200,
@@ -165,3 +165,14 @@ _USED: dict[str, Callable[[RunState, float], float]] = {
 def used_of(name: BudgetName, state: RunState, now: float) -> float:
     """How much of budget ``name`` the run has actually spent."""
     return _USED[name](state, now)
+
+
+def caps_from_json(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Caps as JSON gives them (every number may come as a float): a whole number for a counted cap
+    becomes an integer; anything else is left for :class:`Budget` to check."""
+    caps: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name in _INTEGERS and isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)
+        caps[name] = value
+    return caps

@@ -39,7 +39,7 @@ from planexec.runs import (
     tell,
     worker_entry,
 )
-from planexec.runtime import ApprovalDecision
+from planexec.runtime import ApprovalDecision, caps_from_json
 from planexec.server._agents import ServedAgent, check_budget
 from planexec.server._guards import MAX_BODY_BYTES, BodyLimit, SafeHeaders, _ApiError, error_body
 from planexec.server._stream import EventStream, event_frames
@@ -731,10 +731,5 @@ def _decision(body: Answer, rec: Any) -> ApprovalDecision:
         text=text if guided or subject == "question" else None,
         reason="" if guided else text or "",
         checklist=checklist,
-        budget=_caps(body.budget) if body.budget is not None else None,
+        budget=caps_from_json(body.budget) if body.budget is not None else None,
     )
-
-
-def _caps(raw: dict[str, float | None]) -> dict[str, float | int | None]:
-    """Caps as JSON gives them: whole numbers as integers (the counted caps take only those)."""
-    return {k: int(v) if isinstance(v, float) and v.is_integer() and k != "cost" else v for k, v in raw.items()}
