@@ -4,9 +4,12 @@
 
 Exit status of the commands that run an agent: 0 goal met, 1 stopped otherwise, 2 wrong command
 line, 3 suspended until a human answers.
+
+``question_panel(view)`` renders a :class:`~planexec.views.QuestionView` as the CLI shows it.
 """
 
 from planexec.cli._entry import entry
 from planexec.cli._main import main
+from planexec.cli._questions import question_panel
 
-__all__ = ["entry", "main"]
+__all__ = ["entry", "main", "question_panel"]

@@ -5,6 +5,7 @@ Nothing here works a fact out: it only lays the view out for a terminal, or as J
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Sequence
 from typing import Any
@@ -14,6 +15,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from planexec._util.plural import counted
 from planexec.cli._format import when
 from planexec.cli._store_options import StoreChoice, store_flag
 from planexec.cli._text import plain, shown
@@ -163,7 +165,10 @@ def question_panel(view: QuestionView, *, commands: Sequence[str] = ()) -> Rende
         b = view.budget
         grid.add_row("cap reached", shown(f"{b.name}: {b.used:g} used of {b.limit:g}"))
         s = b.spent
-        spent = f"${s.cost:.4f} · {s.model_calls} model calls · {s.tool_calls} tool calls · {s.steps} steps"
+        spent = (
+            f"${s.cost:.4f} · {counted(s.model_calls, 'model call')} · {counted(s.tool_calls, 'tool call')} · "
+            f"{counted(s.steps, 'step')} · {s.input_tokens:,} tokens in, {s.output_tokens:,} out"
+        )
         grid.add_row("spent", shown(spent))
         if s.by_role:
             grid.add_row("by role", shown(", ".join(f"{k} ${v:.4f}" for k, v in s.by_role.items())))
@@ -185,6 +190,6 @@ def question_panel(view: QuestionView, *, commands: Sequence[str] = ()) -> Rende
 
 
 def _short(value: object, width: int = 80) -> str:
-    text = value if isinstance(value, str) else repr(value)
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"

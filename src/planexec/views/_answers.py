@@ -38,7 +38,8 @@ def answer_options(
         writes = plan.world_changing
         runs = f"plan v{plan.version} is put in force: {counted(len(plan.steps), 'step')} run as shown"
         if writes:
-            runs += f" ({counted(len(writes), 'step')} that change the world: {', '.join(writes)})"
+            verb = "changes" if len(writes) == 1 else "change"
+            runs += f" ({counted(len(writes), 'step')} that {verb} the world: {', '.join(writes)})"
         return [
             AnswerOption(decision="approve", label="Approve", does=runs),
             AnswerOption(

@@ -174,6 +174,8 @@ def forecast_view(forecast: Forecast | None, over: tuple[str, ...] = ()) -> Fore
         return None
     low, high = forecast.cost
     cost = _money(low) if low == high else f"{_money(low)}–{_money(high)}"
+    if forecast.unpriced:
+        cost = "cost unknown" if high == 0 else f"at least {cost}"
     calls = [
         f"{_span(forecast.planner_calls)} planner",
         f"{_span(forecast.executor_calls)} executor",

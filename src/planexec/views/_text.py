@@ -3,6 +3,9 @@ renders the view and nothing else: every fact comes from :class:`QuestionView`."
 
 from __future__ import annotations
 
+import json
+
+from planexec._util.plural import counted
 from planexec.views._models import ArgumentView, PlanView, QuestionView, StepView
 
 __all__ = ["REASON_SHOWN", "argument_text", "question_lines", "step_lines"]
@@ -12,13 +15,16 @@ REASON_SHOWN = frozenset({"question", "escalation", "effect"})
 
 
 def argument_text(arg: ArgumentView, *, width: int = 100) -> str:
-    """``name = value`` (with the binding it comes from, and the size of a cut value)."""
+    """``name = value`` (``← ${binding}`` when it comes from an earlier step's output; a binding
+    whose step has not run yet is shown as ``name ← ${binding}``), with the size of a cut value."""
+    if arg.binding is not None and not arg.resolved:
+        return f"{arg.name} ← {arg.binding}"
     text = arg.text if len(arg.text) <= width else arg.text[: width - 1] + "…"
     line = f"{arg.name} = {text}"
     if arg.binding is not None:
-        line += f"   ← {arg.binding}" if arg.resolved else f"   (from {arg.binding}, once that step has run)"
+        line += f"  ← {arg.binding}"
     if arg.cut:
-        line += f"   [{arg.size:,} characters]"
+        line += f"  [{arg.size:,} characters]"
     return line
 
 
@@ -57,7 +63,7 @@ def _plan_lines(plan: PlanView) -> list[str]:
 
 
 def _short(value: object, width: int = 80) -> str:
-    text = value if isinstance(value, str) else repr(value)
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -86,8 +92,8 @@ def question_lines(view: QuestionView) -> list[str]:
         )
         s = b.spent
         lines.append(
-            f"spent: ${s.cost:.4f}, {s.model_calls} model calls, {s.tool_calls} tool calls, {s.steps} steps, "
-            f"{s.input_tokens:,} tokens in, {s.output_tokens:,} out"
+            f"spent: ${s.cost:.4f}, {counted(s.model_calls, 'model call')}, {counted(s.tool_calls, 'tool call')}, "
+            f"{counted(s.steps, 'step')}, {s.input_tokens:,} tokens in, {s.output_tokens:,} out"
         )
         if s.by_role:
             lines.append("  by role: " + ", ".join(f"{k} ${v:.4f}" for k, v in s.by_role.items()))
