@@ -119,33 +119,42 @@ def _kinds() -> list[tuple[str, str, dict[str, Any], Callable[[], dict[str, Any]
             _step("shout", "post", {"channel": "#all", "text": "notes: ${get}"}, "get", description="post to all"),
         ],
     }
+    lost = {"steps": [_step("tell", "post", {"channel": "#ops-lost", "text": "deploy done"}, description="announce")]}
+    unknown = {"steps": [_step("wire", "wire_money", {"amount": 120}, description="wire the money")]}
+    checked = _step("count", "count", {"text": "four words in all"}, description="count the words")
+    failing = {"steps": [{**checked, "checks": [{"kind": "matches", "pattern": "^5$"}]}]}
+    chain = {
+        "steps": [
+            _step("a", "count", {"text": "one"}),
+            _step("b", "count", {"text": "one two"}, "a"),
+            _step("c", "count", {"text": "one two three"}, "b"),
+        ]
+    }
+    plan_ask = {"approvals": Approvals(deferred=True, plan=True)}
     return [
         ("plan", "A plan to approve", {"goal": "pay ACME for order 42", "replies": [PAY, {"answer": "paid"}]},
-         lambda: {"approvals": Approvals(deferred=True, plan=True)}),
-        ("plan", "A patch to approve: the changes since the last yes", {"goal": "post the release notes to #ops", "replies": [patch_first, patch, {"answer": "4"}]},
-         lambda: {"approvals": Approvals(deferred=True, plan=True), "answers": {"plan": True}}),
-        ("step", "A step to approve", {"goal": "pay ACME for order 42", "replies": [PAY, {"answer": "paid"}]}, lambda: {"approvals": ask}),
+         lambda: dict(plan_ask)),
+        ("plan", "A patch to approve: the changes since the last yes",
+         {"goal": "post the release notes to #ops", "replies": [patch_first, patch, {"answer": "4"}]},
+         lambda: {**plan_ask, "answers": {"plan": True}}),
+        ("step", "A step to approve", {"goal": "pay ACME for order 42", "replies": [PAY, {"answer": "paid"}]},
+         lambda: {"approvals": ask}),
         ("effect", "An effect that may or may not have happened",
-         {"goal": "tell #ops the deploy is done", "replies": [{"steps": [_step("tell", "post", {"channel": "#ops-lost", "text": "deploy done"},
-                                       description="announce the deploy")]}, {"answer": "told"}]},
+         {"goal": "tell #ops the deploy is done", "replies": [lost, {"answer": "told"}]},
          lambda: {"approvals": ask}),
-        ("question", "The planner asks", {"goal": "pay ACME", "replies": [{"question": "Which order should I pay, 42 or 43?"}, PAY]},
+        ("question", "The planner asks",
+         {"goal": "pay ACME", "replies": [{"question": "Which order should I pay, 42 or 43?"}, PAY]},
          lambda: {"approvals": ask}),
-        ("escalation", "The planner is stuck",
-         {"goal": "wire 120 to ACME", "replies": [{"steps": [_step("wire", "wire_money", {"amount": 120}, description="wire the money")]}]},
+        ("escalation", "The planner is stuck", {"goal": "wire 120 to ACME", "replies": [unknown]},
          lambda: {"approvals": ask}),
         ("review", "A result that failed its checks",
-         {"goal": "count the words of the notes", "replies": [{"steps": [_step("count", "count", {"text": "four words in all"}, description="count the words",
-                                       checks=[{"kind": "matches", "pattern": "^5$"}])]}, {"answer": "5"}]},
+         {"goal": "count the words of the notes", "replies": [failing, {"answer": "5"}]},
          lambda: {"approvals": ask, "escalation": Escalation(on_fail="review")}),
         ("answer", "The final answer, against a checklist",
-         {"goal": "count the words of the notes", "replies": [{"steps": [_step("count", "count", {"text": "four words in all"})]},
-                      {"answer": "The text has 4 words."}]},
+         {"goal": "count the words of the notes", "replies": [{"steps": [checked]}, {"answer": "It has 4 words."}]},
          lambda: {"approvals": ask, "review": AnswerReview(checklist=["says how many words", "names the text"])}),
         ("budget", "A cap reached: raise it or stop",
-         {"goal": "count the words of three texts", "replies": [{"steps": [_step("a", "count", {"text": "one"}), _step("b", "count", {"text": "one two"}, "a"),
-                                 _step("c", "count", {"text": "one two three"}, "b")]}, {"answer": "counted"}],
-          "budget": {"tool_calls": 2}},
+         {"goal": "count three texts", "replies": [chain, {"answer": "counted"}], "budget": {"tool_calls": 2}},
          lambda: {"approvals": ask, "limits": Limits(on_budget="ask")}),
     ]  # fmt: skip
 
