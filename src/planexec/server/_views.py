@@ -34,6 +34,7 @@ class Stop(_View):
 
 
 class StepCounts(_View):
+    # the current plan's steps: how many, how many succeeded, how many failed
     total: int
     finished: int
     failed: int
@@ -142,8 +143,12 @@ def agent_of(first: Event | None) -> str | None:
 
 def summary(state: RunState, agent: str | None) -> RunSummary:
     stop = state.stop
-    records = list(state.steps.values())
     plan = state.plan
+    # the steps of the current plan: a step a patch dropped or replaced is not one of them
+    if plan is not None:
+        records = [state.steps[s.id] for s in plan.steps if s.id in state.steps]
+    else:
+        records = list(state.steps.values())
     return RunSummary(
         run_id=state.run_id,
         agent=agent,
