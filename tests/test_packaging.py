@@ -132,7 +132,20 @@ WEB_PAGE = (
     "index.html",
     *(
         f"assets/{name}"
-        for name in ("style.css", "app.js", "api.js", "ui.js", "dag.js", "runs.js", "run.js", "inbox.js")
+        for name in (
+            "style.css",
+            "app.js",
+            "api.js",
+            "ui.js",
+            "dag.js",
+            "fold.js",
+            "runs.js",
+            "run.js",
+            "inbox.js",
+            "vendor/dagre.esm.js",
+            "vendor/dagre.esm.js.LEGAL.txt",
+            "vendor/dagre.LICENSE.txt",
+        )
     ),
 )
 

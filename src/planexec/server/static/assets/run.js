@@ -1,46 +1,33 @@
 // One run: what it is doing now, its plan as a live DAG, plan versions with their diffs, each
 // step's details, usage and cost, the raw event log, its pending questions, and the actions
 // cancel, resume and fork-from-an-event.
+//
+// Everything shown is folded (fold.js) from the events the page receives on the run's event
+// stream, the same events its event log lists: the events of a frame are folded, listed and drawn
+// together, so the page never says less than its own log. Only the wording of the questions comes
+// from the server, fetched when the log says which questions are open.
 
 import { api, ApiError, followRun } from "./api.js";
 import { drawDag, shownStatus } from "./dag.js";
+import { RunFold } from "./fold.js";
 import { questionCard, questionsKey } from "./inbox.js";
 import { h, fill, pretty, money, duration, when, runBadge, toast, ask, clip } from "./ui.js";
 
-const STEP_EVENTS = {
-  step_started: "running",
-  step_succeeded: "succeeded",
-  step_failed: "failed",
-  step_cancelled: "cancelled",
-  step_held: "held",
-  step_requeued: "pending",
-};
-/** Events after which the run's summary is fetched again. */
-const REFRESH_ON = new Set([
-  ...Object.keys(STEP_EVENTS),
-  "plan_proposed",
-  "approval_requested",
-  "approval_decided",
-  "run_suspended",
-  "run_resumed",
-  "run_finished",
-  "information_added",
-  "model_called",
-  "answer_reviewed",
-  "budget_exhausted",
-]);
-
 export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
-  let run = null;
+  const fold = new RunFold(); // the run, folded from the events the log below lists
+  let accepted = null; // what GET /v1/runs/ID said before any event (a run waiting for a worker)
+  let asked = new Map(); // question id -> the server's view of it, for the cards
+  let askedKey = null; // the pending questions the cards were fetched for
   let dag = null;
   let dagKey = null;
-  let questionKey = null;
-  let selected = null;
+  let cardsKey = null;
+  let selected = null; // {id, record}: the step shown in the side panel
   let stream = null;
-  let refreshTimer = null;
   let stopped = false;
   let misses = 0; // 404s before the run was first seen
-  const liveStatus = new Map(); // step id -> status from the event stream, ahead of the next fetch
+  let lastSeq = 0;
+  const queue = []; // events received and not drawn yet: drawn together, with the log, at the next frame
+  let frame = 0;
   const proposals = new Map(); // approval id -> {plan, version} a human was asked to approve
   const edits = []; // {version, proposed, edited, by, reason}: plans a human edited before approving
 
@@ -61,11 +48,21 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
     h("h2", { id: "log-title" }, "Event log ", logCount),
     h(
       "div",
-      { class: "log-scroll" },
+      { class: "log-scroll", tabindex: "0", role: "region", "aria-labelledby": "log-title" },
       h(
         "table",
         { class: "log" },
-        h("thead", {}, h("tr", {}, ["#", "Time", "Event", "Step", "", ""].map((c) => h("th", { scope: "col" }, c)))),
+        h(
+          "thead",
+          {},
+          h(
+            "tr",
+            {},
+            ["#", "Time", "Event", "Step"].map((c) => h("th", { scope: "col" }, c)),
+            h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Details")),
+            h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Fork")),
+          ),
+        ),
         logRows,
       ),
     ),
@@ -80,36 +77,37 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
     h("div", { class: "run-grid" }, h("div", { class: "run-main" }, dagSection, stepsTable, plans), h("div", { class: "run-side" }, stepPanel, usage)),
     log,
   );
-  fill(dagSection, h("h2", { id: "dag-title" }, "Plan"), h("p", { class: "muted" }, "No plan yet."));
+  fill(dagSection, h("h2", { id: "dag-title" }, "Plan"), h("p", { class: "muted" }, "Loading…"));
   fill(stepPanel, h("h2", { id: "step-title" }, "Step"), h("p", { class: "muted" }, "Choose a step in the plan."));
 
-  const statusOf = (id) => {
-    const record = run?.steps.find((step) => step.id === id && !step.superseded);
-    const status = liveStatus.get(id) ?? record?.status ?? "pending";
-    return shownStatus(status, run?.questions.some((q) => q.step?.id === id));
+  const waitsOn = (id) => fold.questions.some((q) => q.step_id === id);
+  const statusOf = (id) => shownStatus(fold.steps.get(id)?.status ?? "pending", waitsOn(id));
+
+  /** The run as shown: folded from its events, or (none yet) as the server accepted it. */
+  const shown = () => {
+    if (fold.events > 0 || !accepted) return fold.view();
+    return { ...accepted, steps: [], plans: [], questions: [], usage: {}, constraints: accepted.constraints ?? [] };
   };
 
-  const currentPlan = () => (run?.plans?.length ? run.plans[run.plans.length - 1] : null);
-
-  const renderHeader = () => {
+  const renderHeader = (run) => {
+    const plan = fold.plan;
+    const progress = fold.progress();
+    const stepsText = plan
+      ? `${progress.succeeded} of ${progress.total} done${progress.failed ? `, ${progress.failed} failed` : ""}`
+      : "no plan yet";
     fill(
       header,
       h("h1", {}, clip(run.goal, 160)),
       h(
         "dl",
         { class: "facts inline" },
-        h("dt", {}, "Status"),
-        h("dd", { id: "run-status", "data-status": run.status }, runBadge(run)),
-        h("dt", {}, "Agent"),
-        h("dd", {}, run.agent ?? "—"),
-        h("dt", {}, "Cost"),
-        h("dd", {}, money(run.cost)),
-        h("dt", {}, "Duration"),
-        h("dd", {}, duration(run.duration)),
-        h("dt", {}, "Started"),
-        h("dd", {}, when(run.started_at)),
-        h("dt", {}, "Steps"),
-        h("dd", {}, `${run.steps.filter((x) => !x.superseded && isDone(x.status)).length} of ${run.plans.length ? currentPlan().steps.length : 0} done`),
+        fact("Status", h("span", { id: "run-status", "data-status": run.status }, runBadge(run))),
+        fact("Agent", run.agent ?? "—"),
+        fact("Plan", h("span", { id: "run-plan" }, plan ? `version ${plan.version}` : fold.planning ? "being made" : "none yet")),
+        fact("Steps", h("span", { id: "run-steps" }, stepsText)),
+        fact("Cost", h("span", { id: "run-cost" }, money(run.cost))),
+        fact("Duration", duration(run.duration)),
+        fact("Started", when(run.started_at)),
       ),
       run.constraints?.length ? h("p", {}, "Constraints: ", run.constraints.join("; ")) : null,
       run.stop ? h("p", { class: "stop" }, `Stopped: ${run.stop.kind.replaceAll("_", " ")}`, run.stop.detail ? ` — ${run.stop.detail}` : "") : null,
@@ -124,73 +122,135 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
     );
   };
 
+  /** The cards of the questions the run waits on, as the server words them (fetched when they change). */
   const renderQuestions = () => {
-    const key = questionsKey(run.questions);
-    if (key === questionKey) return;
-    questionKey = key;
+    const pending = fold.questions.map((q) => q.question_id);
+    const wanted = pending.join(" ");
+    if (wanted !== askedKey) {
+      askedKey = wanted;
+      setInboxCount();
+      if (pending.length) fetchQuestions(wanted);
+    }
+    const cards = pending.map((id) => asked.get(id)).filter(Boolean);
+    const key = `${wanted}|${questionsKey(cards)}`;
+    if (key === cardsKey) return;
+    cardsKey = key;
     fill(
       questions,
-      run.questions.length ? h("h2", {}, `Waiting for you (${run.questions.length})`) : null,
-      run.questions.map((q) => questionCard(q, { showRun: false, onAnswered: () => { refreshInbox(); scheduleRefresh(0); } })),
+      pending.length ? h("h2", {}, `Waiting for you (${pending.length})`) : null,
+      cards.map((q) => questionCard(q, { showRun: false, onAnswered: () => refreshInbox() })),
+      cards.length < pending.length ? h("p", { class: "muted" }, "Loading the question…") : null,
     );
   };
 
+  async function fetchQuestions(wanted) {
+    try {
+      const fetched = await api(`/v1/runs/${encodeURIComponent(runId)}`);
+      if (stopped || askedKey !== wanted) return;
+      asked = new Map((fetched.questions ?? []).map((q) => [q.question_id, q]));
+      draw();
+    } catch (error) {
+      if (!(error instanceof ApiError && error.status === 401)) toast(`Could not load the questions: ${error.message}`, "error");
+    }
+  }
+
   const renderDag = () => {
-    const plan = currentPlan();
-    if (!plan) return;
-    const key = JSON.stringify(plan.steps.map((step) => [step.id, step.depends_on, step.tool]));
+    const plan = fold.plan;
+    // before the first plan is approved, the plan a human is asked to approve
+    const proposed = plan ? null : fold.questions.find((q) => q.subject === "plan" && q.plan)?.plan;
+    if (!plan && !proposed) {
+      if (dagKey !== "none") {
+        dagKey = "none";
+        dag = null;
+        fill(
+          dagSection,
+          h("h2", { id: "dag-title" }, "Plan"),
+          h("p", { class: "muted" }, fold.planning ? "The planner is making the plan…" : "No plan yet."),
+        );
+      }
+      return;
+    }
+    const shownPlan = plan ?? proposed;
+    const key = JSON.stringify([!plan, shownPlan.version, shownPlan.steps.map((step) => [step.id, step.depends_on, step.tool, step.executor])]);
     const focused = document.activeElement?.closest?.(".node")?.dataset.step;
     if (key !== dagKey || !dag) {
       dagKey = key;
-      dag = drawDag(plan.steps, { statusOf, onSelect: selectStep, selected });
-      fill(
-        dagSection,
-        h("h2", { id: "dag-title" }, `Plan, version ${plan.version}`),
-        plan.reason ? h("p", { class: "muted" }, plan.reason) : null,
-        dag.element,
-      );
+      if (plan) {
+        fill(dagSection, h("h2", { id: "dag-title" }, `Plan, version ${plan.version}`), plan.reason ? h("p", { class: "muted" }, plan.reason) : null);
+        dag = drawDag(plan.steps, { statusOf, onSelect: (id) => selectStep(id), selected: selected?.id, label: `Plan version ${plan.version}` });
+      } else {
+        fill(
+          dagSection,
+          h("h2", { id: "dag-title" }, "Plan proposed, waiting for approval"),
+          h("p", { class: "muted" }, proposed.reason || "Nothing runs until a human approves it."),
+        );
+        dag = drawDag(proposed.steps, { onSelect: (id) => selectStep(id), selected: selected?.id, label: "Proposed plan" });
+      }
+      dagSection.append(dag.element);
       if (focused) dag.focus(focused);
-    } else {
+    } else if (plan) {
       for (const step of plan.steps) dag.update(step.id, statusOf(step.id));
     }
   };
 
-  const renderStepsTable = () => {
+  const stepRow = (step, status, earlier = false) =>
+    h(
+      "tr",
+      { class: earlier ? "superseded" : null, "data-step": step.id },
+      h("td", { "data-label": "Step" }, h("button", { type: "button", class: "link", onclick: () => selectStep(step.id, step) }, step.id)),
+      h("td", { "data-label": "Status" }, status),
+      h("td", { "data-label": "Tool" }, step.tool ?? step.executor ?? "—"),
+      h("td", { "data-label": "Attempts" }, String(step.attempts ?? 0)),
+      h("td", { "data-label": "Took" }, step.started_at && step.finished_at ? duration(step.finished_at - step.started_at) : "—"),
+    );
+
+  const renderStepsTable = (run) => {
+    const plan = fold.plan;
+    const inPlan = new Set(plan?.steps.map((step) => step.id) ?? []);
+    const byId = new Map(run.steps.filter((x) => !x.superseded).map((x) => [x.id, x]));
+    const current = (plan?.steps ?? []).map((step) => byId.get(step.id) ?? { ...step, status: "pending", attempts: 0 });
+    // earlier records that did something: a step replaced or dropped before it ever started has
+    // nothing to show but its definition, which the plan versions show
+    const earlier = run.steps.filter((x) => (x.superseded || !inPlan.has(x.id)) && (x.attempts > 0 || x.started_at));
     fill(
       stepsTable,
       h("h2", { id: "steps-title" }, "Steps"),
-      h(
-        "div",
-        { class: "table-scroll" },
-        h(
-          "table",
-          { class: "steps" },
-          h("thead", {}, h("tr", {}, ["Step", "Status", "Tool", "Attempts", "Took"].map((c) => h("th", { scope: "col" }, c)))),
-          h(
-            "tbody",
-            {},
-            run.steps.map((step) =>
-              h(
-                "tr",
-                { class: step.superseded ? "superseded" : null },
-                h("td", {}, h("button", { type: "button", class: "link", onclick: () => selectStep(step.id, step) }, step.id)),
-                h("td", {}, step.superseded ? `${step.status} (earlier plan)` : statusOf(step.id).replace("approval", "needs approval")),
-                h("td", {}, step.tool ?? step.executor ?? "—"),
-                h("td", {}, String(step.attempts ?? 0)),
-                h("td", {}, step.started_at && step.finished_at ? duration(step.finished_at - step.started_at) : "—"),
-              ),
+      plan
+        ? h(
+            "div",
+            { class: "table-scroll" },
+            h(
+              "table",
+              { class: "steps stack" },
+              h("thead", {}, h("tr", {}, ["Step", "Status", "Tool", "Attempts", "Took"].map((c) => h("th", { scope: "col" }, c)))),
+              h("tbody", {}, current.map((step) => stepRow(step, statusLabel(statusOf(step.id))))),
+              earlier.length
+                ? h(
+                    "tbody",
+                    { class: "earlier" },
+                    h("tr", {}, h("th", { scope: "colgroup", colspan: 5 }, "From earlier plan versions")),
+                    earlier.map((step) => stepRow(step, `${step.status} (plan v${step.plan_version})`, true)),
+                  )
+                : null,
             ),
-          ),
-        ),
-      ),
+          )
+        : h("p", { class: "muted" }, "No plan yet."),
     );
   };
 
   const renderStep = () => {
     if (!selected) return;
-    const step = run.steps.find((x) => x.id === selected && !x.superseded) ?? run.steps.find((x) => x.id === selected);
+    const proposed = fold.questions.find((q) => q.subject === "plan" && q.plan)?.plan;
+    const step =
+      selected.record ??
+      fold.view().steps.find((x) => x.id === selected.id && !x.superseded) ??
+      proposed?.steps.find((x) => x.id === selected.id);
     if (!step) return;
-    const status = step.superseded ? step.status : statusOf(step.id);
+    const status = selected.record
+      ? `${step.status} (plan v${step.plan_version})`
+      : step.status
+        ? statusLabel(statusOf(step.id))
+        : "proposed, waiting for approval";
     fill(
       stepPanel,
       h("h2", { id: "step-title" }, "Step ", h("code", {}, step.id)),
@@ -199,7 +259,7 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
         "dl",
         { class: "facts" },
         h("dt", {}, "Status"),
-        h("dd", { id: "step-status" }, status.replace("approval", "needs approval")),
+        h("dd", { id: "step-status" }, status),
         h("dt", {}, "Tool"),
         h("dd", {}, step.tool ?? `model (${step.executor ?? "executor"})`),
         h("dt", {}, "After"),
@@ -214,14 +274,14 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
         h("dd", {}, step.started_at && step.finished_at ? duration(step.finished_at - step.started_at) : "—"),
       ),
       h("h3", {}, "Arguments"),
-      h("pre", { class: "json" }, pretty(step.args)),
+      h("pre", { class: "json", tabindex: "0" }, pretty(step.args)),
       h("h3", {}, "Output"),
-      h("pre", { class: "json", id: "step-output" }, pretty(step.output)),
+      h("pre", { class: "json", id: "step-output", tabindex: "0" }, pretty(step.output)),
       step.error ? [h("h3", {}, "Error"), h("p", { class: "bad" }, h("strong", {}, step.error.kind), ": ", step.error.message)] : null,
     );
   };
 
-  const renderPlans = () => {
+  const renderPlans = (run) => {
     fill(
       plans,
       h("h2", { id: "plans-title" }, "Plan versions"),
@@ -256,14 +316,14 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
     );
   };
 
-  const renderUsage = () => {
+  const renderUsage = (run) => {
     const u = run.usage ?? {};
     fill(
       usage,
       h("h2", { id: "usage-title" }, "Usage"),
       h(
         "dl",
-        { class: "facts" },
+        { class: "facts", id: "run-usage" },
         h("dt", {}, "Cost"),
         h("dd", {}, money(u.cost ?? run.cost)),
         h("dt", {}, "Model calls"),
@@ -278,89 +338,91 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
     );
   };
 
-  const render = () => {
-    renderHeader();
+  /** Fold the events received since the last frame, list them in the log, and draw the run. */
+  function draw() {
+    frame = 0;
+    if (stopped) return;
+    const rows = [];
+    for (const message of queue.splice(0)) {
+      fold.apply(message.event ?? {});
+      noteEdits(message);
+      rows.push(logRow(message));
+    }
+    if (rows.length) {
+      logRows.append(...rows);
+      logCount.textContent = `(${lastSeq} events)`;
+    }
+    // a run with a log is drawn from its events only (a run waiting for a worker has none yet)
+    if (fold.events === 0 && !(accepted && accepted.events === 0)) return;
+    const run = shown();
+    renderHeader(run);
     renderQuestions();
     renderDag();
-    renderStepsTable();
-    renderPlans();
-    renderUsage();
+    renderStepsTable(run);
+    renderPlans(run);
+    renderUsage(run);
     renderStep();
+  }
+  const drawSoon = () => {
+    if (!frame && !stopped) frame = requestAnimationFrame(draw);
   };
 
-  function selectStep(id) {
-    selected = id;
+  function selectStep(id, record = null) {
+    selected = { id, record: record?.superseded || (record && fold.plan && !fold.plan.steps.some((x) => x.id === id)) ? record : null };
     dag?.select(id);
     renderStep();
   }
 
-  const refresh = async () => {
+  /** GET the run once: whether it exists, and what it is while no event is stored yet. */
+  const load = async () => {
     try {
-      const fetched = await api(`/v1/runs/${encodeURIComponent(runId)}`);
-      // a run accepted but not begun yet comes as a summary: no step records, plans or questions
-      run = {
-        ...fetched,
-        steps: Array.isArray(fetched.steps) ? fetched.steps : [],
-        plans: fetched.plans ?? [],
-        questions: Array.isArray(fetched.questions) ? fetched.questions : [],
-        usage: fetched.usage ?? {},
-      };
-      // the fetched run is at least as new as the events seen before the request
-      liveStatus.clear();
-      if (!stopped) render();
-      setInboxCount();
+      accepted = await api(`/v1/runs/${encodeURIComponent(runId)}`);
+      if (!stopped) drawSoon();
+      return true;
     } catch (error) {
-      if (error instanceof ApiError && error.status === 404 && run === null && misses < 6) {
+      if (error instanceof ApiError && error.status === 404 && misses < 6) {
         // a run just accepted may not be in the store for a moment: look again shortly
         misses += 1;
         await new Promise((resolve) => setTimeout(resolve, 300 * misses));
-        if (!stopped) await refresh();
-      } else if (error instanceof ApiError && error.status === 404) {
+        return stopped ? false : load();
+      }
+      if (error instanceof ApiError && error.status === 404) {
         fill(main, h("h1", {}, "No such run"), h("p", {}, h("code", {}, runId), " is not in this server's store."), h("a", { href: "#/" }, "Back to runs"));
         stopped = true;
         stream?.close();
       } else if (!(error instanceof ApiError && error.status === 401)) {
         toast(`Could not load the run: ${error.message}`, "error");
       }
+      return false;
     }
   };
-  function scheduleRefresh(ms = 150) {
-    clearTimeout(refreshTimer);
-    if (!stopped) refreshTimer = setTimeout(refresh, ms);
-  }
 
-  const appendEvent = ({ seq, kind, event }) => {
-    const full = h("pre", { class: "json" }, pretty(event));
-    logRows.append(
-      h(
-        "tr",
-        { "data-seq": seq, "data-kind": kind },
-        h("td", {}, String(seq)),
-        h("td", {}, when(event?.at)),
-        h("td", {}, h("code", {}, kind)),
-        h("td", {}, event?.step_id ?? ""),
-        h("td", {}, h("details", {}, h("summary", {}, "JSON"), full)),
-        h("td", {}, h("button", { type: "button", class: "quiet", onclick: () => fork(seq, kind) }, "Fork here")),
-      ),
+  const logRow = ({ seq, kind, event }) =>
+    h(
+      "tr",
+      { "data-seq": seq, "data-kind": kind },
+      h("td", {}, String(seq)),
+      h("td", {}, when(event?.at)),
+      h("td", {}, h("code", {}, kind)),
+      h("td", {}, event?.step_id ?? ""),
+      h("td", {}, h("details", {}, h("summary", { "aria-label": `JSON of event ${seq}` }, "JSON"), h("pre", { class: "json" }, pretty(event)))),
+      h("td", {}, h("button", { type: "button", class: "quiet", "aria-label": `Fork here, at event ${seq}`, onclick: () => fork(seq, kind) }, "Fork here")),
     );
-    logCount.textContent = `(${seq} events)`;
-  };
 
-  const onEvent = (message) => {
-    appendEvent(message);
-    const event = message.event ?? {};
-    if (message.kind === "approval_requested" && event.subject === "plan" && event.plan) {
+  const noteEdits = ({ kind, event = {} }) => {
+    if (kind === "approval_requested" && event.subject === "plan" && event.plan) {
       proposals.set(event.approval_id, { plan: event.plan, version: event.plan_version ?? event.plan.version });
-    } else if (message.kind === "approval_decided" && event.edited_plan && proposals.has(event.approval_id)) {
+    } else if (kind === "approval_decided" && event.edited_plan && proposals.has(event.approval_id)) {
       const asked = proposals.get(event.approval_id);
       edits.push({ version: event.edited_plan.version ?? asked.version, proposed: asked.plan, edited: event.edited_plan, by: event.by ?? "a human", reason: event.reason });
     }
-    const status = STEP_EVENTS[message.kind];
-    if (status && message.event?.step_id) {
-      liveStatus.set(message.event.step_id, status);
-      dag?.update(message.event.step_id, statusOf(message.event.step_id));
-    }
-    if (REFRESH_ON.has(message.kind)) scheduleRefresh();
+  };
+
+  const onEvent = (message) => {
+    if (message.seq <= lastSeq) return; // a repeat after a reconnection
+    lastSeq = message.seq;
+    queue.push(message);
+    drawSoon();
   };
 
   async function cancel() {
@@ -369,7 +431,6 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
     try {
       await api(`/v1/runs/${encodeURIComponent(runId)}/cancel`, { method: "POST" });
       toast("Cancelling the run");
-      scheduleRefresh(0);
     } catch (error) {
       toast(`Could not cancel: ${error.message}`, "error");
     }
@@ -379,7 +440,6 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
     try {
       await api(`/v1/runs/${encodeURIComponent(runId)}/resume`, { method: "POST" });
       toast("Resumed");
-      scheduleRefresh(0);
       if (!stream) follow();
     } catch (error) {
       toast(`Could not resume: ${error.message}`, "error");
@@ -391,7 +451,7 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
     const select = h(
       "select",
       { id: "fork-agent", name: "agent" },
-      agents.map((a) => h("option", { value: a.name, selected: a.name === run?.agent }, a.name)),
+      agents.map((a) => h("option", { value: a.name, selected: a.name === (fold.agent ?? accepted?.agent) }, a.name)),
     );
     const values = await ask({
       title: `Fork from event ${seq}`,
@@ -415,15 +475,13 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
 
   function follow() {
     stream = followRun(runId, {
-      after: 0,
+      after: lastSeq,
       onEvent,
       onWaiting: () => {
         live.textContent = "waiting for an answer";
-        scheduleRefresh(0);
       },
       onEnd: () => {
         live.textContent = "finished";
-        scheduleRefresh(0);
       },
       onState: (state) => {
         if (state === "live") live.textContent = "live";
@@ -436,18 +494,24 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
     });
   }
 
-  refresh().then(() => {
-    if (!stopped) follow();
+  load().then((found) => {
+    if (found && !stopped) follow();
   });
   return () => {
     stopped = true;
-    clearTimeout(refreshTimer);
+    cancelAnimationFrame(frame);
     stream?.close();
   };
 }
 
-function isDone(status) {
-  return ["succeeded", "failed", "cancelled", "dropped"].includes(status);
+/** One fact of a list of facts: its name and its value kept together on a line. */
+function fact(name, value) {
+  return h("div", { class: "fact" }, h("dt", {}, name), h("dd", {}, value));
+}
+
+/** A status as words ("approval" is a step that needs one). */
+function statusLabel(status) {
+  return status === "approval" ? "needs approval" : status;
 }
 
 /** The ids of the steps added, removed and changed from plan `a` to plan `b`. */

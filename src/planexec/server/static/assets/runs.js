@@ -20,7 +20,7 @@ export function mountRuns(main) {
   const more = h("button", { type: "button", hidden: true }, "Older runs");
   const table = h(
     "table",
-    { class: "runs" },
+    { class: "runs stack" },
     h("caption", { class: "visually-hidden" }, "Runs, newest first"),
     h(
       "thead",
@@ -104,19 +104,24 @@ export function mountRuns(main) {
     h(
       "tr",
       { "data-run": run.run_id, "data-status": run.status },
-      h("td", {}, h("a", { href: `#/runs/${encodeURIComponent(run.run_id)}` }, clip(run.run_id, 24))),
-      h("td", {}, runBadge(run), run.questions ? h("span", { class: "count" }, ` ${run.questions} ?`) : null),
-      h("td", {}, run.agent ?? "—"),
-      h("td", { title: run.goal }, clip(run.goal, 70)),
+      h("td", { "data-label": "Run" }, h("a", { href: `#/runs/${encodeURIComponent(run.run_id)}`, title: run.run_id }, clip(run.run_id, 24))),
       h(
         "td",
-        {},
+        { "data-label": "Status" },
+        runBadge(run),
+        run.questions ? h("span", { class: "count", "aria-label": `${run.questions} waiting` }, ` ${run.questions} ?`) : null,
+      ),
+      h("td", { "data-label": "Agent" }, run.agent ?? "—"),
+      h("td", { "data-label": "Goal", title: run.goal }, clip(run.goal, 70)),
+      h(
+        "td",
+        { "data-label": "Steps" },
         run.steps ? `${run.steps.finished}/${run.steps.total}` : "—",
         run.steps?.failed ? h("span", { class: "bad" }, ` (${run.steps.failed} failed)`) : null,
       ),
-      h("td", {}, money(run.cost)),
-      h("td", {}, duration(run.duration)),
-      h("td", {}, when(run.started_at)),
+      h("td", { "data-label": "Cost" }, money(run.cost)),
+      h("td", { "data-label": "Duration" }, duration(run.duration)),
+      h("td", { "data-label": "Started" }, when(run.started_at)),
     );
 
   const query = (cursor) => {

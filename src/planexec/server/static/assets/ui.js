@@ -121,7 +121,8 @@ export function problemList(error) {
 
 /**
  * Ask in a modal dialog; resolves with the form's values, or null when dismissed.
- * Enter submits (the default button), Escape closes it.
+ * Enter submits (the default button), Escape closes it; Tab and Shift+Tab go round the dialog's
+ * controls without leaving it, and the focus goes back where it was when the dialog closes.
  */
 export function ask({ title, body = [], confirm = "OK", danger = false }) {
   return new Promise((resolve) => {
@@ -138,11 +139,29 @@ export function ask({ title, body = [], confirm = "OK", danger = false }) {
       ),
     );
     const dialog = h("dialog", { "aria-label": title }, form);
+    const before = document.activeElement;
     document.body.append(dialog);
+    dialog.addEventListener("keydown", (event) => {
+      if (event.key !== "Tab") return;
+      const controls = [...dialog.querySelectorAll("button, input, select, textarea, a[href], [tabindex]")].filter(
+        (e) => !e.disabled && e.tabIndex >= 0,
+      );
+      if (!controls.length) return;
+      const first = controls[0];
+      const last = controls[controls.length - 1];
+      if (event.shiftKey && document.activeElement === first) {
+        event.preventDefault();
+        last.focus();
+      } else if (!event.shiftKey && document.activeElement === last) {
+        event.preventDefault();
+        first.focus();
+      }
+    });
     dialog.addEventListener("close", () => {
       const ok = dialog.returnValue === "ok";
       const values = ok ? Object.fromEntries(new FormData(form).entries()) : null;
       dialog.remove();
+      if (before instanceof HTMLElement && before.isConnected) before.focus();
       resolve(values);
     });
     dialog.showModal();
