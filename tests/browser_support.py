@@ -12,6 +12,7 @@ then they fail.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -26,13 +27,14 @@ from pathlib import Path
 import pytest
 
 try:
-    from playwright.sync_api import Browser, ConsoleMessage, Error, Page, sync_playwright
+    from playwright.sync_api import Browser, ConsoleMessage, Error, Locator, Page, sync_playwright
 except ImportError:  # the dev extra brings it; a bare install may not have it
     sync_playwright = None  # type: ignore[assignment]
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
 VIEWPORT = {"width": 1366, "height": 768}
+NARROW = {"width": 420, "height": 860}
 LAUNCH_ARGS = [
     # every host name fails to resolve except the loopback address the tests use: no lookups of
     # Google's hosts, no traffic off this machine
@@ -90,10 +92,14 @@ def page_errors() -> PageErrors:
     return PageErrors()
 
 
-@pytest.fixture
-def page(browser: Browser, page_errors: PageErrors) -> Iterator[Page]:
-    """A fresh page at 1366×768; the test fails if the page logs a console error or throws."""
-    context = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
+@contextlib.contextmanager
+def watched_page(
+    browser: Browser, page_errors: PageErrors, *, viewport: dict[str, int] = VIEWPORT, bypass_csp: bool = False
+) -> Iterator[Page]:
+    """A fresh page of ``viewport`` size in a context of its own, its console errors and uncaught
+    exceptions kept in ``page_errors``. ``bypass_csp``: the page's Content Security Policy is not
+    enforced (only to put axe-core into the page)."""
+    context = browser.new_context(viewport=viewport, bypass_csp=bypass_csp)  # type: ignore[arg-type]
     opened = context.new_page()
     opened.set_default_timeout(15_000)
 
@@ -111,9 +117,103 @@ def page(browser: Browser, page_errors: PageErrors) -> Iterator[Page]:
         yield opened
     finally:
         context.close()
+
+
+def fail_on_page_errors(page_errors: PageErrors) -> None:
     unexpected = page_errors.unexpected()
     if unexpected:
         pytest.fail("the page logged errors:\n" + "\n".join(unexpected))
+
+
+@pytest.fixture
+def page(browser: Browser, page_errors: PageErrors) -> Iterator[Page]:
+    """A fresh page at 1366×768; the test fails if the page logs a console error or throws."""
+    with watched_page(browser, page_errors) as opened:
+        yield opened
+    fail_on_page_errors(page_errors)
+
+
+@pytest.fixture
+def narrow_page(browser: Browser, page_errors: PageErrors) -> Iterator[Page]:
+    """A fresh page 420 px wide (a phone held upright), failing the test as ``page`` does."""
+    with watched_page(browser, page_errors, viewport=NARROW) as opened:
+        yield opened
+    fail_on_page_errors(page_errors)
+
+
+@pytest.fixture
+def axe_page(browser: Browser, page_errors: PageErrors) -> Iterator[Page]:
+    """A fresh page at 1366×768 whose Content Security Policy lets the tests put axe-core in."""
+    with watched_page(browser, page_errors, bypass_csp=True) as opened:
+        yield opened
+    fail_on_page_errors(page_errors)
+
+
+# -- packages from npm: axe-core, and the layout library the page vendors -------------------------
+
+WEB_PACKAGES = ROOT / "tests" / "web"
+"""package.json and package-lock.json of what the browser tests install with npm; ``npm ci`` puts
+the packages in its node_modules (not in git), again whenever the lock file changes."""
+
+
+@pytest.fixture(scope="session")
+def web_packages() -> Path:
+    """The node_modules folder of ``tests/web``, installed with ``npm ci`` when missing or stale.
+    Without npm the tests that need it are skipped (they fail where Chromium is required)."""
+    npm = shutil.which("npm")
+    if npm is None:
+        _missing("npm is not installed (the tests install axe-core with it)")
+    assert npm is not None
+    modules = WEB_PACKAGES / "node_modules"
+    lock = (WEB_PACKAGES / "package-lock.json").read_bytes()
+    stamp = modules / ".planexec-lock"
+    if not stamp.exists() or stamp.read_bytes() != lock:
+        env = {
+            **os.environ,
+            "npm_config_audit": "false",
+            "npm_config_fund": "false",
+            "npm_config_update_notifier": "false",
+        }
+        installed = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"],
+            cwd=WEB_PACKAGES,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+        stamp.write_bytes(lock)
+    return modules
+
+
+SEVERE = ("serious", "critical")
+
+
+def axe_violations(page: Page, modules: Path, *, exclude: Sequence[str] = ()) -> list[str]:
+    """Run axe-core over the page as it is now; the serious and critical violations, one line each
+    (rule, impact, help, and where). The page's context must bypass its CSP (``axe_page``)."""
+    if not page.evaluate("() => typeof window.axe === 'object'"):
+        page.add_script_tag(path=str(modules / "axe-core" / "axe.min.js"))
+    results = page.evaluate(
+        """async (exclude) => {
+            const context = exclude.length ? { exclude: exclude.map((s) => [s]) } : document;
+            const found = await axe.run(context, { resultTypes: ["violations"] });
+            return found.violations.map((v) => ({
+                id: v.id, impact: v.impact, help: v.help,
+                nodes: v.nodes.map((n) => {
+                    const why = n.failureSummary ? ": " + n.failureSummary.replace(/\\s+/g, " ") : "";
+                    return n.target.join(" ") + why;
+                }),
+            }));
+        }""",
+        list(exclude),
+    )
+    return [
+        f"{v['id']} ({v['impact']}): {v['help']} — " + "; ".join(v["nodes"][:4])
+        for v in results
+        if v["impact"] in SEVERE
+    ]
 
 
 @dataclass
@@ -125,10 +225,14 @@ class Screenshots:
     extra: Path | None
     taken: list[Path] = field(default_factory=list)
 
-    def take(self, page: Page, name: str) -> Path:
-        """Save the whole page as ``NAME.png`` (a name unique across the tests, for ``$PLANEXEC_SCREENSHOTS``)."""
+    def take(self, page: Page, name: str, *, part: Locator | None = None) -> Path:
+        """Save the whole page (or only ``part`` of it) as ``NAME.png`` (a name unique across the
+        tests, for ``$PLANEXEC_SCREENSHOTS``)."""
         path = self.folder / f"{name}.png"
-        page.screenshot(path=str(path), full_page=True)
+        if part is None:
+            page.screenshot(path=str(path), full_page=True)
+        else:
+            part.screenshot(path=str(path))
         self.taken.append(path)
         if self.extra is not None:
             copy = self.extra / path.name

@@ -11,48 +11,18 @@ import re
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from .browser_support import PageErrors, Screenshots, Served, chromium_required, start_serve, stop_serve
-from .support import tool_step
+from .web_support import agent_spec, node, open_page, start_run, tool_step, write_tools
 
 try:
-    from playwright.sync_api import Locator, Page, expect
+    from playwright.sync_api import Page, expect
 except ImportError:
     if chromium_required():
         raise
     pytest.skip("the playwright package is not installed (pip install -e '.[dev]')", allow_module_level=True)
-
-TOOLS = '''
-import asyncio
-from pathlib import Path
-
-from planexec import tool
-
-GATES = Path({gates!r})
-
-
-@tool
-async def gather(source: str) -> str:
-    """Gather notes from a source; returns once the test opens that source's gate."""
-    while not (GATES / source).exists():
-        await asyncio.sleep(0.02)
-    return f"notes from {{source}}"
-
-
-@tool(side_effect=True, sensitive=True)
-async def publish(title: str) -> str:
-    """Publish a report."""
-    return f"published {{title}}"
-
-
-@tool
-def count(word: str) -> int:
-    """Count the letters of a word."""
-    return len(word)
-'''
 
 LIVE_PLAN = {
     "reason": "two sources at once, then publish",
@@ -78,36 +48,17 @@ WAIT_PLAN = {"steps": [tool_step("wait", "gather", {"source": "never"})]}
 """One step that runs until it is cancelled (its gate is never opened)."""
 
 
-def agent_spec(workdir: Path, name: str, replies: list[Any], module: str, **fields: Any) -> str:
-    """Write a scripted planner and an agent spec using the test tools; returns ``NAME=spec.json``."""
-    script = workdir / f"{name}-planner.json"
-    script.write_text(json.dumps(replies))
-    spec = {
-        "version": 4,
-        "planner": f"scripted:{script}",
-        "tools": [f"{module}:gather", f"{module}:publish", f"{module}:count"],
-        "cwd": str(workdir),
-        **fields,
-    }
-    path = workdir / f"{name}.json"
-    path.write_text(json.dumps(spec))
-    return f"{name}={path}"
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """``planexec serve`` with three agents — ``reporter`` (parallel steps, then a sensitive one),
     ``counter`` (its plans approved by a human) and ``waiter`` (a step that runs until cancelled) —
     a SQLite store and a token file."""
     workdir = tmp_path_factory.mktemp("serve")
-    gates = workdir / "gates"
-    gates.mkdir()
-    module = "webpage_tools"
-    (workdir / f"{module}.py").write_text(TOOLS.format(gates=str(gates)))
+    write_tools(workdir)
     agents = [
-        agent_spec(workdir, "reporter", [LIVE_PLAN, {"answer": "the weekly report is out"}], module),
-        agent_spec(workdir, "counter", [EDIT_PLAN, {"answer": "counted"}], module, approve_plan=True),
-        agent_spec(workdir, "waiter", [WAIT_PLAN, {"answer": "waited"}], module),
+        agent_spec(workdir, "reporter", [LIVE_PLAN, {"answer": "the weekly report is out"}]),
+        agent_spec(workdir, "counter", [EDIT_PLAN, {"answer": "counted"}], approve_plan=True),
+        agent_spec(workdir, "waiter", [WAIT_PLAN, {"answer": "waited"}]),
     ]
     args = ["--store", f"sqlite:///{workdir / 'runs.db'}"]
     for agent in agents:
@@ -117,27 +68,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         yield server
     finally:
         stop_serve(server.process)
-
-
-def open_page(page: Page, served: Served, route: str = "/") -> None:
-    """Open the page with the token in the fragment, as ``planexec serve`` prints it."""
-    page.goto(f"{served.url}#token={served.token}")
-    expect(page.get_by_role("heading", name="Runs", exact=True)).to_be_visible()
-    assert "token" not in page.url  # taken out of the address bar
-    if route != "/":
-        page.goto(f"{served.url}#{route}")
-
-
-def node(page: Page, step_id: str) -> Locator:
-    return page.locator(f'svg.dag g.node[data-step="{step_id}"]')
-
-
-def start_run(page: Page, agent: str, goal: str) -> str:
-    page.get_by_label("Agent", exact=True).first.select_option(agent)
-    page.get_by_label("Goal").fill(goal)
-    page.get_by_role("button", name="Start run").click()
-    page.wait_for_url(re.compile(r"#/runs/"))
-    return page.url.rsplit("#/runs/", 1)[1]
 
 
 def test_a_run_started_in_the_page_updates_its_dag_live_and_its_sensitive_step_is_approved_from_the_inbox(
