@@ -23,12 +23,14 @@ ROOT = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 
 
-def test_the_license_file_is_the_licence_pyproject_declares() -> None:
-    assert PROJECT["license"] == "Apache-2.0"
-    assert PROJECT["license-files"] == ["LICENSE"]
+def test_the_license_files_are_the_licences_pyproject_declares() -> None:
+    assert PROJECT["license"] == "Apache-2.0 AND MIT"  # planexec's own, and the web page's vendored dagre
+    assert PROJECT["license-files"] == ["LICENSE", "src/planexec/server/static/assets/vendor/dagre.LICENSE.txt"]
     text = (ROOT / "LICENSE").read_text(encoding="utf-8")
     assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
     assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text
+    vendored = (ROOT / PROJECT["license-files"][1]).read_text(encoding="utf-8")
+    assert "Permission is hereby granted, free of charge" in vendored  # the MIT licence
 
 
 @dataclass(frozen=True)
@@ -162,3 +164,7 @@ def test_the_wheel_and_the_sdist_ship_the_web_page(dist: Dist) -> None:
     for name in WEB_PAGE:
         assert f"planexec/server/static/{name}" in names, name
         assert f"src/planexec/server/static/{name}" in sdist_names, name
+    # the vendored dagre's licence is among the wheel's licence files too
+    assert any(
+        n.endswith(".dist-info/licenses/src/planexec/server/static/assets/vendor/dagre.LICENSE.txt") for n in names
+    )

@@ -78,7 +78,7 @@ def asked(served: Served) -> dict[str, dict[str, Any]]:
     deadline = time.monotonic() + 30
     with client(served) as api:
         while True:
-            by_kind = {q["subject"]: q for q in api.get("/v1/inbox").json()["questions"]}
+            by_kind = {q["kind"]: q for q in api.get("/v1/inbox").json()["questions"]}
             if set(KINDS) <= set(by_kind):
                 return by_kind
             if time.monotonic() > deadline:
@@ -116,7 +116,7 @@ def test_every_page_has_no_serious_accessibility_violation(
     for kind in ("plan", "review"):  # a run page with its graph, its steps and its question
         page.goto(f"{served.url}#/runs/{questions[kind]['run_id']}")
         expect(page.locator("section.run-questions section.question")).to_have_count(1)
-        expect(page.locator("svg.dag g.node").first).to_be_visible()
+        expect(page.locator("svg.dag g.node").first).to_be_visible()  # in the question or the plan
         assert_no_violations(page, web_packages, f"the page of a run asking a {kind} question")
     screenshots.take(page, "run-review-1366")
 
@@ -132,6 +132,9 @@ def test_the_inbox_at_420_pixels_wide(narrow_page: Page, served: Served, screens
     expect(narrow_page.locator("section.question")).to_have_count(len(KINDS))
     assert narrow_page.evaluate("() => document.documentElement.scrollWidth") <= 420
     screenshots.take(narrow_page, "inbox-every-kind-420")
+    for kind in ("plan", "effect"):
+        card = narrow_page.locator(f"section.question.subject-{kind}")
+        screenshots.take(narrow_page, f"inbox-{kind}-420", part=card)
 
 
 DESCRIBE = (
@@ -173,11 +176,11 @@ def test_tab_reaches_every_control_in_order_and_dialogs_keep_the_focus(page: Pag
     assert reached == controls
 
     # a run page: the graph is one stop; its steps are reached with the arrow keys
-    run_id = questions["plan"]["run_id"]
+    run_id = questions["answer"]["run_id"]
     page.goto(f"{served.url}#/runs/{run_id}")
-    expect(node(page, "second")).to_be_visible()
+    expect(node(page, "second")).to_have_attribute("data-status", "succeeded")
     controls = focusable(page, "main")
-    assert sum(1 for c in controls if c.startswith("g:")) == 1
+    assert sum(1 for c in controls if c.startswith("g:")) == 1  # an SVG element: its tag name as written
     page.locator("main").focus()
     for _ in range(len(controls)):
         page.keyboard.press("Tab")

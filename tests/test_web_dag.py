@@ -60,7 +60,7 @@ def run_to_the_end(page: Page, served: Served, size: int) -> list[dict[str, Any]
     expect(page.locator("#run-status")).to_have_attribute("data-status", "finished")
     expect(page.locator("#run-steps")).to_have_text(f"{size} of {size} done")
     steps: list[dict[str, Any]] = PLANS[size]["steps"]
-    expect(page.locator('svg.dag g.node[data-status="succeeded"]')).to_have_count(size)
+    expect(page.locator('#dag-section svg.dag g.node[data-status="succeeded"]')).to_have_count(size)
     return steps
 
 
@@ -81,10 +81,10 @@ def test_a_large_plan_is_drawn_readable_and_scrolls_with_a_cue(
         expect(node(page, n.step)).to_have_attribute("aria-label", f"Step {shown}, count, succeeded")
         expect(node(page, n.step)).to_have_accessible_description(re.compile(re.escape(n.step)))
     assert geometry.scroll_width > geometry.client_width  # wider than the window: it scrolls
-    cue = page.locator(".dag-more")
+    cue = page.locator("#dag-section .dag-more")
     expect(cue).to_be_visible()
     expect(cue).to_contain_text("More of the plan to the right")
-    expect(page.locator(".dag-frame")).to_contain_class("more-right")
+    expect(page.locator("#dag-section .dag-frame")).to_contain_class("more-right")
     screenshots.take(page, f"dag-{size}-1366")
     screenshots.take(page, f"dag-{size}-1366-graph", part=page.locator("section:has(#dag-title)"))
 
@@ -93,25 +93,25 @@ def test_a_large_plan_is_drawn_readable_and_scrolls_with_a_cue(
     page.keyboard.press("End")
     last = steps[-1]["id"]
     assert page.evaluate("() => document.activeElement.dataset.step") == last
-    box = page.locator(".dag-scroll").bounding_box()
+    box = page.locator("#dag-section .dag-scroll").bounding_box()
     focused = node(page, last).locator("rect").bounding_box()
     assert box is not None
     assert focused is not None
     assert box["x"] <= focused["x"]
     assert focused["x"] + focused["width"] <= box["x"] + box["width"] + 1
-    expect(page.locator(".dag-frame")).to_contain_class("more-left")
+    expect(page.locator("#dag-section .dag-frame")).to_contain_class("more-left")
     page.keyboard.press("ArrowLeft")
     assert page.evaluate("() => document.activeElement.dataset.step") in steps[-1]["depends_on"]
     page.keyboard.press(" ")
     expect(page.locator("#step-title")).to_contain_text(page.evaluate("() => document.activeElement.dataset.step"))
     # one keyboard stop for the whole graph
-    assert page.locator('svg.dag g.node[tabindex="0"]').count() == 1
+    assert page.locator('#dag-section svg.dag g.node[tabindex="0"]').count() == 1
 
 
 def test_a_200_step_plan_at_420_pixels_wide(narrow_page: Page, served: Served, screenshots: Screenshots) -> None:
     steps = run_to_the_end(narrow_page, served, 200)
     assert_readable(dag_geometry(narrow_page), steps)
-    expect(narrow_page.locator(".dag-more")).to_be_visible()
+    expect(narrow_page.locator("#dag-section .dag-more")).to_be_visible()
     assert narrow_page.evaluate("() => document.documentElement.scrollWidth") <= 420
     screenshots.take(narrow_page, "dag-200-420")
     screenshots.take(narrow_page, "dag-200-420-graph", part=narrow_page.locator("section:has(#dag-title)"))

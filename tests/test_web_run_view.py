@@ -159,7 +159,7 @@ def test_the_run_page_says_what_its_event_log_says_at_every_frame_of_a_run_with_
     assert geometry.scroll_width <= geometry.client_width
     rightmost = max(geometry.nodes, key=lambda n: n.box.right)
     assert geometry.scroll.holds(rightmost.box), (rightmost, geometry.scroll)
-    expect(page.locator(".dag-more")).to_be_hidden()
+    expect(page.locator("#dag-section .dag-more")).to_be_hidden()
     assert_shows_the_finished_demo(page, demo, run_id)
     screenshots.take(page, "run-demo-1366")
 
@@ -187,8 +187,8 @@ def test_the_finished_run_reads_the_same_at_420_pixels_wide(
     assert_shows_the_finished_demo(page, demo, run_id)
     # the page itself does not scroll sideways: the graph and the tables scroll in their boxes
     assert page.evaluate("() => document.documentElement.scrollWidth") <= 420
-    expect(page.locator(".dag-more")).to_be_visible()
-    expect(page.locator(".dag-more")).to_contain_text("scroll")
+    expect(page.locator("#dag-section .dag-more")).to_be_visible()
+    expect(page.locator("#dag-section .dag-more")).to_contain_text("scroll")
     page.goto(f"{demo.url}#/")
     expect(page.locator("table.runs tbody tr").first).to_contain_text("6/6")
     assert page.evaluate("() => document.documentElement.scrollWidth") <= 420
@@ -204,12 +204,20 @@ def fold_in_page(page: Page, events: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def comparable(view: dict[str, Any]) -> dict[str, Any]:
-    """A run view without what only the server words (a question's wording) or only the page keeps
-    (which plan version defined a step record)."""
+    """A run view without what only the server makes (a plan's cost forecast, a question's
+    wording) or only the page keeps (which plan version defined a step record)."""
     steps = [{k: v for k, v in s.items() if k != "plan_version"} for s in view["steps"]]
-    keep = ("question_id", "subject", "step_id", "plan_version", "reason", "asked_at")
-    questions = [{k: q[k] for k in keep} for q in view["questions"]]
-    return {**view, "steps": steps, "questions": questions}
+    plans = [{k: v for k, v in p.items() if k != "forecast"} for p in view["plans"]]
+    questions = [
+        {
+            "question_id": q["question_id"],
+            "kind": q.get("kind", q.get("subject")),
+            "step": q["step"]["id"] if isinstance(q.get("step"), dict) else q.get("step_id"),
+            "asked_at": q["asked_at"],
+        }
+        for q in view["questions"]
+    ]
+    return {**view, "steps": steps, "plans": plans, "questions": questions}
 
 
 async def store_recorded_logs(db: Path) -> list[str]:

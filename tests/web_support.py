@@ -123,7 +123,7 @@ def open_page(page: Page, served: Served, route: str = "/") -> None:
 
 
 def node(page: Page, step_id: str) -> Locator:
-    return page.locator(f'svg.dag g.node[data-step="{step_id}"]')
+    return page.locator(f'#dag-section svg.dag g.node[data-step="{step_id}"]')
 
 
 def start_run(page: Page, agent: str, goal: str) -> str:
@@ -183,7 +183,7 @@ def dag_geometry(page: Page) -> DagGeometry:
             const box = (r) => ({
                 left: r.left + scrollX, top: r.top + scrollY, right: r.right + scrollX, bottom: r.bottom + scrollY,
             });
-            const svg = document.querySelector("svg.dag:not(.dag-measure)");
+            const svg = document.querySelector("#dag-section svg.dag");
             const scroller = svg.closest(".dag-scroll");
             const nodes = [...svg.querySelectorAll("g.node")].map((g) => ({
                 step: g.dataset.step,

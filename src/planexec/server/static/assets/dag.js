@@ -134,7 +134,7 @@ export function drawDag(steps, { statusOf = null, markOf = null, onSelect = null
       unique.push(step);
     }
   }
-  const lines = statusOf || markOf ? 3 : 2;
+  const lines = statusOf || (markOf && unique.some((step) => markOf(step.id))) ? 3 : 2;
   const height = PAD_Y * 2 + LINE.slice(0, lines).reduce((a, b) => a + b, 0);
   const measure = measurer();
   const textMax = MAX_W - PAD_X * 2;

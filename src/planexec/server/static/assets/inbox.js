@@ -76,7 +76,11 @@ function planSection(plan, id) {
       h("td", {}, step.change ?? "—", step.changed_fields.length ? h("div", { class: "muted" }, step.changed_fields.join(", ")) : null),
     ),
   );
-  const dag = drawDag(plan.steps, { statusOf: (sid) => (plan.steps.find((x) => x.id === sid)?.change === "kept" ? "succeeded" : "pending") });
+  const changeOf = (sid) => plan.steps.find((x) => x.id === sid)?.change;
+  const dag = drawDag(plan.steps, {
+    markOf: (sid) => (["added", "changed"].includes(changeOf(sid)) ? changeOf(sid) : null),
+    label: `Plan version ${plan.version}`,
+  });
   return [
     h(
       "dl",

@@ -34,7 +34,7 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
   const header = h("div", { class: "run-head" });
   const actions = h("div", { class: "actions run-actions" });
   const questions = h("section", { class: "run-questions", "aria-label": "Questions" });
-  const dagSection = h("section", { class: "card", "aria-labelledby": "dag-title" });
+  const dagSection = h("section", { class: "card", id: "dag-section", "aria-labelledby": "dag-title" });
   const stepPanel = h("section", { class: "card step-panel", "aria-labelledby": "step-title", tabindex: "-1" });
   const stepsTable = h("section", { class: "card", "aria-labelledby": "steps-title" });
   const plans = h("section", { class: "card", "aria-labelledby": "plans-title" });
@@ -156,39 +156,26 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
 
   const renderDag = () => {
     const plan = fold.plan;
-    // before the first plan is approved, the plan a human is asked to approve
-    const proposed = plan ? null : fold.questions.find((q) => q.subject === "plan" && q.plan)?.plan;
-    if (!plan && !proposed) {
-      if (dagKey !== "none") {
-        dagKey = "none";
+    if (!plan) {
+      // before the first plan is approved, the question above shows the plan proposed
+      const proposed = fold.questions.some((q) => q.subject === "plan");
+      const say = proposed ? "A plan is proposed: it waits for approval in the question above." : fold.planning ? "The planner is making the plan…" : "No plan yet.";
+      if (dagKey !== say) {
+        dagKey = say;
         dag = null;
-        fill(
-          dagSection,
-          h("h2", { id: "dag-title" }, "Plan"),
-          h("p", { class: "muted" }, fold.planning ? "The planner is making the plan…" : "No plan yet."),
-        );
+        fill(dagSection, h("h2", { id: "dag-title" }, "Plan"), h("p", { class: "muted" }, say));
       }
       return;
     }
-    const shownPlan = plan ?? proposed;
-    const key = JSON.stringify([!plan, shownPlan.version, shownPlan.steps.map((step) => [step.id, step.depends_on, step.tool, step.executor])]);
-    const focused = document.activeElement?.closest?.(".node")?.dataset.step;
+    const key = JSON.stringify([plan.version, plan.steps.map((step) => [step.id, step.depends_on, step.tool, step.executor])]);
+    const focused = document.activeElement?.closest?.("#dag-section .node")?.dataset.step;
     if (key !== dagKey || !dag) {
       dagKey = key;
-      if (plan) {
-        fill(dagSection, h("h2", { id: "dag-title" }, `Plan, version ${plan.version}`), plan.reason ? h("p", { class: "muted" }, plan.reason) : null);
-        dag = drawDag(plan.steps, { statusOf, onSelect: (id) => selectStep(id), selected: selected?.id, label: `Plan version ${plan.version}` });
-      } else {
-        fill(
-          dagSection,
-          h("h2", { id: "dag-title" }, "Plan proposed, waiting for approval"),
-          h("p", { class: "muted" }, proposed.reason || "Nothing runs until a human approves it."),
-        );
-        dag = drawDag(proposed.steps, { onSelect: (id) => selectStep(id), selected: selected?.id, label: "Proposed plan" });
-      }
+      fill(dagSection, h("h2", { id: "dag-title" }, `Plan, version ${plan.version}`), plan.reason ? h("p", { class: "muted" }, plan.reason) : null);
+      dag = drawDag(plan.steps, { statusOf, onSelect: (id) => selectStep(id), selected: selected?.id, label: `Plan version ${plan.version}` });
       dagSection.append(dag.element);
       if (focused) dag.focus(focused);
-    } else if (plan) {
+    } else {
       for (const step of plan.steps) dag.update(step.id, statusOf(step.id));
     }
   };
@@ -240,17 +227,9 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
 
   const renderStep = () => {
     if (!selected) return;
-    const proposed = fold.questions.find((q) => q.subject === "plan" && q.plan)?.plan;
-    const step =
-      selected.record ??
-      fold.view().steps.find((x) => x.id === selected.id && !x.superseded) ??
-      proposed?.steps.find((x) => x.id === selected.id);
+    const step = selected.record ?? fold.view().steps.find((x) => x.id === selected.id && !x.superseded);
     if (!step) return;
-    const status = selected.record
-      ? `${step.status} (plan v${step.plan_version})`
-      : step.status
-        ? statusLabel(statusOf(step.id))
-        : "proposed, waiting for approval";
+    const status = selected.record ? `${step.status} (plan v${step.plan_version})` : statusLabel(statusOf(step.id));
     fill(
       stepPanel,
       h("h2", { id: "step-title" }, "Step ", h("code", {}, step.id)),
