@@ -84,8 +84,12 @@ def test_a_run_started_in_the_page_updates_its_dag_live_and_its_sensitive_step_i
     expect(node(page, "gather_web")).to_contain_text("running")  # the status is written, not only coloured
     screenshots.take(page, "live-1-running")
 
+    # a person tabbing through the steps table keeps their place as the run goes on
+    page.get_by_role("button", name="gather_docs", exact=True).focus()
     (gates / "web").touch()
     expect(node(page, "gather_web")).to_have_attribute("data-status", "succeeded")
+    expect(page.locator('table.steps tr[data-step="gather_web"] td[data-label="Status"]')).to_have_text("succeeded")
+    assert page.evaluate("() => document.activeElement.textContent") == "gather_docs"
     expect(node(page, "gather_docs")).to_have_attribute("data-status", "running")
     (gates / "docs").touch()
     expect(node(page, "gather_docs")).to_have_attribute("data-status", "succeeded")
@@ -128,6 +132,8 @@ def test_a_plan_edited_in_the_page_is_checked_and_its_diff_shown(
     run_id = start_run(page, "counter", "Count three words")
     card = page.locator("section.question.subject-plan")
     expect(card).to_contain_text("third")
+    expect(page.locator("#run-plan")).to_have_text("proposed, waiting for approval")
+    expect(page.locator("#dag-section")).to_contain_text("waits for approval in the question above")
     card.get_by_text("Edit the plan").click()
     editor = card.locator("textarea")
     steps = json.loads(editor.input_value())

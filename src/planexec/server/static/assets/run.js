@@ -29,6 +29,15 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
   const queue = []; // events received and not drawn yet: drawn together, with the log, at the next frame
   let frame = 0;
   const proposals = new Map(); // approval id -> {plan, version} a human was asked to approve
+  const openPlans = new Map(); // plan version -> whether its details are open, once a human chose
+  const drawn = new WeakMap(); // section -> the key of what it shows
+
+  /** Whether `section` should be drawn again: what it shows (`key`) changed since it was drawn. */
+  const changed = (section, key) => {
+    if (drawn.get(section) === key) return false;
+    drawn.set(section, key);
+    return true;
+  };
   const edits = []; // {version, proposed, edited, by, reason}: plans a human edited before approving
 
   const header = h("div", { class: "run-head" });
@@ -89,12 +98,20 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
     return { ...accepted, steps: [], plans: [], questions: [], usage: {}, constraints: accepted.constraints ?? [] };
   };
 
+  const planState = (plan) => {
+    if (plan) return `version ${plan.version}`;
+    if (fold.questions.some((q) => q.subject === "plan")) return "proposed, waiting for approval";
+    return fold.planning ? "being made" : "none yet";
+  };
+
   const renderHeader = (run) => {
     const plan = fold.plan;
     const progress = fold.progress();
     const stepsText = plan
       ? `${progress.succeeded} of ${progress.total} done${progress.failed ? `, ${progress.failed} failed` : ""}`
       : "no plan yet";
+    const key = JSON.stringify([run.goal, run.status, run.stop, run.agent, planState(plan), stepsText, run.cost, run.duration, run.started_at, run.constraints, run.answer]);
+    if (!changed(header, key)) return;
     fill(
       header,
       h("h1", {}, clip(run.goal, 160)),
@@ -103,7 +120,7 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
         { class: "facts inline" },
         fact("Status", h("span", { id: "run-status", "data-status": run.status }, runBadge(run))),
         fact("Agent", run.agent ?? "—"),
-        fact("Plan", h("span", { id: "run-plan" }, plan ? `version ${plan.version}` : fold.planning ? "being made" : "none yet")),
+        fact("Plan", h("span", { id: "run-plan" }, planState(plan))),
         fact("Steps", h("span", { id: "run-steps" }, stepsText)),
         fact("Cost", h("span", { id: "run-cost" }, money(run.cost))),
         fact("Duration", duration(run.duration)),
@@ -114,11 +131,13 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
       run.answer !== undefined && run.answer !== null ? h("div", { class: "answer" }, h("h2", {}, "Answer"), h("pre", {}, pretty(run.answer))) : null,
     );
     const finished = run.status === "finished";
-    fill(
-      actions,
-      h("button", { type: "button", class: "danger", disabled: finished, onclick: cancel }, "Cancel run"),
-      h("button", { type: "button", disabled: finished || run.status === "running", onclick: resume }, "Resume"),
-      h("a", { href: "#/" }, "Back to runs"),
+    keepingFocus(actions, () =>
+      fill(
+        actions,
+        h("button", { type: "button", class: "danger", disabled: finished, onclick: cancel, "data-focus": "cancel" }, "Cancel run"),
+        h("button", { type: "button", disabled: finished || run.status === "running", onclick: resume, "data-focus": "resume" }, "Resume"),
+        h("a", { href: "#/", "data-focus": "back" }, "Back to runs"),
+      ),
     );
   };
 
@@ -184,7 +203,11 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
     h(
       "tr",
       { class: earlier ? "superseded" : null, "data-step": step.id },
-      h("td", { "data-label": "Step" }, h("button", { type: "button", class: "link", onclick: () => selectStep(step.id, step) }, step.id)),
+      h(
+        "td",
+        { "data-label": "Step" },
+        h("button", { type: "button", class: "link", onclick: () => selectStep(step.id, step), "data-focus": `step:${step.id}:${earlier ? step.plan_version : ""}` }, step.id),
+      ),
       h("td", { "data-label": "Status" }, status),
       h("td", { "data-label": "Tool" }, step.tool ?? step.executor ?? "—"),
       h("td", { "data-label": "Attempts" }, String(step.attempts ?? 0)),
@@ -199,7 +222,10 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
     // earlier records that did something: a step replaced or dropped before it ever started has
     // nothing to show but its definition, which the plan versions show
     const earlier = run.steps.filter((x) => (x.superseded || !inPlan.has(x.id)) && (x.attempts > 0 || x.started_at));
-    fill(
+    const took = (x) => [x.id, x.status, x.attempts, x.started_at, x.finished_at, x.plan_version];
+    const key = JSON.stringify([current.map((x) => [...took(x), statusOf(x.id)]), earlier.map(took)]);
+    if (!changed(stepsTable, key)) return;
+    keepingFocus(stepsTable, () => fill(
       stepsTable,
       h("h2", { id: "steps-title" }, "Steps"),
       plan
@@ -222,7 +248,7 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
             ),
           )
         : h("p", { class: "muted" }, "No plan yet."),
-    );
+    ));
   };
 
   const renderStep = () => {
@@ -230,7 +256,9 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
     const step = selected.record ?? fold.view().steps.find((x) => x.id === selected.id && !x.superseded);
     if (!step) return;
     const status = selected.record ? `${step.status} (plan v${step.plan_version})` : statusLabel(statusOf(step.id));
-    fill(
+    const key = JSON.stringify([step.id, step.plan_version, status, step.attempts, step.started_at, step.finished_at, step.error]);
+    if (!changed(stepPanel, key)) return;
+    keepingFocus(stepPanel, () => fill(
       stepPanel,
       h("h2", { id: "step-title" }, "Step ", h("code", {}, step.id)),
       step.description ? h("p", {}, step.description) : null,
@@ -253,26 +281,27 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
         h("dd", {}, step.started_at && step.finished_at ? duration(step.finished_at - step.started_at) : "—"),
       ),
       h("h3", {}, "Arguments"),
-      h("pre", { class: "json", tabindex: "0" }, pretty(step.args)),
+      h("pre", { class: "json", tabindex: "0", "data-focus": "args", "aria-label": `Arguments of step ${step.id}` }, pretty(step.args)),
       h("h3", {}, "Output"),
-      h("pre", { class: "json", id: "step-output", tabindex: "0" }, pretty(step.output)),
+      h("pre", { class: "json", id: "step-output", tabindex: "0", "data-focus": "output", "aria-label": `Output of step ${step.id}` }, pretty(step.output)),
       step.error ? [h("h3", {}, "Error"), h("p", { class: "bad" }, h("strong", {}, step.error.kind), ": ", step.error.message)] : null,
-    );
+    ));
   };
 
   const renderPlans = (run) => {
-    fill(
+    if (!changed(plans, `${run.plans.length} ${edits.length}`)) return;
+    keepingFocus(plans, () => fill(
       plans,
       h("h2", { id: "plans-title" }, "Plan versions"),
       run.plans.length === 0 ? h("p", { class: "muted" }, "No plan yet.") : null,
       [...run.plans].reverse().map((plan, i) => {
         const previous = run.plans.find((p) => p.version === plan.version - 1) ?? run.plans[run.plans.indexOf(plan) - 1];
-        return h(
+        const details = h(
           "details",
-          { class: "plan-version", open: i === 0, "data-version": plan.version },
+          { class: "plan-version", open: openPlans.get(plan.version) ?? i === 0, "data-version": plan.version },
           h(
             "summary",
-            {},
+            { "data-focus": `plan:${plan.version}` },
             h("strong", {}, `Version ${plan.version}`),
             ` by ${plan.author}`,
             plan.trigger ? h("span", { class: "muted" }, ` · ${plan.trigger}`) : null,
@@ -291,12 +320,16 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
               ),
             ),
         );
+        // a version opened or closed stays so when the list is drawn again
+        details.addEventListener("toggle", () => openPlans.set(plan.version, details.open));
+        return details;
       }),
-    );
+    ));
   };
 
   const renderUsage = (run) => {
     const u = run.usage ?? {};
+    if (!changed(usage, JSON.stringify([u, run.cost]))) return;
     fill(
       usage,
       h("h2", { id: "usage-title" }, "Usage"),
@@ -486,6 +519,18 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
 /** One fact of a list of facts: its name and its value kept together on a line. */
 function fact(name, value) {
   return h("div", { class: "fact" }, h("dt", {}, name), h("dd", {}, value));
+}
+
+/**
+ * Run `redraw()`, which replaces what `section` holds; the control that had the focus in it (named
+ * by its data-focus) has it again afterwards, so a person tabbing through the page is not thrown
+ * out of it as the run goes on.
+ */
+function keepingFocus(section, redraw) {
+  const active = document.activeElement;
+  const name = section.contains(active) ? active.closest("[data-focus]")?.dataset.focus : null;
+  redraw();
+  if (name) [...section.querySelectorAll("[data-focus]")].find((e) => e.dataset.focus === name)?.focus({ preventScroll: true });
 }
 
 /** A status as words ("approval" is a step that needs one). */
