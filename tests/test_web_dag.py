@@ -166,3 +166,42 @@ def test_the_vendored_layout_library_is_the_npm_packages_file_with_its_licence(w
         assert ours == hashlib.sha256((package / original).read_bytes()).hexdigest(), vendored
     assert "MIT" in (package / "package.json").read_text()
     assert "Permission is hereby granted, free of charge" in (VENDOR / "dagre.LICENSE.txt").read_text()
+
+
+def test_hostile_names_are_drawn_as_text_and_fit_their_nodes(page: Page, served: Served) -> None:
+    """Ids, tools and descriptions as a planner might send them: markup, right-to-left text, very
+    long words, an arrow to a missing step and a step listed twice."""
+    open_page(page, served)
+    drawn = page.evaluate(
+        """async () => {
+            const { drawDag } = await import("./assets/dag.js");
+            const steps = [
+                { id: "a", tool: "<img src=x onerror=window.pwned=1>", description: "<script>window.pwned=2</script>" },
+                { id: "b".repeat(64), tool: "x".repeat(300), depends_on: ["a", "nowhere", "b".repeat(64)] },
+                { id: "c", tool: "\u202egnirts\u202c مرحبا 🧪", depends_on: ["a"] },
+                { id: "a", tool: "twice" },
+            ];
+            const box = document.createElement("section");
+            box.id = "hostile";
+            document.querySelector("main").append(box);
+            box.append(drawDag(steps, { statusOf: () => "pending" }).element);
+            const inside = (outer, inner) => inner.left >= outer.left - 0.5 && inner.right <= outer.right + 0.5
+                && inner.top >= outer.top - 0.5 && inner.bottom <= outer.bottom + 0.5;
+            return {
+                pwned: window.pwned ?? null,
+                images: box.querySelectorAll("img, script").length,
+                nodes: [...box.querySelectorAll("g.node")].map((g) => {
+                    const rect = g.querySelector("rect").getBoundingClientRect();
+                    const texts = [...g.querySelectorAll("text")].map((t) => t.getBoundingClientRect());
+                    return { id: g.dataset.step, fits: texts.every((t) => inside(rect, t)), width: rect.width };
+                }),
+                edges: box.querySelectorAll(".edges path").length,
+            };
+        }"""
+    )
+    assert drawn["pwned"] is None
+    assert drawn["images"] == 0
+    assert [n["id"] for n in drawn["nodes"]] == ["a", "b" * 64, "c"]  # the second "a" is not drawn again
+    assert all(n["fits"] for n in drawn["nodes"]), drawn["nodes"]
+    assert max(n["width"] for n in drawn["nodes"]) <= 240
+    assert drawn["edges"] == 2  # a → b and a → c; none to a missing step, none from a step to itself
