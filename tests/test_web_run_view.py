@@ -132,6 +132,8 @@ def assert_shows_the_finished_demo(page: Page, served: Served, run_id: str) -> d
         "collect_logs | failed (plan v1)",
     ]
     assert "pending" not in page.locator("table.steps").inner_text()
+    expect(page.locator("details.plan-version[open]")).to_have_count(1)  # the latest, as it came
+    expect(page.locator("details.plan-version[open]")).to_have_attribute("data-version", "3")
     for step in current:
         expect(node(page, step["id"])).to_have_attribute("data-status", "succeeded")
     assert_readable(dag_geometry(page), current)

@@ -320,8 +320,9 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
               ),
             ),
         );
-        // a version opened or closed stays so when the list is drawn again
-        details.addEventListener("toggle", () => openPlans.set(plan.version, details.open));
+        // a version a person opened or closed (a click, or Enter or Space on its summary) stays so
+        // when the list is drawn again; the others show the latest version open
+        details.querySelector("summary").addEventListener("click", () => openPlans.set(plan.version, !details.open));
         return details;
       }),
     ));
