@@ -1,7 +1,7 @@
 """Accessibility of every page, checked by axe-core in Chromium (no serious or critical violation):
 the runs list, a run page (its graph, its steps, its questions), the inbox with a question of every
-kind the served agents ask — plan, step, effect, question, escalation, review, answer — and the
-plan editor open. And the keyboard: Tab reaches every control of the inbox in order, the graph is
+kind the served agents ask — plan, step, effect, question, escalation, review, answer, budget — and
+the plan editor open. And the keyboard: Tab reaches every control of the inbox in order, the graph is
 one Tab stop whose steps the arrow keys reach, and a dialog keeps the focus until Escape closes it.
 Screenshots of the inbox at 1366×768 and 420 px wide."""
 
@@ -32,7 +32,7 @@ COUNT = {
     "reason": "count two words",
     "steps": [tool_step("first", "count", {"word": "alpha"}), tool_step("second", "count", {"word": "beta"}, "first")],
 }
-KINDS = ("plan", "step", "effect", "question", "escalation", "review", "answer")
+KINDS = ("plan", "step", "effect", "question", "escalation", "review", "answer", "budget")
 AGENTS: dict[str, tuple[list[Any], dict[str, Any]]] = {
     # each agent's run ends up asking one kind of question
     "plan": ([COUNT, {"answer": "counted"}], {"approve_plan": True}),
@@ -48,6 +48,7 @@ AGENTS: dict[str, tuple[list[Any], dict[str, Any]]] = {
         {"rules": {"on_fail": "review"}},
     ),
     "answer": ([COUNT, {"answer": "counted"}], {"rules": {"review_items": ["The answer says how many letters"]}}),
+    "budget": ([COUNT, {"answer": "counted"}], {"budget": {"tool_calls": "1"}, "rules": {"on_budget": "ask"}}),
 }
 
 
