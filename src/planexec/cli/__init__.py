@@ -8,8 +8,21 @@ line, 3 suspended until a human answers.
 ``question_panel(view)`` renders a :class:`~planexec.views.QuestionView` as the CLI shows it.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from planexec.cli._entry import entry
 from planexec.cli._main import main
-from planexec.cli._questions import question_panel
+
+if TYPE_CHECKING:
+    from planexec.cli._questions import question_panel
 
 __all__ = ["entry", "main", "question_panel"]
+
+
+def __getattr__(name: str) -> Any:
+    """``question_panel`` is imported when first used: the command line starts without Rich."""
+    if name == "question_panel":
+        from planexec.cli._questions import question_panel
+
+        return question_panel
+    raise AttributeError(f"module 'planexec.cli' has no attribute {name!r}")

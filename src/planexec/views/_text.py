@@ -15,11 +15,11 @@ REASON_SHOWN = frozenset({"question", "escalation", "effect"})
 
 
 def argument_text(arg: ArgumentView, *, width: int = 100) -> str:
-    """``name = value`` (``← ${binding}`` when it comes from an earlier step's output; a binding
-    whose step has not run yet is shown as ``name ← ${binding}``), with the size of a cut value."""
-    if arg.binding is not None and not arg.resolved:
-        return f"{arg.name} ← {arg.binding}"
+    """``name = value`` (``← ${binding}`` when it comes from an earlier step's output; an argument
+    whose step has not run yet is shown as written, binding and all), with the size of a cut value."""
     text = arg.text if len(arg.text) <= width else arg.text[: width - 1] + "…"
+    if arg.binding is not None and not arg.resolved:
+        return f"{arg.name} = {text}"  # the binding as written: its step has not run yet
     line = f"{arg.name} = {text}"
     if arg.binding is not None:
         line += f"  ← {arg.binding}"

@@ -72,7 +72,7 @@ function planSection(plan, id) {
       h("td", {}, step.runs_on),
       h("td", {}, step.depends_on.join(", ") || "—"),
       h("td", {}, effectBadge(step.effect)),
-      h("td", {}, step.arguments.length ? h("ul", { class: "plain" }, step.arguments.map((a) => h("li", {}, h("code", {}, a.name), " = ", h("code", {}, a.resolved ? a.text : a.binding)))) : "—"),
+      h("td", {}, step.arguments.length ? h("ul", { class: "plain" }, step.arguments.map((a) => h("li", {}, h("code", {}, a.name), " = ", h("code", {}, a.text), a.resolved ? null : h("span", { class: "muted" }, " (not run yet)")))) : "—"),
       h("td", {}, step.change ?? "—", step.changed_fields.length ? h("div", { class: "muted" }, step.changed_fields.join(", ")) : null),
     ),
   );
