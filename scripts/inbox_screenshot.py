@@ -107,7 +107,8 @@ PATCH = {
 
 def _agent(folder: Path, name: str, replies: list[Any], **fields: Any) -> str:
     (folder / f"{name}.planner.json").write_text(json.dumps(replies))
-    spec = {"planner": f"scripted:{folder / f'{name}.planner.json'}", "tools": ["inbox_tools:TOOLS"], "cwd": str(folder)}
+    planner = f"scripted:{folder / f'{name}.planner.json'}"
+    spec = {"planner": planner, "tools": ["inbox_tools:TOOLS"], "cwd": str(folder)}
     (folder / f"{name}.json").write_text(json.dumps({**spec, **fields}))
     return f"{name}={folder / f'{name}.json'}"
 
@@ -192,7 +193,8 @@ def main() -> int:
                 api.post(answer, json={"decision": "approve"}).raise_for_status()
 
                 def both() -> bool:
-                    kinds = {(q["kind"], (q.get("plan") or {}).get("version")) for q in api.get("/v1/inbox").json()["questions"]}
+                    questions = api.get("/v1/inbox").json()["questions"]
+                    kinds = {(q["kind"], (q.get("plan") or {}).get("version")) for q in questions}
                     return {("step", None), ("plan", 2)} <= kinds
 
                 _until(both, "the step and the patch to wait for an answer")
