@@ -62,6 +62,7 @@ async def broken(store: RunStore) -> tuple[int, str, str, str | None]:
     assert not report.intact
     assert report.describe().startswith(f"run {RUN}: its chain is broken at event {report.broken.seq}: ")
     b = report.broken
+    assert report.head is None, "a chain broken before its end has no head"
     return b.seq, b.problem, b.expected, b.found
 
 

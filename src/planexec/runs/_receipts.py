@@ -169,14 +169,10 @@ class Receipts:
         return {
             "run_id": self.run_id,
             "events": self.events,
-            "chain": None if self.chain is None else _chain_json(self.chain),
+            "chain": None if self.chain is None else self.chain.json(),
             "receipts": [{**asdict(r), "approved": r.approved} for r in self.receipts],
             "problems": list(self.problems),
         }
-
-
-def _chain_json(report: ChainReport) -> dict[str, Any]:
-    return {**asdict(report), "intact": report.intact, "unchained": report.unchained}
 
 
 @dataclass(slots=True)

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from planexec.store._base import RunStore
@@ -153,8 +153,9 @@ class ChainReport:
     None when none does. Events before it were written without a chain; the chain covers them as
     they were when it began."""
     head: str | None
-    """The hash of the last event (hex), computed from the stored bytes; None for an empty log.
-    Keep it elsewhere: a later verification given it (``kept``) proves the log up to it unchanged."""
+    """The hash of the last event (hex), computed from the stored bytes; None for an empty log and
+    for a chain broken before its end. Keep it elsewhere: a later verification given it (``kept``)
+    proves the log up to it unchanged."""
     broken: ChainBreak | None = None
     kept_at: int | None = None
     """The event whose hash is the kept head given to the verification, when it was given and found."""
@@ -167,6 +168,10 @@ class ChainReport:
     def unchained(self) -> int:
         """How many events were written before the chain began."""
         return self.events if self.begins_at is None else self.begins_at - 1
+
+    def json(self) -> dict[str, Any]:
+        """The report as JSON data (``intact`` and ``unchained`` included)."""
+        return {**asdict(self), "intact": self.intact, "unchained": self.unchained}
 
     def describe(self) -> str:
         """One sentence: intact or broken, where the chain begins, and the head."""
@@ -213,11 +218,12 @@ def check_chain(raw: RawLog, *, kept: str | None = None) -> ChainReport:
         )
         found = walk.hashes[-1].hex() if walk.hashes else None
         broken = ChainBreak(seq=walk.last, problem="kept", expected=kept, found=found, message=message)
+    whole = broken is None or broken.problem == "kept"
     return ChainReport(
         run_id=raw.run_id,
         events=len(raw.events),
         begins_at=walk.begins_at,
-        head=walk.hashes[-1].hex() if walk.hashes else None,
+        head=walk.hashes[-1].hex() if walk.hashes and whole else None,
         broken=broken,
         kept_at=walk.kept_at,
     )
