@@ -304,3 +304,76 @@ async def test_an_older_log_loads_and_its_chain_begins_where_a_newer_store_appen
         assert (later.intact, later.begins_at, later.events) == (True, None, 1)
     finally:
         await upgraded.close()
+
+
+# -- what a broken database or an attacker may leave --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "problem"),
+    [
+        ("link", "not a hash", "out_of_place"),
+        ("link", b"\x01" * 5, "out_of_place"),
+        ("hash", "", "changed"),
+        ("hash", 12345, "changed"),
+    ],
+)
+async def test_links_of_the_wrong_type_or_size_are_breaks_not_crashes(
+    durable: Backend, column: str, value: object, problem: str
+) -> None:
+    if durable.kind == "postgres" and not isinstance(value, bytes):
+        value = str(value).encode()  # a bytea column holds bytes only
+    store, _ = await written(durable)
+    try:
+        sql(durable, f"UPDATE planexec_events SET {column} = ? WHERE {{run}} AND seq = ?", (value, RUN, 8))
+        assert (await broken(store))[:2] == (8, problem)
+    finally:
+        await store.close()
+
+
+async def test_bytes_that_are_not_text_and_a_damaged_head(durable: Backend) -> None:
+    store, n = await written(durable)
+    try:
+        sql(durable, "UPDATE planexec_runs SET chain_head = ? WHERE run_id = ?", (b"\xff" * 3, RUN))
+        seq, problem, _, found = await broken(store)
+        assert (seq, problem, found) == (n, "head", "ffffff")
+        # the next append builds on the chain of the stored events, not on what the head became
+        await store.append(RUN, step_batch("after"), expected_seq=n)
+        report = await verify_chain(store, RUN)
+        assert report.intact, "only the head was damaged, and the head is the last event's hash"
+        sql(durable, "UPDATE planexec_runs SET chain_head = ? WHERE run_id = ?", ("text, not bytes", RUN))
+        await store.append(RUN, step_batch("later"), expected_seq=n + 2)
+        assert (await verify_chain(store, RUN)).intact
+        if durable.kind == "sqlite":  # PostgreSQL text cannot hold bytes that are not UTF-8
+            sql(
+                durable,
+                "UPDATE planexec_events SET data = CAST(X'ff00fe' AS TEXT) WHERE {run} AND seq = ?",
+                (RUN, 2),
+            )
+            assert (await broken(store))[:2] == (2, "changed")
+            await store.append(RUN, step_batch("last"), expected_seq=n + 4)  # still appends
+            assert (await broken(store))[:2] == (2, "changed")
+    finally:
+        await store.close()
+
+
+async def test_an_event_numbered_before_the_first_is_an_insertion(durable: Backend) -> None:
+    store, _ = await written(durable)
+    try:
+        sql(durable, "UPDATE planexec_events SET seq = 0 WHERE {run} AND seq = ?", (RUN, 1))
+        seq, problem, _, _ = await broken(store)
+        assert (seq, problem) == (0, "extra")
+    finally:
+        await store.close()
+
+
+async def test_verify_refuses_what_is_not_a_run_id(durable: Backend) -> None:
+    from planexec import UsageError
+
+    store = durable.open()
+    try:
+        for wrong in ("", None, 3):
+            with pytest.raises(UsageError):
+                await verify_chain(store, wrong)  # type: ignore[arg-type]
+    finally:
+        await store.close()

@@ -32,6 +32,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from planexec.errors import Problem, UsageError
+from planexec.store._common import check_run_id
+
 if TYPE_CHECKING:
     from planexec.store._base import RunStore
 
@@ -72,6 +75,14 @@ def chain_hashes(head: bytes, datas: Iterable[bytes]) -> list[tuple[bytes, bytes
         out.append((link, own))
         link = own
     return out
+
+
+def stored_head(value: object) -> bytes | None:
+    """A head as a run's summary row holds it, if it is one (32 bytes); None for none, or for
+    something else written there (the append then recomputes it from the stored events)."""
+    if isinstance(value, bytes | bytearray | memoryview) and len(value) == 32:
+        return bytes(value)
+    return None
 
 
 def unchained_head(run_id: str, datas: Iterable[bytes]) -> bytes:
@@ -117,7 +128,7 @@ ChainProblem = Literal["missing", "out_of_place", "changed", "unlinked", "extra"
                   events written without a chain: one of those was changed since the chain began);
 ``changed``       its stored bytes do not hash to its own hash: the event was edited;
 ``unlinked``      it has no link although the chain began before it;
-``extra``         it lies beyond the last event the run's summary records;
+``extra``         it lies beyond the last event the run's summary records, or before the first;
 ``head``          the head the run's summary records is not the hash of its last event: events
                   after it were removed, or the head was changed;
 ``kept``          no event hashes to the head kept elsewhere: the log up to where it was kept was
@@ -254,6 +265,9 @@ class _Walk:
 
     def _check(self, row: RawEvent) -> ChainBreak | None:
         link, last = self.link, self.last
+        if row.seq <= last:
+            why = f"it lies outside the log's numbering, before event {last + 1} (inserted)"
+            return self._break(row.seq, "extra", link, row.link, why)
         if row.seq != last + 1:
             why = f"{_gap(last + 1, row.seq - 1)} from the store (deleted, or never written)"
             return self._break(last + 1, "missing", link, None, why)
@@ -327,8 +341,7 @@ async def verify_chain(store: RunStore, run_id: str, *, kept: str | None = None)
     :class:`~planexec.UsageError` for a malformed ``kept``, and what ``store.read_raw`` raises.
     An unknown run reports intact with no events.
     """
-    from planexec.errors import Problem, UsageError
-
+    check_run_id(run_id)
     if kept is not None and not is_head(kept):
         raise UsageError(
             "cannot verify the chain",

@@ -56,7 +56,7 @@ from planexec._util.extras import install_hint
 from planexec.errors import UsageError
 from planexec.log import Event
 from planexec.store._base import AppendConflict, RunStatus, RunSummary, StoredEvent
-from planexec.store._chain import RawLog, chain_hashes, genesis, raw_events, unchained_head
+from planexec.store._chain import RawLog, chain_hashes, genesis, raw_events, stored_head, unchained_head
 from planexec.store._codec import decode_log, encode_events
 from planexec.store._common import StoreBase, check_list_args, check_run_id, check_schema_version, list_runs_sql
 from planexec.store._failures import Secrets, _Damaged, describe, store_failure
@@ -307,13 +307,10 @@ class PostgresStore(StoreBase):
                         return current
                     state = summarize(run_id, events, previous=previous, first_seq=current + 1, clean=self._clean)
                     values = summary_row(state)
-                    if row is None:
-                        head = genesis(run_id)
-                    elif row[0] is None:  # written before the store kept a chain: it begins here
+                    head = genesis(run_id) if row is None else stored_head(row[0])
+                    if head is None:  # written before the store kept a chain (it begins here), or damaged
                         cur = await conn.execute(_UNCHAINED, (run_id,))
                         head = unchained_head(run_id, (r[0].encode() for r in await cur.fetchall()))
-                    else:
-                        head = bytes(row[0])
                     hashes = chain_hashes(head, (e.data.encode() for e in encoded))
                     new_head = hashes[-1][1]
                     if row is None:

@@ -51,7 +51,7 @@ from typing import Any, Literal, TypeVar
 from planexec.errors import UsageError
 from planexec.log import Event
 from planexec.store._base import AppendConflict, RunStatus, RunSummary, StoredEvent
-from planexec.store._chain import RawLog, chain_hashes, genesis, raw_events, unchained_head
+from planexec.store._chain import RawLog, chain_hashes, genesis, raw_events, stored_head, unchained_head
 from planexec.store._codec import EncodedEvent, decode_log, encode_events
 from planexec.store._common import StoreBase, check_list_args, check_run_id, check_schema_version, list_runs_sql
 from planexec.store._failures import _Damaged, describe, store_failure
@@ -295,12 +295,9 @@ class SQLiteStore(StoreBase):
                 return current
             state = summarize(run_id, events, previous=previous, first_seq=current + 1, clean=self.redactor.redact_text)
             values = summary_row(state)
-            if row is None:
-                head = genesis(run_id)
-            elif row[1] is None:  # written before the store kept a chain: it begins here
+            head = genesis(run_id) if row is None else stored_head(row[1])
+            if head is None:  # written before the store kept a chain (it begins here), or damaged
                 head = unchained_head(run_id, (bytes(r[0]) for r in conn.execute(_UNCHAINED, (row[0],))))
-            else:
-                head = bytes(row[1])
             hashes = chain_hashes(head, (e.data.encode() for e in encoded))
             new_head = hashes[-1][1]
             if row is None:
