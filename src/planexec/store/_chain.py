@@ -15,7 +15,8 @@ run's summary, so an append needs nothing it has not read already (the summary r
 in its transaction to check ``expected_seq``): the chain stays right when other stores or processes
 append to the same run. Events written before a store kept a chain have neither; the first event a
 newer store appends after them links to the chain computed over them as they were then, so the
-chain *begins* there and covers them from then on.
+chain *begins* there and covers them from then on. (A head that is not 32 bytes — damaged, or
+written by hand — is recomputed the same way: the chain of the stored events is what counts.)
 
 :func:`verify_chain` recomputes the chain from the stored bytes and names the first event where it
 breaks (:class:`ChainBreak`) or reports it intact with its head (:class:`ChainReport`). The chain
