@@ -9,11 +9,16 @@ PUBLIC = [
     "SECRET_RULES",
     "SENSITIVE_FIELDS",
     "AppendConflict",
+    "ChainBreak",
+    "ChainProblem",
+    "ChainReport",
     "Claim",
     "MemoryStore",
     "PostgresStore",
     "QueueEntry",
     "QueueState",
+    "RawEvent",
+    "RawLog",
     "RedactionRule",
     "Redactor",
     "RunQueue",
@@ -22,10 +27,12 @@ PUBLIC = [
     "RunSummary",
     "SQLiteStore",
     "StoredEvent",
+    "check_chain",
     "default_store_path",
     "luhn_valid",
     "open_store",
     "safe_url",
+    "verify_chain",
 ]
 
 
@@ -39,6 +46,6 @@ def test_public_names_are_pinned() -> None:
 
 def test_every_backend_is_a_run_store() -> None:
     for cls in (planexec.store.MemoryStore, planexec.store.SQLiteStore, planexec.store.PostgresStore):
-        for method in ("append", "read", "last_seq", "get_run", "list_runs", "delete", "expire", "close"):
+        for method in ("append", "read", "read_raw", "last_seq", "get_run", "list_runs", "delete", "expire", "close"):
             assert callable(getattr(cls, method)), f"{cls.__name__}.{method}"
     assert issubclass(planexec.store.AppendConflict, planexec.PlanexecError)

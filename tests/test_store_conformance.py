@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import sys
 import threading
@@ -26,7 +27,7 @@ from planexec.log import (
     StepStarted,
     StepSucceeded,
 )
-from planexec.store import AppendConflict, RunStore, RunSummary, StoredEvent
+from planexec.store import AppendConflict, Redactor, RunStore, RunSummary, StoredEvent, verify_chain
 from tests.test_store_support import (
     BACKENDS,
     DURABLE,
@@ -274,6 +275,137 @@ async def test_a_log_with_unreadable_events_keeps_the_readable_ones(backend: Bac
     assert await store.delete("r") is True
 
 
+# -- the hash chain --------------------------------------------------------------------------------------
+
+
+def _by_hand(run_id: str, stored: list[bytes]) -> list[str]:
+    """Each event's hash, computed from its stored bytes as the documented format says."""
+    link = hashlib.sha256(b"planexec chain v1\x00" + run_id.encode()).digest()
+    hashes = []
+    for data in stored:
+        link = hashlib.sha256(link + data).digest()
+        hashes.append(link.hex())
+    return hashes
+
+
+async def test_every_event_carries_its_place_in_the_chain(backend: Backend, store: RunStore) -> None:
+    """Each event's hash covers its stored bytes and everything before it, from the run's genesis
+    value; batches of any size chain on; read() returns each event's hash; the head is the last."""
+    events = full_run("r")
+    last = 0
+    for start in range(0, len(events), 3):
+        last = await store.append("r", events[start : start + 3], expected_seq=last)
+    stored = await store.read("r")
+    texts = [stored_text(backend, store, "r", seq).encode() for seq in range(1, len(events) + 1)]
+    expected = _by_hand("r", texts)
+    assert [s.hash for s in stored] == expected
+    raw = await store.read_raw("r")
+    assert [e.data for e in raw.events] == texts
+    assert raw.events[0].link == hashlib.sha256(b"planexec chain v1\x00r").digest()
+    assert all(e.link == p.hash for p, e in zip(raw.events, raw.events[1:], strict=False))
+    assert raw.head is not None
+    assert (raw.last_seq, raw.head.hex()) == (len(events), expected[-1])
+    report = await verify_chain(store, "r")
+    assert report.intact
+    assert (report.events, report.begins_at, report.unchained, report.head) == (len(events), 1, 0, expected[-1])
+    assert report.kept_at is None
+    assert [s.hash for s in await store.read("r", after=5)] == expected[5:]
+
+
+async def test_the_chain_covers_what_is_stored_after_redaction(backend: Backend) -> None:
+    store = backend.open(redactor=Redactor(pii=True))
+    try:
+        secret = "sk-proj-" + "A1b2" * 12
+        events: list[Event] = [
+            RunStarted(at=1.0, run_id="r", goal=f"use {secret} to mail ops@example.com", budget={}),
+            *step_batch("a"),
+        ]
+        await store.append("r", events, expected_seq=0)
+        first = stored_text(backend, store, "r", 1)
+        assert secret not in first
+        assert "ops@example.com" not in first
+        assert "[REDACTED:" in first
+        texts = [stored_text(backend, store, "r", seq).encode() for seq in (1, 2, 3)]
+        assert [s.hash for s in await store.read("r")] == _by_hand("r", texts)
+        assert (await verify_chain(store, "r")).intact
+    finally:
+        await store.close()
+
+
+async def test_each_run_has_a_chain_of_its_own(store: RunStore) -> None:
+    """Runs with the same events have different chains (the genesis value is the run's); an empty
+    append leaves the head as it was; a deleted run's id starts a new chain from its genesis."""
+    await store.append("a", step_batch("x"), expected_seq=0)
+    await store.append("b", step_batch("x"), expected_seq=0)
+    a, b = await verify_chain(store, "a"), await verify_chain(store, "b")
+    assert a.intact
+    assert b.intact
+    assert a.head != b.head
+    assert await store.append("a", [], expected_seq=2) == 2
+    assert (await verify_chain(store, "a")).head == a.head
+    await store.delete("a")
+    assert await verify_chain(store, "a") == verify_empty("a")
+    await store.append("a", step_batch("x"), expected_seq=0)
+    again = await verify_chain(store, "a")
+    assert again.intact
+    assert again.head == a.head, "the same events of the same run id: the same chain"
+
+
+def verify_empty(run_id: str) -> Any:
+    from planexec.store import ChainReport
+
+    return ChainReport(run_id=run_id, events=0, begins_at=None, head=None)
+
+
+async def test_an_unknown_run_has_an_empty_chain(store: RunStore) -> None:
+    report = await verify_chain(store, "nope")
+    assert report == verify_empty("nope")
+    assert report.intact
+    raw = await store.read_raw("nope")
+    assert (raw.events, raw.last_seq, raw.head) == ((), 0, None)
+
+
+async def test_a_kept_head_is_found_where_it_was_kept(store: RunStore) -> None:
+    await store.append("r", step_batch("a", size=3), expected_seq=0)
+    kept = (await verify_chain(store, "r")).head
+    assert kept is not None
+    await store.append("r", step_batch("b"), expected_seq=3)
+    report = await verify_chain(store, "r", kept=kept)
+    assert report.intact
+    assert report.kept_at == 3
+    assert (await verify_chain(store, "r", kept=kept.upper())).kept_at == 3
+    stranger = await verify_chain(store, "r", kept="ab" * 32)
+    assert stranger.broken is not None
+    assert (stranger.broken.problem, stranger.broken.seq, stranger.broken.expected) == ("kept", 5, "ab" * 32)
+    assert stranger.broken.found == report.head
+    for wrong in ("xyz", "ab" * 31, "", "g" * 64):
+        with pytest.raises(UsageError):
+            await verify_chain(store, "r", kept=wrong)
+
+
+async def test_two_stores_appending_in_turn_keep_one_chain(durable: Backend) -> None:
+    """Each store object appends after the other's events: the head each one builds on is the one in
+    the database, never one it remembers."""
+    first, second = durable.open(), durable.open()
+    try:
+        last = 0
+        for i in range(6):
+            writer = first if i % 2 == 0 else second
+            last = await writer.append("r", step_batch(f"s{i}", size=1 + i % 3), expected_seq=last)
+        await first.delete("r")  # the same run id, written again: the new chain must not reuse the old head
+        last = 0
+        for i in range(4):
+            writer = second if i % 2 == 0 else first
+            last = await writer.append("r", step_batch(f"t{i}"), expected_seq=last)
+        for store in (first, second):
+            report = await verify_chain(store, "r")
+            assert report.intact, report.describe()
+            assert report.events == 8
+    finally:
+        await first.close()
+        await second.close()
+
+
 # -- summaries ------------------------------------------------------------------------------------------
 
 
@@ -473,6 +605,7 @@ async def test_exactly_one_of_many_tasks_appending_after_the_same_seq_wins(store
     assert len(losers) == 11
     assert all(c.expected == 2 and c.actual == 4 for c in losers)
     assert await store.last_seq("r") == 4
+    assert (await verify_chain(store, "r")).intact, "a losing append left nothing of itself in the chain"
 
 
 async def test_many_tasks_appending_to_one_run_leave_no_gap_and_no_duplicate(store: RunStore) -> None:
@@ -486,6 +619,9 @@ async def test_many_tasks_appending_to_one_run_leave_no_gap_and_no_duplicate(sto
     stored = await store.read("r")
     assert seqs_of(stored) == list(range(1, tasks * batches * 2 + 1))
     assert_whole_batches(events_of(stored), 2)
+    report = await verify_chain(store, "r")
+    assert report.intact, report.describe()
+    assert (report.events, report.begins_at, report.head) == (len(stored), 1, stored[-1].hash)
 
 
 def _check_snapshot(stored: list[StoredEvent], size: int) -> None:
@@ -545,6 +681,7 @@ async def test_readers_during_writes_see_whole_batches_and_no_gap(backend: Backe
         _check_snapshot(final, size)
         assert len(final) == total
         assert snapshots
+        assert (await verify_chain(store, "r")).intact
     finally:
         await store.close()
 
@@ -673,6 +810,9 @@ async def test_processes_appending_to_one_run(durable: Backend) -> None:
         summary = await store.get_run("r")
         assert summary is not None
         assert summary.events == total
+        report = await verify_chain(store, "r")
+        assert report.intact, report.describe()
+        assert (report.events, report.head) == (total, stored[-1].hash)
     finally:
         await store.close()
 

@@ -35,8 +35,9 @@ def _raw(backend: Backend, sql: str) -> list[tuple[object, ...]]:
         return cur.fetchall() if cur.description else []
 
 
-CURRENT = {"sqlite": 2, "postgres": 3}
-"""The store schema version of each durable backend (PostgreSQL's 3 adds the workers' queue)."""
+CURRENT = {"sqlite": 3, "postgres": 4}
+"""The store schema version of each durable backend (PostgreSQL's 3 adds the workers' queue; SQLite's 3
+and PostgreSQL's 4 the hash chain)."""
 
 
 async def test_the_schema_version_is_recorded(durable: Backend) -> None:
@@ -149,6 +150,7 @@ async def test_a_version_1_sqlite_database_is_brought_up_to_date_with_its_runs(t
     await store.append("r1", [RunStarted(at=1.0, run_id="r1", goal="before sessions", budget={})], expected_seq=0)
     await store.close()
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:  # as version 1 left it
+        _drop_chain_columns(conn)
         conn.execute("DROP INDEX planexec_runs_session")
         conn.execute("ALTER TABLE planexec_runs DROP COLUMN turn")
         conn.execute("ALTER TABLE planexec_runs DROP COLUMN session_id")
@@ -163,7 +165,14 @@ async def test_a_version_1_sqlite_database_is_brought_up_to_date_with_its_runs(t
     finally:
         await again.close()
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
-        assert conn.execute("SELECT version FROM planexec_schema").fetchall() == [(2,)]
+        assert conn.execute("SELECT version FROM planexec_schema").fetchall() == [(3,)]
+
+
+def _drop_chain_columns(conn: sqlite3.Connection) -> None:
+    """Take the hash chain's columns away, as SQLite store schema 2 had none."""
+    conn.execute("ALTER TABLE planexec_events DROP COLUMN link")
+    conn.execute("ALTER TABLE planexec_events DROP COLUMN hash")
+    conn.execute("ALTER TABLE planexec_runs DROP COLUMN chain_head")
 
 
 async def test_a_version_2_postgres_database_gets_the_queue_and_keeps_its_runs() -> None:
@@ -176,6 +185,8 @@ async def test_a_version_2_postgres_database_gets_the_queue_and_keeps_its_runs()
         await store.append("r", step_batch("a"), expected_seq=0)
         await store.close()
         _raw(backend, "DROP TABLE planexec_queue")
+        _raw(backend, "ALTER TABLE planexec_events DROP COLUMN link, DROP COLUMN hash")
+        _raw(backend, "ALTER TABLE planexec_runs DROP COLUMN chain_head")
         _raw(backend, "UPDATE planexec_schema SET version = 2 WHERE component = 'store'")
         again = PostgresStore(url)
         try:
@@ -184,4 +195,4 @@ async def test_a_version_2_postgres_database_gets_the_queue_and_keeps_its_runs()
             assert [e.run_id for e in await RunQueue(again).entries()] == ["q"]
         finally:
             await again.close()
-        assert _raw(backend, "SELECT version FROM planexec_schema") == [(3,)]
+        assert _raw(backend, "SELECT version FROM planexec_schema") == [(4,)]

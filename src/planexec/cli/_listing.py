@@ -110,12 +110,24 @@ async def _runs(choice: StoreChoice, status: str | None, limit: int, as_json: bo
 
 @click.command()
 @click.argument("run_id", metavar="RUN")
+@click.option(
+    "--receipts",
+    is_flag=True,
+    help="Show instead a receipt for every side-effecting tool call: its plan version, the human approval "
+    "behind it (who, when, and the seq and hash of what they were shown) or why there was none, and the "
+    "effect (arguments as sent, idempotency key, outcome, its events); exit status 1 when the run's hash "
+    "chain is broken.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the run as one JSON document.")
 @global_options()
 @click.pass_context
-def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
+def show(ctx: click.Context, run_id: str, receipts: bool, as_json: bool) -> None:
     """Show RUN: goal and outcome, each plan version (who made it, why, and what it changed from the
     version before), each step record, usage and cost, and the questions asked with their answers."""
+    if receipts:
+        from planexec.cli._receipts import show_receipts
+
+        run_command(ctx, show_receipts(store_choice(ctx), run_id, as_json))
     run_command(ctx, _show(store_choice(ctx), run_id, as_json))
 
 

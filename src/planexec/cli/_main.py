@@ -89,6 +89,9 @@ COMMANDS: dict[str, _Command] = {
         "worker",
         "Run the runs queued in a PostgreSQL store (`planexec submit`), with any number of other workers.",
     ),
+    "verify": _Command(
+        "_verify", "verify", "Check RUN's hash chain: the first event where it breaks, or intact with its head."
+    ),
     "tell": _Command(
         "_approvals",
         "tell",

@@ -31,7 +31,7 @@ from planexec.faults import FaultProfile
 from planexec.log import Event, RunStarted, RunState, StepStarted
 from planexec.runs import recorded_spec
 from planexec.runtime import Fault, ReplayReport, replay_log
-from planexec.store import Redactor
+from planexec.store import ChainReport, Redactor, verify_chain
 
 __all__ = ["replay"]
 
@@ -134,7 +134,8 @@ def replay(
     Without --fork-at or --fail, the run is re-executed offline: every model answer, tool outcome,
     human answer, time and id comes from the log, nothing is called, and every decision is
     compared with the log. Exit status 0 when the replay matched the log, 1 when it diverged (the
-    first difference is shown).
+    first difference is shown) or when the log's hash chain is broken (it was changed after it was
+    written: said before the replay, with the first event where it breaks).
 
     With --fork-at or --fail, the replay leaves the log at that point and goes on live as a new
     run (with --faults: at the first call the profile spoils, with the profile's faults injected
@@ -193,12 +194,15 @@ async def _replay(
 ) -> int:
     async with using_store(choice) as store:
         log = await load_log(store, run_id, choice)
+        chain = await verify_chain(store, run_id)
+        if chain.broken is not None:  # said before the replay: what it compares against was changed
+            click.echo(plain(f"warning: {chain.describe()}"), err=True)
         if fork_at is None and fail is None and faults is None:
             try:
                 report = await replay_log(log)
             except UsageError as e:
                 raise Refused(_usage(e)) from None
-            return _offline(view, run_id, report, len(log))
+            return _offline(view, run_id, report, len(log), chain)
         problems = Problems()
         fork = _parse_fork(fork_at, fail, log, problems)
         first = log[0]
@@ -249,7 +253,7 @@ def _usage(error: UsageError) -> Problems:
     return problems
 
 
-def _offline(view: View, run_id: str, report: ReplayReport, total: int) -> int:
+def _offline(view: View, run_id: str, report: ReplayReport, total: int, chain: ChainReport) -> int:
     if view.as_json:
         data = {
             "run_id": run_id,
@@ -257,6 +261,7 @@ def _offline(view: View, run_id: str, report: ReplayReport, total: int) -> int:
             "compared": report.compared,
             "events": total,
             "divergence": report.divergence,
+            "chain": chain.json(),
         }
         click.echo(json_text(data))
     elif report.matched:
@@ -268,7 +273,9 @@ def _offline(view: View, run_id: str, report: ReplayReport, total: int) -> int:
     else:
         say(view.console, f"run {run_id} did not replay as recorded: {report.divergence}")
         say(view.console, f"{report.compared} of {counted(total, 'event')} matched before the difference")
-    return EXIT_OK if report.matched else EXIT_STOPPED
+    if chain.broken is not None and not view.as_json:
+        say(view.console, f"but the log was changed after it was written: chain broken at event {chain.broken.seq}")
+    return EXIT_OK if report.matched and chain.intact else EXIT_STOPPED
 
 
 def _print_live_part(view: View, run_id: str, report: ReplayReport, redactor: Redactor) -> None:

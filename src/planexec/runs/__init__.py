@@ -1,7 +1,8 @@
 """Durable operations on stored runs, for any process: list the runs, read one (as far as it can
 be read), export its log, answer its questions or tell it something new, pick it up again with the
 agent rebuilt from the spec it recorded, submit a run for workers, list sessions and replay one
-whole, and delete old runs.
+whole, show the receipts of a run's side effects (plan version → approval → effect, each named by
+its place and hash in the run's chain), and delete old runs.
 
 Every operation takes a :class:`~planexec.store.RunStore` and raises
 :class:`~planexec.UsageError` listing every problem when it is used wrongly; ``where`` in each
@@ -10,6 +11,16 @@ problem names the argument or spec field at fault.
 
 from planexec.runs._answers import answer, check_edited_plan, pick_question, question_about, tell
 from planexec.runs._pickup import resume, still_waiting
+from planexec.runs._receipts import (
+    ApprovalReceipt,
+    LoggedEvent,
+    PlanReceipt,
+    Receipt,
+    ReceiptOutcome,
+    Receipts,
+    fold_receipts,
+    read_receipts,
+)
 from planexec.runs._scripted import absolute_model_string
 from planexec.runs._session_replays import Check, SessionReplay, TurnReplay, TurnStatus, replay_session
 from planexec.runs._sessions import SessionSummary, list_sessions, session_turns
@@ -43,7 +54,13 @@ __all__ = [
     "SPEC_VERSION",
     "STATUSES",
     "AgentSpec",
+    "ApprovalReceipt",
     "Check",
+    "LoggedEvent",
+    "PlanReceipt",
+    "Receipt",
+    "ReceiptOutcome",
+    "Receipts",
     "Recorded",
     "SessionReplay",
     "SessionSummary",
@@ -56,6 +73,7 @@ __all__ = [
     "check_edited_plan",
     "dropped_settings",
     "export_lines",
+    "fold_receipts",
     "gc",
     "give_back",
     "held_by",
@@ -67,6 +85,7 @@ __all__ = [
     "pick_question",
     "question_about",
     "read_mcp_servers",
+    "read_receipts",
     "read_run",
     "recorded_spec",
     "replay_session",

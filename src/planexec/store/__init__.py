@@ -7,6 +7,10 @@
 
 Every backend implements :class:`RunStore` and passes the same conformance suite.
 
+Every stored event carries the hash of the log before it, a chain computed by the store as it
+appends, over the bytes it writes (after redaction): :func:`verify_chain` checks a run's chain and
+names the first event where it breaks, or reports it intact with its head, to keep elsewhere.
+
 Failures are typed the same way everywhere (see :mod:`planexec.store._base`): a store that cannot
 be reached, times out, refuses a write or is damaged raises :class:`~planexec.StoreError`, whose
 message names the store with its password hidden; a log with events that cannot be read raises
@@ -16,6 +20,7 @@ statement_timeout=30)``, also settable in the URL (``?connect_timeout=10&options
 """
 
 from planexec.store._base import AppendConflict, RunStatus, RunStore, RunSummary, StoredEvent
+from planexec.store._chain import ChainBreak, ChainProblem, ChainReport, RawEvent, RawLog, check_chain, verify_chain
 from planexec.store._failures import safe_url
 from planexec.store._memory import MemoryStore
 from planexec.store._postgres import PostgresStore
@@ -29,11 +34,16 @@ __all__ = [
     "SECRET_RULES",
     "SENSITIVE_FIELDS",
     "AppendConflict",
+    "ChainBreak",
+    "ChainProblem",
+    "ChainReport",
     "Claim",
     "MemoryStore",
     "PostgresStore",
     "QueueEntry",
     "QueueState",
+    "RawEvent",
+    "RawLog",
     "RedactionRule",
     "Redactor",
     "RunQueue",
@@ -42,8 +52,10 @@ __all__ = [
     "RunSummary",
     "SQLiteStore",
     "StoredEvent",
+    "check_chain",
     "default_store_path",
     "luhn_valid",
     "open_store",
     "safe_url",
+    "verify_chain",
 ]

@@ -4,7 +4,9 @@ Every backend (memory, SQLite, PostgreSQL) implements :class:`RunStore` and pass
 conformance suite. A run's log is a sequence of events numbered from 1; an append names the
 sequence number it expects to follow (``expected_seq``, 0 for a new run), so two writers can
 never interleave: exactly one of two appends after the same number wins, the other gets
-:class:`AppendConflict` and must read what it missed.
+:class:`AppendConflict` and must read what it missed. Every event is stored with the hash of the
+log before it (a hash chain: see :func:`~planexec.store.verify_chain`), so that a change made to
+the log behind the store's back is found.
 
 What a caller of any store can get besides results (every backend, every method):
 
@@ -36,6 +38,7 @@ from planexec.errors import PlanexecError
 
 if TYPE_CHECKING:  # the runtime imports this module: importing it back here would be a cycle
     from planexec.log import Event
+    from planexec.store._chain import RawLog
 
 __all__ = ["AppendConflict", "RunStatus", "RunStore", "RunSummary", "StoredEvent"]
 
@@ -48,6 +51,9 @@ class StoredEvent:
 
     seq: int
     event: Event
+    hash: str | None = None
+    """The event's own hash in the run's chain (64 hex digits; see :func:`verify_chain`), as stored:
+    None for an event written before the store kept a chain. ``verify_chain`` says whether it holds."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -98,7 +104,9 @@ class RunStore(Protocol):
 
         All or nothing. Raises :class:`AppendConflict` when the log's last seq is not
         ``expected_seq``. Secrets are redacted before anything is written. An event holding a value
-        JSON cannot represent (NaN, Infinity) is refused with :class:`~planexec.StoreError`.
+        JSON cannot represent (NaN, Infinity) is refused with :class:`~planexec.StoreError`. Each
+        event is stored with its link and hash in the run's chain, computed over the bytes written
+        (see :mod:`planexec.store._chain`), and the run's summary with the new head.
         """
         ...
 
@@ -111,6 +119,12 @@ class RunStore(Protocol):
 
     async def last_seq(self, run_id: str) -> int:
         """The run's last seq (0 for an unknown run)."""
+        ...
+
+    async def read_raw(self, run_id: str) -> RawLog:
+        """The run's log as stored, in one consistent read: every event's bytes, link and hash, and
+        the last seq and chain head its summary records (no events, last seq 0, for an unknown run).
+        Nothing is decoded, so this works on a log ``read`` cannot read; :func:`verify_chain` checks it."""
         ...
 
     async def get_run(self, run_id: str) -> RunSummary | None: ...

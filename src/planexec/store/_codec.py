@@ -175,10 +175,14 @@ def _missing(first: int, end: int) -> Problem:
 
 
 def decode_log(
-    run_id: str, rows: Iterable[tuple[int, str | bytes]], *, after: int = 0, last: int | None = None
+    run_id: str,
+    rows: Iterable[tuple[int, str | bytes, bytes | None]],
+    *,
+    after: int = 0,
+    last: int | None = None,
 ) -> list[StoredEvent]:
-    """The events of ``rows`` (sequence number, stored data), in order: the log after event
-    ``after``, up to event ``last`` when the store knows its last sequence number.
+    """The events of ``rows`` (sequence number, stored data, own hash in the chain), in order: the
+    log after event ``after``, up to event ``last`` when the store knows its last sequence number.
 
     Raises :class:`~planexec.LogUnreadable` when any of them cannot be read, or when events are
     missing (a gap in the sequence numbers, or fewer events than ``last``): it carries every one
@@ -187,16 +191,27 @@ def decode_log(
     events: list[StoredEvent] = []
     problems: list[Problem] = []
     expected = after + 1
-    for seq, data in rows:
+    for seq, data, own in rows:
         if seq > expected:
             problems.append(_missing(expected, seq - 1))
         expected = seq + 1
         try:
-            events.append(StoredEvent(seq=seq, event=decode_event(data)))
+            event = decode_event(data)
         except _Unreadable as e:
             problems.append(Problem(code=e.code, where=f"event {seq}", message=e.message))
+        else:
+            events.append(StoredEvent(seq=seq, event=event, hash=_hex(own)))
     if last is not None and last >= expected:
         problems.append(_missing(expected, last))
     if problems:
         raise LogUnreadable(run_id, problems, events)
     return events
+
+
+def _hex(own: object) -> str | None:
+    """A stored hash as hex (whatever the driver returned it as); None when there is none."""
+    if own is None:
+        return None
+    if isinstance(own, bytes | bytearray | memoryview):
+        return bytes(own).hex()
+    return str(own)

@@ -11,7 +11,10 @@ Tables are created on first use, under an advisory lock so several processes can
 the URL's ``options=-csearch_path=…`` puts them in another schema. Events are stored as JSON text
 (not ``jsonb``, which cannot hold NUL characters or lone surrogates in strings, and reorders keys);
 cast ``data::jsonb`` to query inside them. A value JSON cannot represent (NaN, Infinity) is refused
-before anything is written.
+before anything is written. Each event row holds its ``link`` and ``hash`` in the run's chain and
+the run's row the chain's ``chain_head`` (``bytea``), read and written with the summary row the
+append locks anyway; rows written before store schema 4 have NULL there, and the first append
+after the upgrade begins the chain (see :mod:`planexec.store._chain`).
 
 Timeouts — no call waits on the server without a limit:
     connect_timeout     default 10 s, or the URL's ``?connect_timeout=5`` (decimals allowed; libpq
@@ -53,6 +56,7 @@ from planexec._util.extras import install_hint
 from planexec.errors import UsageError
 from planexec.log import Event
 from planexec.store._base import AppendConflict, RunStatus, RunSummary, StoredEvent
+from planexec.store._chain import RawLog, chain_hashes, genesis, raw_events, stored_head, unchained_head
 from planexec.store._codec import decode_log, encode_events
 from planexec.store._common import StoreBase, check_list_args, check_run_id, check_schema_version, list_runs_sql
 from planexec.store._failures import Secrets, _Damaged, describe, store_failure
@@ -74,12 +78,14 @@ DEFAULT_STATEMENT_TIMEOUT = 30.0
 
 INSTALL_HINT = install_hint("postgres")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Store schema changelog (one line per version; each version adds a migration below):
     1: planexec_schema, planexec_runs (one summary row per run), planexec_events (the logs).
     2: planexec_runs.session_id and .turn (the session a run is a turn of), indexed.
     3: planexec_queue: runs submitted for workers, and the lease each one is held under
        (see :mod:`planexec.store._queue`).
+    4: the hash chain: planexec_events.link and .hash, planexec_runs.chain_head (32-byte bytea;
+       NULL for events written before, where the chain begins later: see planexec.store._chain).
 """
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -132,15 +138,31 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         )""",
         "CREATE INDEX planexec_queue_ready ON planexec_queue (submitted_at, run_id) WHERE state <> 'done'",
     ),
+    4: (
+        "ALTER TABLE planexec_events ADD COLUMN link bytea, ADD COLUMN hash bytea",
+        "ALTER TABLE planexec_runs ADD COLUMN chain_head bytea",
+    ),
 }
 
 _MIGRATION_LOCK = 0x706C616E65786563  # "planexec": one advisory lock key for schema changes
 
 _COLUMNS = ", ".join(SUMMARY_COLUMNS)
-_SELECT_STATE = f"SELECT {_COLUMNS} FROM planexec_runs WHERE run_id = %s"
-_INSERT_RUN = f"INSERT INTO planexec_runs (run_id, {_COLUMNS}) VALUES (%s, {', '.join(['%s'] * len(SUMMARY_COLUMNS))})"
-_UPDATE_RUN = f"UPDATE planexec_runs SET {', '.join(f'{c} = %s' for c in SUMMARY_COLUMNS)} WHERE run_id = %s"
-_INSERT_EVENT = "INSERT INTO planexec_events (run_id, seq, kind, at, data) VALUES (%s, %s, %s, %s, %s)"
+_SELECT_STATE = f"SELECT chain_head, {_COLUMNS} FROM planexec_runs WHERE run_id = %s"
+_INSERT_RUN = (
+    f"INSERT INTO planexec_runs (run_id, chain_head, {_COLUMNS}) "
+    f"VALUES (%s, %s, {', '.join(['%s'] * len(SUMMARY_COLUMNS))})"
+)
+_UPDATE_RUN = (
+    f"UPDATE planexec_runs SET chain_head = %s, {', '.join(f'{c} = %s' for c in SUMMARY_COLUMNS)} WHERE run_id = %s"
+)
+_INSERT_EVENT = (
+    "INSERT INTO planexec_events (run_id, seq, kind, at, data, link, hash) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+)
+_UNCHAINED = "SELECT data FROM planexec_events WHERE run_id = %s ORDER BY seq"
+_READ_RAW = (  # one statement: the summary and the rows are one snapshot
+    "SELECT r.last_seq, r.chain_head, e.seq, e.data, e.link, e.hash FROM planexec_runs r "
+    "LEFT JOIN planexec_events e ON e.run_id = r.run_id WHERE r.run_id = %s ORDER BY e.seq"
+)
 
 
 def _require_psycopg() -> None:
@@ -277,7 +299,7 @@ class PostgresStore(StoreBase):
                 async with conn.transaction():
                     cur = await conn.execute(_SELECT_STATE + " FOR UPDATE", (run_id,))
                     row = await cur.fetchone()
-                    previous = None if row is None else state_from_row(run_id, row)
+                    previous = None if row is None else state_from_row(run_id, row[1:])
                     current = 0 if previous is None else previous.summary.events
                     if current != expected_seq:
                         raise AppendConflict(run_id, expected_seq, current)
@@ -285,14 +307,23 @@ class PostgresStore(StoreBase):
                         return current
                     state = summarize(run_id, events, previous=previous, first_seq=current + 1, clean=self._clean)
                     values = summary_row(state)
+                    head = genesis(run_id) if row is None else stored_head(row[0])
+                    if head is None:  # written before the store kept a chain (it begins here), or damaged
+                        cur = await conn.execute(_UNCHAINED, (run_id,))
+                        head = unchained_head(run_id, (r[0].encode() for r in await cur.fetchall()))
+                    hashes = chain_hashes(head, (e.data.encode() for e in encoded))
+                    new_head = hashes[-1][1]
                     if row is None:
-                        await conn.execute(_INSERT_RUN, (run_id, *values))
+                        await conn.execute(_INSERT_RUN, (run_id, new_head, *values))
                     else:
-                        await conn.execute(_UPDATE_RUN, (*values, run_id))
+                        await conn.execute(_UPDATE_RUN, (new_head, *values, run_id))
                     async with conn.cursor() as cur:
                         await cur.executemany(
                             _INSERT_EVENT,
-                            [(run_id, current + i, e.kind, e.at, e.data) for i, e in enumerate(encoded, start=1)],
+                            [
+                                (run_id, current + i, e.kind, e.at, e.data, link, own)
+                                for i, (e, (link, own)) in enumerate(zip(encoded, hashes, strict=True), start=1)
+                            ],
                         )
                     return state.summary.events
             except (errors.UniqueViolation, errors.LockNotAvailable):
@@ -301,15 +332,28 @@ class PostgresStore(StoreBase):
         return await self._call(f"append to run {run_id!r}", write)
 
     async def read(self, run_id: str, *, after: int = 0) -> list[StoredEvent]:
-        async def select(conn: AsyncConnection[Any]) -> tuple[int, list[tuple[int, str]]]:
+        async def select(conn: AsyncConnection[Any]) -> tuple[int, list[tuple[int, str, bytes | None]]]:
             last = await _last_seq(conn, run_id)  # first: an append made meanwhile adds rows, never a false gap
             cur = await conn.execute(
-                "SELECT seq, data FROM planexec_events WHERE run_id = %s AND seq > %s ORDER BY seq", (run_id, after)
+                "SELECT seq, data, hash FROM planexec_events WHERE run_id = %s AND seq > %s ORDER BY seq",
+                (run_id, after),
             )
             return last, await cur.fetchall()
 
         last, rows = await self._call(f"read run {run_id!r}", select)
         return decode_log(run_id, rows, after=after, last=last)
+
+    async def read_raw(self, run_id: str) -> RawLog:
+        async def select(conn: AsyncConnection[Any]) -> list[Any]:
+            cur = await conn.execute(_READ_RAW, (run_id,))
+            return await cur.fetchall()
+
+        rows = await self._call(f"read the stored log of run {run_id!r}", select)
+        if not rows:
+            return RawLog(run_id=run_id, events=(), last_seq=0, head=None)
+        last, head = int(rows[0][0]), rows[0][1]
+        events = raw_events([r[2:] for r in rows if r[2] is not None])
+        return RawLog(run_id=run_id, events=events, last_seq=last, head=None if head is None else bytes(head))
 
     async def last_seq(self, run_id: str) -> int:
         return await self._call(f"read the last seq of run {run_id!r}", lambda conn: _last_seq(conn, run_id))
@@ -318,7 +362,7 @@ class PostgresStore(StoreBase):
         async def get(conn: AsyncConnection[Any]) -> RunSummary | None:
             cur = await conn.execute(_SELECT_STATE, (run_id,))
             row = await cur.fetchone()
-            return None if row is None else state_from_row(run_id, row).summary
+            return None if row is None else state_from_row(run_id, row[1:]).summary
 
         return await self._call(f"read the summary of run {run_id!r}", get)
 

@@ -5,6 +5,12 @@ transaction that checks the run's last sequence number, inserts the batch and up
 summary row, so exactly one of two appends after the same number wins; ``(run, seq)`` is also a
 unique key. Each read is one statement, so a reader sees whole batches and never a gap.
 
+Each event row holds its ``link`` and ``hash`` in the run's chain and the run's row the chain's
+``chain_head`` (32-byte BLOBs): an append reads the head with the summary row it locks anyway, so
+the chain costs one SHA-256 per event and no extra statement. A run written before the store kept
+a chain (store schema 2) has NULL there; the first append after the upgrade hashes its stored
+events once, and the chain begins with that append.
+
 How the work is split between the event loop and a thread: a commit in WAL mode with
 ``synchronous=NORMAL`` writes to the WAL without syncing, which takes microseconds — less than
 handing the work to a thread. So appends and point reads (``last_seq``, ``get_run``) run directly
@@ -45,6 +51,7 @@ from typing import Any, Literal, TypeVar
 from planexec.errors import UsageError
 from planexec.log import Event
 from planexec.store._base import AppendConflict, RunStatus, RunSummary, StoredEvent
+from planexec.store._chain import RawLog, chain_hashes, genesis, raw_events, stored_head, unchained_head
 from planexec.store._codec import EncodedEvent, decode_log, encode_events
 from planexec.store._common import StoreBase, check_list_args, check_run_id, check_schema_version, list_runs_sql
 from planexec.store._failures import _Damaged, describe, store_failure
@@ -55,10 +62,12 @@ __all__ = ["SQLiteStore"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Store schema changelog (one line per version; each version adds a migration below):
     1: planexec_schema, planexec_runs (one summary row per run), planexec_events (the logs).
     2: planexec_runs.session_id and .turn (the session a run is a turn of), indexed.
+    3: the hash chain: planexec_events.link and .hash, planexec_runs.chain_head (32-byte BLOBs;
+       NULL for events written before, where the chain begins later: see planexec.store._chain).
 """
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -95,16 +104,28 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE planexec_runs ADD COLUMN turn INTEGER",
         "CREATE INDEX planexec_runs_session ON planexec_runs (session_id, turn)",
     ),
+    3: (
+        "ALTER TABLE planexec_events ADD COLUMN link BLOB",
+        "ALTER TABLE planexec_events ADD COLUMN hash BLOB",
+        "ALTER TABLE planexec_runs ADD COLUMN chain_head BLOB",
+    ),
 }
 
 _COLUMNS = ", ".join(SUMMARY_COLUMNS)
-_SELECT_STATE = f"SELECT id, {_COLUMNS} FROM planexec_runs WHERE run_id = ?"
-_INSERT_RUN = f"INSERT INTO planexec_runs (run_id, {_COLUMNS}) VALUES (?, {', '.join('?' * len(SUMMARY_COLUMNS))})"
-_INSERT_EVENT = "INSERT INTO planexec_events (run, seq, kind, at, data) VALUES (?, ?, ?, ?, ?)"
-_READ = (  # as bytes: text that is not UTF-8 is then one unreadable event, not a failed read
-    "SELECT seq, CAST(data AS BLOB) FROM planexec_events WHERE run = (SELECT id FROM planexec_runs WHERE run_id = ?) "
-    "AND seq > ? ORDER BY seq"
+_SELECT_STATE = f"SELECT id, chain_head, {_COLUMNS} FROM planexec_runs WHERE run_id = ?"
+_INSERT_RUN = (
+    f"INSERT INTO planexec_runs (run_id, chain_head, {_COLUMNS}) VALUES (?, ?, {', '.join('?' * len(SUMMARY_COLUMNS))})"
 )
+_INSERT_EVENT = "INSERT INTO planexec_events (run, seq, kind, at, data, link, hash) VALUES (?, ?, ?, ?, ?, ?, ?)"
+_READ = (  # as bytes: text that is not UTF-8 is then one unreadable event, not a failed read
+    "SELECT seq, CAST(data AS BLOB), hash FROM planexec_events "
+    "WHERE run = (SELECT id FROM planexec_runs WHERE run_id = ?) AND seq > ? ORDER BY seq"
+)
+_READ_RAW = (  # one statement: the summary and the rows are one snapshot
+    "SELECT r.last_seq, r.chain_head, e.seq, CAST(e.data AS BLOB), e.link, e.hash FROM planexec_runs r "
+    "LEFT JOIN planexec_events e ON e.run = r.id WHERE r.run_id = ? ORDER BY e.seq"
+)
+_UNCHAINED = "SELECT CAST(data AS BLOB) FROM planexec_events WHERE run = ? ORDER BY seq"
 _CHECKPOINT_EVERY = 1000
 """Appends made on the event loop between two WAL checkpoints (run in the worker thread)."""
 
@@ -265,7 +286,7 @@ class SQLiteStore(StoreBase):
         conn.execute("BEGIN IMMEDIATE")
         try:
             row = conn.execute(_SELECT_STATE, (run_id,)).fetchone()
-            previous = None if row is None else state_from_row(run_id, row[1:])
+            previous = None if row is None else state_from_row(run_id, row[2:])
             current = 0 if previous is None else previous.summary.events
             if current != expected_seq:
                 raise AppendConflict(run_id, expected_seq, current)
@@ -274,13 +295,22 @@ class SQLiteStore(StoreBase):
                 return current
             state = summarize(run_id, events, previous=previous, first_seq=current + 1, clean=self.redactor.redact_text)
             values = summary_row(state)
+            head = genesis(run_id) if row is None else stored_head(row[1])
+            if head is None:  # written before the store kept a chain (it begins here), or damaged
+                head = unchained_head(run_id, (bytes(r[0]) for r in conn.execute(_UNCHAINED, (row[0],))))
+            hashes = chain_hashes(head, (e.data.encode() for e in encoded))
+            new_head = hashes[-1][1]
             if row is None:
-                key = conn.execute(_INSERT_RUN, (run_id, *values)).lastrowid
+                key = conn.execute(_INSERT_RUN, (run_id, new_head, *values)).lastrowid
             else:
                 key = row[0]
-                _update_run(conn, key, row[1:], values)
+                _update_run(conn, key, row[2:], values, new_head)
             conn.executemany(
-                _INSERT_EVENT, [(key, current + i, e.kind, e.at, e.data) for i, e in enumerate(encoded, start=1)]
+                _INSERT_EVENT,
+                [
+                    (key, current + i, e.kind, e.at, e.data, link, own)
+                    for i, (e, (link, own)) in enumerate(zip(encoded, hashes, strict=True), start=1)
+                ],
             )
             conn.execute("COMMIT")
             return state.summary.events
@@ -317,13 +347,24 @@ class SQLiteStore(StoreBase):
 
         return await self._run(f"read run {run_id!r}", read)
 
+    async def read_raw(self, run_id: str) -> RawLog:
+        def read(conn: sqlite3.Connection) -> RawLog:
+            rows = conn.execute(_READ_RAW, (run_id,)).fetchall()
+            if not rows:
+                return RawLog(run_id=run_id, events=(), last_seq=0, head=None)
+            last, head = int(rows[0][0]), rows[0][1]
+            events = raw_events([r[2:] for r in rows if r[2] is not None])
+            return RawLog(run_id=run_id, events=events, last_seq=last, head=None if head is None else bytes(head))
+
+        return await self._run(f"read the stored log of run {run_id!r}", read)
+
     async def last_seq(self, run_id: str) -> int:
         return await self._run(f"read the last seq of run {run_id!r}", lambda c: _last_seq(c, run_id), inline=True)
 
     async def get_run(self, run_id: str) -> RunSummary | None:
         def get(conn: sqlite3.Connection) -> RunSummary | None:
             row = conn.execute(_SELECT_STATE, (run_id,)).fetchone()
-            return None if row is None else state_from_row(run_id, row[1:]).summary
+            return None if row is None else state_from_row(run_id, row[2:]).summary
 
         return await self._run(f"read the summary of run {run_id!r}", get, inline=True)
 
@@ -372,15 +413,15 @@ class SQLiteStore(StoreBase):
                     conn.close()
 
 
-def _update_run(conn: sqlite3.Connection, key: int, old: Sequence[Any], new: Sequence[Any]) -> None:
-    """Set only the summary columns that changed, so that an index whose columns did not change
-    (``started_at``, ``status``) is not rewritten: fewer pages per commit."""
+def _update_run(conn: sqlite3.Connection, key: int, old: Sequence[Any], new: Sequence[Any], head: bytes) -> None:
+    """Set the chain's head and only the summary columns that changed, so that an index whose
+    columns did not change (``started_at``, ``status``) is not rewritten: fewer pages per commit."""
     changed = [
         (column, value) for column, before, value in zip(SUMMARY_COLUMNS, old, new, strict=True) if before != value
     ]
-    if changed:
-        assignments = ", ".join(f"{column} = ?" for column, _ in changed)
-        conn.execute(f"UPDATE planexec_runs SET {assignments} WHERE id = ?", (*(v for _, v in changed), key))
+    changed.append(("chain_head", head))
+    assignments = ", ".join(f"{column} = ?" for column, _ in changed)
+    conn.execute(f"UPDATE planexec_runs SET {assignments} WHERE id = ?", (*(v for _, v in changed), key))
 
 
 def _last_seq(conn: sqlite3.Connection, run_id: str) -> int:
