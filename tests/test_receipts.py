@@ -212,6 +212,9 @@ async def test_a_step_approval_names_who_answered_and_what_they_saw(tmp_path: Pa
     (receipt,) = receipts.receipts
     (approval,) = receipt.approvals
     assert (approval.subject, approval.by, approval.covers) == ("step", "bob", "step pay of plan v1, before it ran")
+    # what the human was shown is what was sent
+    assert approval.rule is not None
+    assert approval.shown_args == receipt.args
     asked = at(stored, ApprovalRequested)
     named(approval.asked, asked)
     assert isinstance(asked.event, ApprovalRequested)

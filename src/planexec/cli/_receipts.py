@@ -105,8 +105,13 @@ def _approval(a: ApprovalReceipt, *, first: bool) -> list[str]:
     label = "approval " if first else "         "
     choice = f", chose {a.choice}" if a.choice else ""
     reason = f' ("{cut(a.reason, 120)}")' if a.reason else ""
-    return [
-        f"   {label} {a.approval_id} ({a.subject}): approved by {a.by} at {when(a.at)}{choice}{reason}",
+    rule = f" [{a.rule}]" if a.rule else ""
+    lines = [
+        f"   {label} {a.approval_id} ({a.subject}{rule}): approved by {a.by} at {when(a.at)}{choice}{reason}",
         f"             covers {a.covers}",
         f"             asked in {_event(a.asked)}; answered in {_event(a.answered)}",
     ]
+    if a.shown_args is not None:
+        shown = json.dumps(a.shown_args, ensure_ascii=False, sort_keys=True, default=str)
+        lines.append(f"             shown the arguments {cut(shown, 160)}")
+    return lines

@@ -111,6 +111,11 @@ class ApprovalReceipt:
     """The ``approval_requested`` event: what the human was shown."""
     answered: LoggedEvent
     """The ``approval_decided`` event."""
+    rule: str | None = None
+    """The rule that asked (logs since event schema 11)."""
+    shown_args: Any = None
+    """For a step's question: the arguments the human was shown, as they were to be sent (logs since
+    event schema 11); compare them with the call's ``args``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -449,6 +454,8 @@ def _receipt(fold: _Fold, rec: ApprovalRecord, covers: str) -> list[ApprovalRece
             choice=rec.choice,
             asked=asked,
             answered=answered,
+            rule=rec.rule,
+            shown_args=rec.args,
         )
     ]
 
