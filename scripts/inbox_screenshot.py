@@ -140,7 +140,7 @@ def _until(check: Any, what: str, timeout: float = 30.0) -> Any:
     raise RuntimeError(f"gave up waiting for {what}")
 
 
-def _shoot(url: str, token: str, out: Path) -> list[Path]:
+def _shoot(url: str, token: str, out: Path, width: int) -> list[Path]:
     from playwright.sync_api import sync_playwright
 
     saved = []
@@ -148,7 +148,7 @@ def _shoot(url: str, token: str, out: Path) -> list[Path]:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=args)
         try:
-            page = browser.new_page(viewport={"width": 1366, "height": 900}, device_scale_factor=1)
+            page = browser.new_page(viewport={"width": width, "height": 900}, device_scale_factor=1)
             page.goto(f"{url}/#token={token}")
             page.wait_for_selector("text=Runs")
             page.goto(f"{url}/#/inbox")
@@ -157,7 +157,7 @@ def _shoot(url: str, token: str, out: Path) -> list[Path]:
             for kind, name in (("step", "inbox-step.png"), ("plan", "inbox-patch.png")):
                 card = page.locator(f"section.question[data-kind='{kind}']").first
                 card.scroll_into_view_if_needed()
-                path = out / name
+                path = out / (name if width == 1366 else name.replace(".png", f"-{width}.png"))
                 card.screenshot(path=str(path))
                 saved.append(path)
         finally:
@@ -168,7 +168,9 @@ def _shoot(url: str, token: str, out: Path) -> list[Path]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=OUT)
-    out = parser.parse_args().out
+    parser.add_argument("--width", type=int, default=1366, help="The window's width in pixels (420: a phone).")
+    options = parser.parse_args()
+    out = options.out
     token = secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -199,7 +201,7 @@ def main() -> int:
 
                 _until(both, "the step and the patch to wait for an answer")
             out.mkdir(parents=True, exist_ok=True)
-            for path in _shoot(url, token, out):
+            for path in _shoot(url, token, out, options.width):
                 print(f"saved {path}")
         finally:
             process.send_signal(signal.SIGTERM)

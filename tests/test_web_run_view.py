@@ -134,6 +134,13 @@ def assert_shows_the_finished_demo(page: Page, served: Served, run_id: str) -> d
     assert "pending" not in page.locator("table.steps").inner_text()
     expect(page.locator("details.plan-version[open]")).to_have_count(1)  # the latest, as it came
     expect(page.locator("details.plan-version[open]")).to_have_attribute("data-version", "3")
+    # what each version was forecast to cost, as the API's plan versions say it
+    forecast = run["plans"][-1]["forecast"]
+    said = page.locator("details.plan-version[open] p.forecast").inner_text()
+    low, high = int(forecast["tool_calls"]["low"]), int(forecast["tool_calls"]["high"])
+    tools = str(low) if low == high else f"{low}–{high}"
+    assert said.startswith("Forecast: ")
+    assert f"tool calls {tools}" in said
     for step in current:
         expect(node(page, step["id"])).to_have_attribute("data-status", "succeeded")
     assert_readable(dag_geometry(page), current)

@@ -36,6 +36,24 @@ function newRecord(step, planVersion) {
   };
 }
 
+/** A plan_forecast event's figures as the API's ForecastView carries them (ranges as {low, high}). */
+function forecastView(logged) {
+  if (!logged) return null;
+  const f = logged.forecast;
+  const range = (pair) => ({ low: pair?.[0] ?? 0, high: pair?.[1] ?? 0 });
+  return {
+    planner_calls: range(f.planner_calls),
+    executor_calls: range(f.executor_calls),
+    tool_calls: range(f.tool_calls),
+    input_tokens: range(f.input_tokens),
+    output_tokens: range(f.output_tokens),
+    cost: range(f.cost),
+    unpriced: f.unpriced ?? [],
+    basis: f.basis ?? [],
+    over: logged.over ?? [],
+  };
+}
+
 const HANDLERS = {
   run_started(s, e) {
     s.run_id = e.run_id ?? "";
@@ -75,6 +93,9 @@ const HANDLERS = {
         s.steps.delete(id);
       }
     }
+  },
+  plan_forecast(s, e) {
+    s.forecasts.set(e.plan_version, { forecast: e.forecast ?? {}, over: e.over ?? [] });
   },
   step_streamed(s, e) {
     const old = s.steps.get(e.step.id);
@@ -190,6 +211,7 @@ export class RunFold {
       last_at: 0,
       plans: [],
       triggers: new Map(),
+      forecasts: new Map(),
       steps: new Map(),
       superseded: [],
       approvals: new Map(),
@@ -261,6 +283,7 @@ export class RunFold {
           removed: [...before.keys()].filter((id) => !steps.has(id)),
           changed: [...steps.keys()].filter((id) => before.has(id) && !sameStep(before.get(id), steps.get(id))),
         },
+        forecast: forecastView(this.forecasts.get(plan.version)),
       };
       before = steps;
       return view;

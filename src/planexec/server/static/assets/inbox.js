@@ -17,8 +17,8 @@ function argumentRows(args) {
       "tr",
       { "data-argument": a.name },
       h("th", { scope: "row" }, h("code", {}, a.name)),
-      h("td", {}, h("code", { class: "value" }, a.text), a.cut ? h("span", { class: "muted" }, ` (${a.size.toLocaleString()} characters, cut)`) : null),
-      h("td", {}, a.binding ? h("code", {}, a.binding) : "—", a.binding && !a.resolved ? h("span", { class: "muted" }, " (not run yet)") : null),
+      h("td", { "data-label": "Value as sent" }, h("code", { class: "value" }, a.text), a.cut ? h("span", { class: "muted" }, ` (${a.size.toLocaleString()} characters, cut)`) : null),
+      h("td", { "data-label": "From" }, a.binding ? h("code", {}, a.binding) : "—", a.binding && !a.resolved ? h("span", { class: "muted" }, " (not run yet)") : null),
     ),
   );
 }
@@ -30,7 +30,7 @@ function argumentsTable(args, caption) {
     { class: "table-scroll" },
     h(
       "table",
-      { class: "arguments" },
+      { class: ["arguments", "stack"] },
       h("caption", { class: "visually-hidden" }, caption),
       h("thead", {}, h("tr", {}, ["Argument", "Value as sent", "From"].map((c) => h("th", { scope: "col" }, c)))),
       h("tbody", {}, argumentRows(args)),
@@ -67,13 +67,13 @@ function planSection(plan, id) {
     h(
       "tr",
       { "data-step": step.id, class: step.change === "added" || step.change === "changed" ? "changed" : null },
-      h("td", {}, String(i + 1)),
-      h("td", {}, h("code", {}, step.id), h("div", { class: "muted" }, step.description)),
-      h("td", {}, step.runs_on),
-      h("td", {}, step.depends_on.join(", ") || "—"),
-      h("td", {}, effectBadge(step.effect)),
-      h("td", {}, step.arguments.length ? h("ul", { class: "plain" }, step.arguments.map((a) => h("li", {}, h("code", {}, a.name), " = ", h("code", {}, a.text), a.resolved ? null : h("span", { class: "muted" }, " (not run yet)")))) : "—"),
-      h("td", {}, step.change ?? "—", step.changed_fields.length ? h("div", { class: "muted" }, step.changed_fields.join(", ")) : null),
+      h("td", { "data-label": "#" }, String(i + 1)),
+      h("td", { "data-label": "Step" }, h("code", {}, step.id), h("div", { class: "muted" }, step.description)),
+      h("td", { "data-label": "Runs on" }, step.runs_on),
+      h("td", { "data-label": "After" }, step.depends_on.join(", ") || "—"),
+      h("td", { "data-label": "Effect" }, effectBadge(step.effect)),
+      h("td", { "data-label": "Arguments" }, step.arguments.length ? h("ul", { class: "plain" }, step.arguments.map((a) => h("li", {}, h("code", {}, a.name), " = ", h("code", {}, a.text), a.resolved ? null : h("span", { class: "muted" }, " (not run yet)")))) : "—"),
+      h("td", { "data-label": "Change" }, step.change ?? "—", step.changed_fields.length ? h("div", { class: "muted" }, step.changed_fields.join(", ")) : null),
     ),
   );
   const changeOf = (sid) => plan.steps.find((x) => x.id === sid)?.change;
@@ -99,7 +99,7 @@ function planSection(plan, id) {
       { class: "table-scroll" },
       h(
         "table",
-        { class: "plan-steps", id: `${id}-steps` },
+        { class: ["plan-steps", "stack"], id: `${id}-steps` },
         h("caption", { class: "visually-hidden" }, `Steps of plan version ${plan.version}`),
         h("thead", {}, h("tr", {}, ["#", "Step", "Runs on", "After", "Effect", "Arguments", "Change"].map((c) => h("th", { scope: "col" }, c)))),
         h("tbody", {}, rows),

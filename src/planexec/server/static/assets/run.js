@@ -288,8 +288,24 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
     ));
   };
 
+  /** What the plan version was expected to cost when it was proposed (its plan_forecast event). */
+  const forecastLine = (f) => {
+    const span = (r, fmt = (v) => v.toLocaleString()) => (r.low === r.high ? fmt(r.low) : `${fmt(r.low)}–${fmt(r.high)}`);
+    let cost = span(f.cost, money);
+    if (f.unpriced.length) cost = f.cost.high === 0 ? "cost unknown" : `at least ${cost}`;
+    return h(
+      "p",
+      { class: "forecast", title: f.basis.join("\n") },
+      h("strong", {}, "Forecast: "),
+      `${cost} · model calls ${span(f.planner_calls)} planner, ${span(f.executor_calls)} executor · tool calls ${span(f.tool_calls)}`,
+      ` · tokens ${span(f.input_tokens)} in, ${span(f.output_tokens)} out`,
+      f.unpriced.length ? ` · no price for ${f.unpriced.join(", ")}` : "",
+      f.over.length ? h("span", { class: "bad" }, ` · passes the ${f.over.join(", ")} cap`) : null,
+    );
+  };
+
   const renderPlans = (run) => {
-    if (!changed(plans, `${run.plans.length} ${edits.length}`)) return;
+    if (!changed(plans, `${run.plans.length} ${edits.length} ${run.plans.map((p) => (p.forecast ? 1 : 0)).join("")}`)) return;
     keepingFocus(plans, () => fill(
       plans,
       h("h2", { id: "plans-title" }, "Plan versions"),
@@ -308,6 +324,7 @@ export function mountRun(main, runId, { setInboxCount, refreshInbox }) {
             plan.reason ? ` — ${clip(plan.reason, 100)}` : null,
           ),
           plan.reason ? h("p", { class: "reason" }, "Reason: ", plan.reason) : null,
+          plan.forecast ? forecastLine(plan.forecast) : null,
           diffView(plan, previous),
           edits
             .filter((edit) => edit.version === plan.version)
