@@ -23,6 +23,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from planexec.log import (
     RunFinished,
     RunResumed,
     RunStarted,
+    RunState,
     StepStarted,
     StepSucceeded,
 )
@@ -589,6 +591,49 @@ async def test_an_answered_run_goes_back_to_the_workers(setup: Setup) -> None:
         assert isinstance(last, RunFinished)
         assert last.stop.kind == "goal_met", last.stop
         assert (served, "a") in setup.applied()
+    finally:
+        await store.close()
+
+
+async def test_a_run_that_reached_its_cap_on_a_worker_is_raised_and_a_worker_goes_on(setup: Setup) -> None:
+    """A worker leaves a run waiting for its cap to be raised; a raise from the command line gives it
+    back to the workers, and a worker goes on where it stopped, each effect once."""
+    store = PostgresStore(setup.url, pool_size=2)
+    queue = RunQueue(store)
+    try:
+        spec = replace(setup.spec(), budget={"tool_calls": "1"}, rules={"on_budget": "ask"})
+        run_id = await submit(store, spec, "apply both", check=False)
+        setup.start_worker("w0")
+
+        async def entry_state() -> str | None:
+            entry = await queue.entry(run_id)
+            return entry.state if entry is not None else None
+
+        await wait_for(lambda: _state_is(entry_state, "waiting"), "the run to reach its cap")
+        assert setup.applied() == [(run_id, "a")]
+        questions = await asyncio.to_thread(_cli, setup, "--store", setup.url, "approvals", "--json")
+        [question] = json.loads(questions.stdout)
+        assert (question["kind"], question["budget"]["name"]) == ("budget", "tool_calls")
+        raised = await asyncio.to_thread(
+            _cli,
+            setup,
+            "--store",
+            setup.url,
+            "approve",
+            run_id,
+            question["question_id"],
+            "--raise",
+            "tool_calls=5",
+            "--json",
+        )
+        assert raised.returncode == 0, raised.stderr
+        assert json.loads(raised.stdout)["requeued"] is True
+        await wait_for(lambda: _state_is(entry_state, "done"), "a worker to finish the raised run")
+        log = (await logs(store, [run_id]))[run_id]
+        assert isinstance(log[-1], RunFinished)
+        assert log[-1].stop.kind == "goal_met", log[-1].stop
+        assert sorted(setup.applied()) == [(run_id, "a"), (run_id, "b")]
+        assert RunState.fold(log).budget["tool_calls"] == 5
     finally:
         await store.close()
 
