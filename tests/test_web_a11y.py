@@ -207,3 +207,57 @@ def test_tab_reaches_every_control_in_order_and_dialogs_keep_the_focus(page: Pag
     expect(dialog).to_have_count(0)
     assert page.evaluate("() => document.activeElement.textContent") == "Cancel run"
     expect(page.locator("#run-status")).to_have_attribute("data-status", "waiting")
+
+
+CARD_TEXT = """(card) => ({
+    title: card.querySelector('h3').textContent,
+    facts: Object.fromEntries([...card.querySelectorAll('dl.facts:not(.answers)')].flatMap((dl) =>
+        [...dl.querySelectorAll('dt')].map((dt) => [dt.textContent, dt.nextElementSibling.textContent]))),
+    args: [...card.querySelectorAll('table.arguments tbody tr')].map((tr) =>
+        [...tr.children].map((c) => c.textContent.replace(' (not run yet)', '').trim())),
+    planRows: [...card.querySelectorAll('table.plan-steps tbody tr')].map((tr) => tr.dataset.step),
+    changes: [...card.querySelectorAll('table.plan-steps tbody tr')].map((tr) => tr.lastElementChild.textContent),
+    answers: [...card.querySelectorAll('dl.answers dt')].map((dt) =>
+        [dt.textContent, dt.nextElementSibling.textContent]),
+    review: card.querySelector('pre.under-review')?.textContent ?? null,
+    caps: [...card.querySelectorAll('fieldset.caps input')].map((i) => i.name),
+})"""
+"""What a person reads on a question card."""
+
+
+@pytest.mark.parametrize("width", [1366, 420])
+def test_each_kind_of_question_shows_what_the_decision_needs(browser: Any, served: Served, width: int) -> None:
+    """Each card says what the question's view says: the title, the goal, why it is asked, the step
+    with its arguments as they will be sent and its effect, a plan's steps and changes, the result
+    under review, the caps to raise, and what each answer does — at a desk and on a phone."""
+    questions = asked(served)
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        page = context.new_page()
+        open_page(page, served, "/inbox")
+        expect(page.locator("section.question")).to_have_count(len(KINDS))
+        for kind, view in questions.items():
+            shown = page.locator(f"section.question.subject-{kind}").evaluate(CARD_TEXT)
+            assert shown["title"] == view["title"], kind
+            assert shown["facts"]["Goal"] == view["goal"], kind
+            assert shown["facts"]["Why asked"].startswith(view["why"]), kind
+            assert shown["answers"] == [[a["label"], a["does"]] for a in view["answers"]], kind
+            step = view["step"]
+            if step is not None and kind != "plan":
+                assert shown["facts"]["Effect"] == step["effect"]["label"], kind
+                assert shown["args"] == [[a["name"], a["text"], a["binding"] or "—"] for a in step["arguments"]], kind
+            if view["plan"] is not None:
+                assert shown["planRows"] == [s["id"] for s in view["plan"]["steps"]]
+                assert shown["facts"]["Changes"] == view["plan"]["changes"]["summary"]
+                assert shown["facts"]["Forecast"] == view["plan"]["forecast"]["summary"]
+            if kind in ("review", "answer"):
+                assert shown["review"] == (
+                    view["under_review"] if isinstance(view["under_review"], str) else str(view["under_review"])
+                )
+            if kind == "budget":
+                assert view["budget"]["name"] in shown["caps"]
+                assert shown["facts"]["Cap reached"].startswith(f"{view['budget']['name']}: ")
+        if width == 420:
+            assert page.evaluate("() => document.documentElement.scrollWidth") <= 420
+    finally:
+        context.close()
