@@ -375,6 +375,10 @@ def test_plan_approval_at_a_terminal(
     )
     assert result.exit_code == code, result.output
     assert "Run plan v1?" in result.stdout
+    shown = " ".join(result.stdout.split())
+    assert "Approve plan v1" in shown
+    assert "every plan version needs a human's yes" in shown
+    assert "forecast" in shown
     if code == 0:
         assert "approval approved by terminal" in result.stdout
     else:
@@ -391,6 +395,12 @@ def test_sensitive_steps_are_asked_about_at_a_terminal(
     assert result.exit_code == 0, result.output
     assert "approval asked for step pub: sensitive tool" in result.stdout
     assert "Run step pub?" in result.stdout
+    # the prompt shows the question's view: the step, its effect, its arguments as sent, what each answer does
+    shown = " ".join(result.stdout.split())
+    assert "Approve step pub: tool publish" in shown
+    assert "tool publish is sensitive" in shown
+    assert "value │ 7" in shown
+    assert "step pub calls tool publish with the arguments shown, once" in shown
 
 
 @pytest.mark.parametrize("no_input", [False, True])
