@@ -6,6 +6,7 @@ client and the MCP tools carry.
 
     python scripts/question_gallery.py            # print the gallery (Markdown)
     python scripts/question_gallery.py --write    # put it into docs/how-to/approvals.md
+    python scripts/question_gallery.py --write --pictures  # and each card of the web inbox, as a PNG
     python scripts/question_gallery.py --json     # the views as JSON, one per kind
 
 tests/test_question_gallery.py checks that the page shows what this prints.
@@ -166,7 +167,7 @@ async def _waiting(folder: Path, n: int, spec: dict[str, Any], extra: dict[str, 
     from planexec.store import SQLiteStore
     from planexec.testing import ScriptedModel
 
-    store = SQLiteStore(folder / f"gallery-{n}.db")
+    store = SQLiteStore(folder / "gallery.db")
     budget = Budget(wall_time=60, **spec.get("budget", {}))
     answers = extra.pop("answers", {})
     agent = Agent(
@@ -180,20 +181,21 @@ async def _waiting(folder: Path, n: int, spec: dict[str, Any], extra: dict[str, 
     run_id = f"run-{n}"
     result = await agent.run(spec["goal"], run_id=run_id)
     while answers and result.stop.kind == "waiting":  # answer the first question, to show the next one
-        [view] = await open_questions(store)
+        [view] = [q for q in await open_questions(store) if q.run_id == run_id]
         if view.kind not in answers:
             break
         await answer(store, run_id, ApprovalDecision(approved=True, by="ana", reason="fine"))
         answers.pop(view.kind)
         result = await (await agent.resume(run_id)).result()
-    questions = await open_questions(store)
+    questions = [q for q in await open_questions(store) if q.run_id == run_id]
     if len(questions) != 1:
         raise RuntimeError(f"run {run_id} did not wait for one question: {result.stop}")
     return store, questions[0]
 
 
-async def gallery() -> tuple[str, list[dict[str, Any]]]:
-    """The gallery as Markdown, and the views as JSON data."""
+async def gallery(folder: Path | None = None) -> tuple[str, list[dict[str, Any]]]:
+    """The gallery as Markdown, and the views as JSON data; the runs are kept in ``folder`` (its
+    ``gallery.db``) when one is given."""
     from rich.console import Console
 
     from planexec.cli import question_panel
@@ -201,17 +203,81 @@ async def gallery() -> tuple[str, list[dict[str, Any]]]:
     sections: list[str] = []
     views: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
+        where = folder if folder is not None else Path(tmp)
         for n, (kind, heading, spec, make) in enumerate(_kinds()):
-            store, view = await _waiting(Path(tmp), n, spec, make())
+            store, view = await _waiting(where, n, spec, make())
             await store.close()
             assert view.kind == kind, (kind, view.kind)
             out = io.StringIO()
             console = Console(file=out, width=WIDTH, color_system=None, force_terminal=False, legacy_windows=False)
             console.print(question_panel(view))
             text = "\n".join(line.rstrip() for line in out.getvalue().splitlines())
-            sections.append(f"#### {heading} (`{kind}`)\n\n```text\n{text}\n```\n")
+            picture = f"![{heading}, in the web inbox](../images/questions/{picture_name(n, kind)})"
+            sections.append(f"#### {heading} (`{kind}`)\n\n```text\n{text}\n```\n\n{picture}\n")
             views.append(view.model_dump(mode="json"))
     return "\n".join(sections), views
+
+
+def picture_name(n: int, kind: str) -> str:
+    return f"{n}-{kind}.png"
+
+
+PICTURES = ROOT / "docs" / "images" / "questions"
+LAUNCH_ARGS = [
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+
+
+def pictures(folder: Path, views: list[dict[str, Any]]) -> list[Path]:
+    """Each question's card in the web inbox of ``planexec serve`` over the gallery's store, as a PNG
+    in docs/images/questions (headless Chromium, 1366 px wide; nothing but 127.0.0.1 reached)."""
+    import secrets
+    import signal
+    import subprocess
+
+    from playwright.sync_api import sync_playwright
+
+    token = secrets.token_urlsafe(24)
+    (folder / "token").write_text(token)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("PLANEXEC_STORE", None)
+    args = [sys.executable, "-m", "planexec", "serve", "--port", "0", "--token-file", str(folder / "token")]
+    args += ["--store", f"sqlite:///{folder / 'gallery.db'}"]
+    process = subprocess.Popen(args, cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    saved: list[Path] = []
+    try:
+        assert process.stderr is not None
+        url = next(line for line in process.stderr if line.startswith("planexec serve: http://"))
+        url = url.split(": ", 1)[1].strip().rstrip("/")
+        PICTURES.mkdir(parents=True, exist_ok=True)
+        launch = [*LAUNCH_ARGS, *(["--no-sandbox"] if os.geteuid() == 0 else [])]
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=launch)
+            try:
+                page = browser.new_page(viewport={"width": 1366, "height": 900}, device_scale_factor=1)
+                page.emulate_media(reduced_motion="reduce")
+                page.goto(f"{url}/#token={token}")
+                page.wait_for_selector("text=Runs")
+                page.goto(f"{url}/#/inbox")
+                page.wait_for_selector("section.question")
+                for n, view in enumerate(views):
+                    title = f"q-{view['run_id']}-{view['question_id']}-title"
+                    card = page.locator(f"section.question[aria-labelledby='{title}']")
+                    card.wait_for()
+                    card.scroll_into_view_if_needed()
+                    path = PICTURES / picture_name(n, view["kind"])
+                    card.screenshot(path=str(path))
+                    saved.append(path)
+            finally:
+                browser.close()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=20)
+    return saved
 
 
 def _page_with(gallery_text: str) -> str:
@@ -225,14 +291,18 @@ def main() -> int:
     os.environ["TZ"] = "UTC"
     time.tzset()
     sys.path.insert(0, str(ROOT / "src"))
-    text, views = asyncio.run(gallery())
-    if "--json" in sys.argv:
-        print(json.dumps(views, indent=2, ensure_ascii=False))
-    elif "--write" in sys.argv:
-        PAGE.write_text(_page_with(text), encoding="utf-8")
-        print(f"wrote {PAGE.relative_to(ROOT)}")
-    else:
-        print(text)
+    with tempfile.TemporaryDirectory() as tmp:
+        text, views = asyncio.run(gallery(Path(tmp)))
+        if "--json" in sys.argv:
+            print(json.dumps(views, indent=2, ensure_ascii=False))
+        elif "--write" in sys.argv:
+            PAGE.write_text(_page_with(text), encoding="utf-8")
+            print(f"wrote {PAGE.relative_to(ROOT)}")
+            if "--pictures" in sys.argv:
+                for path in pictures(Path(tmp), views):
+                    print(f"saved {path.relative_to(ROOT)}")
+        else:
+            print(text)
     return 0
 
 

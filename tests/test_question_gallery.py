@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,3 +49,11 @@ def test_the_approvals_page_shows_every_kind_of_question_as_the_cli_renders_it_n
     assert gallery._page_with(text) == page, "run `python scripts/question_gallery.py --write`"
     kinds = {view["kind"] for view in views}
     assert kinds == {"plan", "step", "effect", "question", "escalation", "review", "answer", "budget"}
+
+
+def test_every_picture_the_approvals_page_shows_is_there() -> None:
+    page = (ROOT / "docs" / "how-to" / "approvals.md").read_text(encoding="utf-8")
+    shown = re.findall(r"\]\(\.\./images/([^)]+\.png)\)", page)
+    assert len(shown) >= 11  # the step and the patch, and a card of each of the nine runs
+    for name in shown:
+        assert (ROOT / "docs" / "images" / name).is_file(), name

@@ -261,3 +261,30 @@ def test_each_kind_of_question_shows_what_the_decision_needs(browser: Any, serve
             assert page.evaluate("() => document.documentElement.scrollWidth") <= 420
     finally:
         context.close()
+
+
+def test_an_uncertain_effect_is_marked_done_with_its_output_from_the_inbox(page: Page, served: Served) -> None:
+    """The effect card takes the step's output (JSON) with "done": a wrong one is refused where it was
+    typed, a right one becomes the step's output and the run goes on. (Last: it answers a question.)"""
+    questions = asked(served)
+    run_id = questions["effect"]["run_id"]
+    open_page(page, served, "/inbox")
+    card = page.locator("section.question.subject-effect")
+    card.get_by_role("radio", name="done").check()
+    field = card.get_by_label("The step's output, when marked done (JSON)")
+    field.fill("{not json")
+    card.get_by_role("button", name="Approve").click()
+    expect(card.get_by_role("alert")).to_contain_text("The output is not JSON.")
+    field.fill('{"receipt": "r-77"}')
+    card.get_by_role("button", name="Approve").click()
+    expect(card.locator(".feedback")).to_contain_text("Answered")
+    deadline = time.monotonic() + 30
+    with client(served) as api:
+        while True:
+            run = api.get(f"/v1/runs/{run_id}").json()
+            if run["status"] == "finished":
+                break
+            assert time.monotonic() < deadline, run["status"]
+            time.sleep(0.05)
+    step = next(s for s in run["steps"] if s["id"] == questions["effect"]["step"]["id"] and not s["superseded"])
+    assert (step["status"], step["output"]) == ("succeeded", {"receipt": "r-77"})

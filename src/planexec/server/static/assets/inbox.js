@@ -10,6 +10,11 @@ export function questionsKey(questions) {
   return questions.map((q) => `${q.run_id}/${q.question_id}`).join(" ");
 }
 
+/** "1 step", "2 steps". */
+function counted(n, noun) {
+  return `${n.toLocaleString()} ${noun}${n === 1 ? "" : "s"}`;
+}
+
 /** An argument's value as one line, with where it comes from. */
 function argumentRows(args) {
   return args.map((a) =>
@@ -142,7 +147,7 @@ function budgetSection(b, id) {
         h("dt", {}, "Cap reached"),
         h("dd", {}, `${b.name}: ${b.used} used of ${b.limit}`),
         h("dt", {}, "Spent"),
-        h("dd", {}, `${money(spent.cost)} · ${spent.model_calls} model calls · ${spent.tool_calls} tool calls · ${spent.steps} steps`),
+        h("dd", {}, `${money(spent.cost)} · ${counted(spent.model_calls, "model call")} · ${counted(spent.tool_calls, "tool call")} · ${counted(spent.steps, "step")}`),
         Object.keys(spent.by_role).length ? [h("dt", {}, "By role"), h("dd", {}, Object.entries(spent.by_role).map(([k, v]) => `${k} ${money(v)}`).join(", "))] : null,
         Object.keys(spent.by_tool).length ? [h("dt", {}, "By tool"), h("dd", {}, Object.entries(spent.by_tool).map(([k, v]) => `${k} ×${v}`).join(", "))] : null,
         h("dt", {}, "The rest"),
@@ -233,6 +238,15 @@ export function questionCard(q, { showRun = true, onAnswered = () => {} } = {}) 
     parts.push(choice);
   }
 
+  let output = null;
+  if (q.kind === "effect") {
+    output = h("input", { type: "text", id: `${id}-output`, name: "output", autocomplete: "off", spellcheck: "false", "aria-describedby": `${id}-output-help` });
+    parts.push(
+      h("div", { class: "field" }, h("label", { for: output.id }, "The step's output, when marked done (JSON)"), output),
+      h("p", { id: `${id}-output-help`, class: "muted" }, 'For example "sent" or {"id": 42}; empty for none.'),
+    );
+  }
+
   if (q.checklist?.length) {
     parts.push(
       h(
@@ -266,6 +280,15 @@ export function questionCard(q, { showRun = true, onAnswered = () => {} } = {}) 
     const body = { decision };
     if (note.value.trim()) body.text = note.value.trim();
     if (choice) body.choice = choice.querySelector("input:checked")?.value;
+    if (output && body.choice === "done" && output.value.trim()) {
+      try {
+        body.output = JSON.parse(output.value);
+      } catch (error) {
+        fill(feedback, problemList({ message: "The output is not JSON.", problems: [{ where: "output", message: error.message }] }));
+        output.focus();
+        return;
+      }
+    }
     if (checks.length) body.checklist = checks.map(({ box, remark }) => ({ passed: box.checked, note: remark.value }));
     if (caps && decision === "approve") {
       body.budget = Object.fromEntries(caps.map(({ name, input }) => [name, input.value.trim() === "" ? null : Number(input.value)]));
