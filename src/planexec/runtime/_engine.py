@@ -177,6 +177,8 @@ class Engine:
         self._deadline: asyncio.Timeout | None = None
         self.repeats = RepeatWatch(config.limits.repeat_rounds)
         self.repeats.restore(self.state)
+        self._told_early: list[InformationAdded] = []
+        """What the run was told before its first event: logged right after ``run_started``."""
         self.unaddressed: list[str] = []
         """Failed steps of the current plan that no patch has answered yet."""
         self._finished = self.state.finished
@@ -297,7 +299,11 @@ class Engine:
             problems.append(Problem(code="tell", where=f"run {self.run_id}", message="it has finished"))
         if problems:
             raise UsageError("cannot tell the run", problems)
-        self.emit(InformationAdded(at=self.now(), text=text, by=by, constraint=bool(constraint)))
+        told = InformationAdded(at=self.now(), text=text, by=by, constraint=bool(constraint))
+        if not self.events:  # told before the run's first event: logged right after it, before it plans
+            self._told_early.append(told)
+            return
+        self.emit(told)
         self.heard()
 
     def heard(self) -> None:
@@ -380,6 +386,9 @@ class Engine:
             self.emit(RunResumed(at=self.now(), events=len(self.events)))
         else:
             self.emit(self._started())
+            for told in self._told_early:
+                self.emit(replace(told, at=self.now()))
+            self._told_early.clear()
         cap = self.caps.wall_time
         wall = None if cap is None else max(0.0, cap - self.state.active_time)
         if not self.world.keeps_wall_time:

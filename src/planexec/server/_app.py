@@ -372,6 +372,26 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
             return pending_summary(run_id, first.agent, first.goal, first.accepted_at, failed=why)
         return None
 
+    def not_begun(run_id: str, action: str) -> _ApiError | None:
+        """Why ``action`` cannot be done yet to a run accepted here that is not in the store (None
+        when the run is stored): a run waiting for a worker is known from its 201 on."""
+        if run_id in workers.pending:
+            return _ApiError(
+                409,
+                "not_started",
+                f"cannot {action} run {run_id!r} yet",
+                [Problem(code="not_started", where="run_id", message="it waits for a worker and has not begun")],
+            )
+        failed = workers.failed_starts.get(run_id)
+        if failed is not None:
+            return _ApiError(
+                409,
+                "finished",
+                f"cannot {action} run {run_id!r}",
+                [Problem(code="finished", where="run_id", message=f"it could not begin: {failed[1]}")],
+            )
+        return None
+
     async def summary_of(run_id: str) -> RunSummary:
         early = not_stored(run_id)
         if early is not None:
@@ -547,6 +567,17 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         # the log is read would otherwise be resumed from a log that no longer says the whole
         # story) and again after (another request may have resumed it meanwhile).
         busy = workers.busy(run_id)
+        _checked_id(run_id, "run_id")
+        if busy and run_id in workers.pending:
+            raise _ApiError(
+                409,
+                "running",
+                f"cannot resume run {run_id!r}",
+                [Problem(code="running", where="run_id", message="this server runs it: it waits for a worker")],
+            )
+        early = not_begun(run_id, "resume")
+        if early is not None:
+            raise early
         log = await run_log(run_id)
         state = RunState.fold(log)
         why = None
@@ -570,13 +601,22 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
     @api.post("/v1/runs/{run_id}/tell", tags=["runs"], status_code=202)
     async def tell_run(run_id: str, body: Tell) -> RunSummary:
         """Tell a run something new, or a new constraint: its planner replans with it at the next
-        safe point, keeping the work done."""
-        log = await run_log(run_id)
+        safe point, keeping the work done. A run waiting for a worker hears it when it begins,
+        before it plans."""
+        _checked_id(run_id, "run_id")
         live = workers.live.get(run_id)
-        if live is not None and not live.done:
+        if live is None and run_id in workers.pending:
+            workers.tell_pending(run_id, body.text, constraint=body.constraint, by=ANSWERED_BY)
+            pending = workers.pending[run_id]
+            return pending_summary(run_id, pending.agent, pending.goal, pending.accepted_at)
+        if live is not None and not live.done:  # before its first event too: it is logged right after it
             live.tell(body.text, constraint=body.constraint, by=ANSWERED_BY)
             workers.changed(run_id)
-            return summary(live.state, agent_of(log[0]))
+            return await summary_of(run_id)
+        early = not_begun(run_id, "tell")
+        if early is not None:
+            raise early
+        log = await run_log(run_id)
         state = await tell(store, run_id, body.text, constraint=body.constraint, by=ANSWERED_BY, log=log)
         workers.changed(run_id)
         idle = state.status == "waiting" and not state.pending_approvals and not workers.busy(run_id)
@@ -587,7 +627,14 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
     @api.post("/v1/runs/{run_id}/fork", tags=["runs"], status_code=201)
     async def fork_run(run_id: str, body: Fork) -> RunSummary:
         """A new run: this one's log replayed up to event ``at`` (no model or tool called), then
-        live with the agent (the run's own, or the one named)."""
+        live with the agent (the run's own, or the one named). A run that waits for a worker
+        has no event to fork from yet: the request waits a moment for its first ones."""
+        _checked_id(run_id, "run_id")
+        if run_id in workers.pending:
+            await workers.until_stored(run_id)
+        early = not_begun(run_id, "fork")
+        if early is not None:
+            raise early
         log = await run_log(run_id)
         if body.at > len(log):
             raise _ApiError(
@@ -618,6 +665,18 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         like any plan), or answer the planner's question. The run then goes on here once it waits
         for nothing else."""
         _checked_id(question_id, "question_id")
+        _checked_id(run_id, "run_id")
+        if not_stored(run_id) is not None:  # accepted here, not begun: it waits for no answer
+            raise _ApiError(
+                409,
+                "no_question",
+                f"cannot answer run {run_id!r}",
+                [
+                    Problem(
+                        code="no_question", where="question_id", message="the run has not begun: it asks nothing yet"
+                    )
+                ],
+            )
         log = await run_log(run_id)
         rec = pick_question(RunState.fold(log), question_id)
         decision = _decision(body, rec)

@@ -99,6 +99,8 @@ class Workers:
         self._keys: dict[str, asyncio.Lock] = {}
         self.failed_starts: dict[str, tuple[Pending, str]] = {}
         """New runs whose agent could not begin (e.g. an MCP server that would not start), and why."""
+        self._told: dict[str, list[tuple[str, bool, str]]] = {}
+        """What new runs were told while they waited for a worker: they hear it when they begin."""
 
     # -- watching ---------------------------------------------------------------------------------
 
@@ -171,10 +173,18 @@ class Workers:
 
         async def begin() -> Run:
             await built.open()
-            return built.start(goal, constraints=every, run_id=run_id, metadata=metadata)
+            run = built.start(goal, constraints=every, run_id=run_id, metadata=metadata)
+            for text, constraint, by in self._told.pop(run_id, ()):
+                run.tell(text, constraint=constraint, by=by)  # logged right after its first event
+            return run
 
         self._launch(run_id, begin, built)
         return pending
+
+    def tell_pending(self, run_id: str, text: str, *, constraint: bool, by: str) -> None:
+        """Tell a run that waits for a worker something new: it hears it when it begins."""
+        self._told.setdefault(run_id, []).append((text, constraint, by))
+        self.changed(run_id)
 
     def resume(self, run_id: str, log: list[Event]) -> None:
         """Go on with a stored run here, with the agent it was started with (by name when this server
@@ -238,8 +248,9 @@ class Workers:
         return new_id
 
     async def until_stored(self, run_id: str) -> None:
-        """Wait until run ``run_id`` (a fork replaying here) has its first event in the store, so
-        that it reads as any stored run; or until it has ended, or ``FORK_WAIT`` seconds."""
+        """Wait until run ``run_id`` (a fork replaying here, or a new run) has its first event in
+        the store, so that it reads as any stored run; or until it has ended, or ``FORK_WAIT``
+        seconds."""
         flag = self.watch(run_id)  # woken now and then while the fork replays, and when it ends
         try:
             async with asyncio.timeout(FORK_WAIT):
@@ -321,6 +332,7 @@ class Workers:
         finally:
             self._tasks.pop(run_id, None)
             self.pending.pop(run_id, None)
+            self._told.pop(run_id, None)
             self._cancel.discard(run_id)
             self._cancelled.pop(run_id, None)
             self.changed(run_id)
