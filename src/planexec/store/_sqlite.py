@@ -128,6 +128,19 @@ _READ_RAW = (  # one statement: the summary and the rows are one snapshot
 _UNCHAINED = "SELECT CAST(data AS BLOB) FROM planexec_events WHERE run = ? ORDER BY seq"
 _CHECKPOINT_EVERY = 1000
 """Appends made on the event loop between two WAL checkpoints (run in the worker thread)."""
+WAL_LIMIT = 16 * 1_048_576
+"""The size past which the WAL is truncated at the next checkpoint. A passive checkpoint copies the
+WAL into the database but cannot restart it while some reader still uses it, so under a steady
+stream of readers (a server following many runs) the file would only grow; a checkpoint that
+finds it larger waits (a second at most) for a moment with no reader and truncates it."""
+_TRUNCATE_WAIT_MS = 1_000
+
+
+def _wal_size(path: Path) -> int:
+    try:
+        return os.path.getsize(f"{path}-wal")
+    except OSError:
+        return 0
 
 
 def _busy(error: sqlite3.OperationalError) -> bool:
@@ -150,6 +163,7 @@ class SQLiteStore(StoreBase):
         redactor: Redactor | None = None,
         busy_timeout: float = 30.0,
         synchronous: Literal["normal", "full"] = "normal",
+        wal_limit: int = WAL_LIMIT,
     ) -> None:
         super().__init__(redactor=redactor)
         if synchronous not in ("normal", "full"):
@@ -158,6 +172,10 @@ class SQLiteStore(StoreBase):
         self._name = f"SQLite store {str(self.path)!r}"
         self.busy_timeout = busy_timeout
         self.synchronous = synchronous
+        if isinstance(wal_limit, bool) or not isinstance(wal_limit, int) or wal_limit < 0:
+            raise UsageError(f"wal_limit must be a whole number of bytes >= 0, not {wal_limit!r}")
+        self.wal_limit = wal_limit
+        """Past this size (bytes) the WAL is truncated at the next checkpoint (every 1,000 appends)."""
         self._inline = synchronous == "normal"
         self._loop_conn: sqlite3.Connection | None = None
         """Used on the event loop; never waits for a lock."""
@@ -337,6 +355,12 @@ class SQLiteStore(StoreBase):
             return
         try:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            if _wal_size(self.path) > self.wal_limit:
+                conn.execute(f"PRAGMA busy_timeout = {_TRUNCATE_WAIT_MS}")
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                finally:
+                    conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         except sqlite3.Error:
             return  # best effort: the next checkpoint catches up
 
