@@ -4,6 +4,7 @@ passes ``wal_limit``."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -46,7 +47,7 @@ async def _grow_wal(path: Path, wal_limit: int) -> int:
         stop.set()
         thread.join()
         await store.read("r", after=2100)  # after the checkpoints queued before it, in the store's thread
-        return os.path.getsize(f"{path}-wal")
+        return await asyncio.to_thread(os.path.getsize, f"{path}-wal")
     finally:
         stop.set()
         if thread.is_alive():
