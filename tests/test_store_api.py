@@ -27,6 +27,7 @@ PUBLIC = [
     "RunSummary",
     "SQLiteStore",
     "StoredEvent",
+    "Told",
     "check_chain",
     "default_store_path",
     "luhn_valid",

@@ -638,6 +638,39 @@ async def test_a_run_that_reached_its_cap_on_a_worker_is_raised_and_a_worker_goe
         await store.close()
 
 
+async def test_a_submitted_run_is_addressable_before_a_worker_begins_it(setup: Setup) -> None:
+    """From the id `planexec submit` prints: show says it is queued, tell is kept and heard first when
+    a worker begins it, and approve says there is nothing to answer yet (not "no run")."""
+    store = PostgresStore(setup.url, pool_size=2)
+    queue = RunQueue(store)
+    try:
+        run_id = await submit(store, setup.spec(), "apply both", check=False)
+        shown = await asyncio.to_thread(_cli, setup, "--store", setup.url, "show", run_id)
+        assert shown.returncode == 0, shown.stderr
+        assert "submitted to the workers" in shown.stdout
+        assert "not begun yet (queued)" in shown.stdout
+        told = await asyncio.to_thread(_cli, setup, "--store", setup.url, "tell", run_id, "apply them in order")
+        assert told.returncode == 0, told.stderr
+        assert "hears it when one begins it" in told.stdout
+        refused = await asyncio.to_thread(_cli, setup, "--store", setup.url, "approve", run_id)
+        assert refused.returncode == 2
+        assert "has not begun (queued): it has no log yet and asks nothing" in refused.stderr
+        setup.start_worker("w0")
+
+        async def entry_state() -> str | None:
+            entry = await queue.entry(run_id)
+            return entry.state if entry is not None else None
+
+        await wait_for(lambda: _state_is(entry_state, "done"), "a worker to finish the run")
+        log = (await logs(store, [run_id]))[run_id]
+        assert [e.kind for e in log[:3]] == ["run_started", "information_added", "planning_started"]
+        assert log[1].text == "apply them in order"  # type: ignore[union-attr]
+        assert isinstance(log[-1], RunFinished)
+        assert log[-1].stop.kind == "goal_met"
+    finally:
+        await store.close()
+
+
 async def test_workers_share_a_plan_memory_across_runs(setup: Setup) -> None:
     """`planexec submit --memory`: the first run's plan is remembered in the store; the same goal
     submitted again is planned from memory by whichever worker takes it, with no planner call."""

@@ -402,6 +402,8 @@ async def _tell(
     if not text.strip():
         raise Refused(Problems.of("TEXT", "is empty"))
     async with using_store(choice) as store:
+        if await store.last_seq(run_id) == 0 and await worker_entry(store, run_id) is not None:
+            return await _tell_queued(store, choice, run_id, text, constraint, by, view)
         log = await load_log(store, run_id, choice)
         try:
             state = await tell_run(store, run_id, text, constraint=constraint, by=by, log=log)
@@ -431,4 +433,25 @@ async def _tell(
         click.echo(f"go on with: planexec {store_flag(choice)}resume {run_id}", err=view.as_json)
     if view.as_json:
         click.echo(json_text({"told": run_id, "resumed": False, "requeued": False}))
+    return 0
+
+
+async def _tell_queued(
+    store: RunStore, choice: StoreChoice, run_id: str, text: str, constraint: bool, by: str, view: View
+) -> int:
+    """Tell a run submitted to the workers that has no log yet: kept with it in their queue and
+    heard first when a worker begins it (or, when one has just begun it, added to its log)."""
+    try:
+        await tell_run(store, run_id, text, constraint=constraint, by=by)
+    except UsageError as e:
+        problems = Problems()
+        problems.add_problems(e.problems)
+        raise Refused(problems) from None
+    what = "constraint" if constraint else "information"
+    click.echo(
+        plain(f"run {run_id}: {what} recorded; queued for the workers, it hears it when one begins it"),
+        err=view.as_json,
+    )
+    if view.as_json:
+        click.echo(json_text({"told": run_id, "resumed": False, "requeued": False, "queued": True}))
     return 0

@@ -20,8 +20,8 @@ from planexec.cli._show import fold_readable, print_run, run_json
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
 from planexec.cli._text import plain, shown
 from planexec.errors import UsageError
-from planexec.runs import STATUSES, export_lines, list_runs, read_run
-from planexec.store import RunSummary
+from planexec.runs import STATUSES, export_lines, list_runs, read_run, worker_entry
+from planexec.store import QueueEntry, RunSummary
 
 __all__ = ["export", "runs", "show"]
 
@@ -134,7 +134,10 @@ def show(ctx: click.Context, run_id: str, receipts: bool, as_json: bool) -> None
 async def _show(choice: StoreChoice, run_id: str, as_json: bool) -> int:
     async with using_store(choice) as store:
         stored = await read_run(store, run_id)
+        queued = await worker_entry(store, run_id) if not stored.found else None
     log, unreadable = list(stored.events), [plain(line) for line in stored.unreadable]
+    if queued is not None:  # submitted, not begun: known from its id on
+        return _show_queued(queued, as_json)
     if not stored.found:
         raise Refused(Problems.of("RUN", f"no run {run_id!r} in {choice.describe()} (`planexec runs` lists them)"))
     state, skipped = fold_readable(log)
@@ -148,6 +151,24 @@ async def _show(choice: StoreChoice, run_id: str, as_json: bool) -> int:
         print_run(make_console(as_json=False), log, state)
     if unreadable:
         return _unreadable(run_id, unreadable, shown=len(log) - len(skipped))
+    return 0
+
+
+def _show_queued(entry: QueueEntry, as_json: bool) -> int:
+    """A run submitted to workers that none has begun: it has no log yet."""
+    holder = f", held by {entry.owner}" if entry.state == "leased" and entry.owner else ""
+    if as_json:
+        data = {
+            "run_id": entry.run_id,
+            "status": "queued",
+            "queue": {"state": entry.state, "owner": entry.owner, "claims": entry.claims},
+            "submitted_at": entry.submitted_at,
+            "events": 0,
+        }
+        click.echo(json_text(data))
+    else:
+        line = f"run {entry.run_id}: submitted to the workers at {when(entry.submitted_at)}, not begun yet"
+        click.echo(plain(f"{line} ({entry.state}{holder}); it has no log yet"))
     return 0
 
 

@@ -19,7 +19,7 @@ from planexec.cli._text import plain, redactor_of
 from planexec.errors import UsageError
 from planexec.log import Event, RunResult, RunStarted, RunState
 from planexec.memory import PlanMemory
-from planexec.runs import load_run, recorded_spec, still_waiting, take_from_workers
+from planexec.runs import load_run, recorded_spec, still_waiting, take_from_workers, worker_entry
 from planexec.store import RunStore
 from planexec.views import question_view
 
@@ -33,8 +33,15 @@ async def load_log(store: RunStore, run_id: str, choice: StoreChoice, problems: 
     try:
         log = await load_run(store, run_id)
     except UsageError as e:
+        queued = await worker_entry(store, run_id) if any(p.code == "unknown_run" for p in e.problems) else None
         for p in e.problems:
-            if p.code == "unknown_run":
+            if p.code == "unknown_run" and queued is not None:
+                problems.add(
+                    "RUN",
+                    f"run {run_id} is submitted to the workers and has not begun ({queued.state}): it has no log yet "
+                    "and asks nothing (`planexec tell` reaches it; `planexec show` says where it is)",
+                )
+            elif p.code == "unknown_run":
                 problems.add("RUN", f"no run {run_id!r} in {choice.describe()} (`planexec runs` lists them)")
             else:
                 problems.add("RUN" if p.code == "not_a_run" else "", plain(p.message))

@@ -4,6 +4,7 @@ last event, reading what other writers added first and trying again when one get
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -15,7 +16,7 @@ from planexec.plan import CheckContext, Plan, check_steps
 from planexec.runs._problems import Problems
 from planexec.runs._stored import check_run_id, load_run
 from planexec.runtime import ApprovalDecision, Limits, check_decision, decided_event
-from planexec.store import AppendConflict, RunStore
+from planexec.store import AppendConflict, PostgresStore, RunQueue, RunStore, Told
 from planexec.tools import Tool, ToolContext, Toolset
 from planexec.views import about
 
@@ -220,6 +221,38 @@ async def answer(
     return await _append(store, run_id, events, make)
 
 
+async def _tell_queued(store: RunStore, run_id: str, text: str, *, constraint: bool, by: str) -> RunState | None:
+    """A run submitted to workers that none has begun keeps what it is told in its queue row: the
+    worker that begins it has it heard first. Its state then (running, nothing logged yet), or None
+    when the run has a log, or is not such a run."""
+    if not isinstance(store, PostgresStore) or await store.last_seq(run_id) > 0:
+        return None
+    if not await RunQueue(store).tell(run_id, Told(text=text, constraint=constraint, by=by)):
+        return None
+    return RunState(run_id=run_id)
+
+
+BEGIN_WAIT = 10.0
+"""Seconds ``tell`` waits for the first events of a submitted run a worker has just claimed."""
+
+
+async def _log_once_begun(store: RunStore, run_id: str) -> list[Event]:
+    """The run's log; for a run a worker has claimed but not begun logging yet, once it has (within
+    ``BEGIN_WAIT`` seconds)."""
+    try:
+        return await load_run(store, run_id)
+    except UsageError as e:
+        if not isinstance(store, PostgresStore) or not any(p.code == "unknown_run" for p in e.problems):
+            raise
+        entry = await RunQueue(store).entry(run_id)
+        if entry is None or entry.state != "leased":
+            raise
+        deadline = time.monotonic() + BEGIN_WAIT
+        while await store.last_seq(run_id) == 0 and time.monotonic() < deadline:  # noqa: ASYNC110  # another process writes it
+            await asyncio.sleep(0.05)
+        return await load_run(store, run_id)
+
+
 async def tell(
     store: RunStore,
     run_id: str,
@@ -243,7 +276,11 @@ async def tell(
     if type(constraint) is not bool:
         problems.add("constraint", "must be True or False", code="tell")
     problems.raise_if_any(f"cannot tell run {run_id!r}")
-    events = log if log is not None else await load_run(store, run_id)
+    if log is None:
+        queued = await _tell_queued(store, run_id, text, constraint=constraint, by=by)
+        if queued is not None:
+            return queued
+    events = log if log is not None else await _log_once_begun(store, run_id)
 
     def make(state: RunState) -> Event:
         if state.finished:

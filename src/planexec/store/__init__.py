@@ -24,7 +24,7 @@ from planexec.store._chain import ChainBreak, ChainProblem, ChainReport, RawEven
 from planexec.store._failures import safe_url
 from planexec.store._memory import MemoryStore
 from planexec.store._postgres import PostgresStore
-from planexec.store._queue import Claim, QueueEntry, QueueState, RunQueue
+from planexec.store._queue import Claim, QueueEntry, QueueState, RunQueue, Told
 from planexec.store._redact import PII_RULES, SECRET_RULES, SENSITIVE_FIELDS, RedactionRule, Redactor, luhn_valid
 from planexec.store._sqlite import SQLiteStore
 from planexec.store._url import default_store_path, open_store
@@ -52,6 +52,7 @@ __all__ = [
     "RunSummary",
     "SQLiteStore",
     "StoredEvent",
+    "Told",
     "check_chain",
     "default_store_path",
     "luhn_valid",

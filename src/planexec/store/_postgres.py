@@ -78,7 +78,7 @@ DEFAULT_STATEMENT_TIMEOUT = 30.0
 
 INSTALL_HINT = install_hint("postgres")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Store schema changelog (one line per version; each version adds a migration below):
     1: planexec_schema, planexec_runs (one summary row per run), planexec_events (the logs).
     2: planexec_runs.session_id and .turn (the session a run is a turn of), indexed.
@@ -86,6 +86,8 @@ SCHEMA_VERSION = 4
        (see :mod:`planexec.store._queue`).
     4: the hash chain: planexec_events.link and .hash, planexec_runs.chain_head (32-byte bytea;
        NULL for events written before, where the chain begins later: see planexec.store._chain).
+    5: planexec_queue.told: what a submitted run was told before it began (a JSON list), heard
+       when a worker begins it.
 """
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -142,6 +144,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE planexec_events ADD COLUMN link bytea, ADD COLUMN hash bytea",
         "ALTER TABLE planexec_runs ADD COLUMN chain_head bytea",
     ),
+    5: ("ALTER TABLE planexec_queue ADD COLUMN told text NOT NULL DEFAULT '[]'",),
 }
 
 _MIGRATION_LOCK = 0x706C616E65786563  # "planexec": one advisory lock key for schema changes

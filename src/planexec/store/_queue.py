@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from planexec.store._postgres import PostgresStore
 
-__all__ = ["Claim", "QueueEntry", "QueueState", "RunQueue"]
+__all__ = ["Claim", "QueueEntry", "QueueState", "RunQueue", "Told"]
 
 QueueState = Literal["queued", "leased", "waiting", "done"]
 
@@ -57,7 +57,7 @@ SET state = 'leased', owner = %s, lease = q.lease + 1, claims = q.claims + 1,
     expires_at = {_NOW} + %s, updated_at = {_NOW}
 FROM picked
 WHERE q.run_id = picked.run_id
-RETURNING q.run_id, q.lease, q.claims, q.goal, q.constraints, q.spec
+RETURNING q.run_id, q.lease, q.claims, q.goal, q.constraints, q.spec, q.told
 """
 
 _ENTRY_COLUMNS = "run_id, state, owner, lease, claims, expires_at, submitted_at, updated_at, note"
@@ -75,6 +75,17 @@ class Claim:
     goal: str
     constraints: tuple[str, ...]
     spec: Mapping[str, Any]
+    told: tuple[Told, ...] = ()
+    """What the run was told before it began, in order: heard when it begins."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Told:
+    """Something a submitted run was told before a worker began it."""
+
+    text: str
+    constraint: bool = False
+    by: str = "user"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -139,6 +150,24 @@ class RunQueue:
 
         return await self.store._call(f"queue run {run_id!r}", insert)
 
+    async def tell(self, run_id: str, told: Told) -> bool:
+        """Keep ``told`` for a submitted run no worker has begun (queued, never claimed): the
+        worker that begins it has it heard first. False when the run is not such a run (it has
+        begun: tell its log instead)."""
+        check_run_id(run_id)
+        item = json.dumps([{"text": told.text, "constraint": told.constraint, "by": told.by}])
+
+        async def tell(conn: AsyncConnection[Any]) -> bool:
+            cur = await conn.execute(
+                f"UPDATE planexec_queue SET told = (told::jsonb || %s::jsonb)::text, updated_at = {_NOW} "
+                "WHERE run_id = %s AND state = 'queued' AND claims = 0 "
+                "AND NOT EXISTS (SELECT 1 FROM planexec_runs WHERE run_id = %s) RETURNING run_id",
+                (item, run_id, run_id),
+            )
+            return await cur.fetchone() is not None
+
+        return await self.store._call(f"tell queued run {run_id!r}", tell)
+
     async def claim(self, owner: str, *, limit: int, lease_seconds: float) -> list[Claim]:
         """Claim up to ``limit`` runs for ``owner`` for ``lease_seconds``: the oldest queued ones,
         and those whose lease has expired (a worker that stopped renewing: they are taken over)."""
@@ -154,6 +183,7 @@ class RunQueue:
                     goal=row[3],
                     constraints=tuple(str(c) for c in json.loads(row[4])),
                     spec=json.loads(row[5]),
+                    told=_told(row[6]),
                 )
                 for row in sorted(rows, key=lambda r: r[0])
             ]
@@ -275,3 +305,18 @@ def _entry(row: Sequence[Any]) -> QueueEntry:
         updated_at=row[7],
         note=row[8],
     )
+
+
+def _told(raw: object) -> tuple[Told, ...]:
+    """The ``told`` column as values (anything unreadable in it is left out)."""
+    try:
+        items = json.loads(raw) if isinstance(raw, str) else []
+    except ValueError:
+        return ()
+    found = []
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict) and isinstance(item.get("text"), str) and item["text"].strip():
+            found.append(
+                Told(text=item["text"], constraint=item.get("constraint") is True, by=str(item.get("by") or "user"))
+            )
+    return tuple(found)

@@ -346,6 +346,8 @@ class Worker:
                 run = agent.start(
                     claim.goal, constraints=claim.constraints, run_id=claim.run_id, metadata=spec.metadata()
                 )
+                for told in claim.told:  # what it was told while queued: logged right after its first event
+                    run.tell(told.text, constraint=told.constraint, by=told.by)
             except UsageError as e:
                 return await self._unbuildable(claim, log, e)
             except Exception as e:  # an MCP server that would not start, say
