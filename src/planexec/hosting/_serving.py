@@ -202,14 +202,18 @@ async def serve_http(
 async def serve_stdio(server: MCPServer[Any]) -> None:
     """Serve ``server`` over this process's stdin and stdout until stdin closes.
 
-    Nothing but the protocol reaches stdout meanwhile: the SDK points the process's file
-    descriptors 0 and 1 elsewhere (so a child process's output misses the wire), and what Python
-    code prints (a tool's ``print``) goes to stderr.
+    Every line is answered: one that is not a JSON-RPC message gets the error JSON-RPC prescribes
+    (``-32700`` Parse error, ``-32600`` Invalid Request, with the request's id when it can be read)
+    and the next line is served as usual.
+
+    Nothing but the protocol reaches stdout meanwhile: the process's file descriptors 0 and 1 point
+    elsewhere (so a child process neither reads the protocol's input nor writes into its output),
+    and what Python code prints (a tool's ``print``) goes to stderr.
     """
-    from mcp.server.stdio import stdio_server
+    from planexec.hosting._stdio import checked_stdio
 
     lowlevel = server._lowlevel_server  # what MCPServer.run_stdio_async serves; the streams are ours to wrap
-    async with stdio_server() as (read_stream, write_stream):
+    async with checked_stdio() as (read_stream, write_stream):
         sys.stdout.flush()
         with redirect_stdout(sys.stderr):
             await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
