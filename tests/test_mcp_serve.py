@@ -88,14 +88,18 @@ class Setup:
         return {**os.environ, "XDG_DATA_HOME": str(self.folder / "data"), **more}
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
-    folder = tmp_path_factory.mktemp("serve")
+def make_setup(folder: Path) -> Setup:
+    """The tools module, the planner's script and the token file, written into ``folder``."""
     (folder / "serve_tools.py").write_text(TOOLS)
     (folder / "planner.json").write_text(json.dumps(REPLIES))
     token_file = folder / "token"
     token_file.write_text(TOKEN + "\n")
     return Setup(folder=folder, token_file=token_file)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
+    return make_setup(tmp_path_factory.mktemp("serve"))
 
 
 # -- serving over HTTP, as a process -----------------------------------------------------------------

@@ -19,8 +19,11 @@ from planexec.cli._telemetry import TelemetryFlags, run_observed, telemetry_opti
 from planexec.cli._text import plain
 from planexec.errors import UsageError
 from planexec.hosting import (
+    DEFAULT_MAX_SESSIONS,
     DEFAULT_PORT,
+    DEFAULT_SESSION_EXPIRY,
     TOKEN_ENV,
+    SessionLimits,
     default_token_path,
     is_loopback,
     mcp_server,
@@ -34,7 +37,9 @@ from planexec.runtime import Approvals
 
 __all__ = ["mcp"]
 
-_HTTP_ONLY = ("host", "port", "path", "token_file")
+_HTTP_ONLY = ("host", "port", "path", "token_file", "max_sessions", "session_expiry")
+_FLAGS = {"max_sessions": "--max-sessions", "idle_expiry": "--session-expiry"}
+"""The flag of each session limit."""
 
 
 @click.group()
@@ -83,6 +88,23 @@ def mcp() -> None:
     help=f"A file holding the bearer token every HTTP request must carry. Default: ${TOKEN_ENV}, else a token "
     "generated on first start into mcp-token beside the default store (readable by its owner only).",
 )
+@click.option(
+    "--max-sessions",
+    type=click.IntRange(1, 1_000_000),
+    default=DEFAULT_MAX_SESSIONS,
+    show_default=True,
+    help="Sessions open at once (http); while that many are open, a client's initialize is refused "
+    "with 503 (Too many open sessions) and the open ones go on.",
+)
+@click.option(
+    "--session-expiry",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_SESSION_EXPIRY,
+    show_default=True,
+    metavar="SECONDS",
+    help="Close a session after this many seconds with nothing under way (http): no request being "
+    "served, no stream open. A request naming it is then answered 404, and its client initializes anew.",
+)
 @telemetry_options
 @global_options()
 @click.pass_context
@@ -94,6 +116,8 @@ def serve(
     port: int,
     path: str,
     token_file: Path | None,
+    max_sessions: int,
+    session_expiry: float,
     **values: Any,
 ) -> None:
     """Serve planexec as an MCP server, with the tools run_goal, list_runs, show_run,
@@ -105,8 +129,9 @@ def serve(
     steps, the planner's questions) are saved in the run's log and the run waits: the host answers
     with answer_question and goes on with resume_run.
 
-    Over http the server listens on 127.0.0.1 unless --host says otherwise, and every request
-    must carry `Authorization: Bearer TOKEN` (401 otherwise).
+    Over http the server listens on 127.0.0.1 unless --host says otherwise, every request must
+    carry `Authorization: Bearer TOKEN` (401 otherwise), and the sessions clients open are bounded
+    (--max-sessions, --session-expiry).
     """
     problems = Problems()
     if transport == "stdio":
@@ -117,7 +142,17 @@ def serve(
         problems.add("--path", f"{path!r} is not a URL path: it begins with / and holds no spaces")
     observed = TelemetryFlags.take(values)
     spec = AgentFlags.take(values).spec_for_run(())
-    settings = _Http(host=host, port=port, path=path, token_file=token_file) if transport == "http" else None
+    try:
+        sessions = SessionLimits(max_sessions=max_sessions, idle_expiry=session_expiry)
+    except UsageError as e:
+        for p in e.problems:
+            problems.add(_FLAGS.get(p.where, p.where), p.message)
+        sessions = SessionLimits()
+    settings = (
+        _Http(host=host, port=port, path=path, token_file=token_file, sessions=sessions)
+        if transport == "http"
+        else None
+    )
     try:
         run_observed(ctx, observed, _serve(spec, store_choice(ctx), settings, problems))
     except KeyboardInterrupt:  # Ctrl-C: the server stops
@@ -132,6 +167,7 @@ class _Http:
     port: int
     path: str
     token_file: Path | None
+    sessions: SessionLimits
 
 
 def _say(text: str) -> None:
@@ -176,6 +212,7 @@ async def _serve(spec: AgentSpec, choice: StoreChoice, http: _Http | None, probl
             host=http.host,
             port=http.port,
             path=http.path,
+            sessions=http.sessions,
             on_ready=lambda url: _say(f"serving MCP over streamable HTTP at {url}"),
         )
     return 0

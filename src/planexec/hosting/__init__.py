@@ -22,6 +22,7 @@ from planexec.hosting._serving import (
     serve_http,
     serve_stdio,
 )
+from planexec.hosting._sessions import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_EXPIRY, SessionLimits
 from planexec.hosting._token import TOKEN_ENV, Token, default_token_path, server_token
 from planexec.hosting._views import (
     AnswerView,
@@ -34,7 +35,9 @@ from planexec.hosting._views import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_SESSIONS",
     "DEFAULT_PORT",
+    "DEFAULT_SESSION_EXPIRY",
     "MAX_BODY_BYTES",
     "TOKEN_ENV",
     "AgentSource",
@@ -45,6 +48,7 @@ __all__ = [
     "QuestionView",
     "RunDetailView",
     "RunListView",
+    "SessionLimits",
     "StepView",
     "StopView",
     "Token",

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from planexec import __version__
 from planexec._util.extras import install_hint
 from planexec.errors import Problem, StoreError, UsageError
+from planexec.hosting._arguments import strict_server_class
 from planexec.hosting._host import (
     MAX_CONSTRAINT_CHARS,
     MAX_CONSTRAINTS,
@@ -105,17 +106,19 @@ def mcp_server(agent: AgentSource, store: RunStore, *, name: str = "planexec") -
     function building an :class:`~planexec.Agent` that logs to the store it is given. Questions
     for humans are saved in the run's log and the run is suspended (there is no terminal to ask at).
 
-    Tools: ``run_goal``, ``list_runs``, ``show_run``, ``answer_question``, ``resume_run``. Serve
-    the server with :func:`serve_stdio` or :func:`serve_http`, or connect ``mcp.Client(server)``
-    to it in-process. Needs the ``mcp`` extra.
+    Tools: ``run_goal``, ``list_runs``, ``show_run``, ``answer_question``, ``resume_run``. Their
+    arguments are judged strictly by the input schemas they publish: an argument a tool does not
+    have, or a value of another type (``true`` for an integer), is refused as a tool error listing
+    every problem. Serve the server with :func:`serve_stdio` or :func:`serve_http`, or connect
+    ``mcp.Client(server)`` to it in-process. Needs the ``mcp`` extra.
     """
     require_mcp()
-    from mcp.server.mcpserver import Context, MCPServer
+    from mcp.server.mcpserver import Context
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
     host = RunHost(agent, store)
-    server: MCPServer[Any] = MCPServer(name, instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+    server = strict_server_class()(name, instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
 
     def result(view: BaseModel, text: str) -> CallToolResult:
         return CallToolResult(

@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from contextlib import redirect_stdout
 from typing import TYPE_CHECKING, Any
 
+from planexec.hosting._sessions import SessionLimits
+
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
@@ -105,13 +107,26 @@ class BearerGuard:
 
 
 def http_app(
-    server: MCPServer[Any], *, token: str, path: str = "/mcp", host: str = "127.0.0.1", max_body: int = MAX_BODY_BYTES
+    server: MCPServer[Any],
+    *,
+    token: str,
+    path: str = "/mcp",
+    host: str = "127.0.0.1",
+    max_body: int = MAX_BODY_BYTES,
+    sessions: SessionLimits | None = None,
 ) -> App:
     """``server`` as an ASGI app speaking streamable HTTP at ``path``: every request needs
     ``Authorization: Bearer <token>``; bodies over ``max_body`` bytes are refused. On a loopback
-    ``host``, requests naming another host or origin are refused too (DNS rebinding)."""
+    ``host``, requests naming another host or origin are refused too (DNS rebinding). ``sessions``
+    bounds the sessions kept open at once and how long an idle one is kept (default:
+    :class:`SessionLimits`'s)."""
+    sessions = sessions or SessionLimits()
     app: App = server.streamable_http_app(
-        streamable_http_path=path, max_request_body_size=max_body, host=host.strip("[]")
+        streamable_http_path=path,
+        max_request_body_size=max_body,
+        host=host.strip("[]"),
+        max_sessions=sessions.max_sessions,
+        session_idle_timeout=sessions.idle_expiry,
     )
     return BearerGuard(app, token)
 
@@ -190,26 +205,31 @@ async def serve_http(
     port: int = DEFAULT_PORT,
     path: str = "/mcp",
     max_body: int = MAX_BODY_BYTES,
+    sessions: SessionLimits | None = None,
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve ``server`` over streamable HTTP until the process is told to stop (SIGINT, SIGTERM).
 
     ``on_ready`` is told the URL once the socket listens (with ``port=0``, the port chosen)."""
-    app = http_app(server, token=token, path=path, host=host, max_body=max_body)
+    app = http_app(server, token=token, path=path, host=host, max_body=max_body, sessions=sessions)
     await serve_asgi(app, host=host, port=port, path=path, on_ready=on_ready)
 
 
 async def serve_stdio(server: MCPServer[Any]) -> None:
     """Serve ``server`` over this process's stdin and stdout until stdin closes.
 
-    Nothing but the protocol reaches stdout meanwhile: the SDK points the process's file
-    descriptors 0 and 1 elsewhere (so a child process's output misses the wire), and what Python
-    code prints (a tool's ``print``) goes to stderr.
+    Every line is answered: one that is not a JSON-RPC message gets the error JSON-RPC prescribes
+    (``-32700`` Parse error, ``-32600`` Invalid Request, with the request's id when it can be read)
+    and the next line is served as usual.
+
+    Nothing but the protocol reaches stdout meanwhile: the process's file descriptors 0 and 1 point
+    elsewhere (so a child process neither reads the protocol's input nor writes into its output),
+    and what Python code prints (a tool's ``print``) goes to stderr.
     """
-    from mcp.server.stdio import stdio_server
+    from planexec.hosting._stdio import checked_stdio
 
     lowlevel = server._lowlevel_server  # what MCPServer.run_stdio_async serves; the streams are ours to wrap
-    async with stdio_server() as (read_stream, write_stream):
+    async with checked_stdio() as (read_stream, write_stream):
         sys.stdout.flush()
         with redirect_stdout(sys.stderr):
             await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
