@@ -12,6 +12,7 @@ import click
 from click.core import ParameterSource
 
 from planexec.cli._agent_options import AgentFlags, agent_options, build
+from planexec.cli._connection_options import CONNECTION_FLAGS, connection_options, take_limits
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems
 from planexec.cli._store_options import StoreChoice, is_memory, store_choice, using_store
@@ -21,6 +22,7 @@ from planexec.errors import UsageError
 from planexec.hosting import (
     DEFAULT_PORT,
     TOKEN_ENV,
+    ConnectionLimits,
     default_token_path,
     is_loopback,
     mcp_server,
@@ -34,7 +36,7 @@ from planexec.runtime import Approvals
 
 __all__ = ["mcp"]
 
-_HTTP_ONLY = ("host", "port", "path", "token_file")
+_HTTP_ONLY = ("host", "port", "path", "token_file", *CONNECTION_FLAGS)
 
 
 @click.group()
@@ -83,6 +85,7 @@ def mcp() -> None:
     help=f"A file holding the bearer token every HTTP request must carry. Default: ${TOKEN_ENV}, else a token "
     "generated on first start into mcp-token beside the default store (readable by its owner only).",
 )
+@connection_options
 @telemetry_options
 @global_options()
 @click.pass_context
@@ -106,7 +109,9 @@ def serve(
     with answer_question and goes on with resume_run.
 
     Over http the server listens on 127.0.0.1 unless --host says otherwise, and every request
-    must carry `Authorization: Bearer TOKEN` (401 otherwise).
+    must carry `Authorization: Bearer TOKEN` (401 otherwise). Connections are held to timeouts
+    and caps (the connection flags): idle, half-sent and slow clients are closed, and those
+    without the token never crowd out those with it.
     """
     problems = Problems()
     if transport == "stdio":
@@ -116,8 +121,11 @@ def serve(
     if not path.startswith("/") or any(c.isspace() for c in path):
         problems.add("--path", f"{path!r} is not a URL path: it begins with / and holds no spaces")
     observed = TelemetryFlags.take(values)
+    limits = take_limits(values)
     spec = AgentFlags.take(values).spec_for_run(())
-    settings = _Http(host=host, port=port, path=path, token_file=token_file) if transport == "http" else None
+    settings = (
+        _Http(host=host, port=port, path=path, token_file=token_file, limits=limits) if transport == "http" else None
+    )
     try:
         run_observed(ctx, observed, _serve(spec, store_choice(ctx), settings, problems))
     except KeyboardInterrupt:  # Ctrl-C: the server stops
@@ -132,6 +140,7 @@ class _Http:
     port: int
     path: str
     token_file: Path | None
+    limits: ConnectionLimits
 
 
 def _say(text: str) -> None:
@@ -176,6 +185,7 @@ async def _serve(spec: AgentSpec, choice: StoreChoice, http: _Http | None, probl
             host=http.host,
             port=http.port,
             path=http.path,
+            limits=http.limits,
             on_ready=lambda url: _say(f"serving MCP over streamable HTTP at {url}"),
         )
     return 0
