@@ -27,6 +27,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from planexec.errors import UsageError
+from planexec.hosting import ConnectionLimits
+from tests.cli_support import invoke
 from tests.serve_support import ADD_PLAN, ROOT, TOKEN, Server, wait_for, write_agent
 
 FLOOD = 1_200
@@ -373,6 +376,7 @@ def test_idle_half_sent_and_trickling_connections_are_closed(quick: ApiServer) -
         "a trickling head": (b"", head + b"X-Pad: " + b"a" * 10_000),
         "answered, then idle": (get("/healthz", host), b""),
         "a trickling body": (slow_post, b'"agent": "adder", ' * 100),
+        "a head too long": (head + b"X-Pad: " + b"a" * 70_000 + b"\r\n\r\n", b""),
     }
     answers = closed_concurrently(quick.url, cases)
     assert answers["idle"] == b""
@@ -380,6 +384,7 @@ def test_idle_half_sent_and_trickling_connections_are_closed(quick: ApiServer) -
     assert answers["a trickling head"].startswith(b"HTTP/1.1 408")
     assert answers["answered, then idle"].startswith(b"HTTP/1.1 200")
     assert answers["a trickling body"].startswith(b"HTTP/1.1 408")
+    assert answers["a head too long"].startswith(b"HTTP/1.1 431")
     with httpx.Client(base_url=quick.url) as client:
         assert client.get("/healthz").status_code == 200
 
@@ -487,3 +492,26 @@ def test_a_request_naming_another_host_is_refused(roomy: ApiServer, tmp_path: Pa
         assert refused.json()["error"]["code"] == "bad_host"
     finally:
         assert_quiet(extended.stop())
+
+
+def test_odd_limits_and_hosts_are_refused_together() -> None:
+    result = invoke(
+        ["serve", "--allow-host", "http://planexec.example", "--allow-host", "host:8700", "--allow-host", "[::1"]
+    )
+    assert result.exit_code == 2, result.output
+    for name in ("http://planexec.example", "host:8700", "[::1"):
+        assert f"--allow-host: {name!r} is not a host name or address" in result.stderr
+    refused = invoke(["mcp", "serve", "--idle-timeout", "0", "--planner", "scripted:x.json"])
+    assert refused.exit_code == 2
+    assert "--idle-timeout" in refused.stderr
+    stdio = invoke(["mcp", "serve", "--max-connections", "10", "--planner", "scripted:x.json"])
+    assert stdio.exit_code == 2
+    assert "--max-connections: applies to --transport http only" in stdio.stderr
+    with pytest.raises(UsageError) as caught:
+        ConnectionLimits(header_timeout=0, body_timeout=float("nan"), max_connections=0, max_head_bytes=True)
+    assert {p.where for p in caught.value.problems} == {
+        "header_timeout",
+        "body_timeout",
+        "max_connections",
+        "max_head_bytes",
+    }

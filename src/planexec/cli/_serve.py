@@ -164,11 +164,14 @@ def serve(
                 )
             )
         except Refused as e:
+            loop.close()
             problem_exit(ctx, e.problems)
         except UsageError as e:
+            loop.close()
             problems.add_usage_error("", e)
             problem_exit(ctx, problems)
         except StoreError as e:
+            loop.close()
             problem_exit(ctx, [plain(str(e))])
         except KeyboardInterrupt:
             left = 0

@@ -316,12 +316,14 @@ class _Connection(asyncio.Protocol):
             self.head_done = False
             self._wait(self.limits.header_timeout, self._head_expired)
         if self.phase is _Phase.HEAD and not self.head_done:
+            seen = self.head_tail + data
+            end = seen.find(_END_OF_HEAD)
+            self.head_done = end >= 0
+            self.head_bytes += len(data) if end < 0 else end + len(_END_OF_HEAD) - len(self.head_tail)
             if self.head_bytes > self.limits.max_head_bytes:
                 self._close(_TOO_LONG)
                 return
-            self.head_bytes += len(data)
-            self.head_done = _END_OF_HEAD in data or _END_OF_HEAD in self.head_tail + data[:3]
-            self.head_tail = (self.head_tail + data[-3:])[-3:]
+            self.head_tail = seen[-3:]
         self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
