@@ -382,11 +382,15 @@ class _Connection(asyncio.Protocol):
             self.answering = True
 
     def ended(self, request: int) -> None:
-        """The request's answer is sent (or the app gave up on it): wait for the next one."""
+        """The request's answer is sent (or the app gave up on it): wait for the next one, unless
+        some of its body was left unread (what follows on the connection would be more of it)."""
         if request != self.request or self.phase is not _Phase.REQUEST:
             return
         self.phase = _Phase.IDLE
-        self.body_pending = False
+        if self.body_pending:
+            self.body_pending = False
+            self._close(b"")
+            return
         if self.transport is not None and not self.transport.is_closing():
             self._wait(self.limits.idle_timeout, self._idle_expired)
 
