@@ -50,4 +50,3 @@ def test_every_backend_is_a_run_store() -> None:
         for method in ("append", "read", "read_raw", "last_seq", "get_run", "list_runs", "delete", "expire", "close"):
             assert callable(getattr(cls, method)), f"{cls.__name__}.{method}"
     assert issubclass(planexec.store.AppendConflict, planexec.PlanexecError)
-

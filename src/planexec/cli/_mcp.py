@@ -12,6 +12,7 @@ import click
 from click.core import ParameterSource
 
 from planexec.cli._agent_options import AgentFlags, agent_options, build
+from planexec.cli._connection_options import CONNECTION_FLAGS, connection_options, take_limits
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems
 from planexec.cli._store_options import StoreChoice, is_memory, store_choice, using_store
@@ -23,6 +24,7 @@ from planexec.hosting import (
     DEFAULT_PORT,
     DEFAULT_SESSION_EXPIRY,
     TOKEN_ENV,
+    ConnectionLimits,
     SessionLimits,
     default_token_path,
     is_loopback,
@@ -37,7 +39,7 @@ from planexec.runtime import Approvals
 
 __all__ = ["mcp"]
 
-_HTTP_ONLY = ("host", "port", "path", "token_file", "max_sessions", "session_expiry")
+_HTTP_ONLY = ("host", "port", "path", "token_file", "max_sessions", "session_expiry", *CONNECTION_FLAGS)
 _FLAGS = {"max_sessions": "--max-sessions", "idle_expiry": "--session-expiry"}
 """The flag of each session limit."""
 
@@ -105,6 +107,7 @@ def mcp() -> None:
     help="Close a session after this many seconds with nothing under way (http): no request being "
     "served, no stream open. A request naming it is then answered 404, and its client initializes anew.",
 )
+@connection_options
 @telemetry_options
 @global_options()
 @click.pass_context
@@ -131,7 +134,9 @@ def serve(
 
     Over http the server listens on 127.0.0.1 unless --host says otherwise, every request must
     carry `Authorization: Bearer TOKEN` (401 otherwise), and the sessions clients open are bounded
-    (--max-sessions, --session-expiry).
+    (--max-sessions, --session-expiry). Connections are held to timeouts and caps (the connection
+    flags): idle, half-sent and slow clients are closed, and those without the token never crowd
+    out those with it.
     """
     problems = Problems()
     if transport == "stdio":
@@ -141,6 +146,7 @@ def serve(
     if not path.startswith("/") or any(c.isspace() for c in path):
         problems.add("--path", f"{path!r} is not a URL path: it begins with / and holds no spaces")
     observed = TelemetryFlags.take(values)
+    limits = take_limits(values)
     spec = AgentFlags.take(values).spec_for_run(())
     try:
         sessions = SessionLimits(max_sessions=max_sessions, idle_expiry=session_expiry)
@@ -149,7 +155,7 @@ def serve(
             problems.add(_FLAGS.get(p.where, p.where), p.message)
         sessions = SessionLimits()
     settings = (
-        _Http(host=host, port=port, path=path, token_file=token_file, sessions=sessions)
+        _Http(host=host, port=port, path=path, token_file=token_file, sessions=sessions, limits=limits)
         if transport == "http"
         else None
     )
@@ -168,6 +174,7 @@ class _Http:
     path: str
     token_file: Path | None
     sessions: SessionLimits
+    limits: ConnectionLimits
 
 
 def _say(text: str) -> None:
@@ -213,6 +220,7 @@ async def _serve(spec: AgentSpec, choice: StoreChoice, http: _Http | None, probl
             port=http.port,
             path=http.path,
             sessions=http.sessions,
+            limits=http.limits,
             on_ready=lambda url: _say(f"serving MCP over streamable HTTP at {url}"),
         )
     return 0

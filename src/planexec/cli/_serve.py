@@ -4,8 +4,10 @@ name; the offline demo agent when none is named."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,13 +16,14 @@ import click
 
 from planexec._util.plural import counted
 from planexec.cli._common import problem_exit
+from planexec.cli._connection_options import connection_options, take_limits
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
 from planexec.cli._store_options import StoreChoice, is_memory, store_choice, using_store
 from planexec.cli._telemetry import TelemetryFlags, exporting, telemetry_options
 from planexec.cli._text import plain
 from planexec.errors import StoreError, UsageError
-from planexec.hosting import default_token_path, is_loopback
+from planexec.hosting import LOOPBACK_HOSTS, ConnectionLimits, default_token_path, is_loopback
 
 __all__ = ["serve"]
 
@@ -67,6 +70,15 @@ def _say(text: str) -> None:
     help="A browser origin (https://host:port) allowed to call the API from its pages. Repeatable; none: no CORS.",
 )
 @click.option(
+    "--allow-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A host name (or address) requests may name in their Host header, besides 127.0.0.1, localhost and "
+    "[::1]; any port. Repeatable. Without it, a server on a loopback address answers only those three, and "
+    "one on another address answers any.",
+)
+@click.option(
     "--workers",
     type=click.IntRange(1, 256),
     default=4,
@@ -81,6 +93,7 @@ def _say(text: str) -> None:
     help="Scale the simulated latency of the demo agent's models and tools (0: none).",
 )
 @click.option("--openapi", is_flag=True, help="Print the API's OpenAPI document and exit.")
+@connection_options
 @telemetry_options
 @global_options()
 @click.pass_context
@@ -92,6 +105,7 @@ def serve(
     token_file: Path | None,
     agents: tuple[str, ...],
     cors_origins: tuple[str, ...],
+    allowed_hosts: tuple[str, ...],
     workers: int,
     demo_pace: float,
     openapi: bool,
@@ -103,6 +117,9 @@ def serve(
     needs `Authorization: Bearer TOKEN`. The server listens on 127.0.0.1 unless --host says
     otherwise. Runs started here execute in this process and are logged in the store (see
     --store); when the server stops or crashes, the next start picks up the runs it left under way.
+
+    Connections are held to timeouts and caps (the flags below): idle, half-sent and slow clients
+    are closed, and those without the token never crowd out those with it.
     """
     from planexec.server import require_server
 
@@ -120,6 +137,10 @@ def serve(
     for origin in cors_origins:
         if not origin.startswith(("http://", "https://")) or origin.count("/") != 2:
             problems.add("--cors-origin", f"{origin!r} is not an origin: scheme://host[:port], no path")
+    for name in allowed_hosts:
+        if not _is_host(name):
+            problems.add("--allow-host", f"{name!r} is not a host name or address: no scheme, port, path or spaces")
+    limits = take_limits(observed)
     folder = token_file.resolve().parent if token_file is not None else default_token_path().parent
     flags = TelemetryFlags.take(observed)
     flags.check(problems)
@@ -135,17 +156,22 @@ def serve(
                     folder,
                     agents,
                     cors_origins,
+                    (*LOOPBACK_HOSTS, *allowed_hosts) if allowed_hosts else None,
                     workers,
                     demo_pace,
+                    limits,
                     problems,
                 )
             )
         except Refused as e:
+            loop.close()
             problem_exit(ctx, e.problems)
         except UsageError as e:
+            loop.close()
             problems.add_usage_error("", e)
             problem_exit(ctx, problems)
         except StoreError as e:
+            loop.close()
             problem_exit(ctx, [plain(str(e))])
         except KeyboardInterrupt:
             left = 0
@@ -167,8 +193,10 @@ async def _serve(
     folder: Path,
     agent_options: tuple[str, ...],
     cors_origins: tuple[str, ...],
+    allowed_hosts: tuple[str, ...] | None,
     workers: int,
     demo_pace: float,
+    limits: ConnectionLimits,
     problems: Problems,
 ) -> int:
     from planexec.server import (
@@ -215,6 +243,7 @@ async def _serve(
             instance=instance_id(folder),
             accepted=folder / "serve-accepted.jsonl",
             cors_origins=cors_origins,
+            allowed_hosts=allowed_hosts,
             workers=workers,
         )
         names = ", ".join(a.name for a in registered)
@@ -228,4 +257,16 @@ async def _serve(
                 _say(f"API requests need the token in {token.source}")
             click.echo(f"planexec serve: {url}", err=True)
 
-        return await serve(store, settings, host=host, port=port, on_ready=ready)
+        return await serve(store, settings, host=host, port=port, limits=limits, on_ready=ready)
+
+
+def _is_host(name: str) -> bool:
+    """Whether ``name`` is a host name, an IPv4 address or an IPv6 address (bare or in brackets)."""
+    bare = name[1:-1] if name.startswith("[") and name.endswith("]") else name
+    if ":" in bare:
+        try:
+            ipaddress.IPv6Address(bare)
+        except ValueError:
+            return False
+        return True
+    return re.fullmatch(r"[A-Za-z0-9._-]{1,253}", name) is not None

@@ -9,10 +9,12 @@ await serve_http(server, token=server_token().value)      # or: await serve_stdi
 Needs the ``mcp`` extra (``pip install 'planexec[mcp]'``).
 """
 
+from planexec.hosting._connections import ConnectionLimits
 from planexec.hosting._host import AgentSource
 from planexec.hosting._server import mcp_server, require_mcp
 from planexec.hosting._serving import (
     DEFAULT_PORT,
+    LOOPBACK_HOSTS,
     MAX_BODY_BYTES,
     App,
     BearerGuard,
@@ -38,12 +40,14 @@ __all__ = [
     "DEFAULT_MAX_SESSIONS",
     "DEFAULT_PORT",
     "DEFAULT_SESSION_EXPIRY",
+    "LOOPBACK_HOSTS",
     "MAX_BODY_BYTES",
     "TOKEN_ENV",
     "AgentSource",
     "AnswerView",
     "App",
     "BearerGuard",
+    "ConnectionLimits",
     "OutcomeView",
     "QuestionView",
     "RunDetailView",

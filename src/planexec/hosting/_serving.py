@@ -1,5 +1,6 @@
 """Serving an MCP server: over this process's stdin and stdout, or over streamable HTTP on a
-socket, every request carrying the bearer token."""
+socket, every request carrying the bearer token; and serving any ASGI app on a socket with the
+connection limits of :mod:`planexec.hosting._connections`."""
 
 from __future__ import annotations
 
@@ -8,12 +9,27 @@ import functools
 import hmac
 import ipaddress
 import json
+import logging
+import math
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator
 from contextlib import redirect_stdout
 from typing import TYPE_CHECKING, Any
 
+from planexec.hosting._connections import (
+    BACKLOG,
+    App,
+    ConnectionLimits,
+    Receive,
+    Scope,
+    Send,
+    Tracked,
+    connection_cap,
+    guarded_protocol,
+    has_body,
+    vouch,
+)
 from planexec.hosting._sessions import SessionLimits
 
 if TYPE_CHECKING:
@@ -21,9 +37,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_PORT",
+    "LOOPBACK_HOSTS",
     "MAX_BODY_BYTES",
     "App",
     "BearerGuard",
+    "ConnectionLimits",
     "http_app",
     "is_loopback",
     "serve_asgi",
@@ -37,11 +55,10 @@ MAX_BODY_BYTES = 1_048_576
 SHUTDOWN_GRACE = 5
 """Seconds open connections get to finish when the HTTP server is stopped."""
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-App = Callable[[Scope, Receive, Send], Awaitable[None]]
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+"""The host names a server listening on a loopback address answers by default (as the MCP SDK's
+server does): a page on another site whose name is made to point at this machine (DNS rebinding)
+sends its own name in the ``Host`` header, and is refused."""
 
 
 def is_loopback(host: str) -> bool:
@@ -60,8 +77,9 @@ UNAUTHORIZED = {"error": "unauthorized: send the server's token as Authorization
 
 class BearerGuard:
     """An ASGI app that lets an HTTP request through to ``app`` only with ``Authorization: Bearer
-    TOKEN`` (compared in constant time); any other gets 401 with ``unauthorized`` as its JSON body,
-    before its body is read. ``is_open(path)`` names paths that need no token (a health check)."""
+    TOKEN`` (compared in constant time); any other gets 401 with ``unauthorized`` as its JSON body
+    at once, none of its body read (and the connection closed when it announced one, whatever its
+    size). ``is_open(path)`` names paths that need no token (a health check)."""
 
     def __init__(
         self,
@@ -76,9 +94,7 @@ class BearerGuard:
         self._body = json.dumps(UNAUTHORIZED if unauthorized is None else unauthorized).encode()
         self._is_open = is_open
 
-    def _allowed(self, scope: Scope) -> bool:
-        if self._is_open is not None and self._is_open(str(scope.get("path", ""))):
-            return True
+    def _has_token(self, scope: Scope) -> bool:
         given = b""
         for name, value in scope.get("headers", ()):
             if name.lower() == b"authorization":
@@ -89,20 +105,24 @@ class BearerGuard:
         return scheme.lower() == b"bearer" and ok
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self._allowed(scope):
+        if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(self._body)).encode()),
-                    (b"www-authenticate", b'Bearer realm="planexec"'),
-                ],
-            }
-        )
+        if self._has_token(scope):
+            vouch(scope)
+            await self._app(scope, receive, send)
+            return
+        if self._is_open is not None and self._is_open(str(scope.get("path", ""))):
+            await self._app(scope, receive, send)
+            return
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(self._body)).encode()),
+            (b"www-authenticate", b'Bearer realm="planexec"'),
+        ]
+        if has_body(scope):  # left unread: the connection cannot carry another request after it
+            headers.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
         await send({"type": "http.response.body", "body": self._body})
 
 
@@ -128,11 +148,26 @@ def http_app(
         max_sessions=sessions.max_sessions,
         session_idle_timeout=sessions.idle_expiry,
     )
+    _quiet_disconnects()
     return BearerGuard(app, token)
 
 
-MAX_CONNECTIONS = 1_000
-"""Connections and requests served at once; more are answered 503 Service Unavailable."""
+class _NotDisconnects(logging.Filter):
+    """Drops the records of a request whose client went away mid-body (or was cut off for sending
+    it too slowly): the SDK logs each with a whole traceback, which is no error of the server's
+    and, under a flood of slow clients, a cost of its own."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from starlette.requests import ClientDisconnect
+
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, ClientDisconnect)
+
+
+def _quiet_disconnects() -> None:
+    logger = logging.getLogger("mcp.server.streamable_http")
+    if not any(isinstance(f, _NotDisconnects) for f in logger.filters):
+        logger.addFilter(_NotDisconnects())
 
 
 @functools.cache
@@ -163,12 +198,20 @@ async def serve_asgi(
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     path: str = "/",
+    limits: ConnectionLimits | None = None,
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve the ASGI ``app`` with uvicorn on ``host``:``port`` until the process is told to stop
-    (SIGINT, SIGTERM). ``on_ready`` is told the URL (ending in ``path``) once the socket listens
-    (with ``port=0``, the port chosen)."""
+    (SIGINT, SIGTERM), each connection held to ``limits`` (timeouts, caps: see
+    :class:`ConnectionLimits`). ``on_ready`` is told the URL (ending in ``path``) once the socket
+    listens (with ``port=0``, the port chosen).
+
+    A request that carries the token (checked by a :class:`BearerGuard` in ``app``) keeps its
+    connection from being closed to make room for others."""
     import uvicorn
+
+    limits = limits or ConnectionLimits()
+    protocol = guarded_protocol(limits, connection_cap(limits))
 
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -178,14 +221,17 @@ async def serve_asgi(
         # body) waits for the client's delayed acknowledgement, some 40 ms a request.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((host.strip("[]"), port))
-        sock.listen(128)
+        sock.listen(BACKLOG)
         sock.setblocking(False)
         config = uvicorn.Config(
-            app,
+            Tracked(app),
+            http=protocol,  # uvicorn's own, with the timeouts and the connection caps around it
+            ws="none",
             log_level="warning",
             access_log=False,
+            backlog=BACKLOG,
+            timeout_keep_alive=max(1, math.ceil(limits.idle_timeout)),
             timeout_graceful_shutdown=SHUTDOWN_GRACE,
-            limit_concurrency=MAX_CONNECTIONS,  # beyond it, 503: open connections cannot use up the process's files
             lifespan="on",
         )
         bound = sock.getsockname()[1]
@@ -206,13 +252,15 @@ async def serve_http(
     path: str = "/mcp",
     max_body: int = MAX_BODY_BYTES,
     sessions: SessionLimits | None = None,
+    limits: ConnectionLimits | None = None,
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
-    """Serve ``server`` over streamable HTTP until the process is told to stop (SIGINT, SIGTERM).
+    """Serve ``server`` over streamable HTTP until the process is told to stop (SIGINT, SIGTERM),
+    each connection held to ``limits``.
 
     ``on_ready`` is told the URL once the socket listens (with ``port=0``, the port chosen)."""
     app = http_app(server, token=token, path=path, host=host, max_body=max_body, sessions=sessions)
-    await serve_asgi(app, host=host, port=port, path=path, on_ready=on_ready)
+    await serve_asgi(app, host=host, port=port, path=path, limits=limits, on_ready=on_ready)
 
 
 async def serve_stdio(server: MCPServer[Any]) -> None:

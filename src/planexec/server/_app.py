@@ -41,7 +41,7 @@ from planexec.runs import (
 )
 from planexec.runtime import ApprovalDecision, caps_from_json
 from planexec.server._agents import ServedAgent, check_budget
-from planexec.server._guards import MAX_BODY_BYTES, BodyLimit, SafeHeaders, _ApiError, error_body
+from planexec.server._guards import MAX_BODY_BYTES, BodyLimit, HostAllowList, SafeHeaders, _ApiError, error_body
 from planexec.server._stream import EventStream, event_frames
 from planexec.server._views import (
     RunDetail,
@@ -90,6 +90,10 @@ class AppSettings:
     workers: int = 4
     accepted: Path | None = None
     """Where accepted runs are written down before they are acknowledged (beside ``serve-id``)."""
+    allowed_hosts: Sequence[str] | None = None
+    """The host names a request's ``Host`` header may give (any port; others get 421); None: any.
+    :func:`~planexec.server.serve` on a loopback address makes it ``127.0.0.1``, ``localhost`` and
+    ``[::1]`` when it is None."""
 
 
 # -- request bodies -------------------------------------------------------------------------------
@@ -260,14 +264,17 @@ def openapi_document() -> dict[str, Any]:
 
 def build_app(store: RunStore, settings: AppSettings, *, workers: Workers | None = None) -> App:
     """The API over ``store`` as an ASGI app, guarded as ``settings`` say; its runs execute in
-    ``workers`` (made here when None)."""
-    app: App = BearerGuard(
-        _api(store, settings, workers),
+    ``workers`` (made here when None).
+
+    From the outside in: the Host allow-list, CORS (a preflight carries no token), the token
+    (checked before any of the body is read, whatever its size), the body-size limit."""
+    app: App = BodyLimit(_api(store, settings, workers), settings.max_body)
+    app = BearerGuard(
+        app,
         settings.token,
         unauthorized=error_body("unauthorized", "send the server's token as Authorization: Bearer TOKEN"),
         is_open=_is_open,
     )
-    app = BodyLimit(app, settings.max_body)
     if settings.cors_origins:
         from starlette.middleware.cors import CORSMiddleware
 
@@ -277,6 +284,8 @@ def build_app(store: RunStore, settings: AppSettings, *, workers: Workers | None
             allow_methods=["GET", "POST"],
             allow_headers=["authorization", "content-type", "idempotency-key", "last-event-id"],
         )
+    if settings.allowed_hosts is not None:
+        app = HostAllowList(app, settings.allowed_hosts)
     return SafeHeaders(app)
 
 
