@@ -589,6 +589,11 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
             raise early
         log = await run_log(run_id)
         state = RunState.fold(log)
+        if (busy or workers.busy(run_id)) and state.status == "waiting":
+            await workers.settle(run_id)  # suspended: its part here is ending (the log says so first)
+            busy = workers.busy(run_id)
+            log = await run_log(run_id)
+            state = RunState.fold(log)
         why = None
         if busy or workers.busy(run_id):
             why = ("running", "this server runs it now")

@@ -63,6 +63,8 @@ def _problem(where: str, message: str, code: str) -> Problem:
     return Problem(code=code, where=where, message=message)
 
 
+SETTLE_WAIT = 5.0
+"""Seconds a request waits for a suspended run's task here to end before it says the run is busy."""
 FORK_WAIT = 10.0
 """Seconds a fork's request waits for the new run's first event to be stored."""
 
@@ -125,6 +127,13 @@ class Workers:
     def busy(self, run_id: str) -> bool:
         """Whether this server runs ``run_id`` now (or is about to)."""
         return run_id in self._tasks
+
+    async def settle(self, run_id: str, timeout: float = SETTLE_WAIT) -> None:
+        """Wait (``timeout`` seconds at most) for this server's part in ``run_id`` to end: a run whose
+        log says it is suspended is left a moment after, when its task has closed its log."""
+        task = self._tasks.get(run_id)
+        if task is not None:
+            await asyncio.wait({task}, timeout=timeout)
 
     # -- starting ---------------------------------------------------------------------------------
 
