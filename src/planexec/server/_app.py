@@ -683,9 +683,9 @@ def _invalid(loc: list[str], kind: str, message: str) -> Problem:
         if name not in BudgetCaps.model_fields:
             message = f"{name!r} is not a budget cap: {', '.join(BudgetCaps.model_fields)}"
         elif name in COUNTED_CAPS:
-            message = "must be a whole number, 0 or more, or null for no cap"
+            message = f"must be a whole number from 0 to {MAX_WHOLE:,}, or null for no cap"
         else:
-            message = "must be a number, 0 or more, or null for no cap"
+            message = "must be a finite number, 0 or more, or null for no cap"
     return Problem(code=kind, where=where, message=message)
 
 
