@@ -200,6 +200,13 @@ def test_a_405_names_every_method_its_path_serves(api: httpx.Client, path: str) 
         assert operation_of(method, concrete) is None
 
 
+def test_a_405_on_the_page_files_names_their_methods(server: Server) -> None:
+    with server.client(token=None) as anonymous:
+        response = anonymous.post("/assets/app.js")
+    refused(response, 405, "method_not_allowed")
+    assert {m.strip() for m in response.headers["allow"].split(",")} == {"GET", "HEAD"}
+
+
 # -- what fits the formats is taken ---------------------------------------------------------------
 
 

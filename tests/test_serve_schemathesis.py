@@ -11,8 +11,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,8 +62,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         write_agent(folder, "asker", [ASK, ADD_PLAN, {"answer": "5"}]),
     ]
     served = Server(folder, agents).start()
+    assert served.process is not None
+    assert served.process.stderr is not None
+    stderr = served.process.stderr
+    logged: list[str] = []
+    drain = threading.Thread(target=lambda: logged.extend(stderr), daemon=True)
+    drain.start()
+    served.logged = logged  # type: ignore[attr-defined]
     yield served
     served.kill()
+    drain.join(timeout=10)
 
 
 def _schemathesis() -> None:
@@ -107,3 +117,7 @@ def test_schemathesis_with_all_its_checks_finds_nothing(server: Server, tmp_path
     assert report["test_cases"]["generated"] > 13 * MAX_EXAMPLES, output
     assert report["test_cases"]["with_failures"] == 0, output
     assert "API Links:" in ran.stdout, output
+    server.kill(signal.SIGTERM)
+    logged = "".join(server.logged)  # type: ignore[attr-defined]
+    assert "Traceback" not in logged, logged[-4000:]
+    assert TOKEN not in logged

@@ -292,7 +292,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         codes = {400: "bad_json", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
         headers = dict(e.headers or {})
         if e.status_code == 405:
-            headers["Allow"] = _allowed(api, request)
+            headers["Allow"] = _allowed(api, request) or headers.get("Allow", "")
         return JSONResponse(
             error_body(codes.get(e.status_code, "http"), str(e.detail)), status_code=e.status_code, headers=headers
         )
@@ -691,7 +691,8 @@ def _invalid(loc: list[str], kind: str, message: str) -> Problem:
 
 def _allowed(api: FastAPI, request: Request) -> str:
     """The methods served at the request's path, for the ``Allow`` of a 405: those of every route
-    there (a path may have one route for each method)."""
+    there (a path may have one route for each method); empty for the page's files, whose own
+    ``Allow`` stands."""
     methods: set[str] = set()
     for route in api.router.routes:
         route_methods = getattr(route, "methods", None)
