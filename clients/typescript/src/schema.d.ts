@@ -1028,7 +1028,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `store`: the store cannot be reached; or the server serves as many connections as it can (`text/plain`). */
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1078,7 +1078,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `store`: the store cannot be reached; or the server serves as many connections as it can (`text/plain`). */
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1156,7 +1156,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `store`: the store cannot be reached; or the server serves as many connections as it can (`text/plain`). */
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1257,7 +1257,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `store`: the store cannot be reached; or the server serves as many connections as it can (`text/plain`). */
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1337,7 +1337,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `store`: the store cannot be reached; or the server serves as many connections as it can (`text/plain`). */
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1420,7 +1420,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `store`: the store cannot be reached; or the server serves as many connections as it can (`text/plain`). */
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1505,7 +1505,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `store`: the store cannot be reached; or the server serves as many connections as it can (`text/plain`). */
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1555,7 +1555,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `store`: the store cannot be reached; or the server serves as many connections as it can (`text/plain`). */
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1644,7 +1644,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `store`: the store cannot be reached; or the server serves as many connections as it can (`text/plain`). */
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1733,7 +1733,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `store`: the store cannot be reached; or the server serves as many connections as it can (`text/plain`). */
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1826,7 +1826,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `store`: the store cannot be reached; or the server serves as many connections as it can (`text/plain`). */
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1910,7 +1910,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `store`: the store cannot be reached; or the server serves as many connections as it can (`text/plain`). */
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2005,7 +2005,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `store`: the store cannot be reached; or the server serves as many connections as it can (`text/plain`). */
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
             503: {
                 headers: {
                     [name: string]: unknown;

@@ -102,7 +102,7 @@ CODES: dict[str, tuple[int, str]] = {
 """Each error code the API answers with: its status and what it means."""
 EVERY_OPERATION = ("too_large", "store")
 """What any request may be answered: the body-size limit and the store (or the server) unavailable."""
-UNAVAILABLE_TEXT = "the server serves as many connections as it can (`text/plain`)"
+UNAVAILABLE_TEXT = "the server is at its connection limit (in plain text)"
 
 
 def refusals(*codes: str, token: bool = True) -> dict[int | str, dict[str, Any]]:
