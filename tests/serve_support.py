@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema
 
 from planexec import ToolContext, tool
 
@@ -149,8 +152,10 @@ class Server:
         return self
 
     def client(self, *, token: str | None = TOKEN, timeout: float = 10.0) -> httpx.Client:
+        """A client of the server that checks every answer against the API's OpenAPI document."""
         headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        hooks = {"response": [check_documented]}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout, event_hooks=hooks)
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Stop the process by its id and wait for it."""
@@ -165,6 +170,52 @@ class Server:
 
     def reached(self, run_id: str) -> bool:
         return (self.folder / "gates" / f"{run_id}.reached").exists()
+
+
+# -- the contract ---------------------------------------------------------------------------------
+
+
+@functools.cache
+def api_document() -> dict[str, Any]:
+    """The API's OpenAPI document, as ``GET /v1/openapi.json`` serves it."""
+    from planexec.server import openapi_document
+
+    return openapi_document()
+
+
+def operation_of(method: str, path: str) -> dict[str, Any] | None:
+    """The operation of the document that serves ``method`` at ``path`` (None: none does)."""
+    for template, operations in api_document()["paths"].items():
+        pattern = "/".join(
+            "[^/]+" if re.fullmatch(r"\{\w+\}", part) else re.escape(part) for part in template.split("/")
+        )
+        if re.fullmatch(pattern, path) and method.lower() in operations:
+            found: dict[str, Any] = operations[method.lower()]
+            return found
+    return None
+
+
+def check_documented(response: httpx.Response) -> None:
+    """Fail unless the document says the operation answers with this status, content type, headers
+    and body (answers to requests no operation serves, a 404 or 405, are not checked)."""
+    request = response.request
+    operation = operation_of(request.method, request.url.path)
+    if operation is None:
+        return
+    what = f"{request.method} {request.url.path} answered {response.status_code}"
+    documented = operation["responses"].get(str(response.status_code))
+    assert documented is not None, f"{what}, which its operation does not document: {sorted(operation['responses'])}"
+    for name, header in documented.get("headers", {}).items():
+        assert not header.get("required") or name in response.headers, f"{what} without the header {name}"
+    media_type = response.headers.get("content-type", "").split(";")[0].strip()
+    content = documented.get("content", {})
+    assert media_type in content, f"{what} with {media_type!r}, not one of {sorted(content)}"
+    schema = content[media_type].get("schema")
+    if media_type == "application/json" and schema is not None:
+        response.read()
+        root = {**schema, "components": api_document()["components"]}
+        errors = [e.message for e in jsonschema.Draft202012Validator(root).iter_errors(response.json())]
+        assert not errors, f"{what} with a body its schema does not describe: {errors[:5]}"
 
 
 def wait_for(check: Callable[[], Any], *, timeout: float = 20.0, what: str = "a condition") -> Any:

@@ -29,14 +29,13 @@ export type RunDetail = Schemas["RunDetail"];
 export type RunList = Schemas["RunList"];
 export type RunSummary = Schemas["RunSummary"];
 export type StartRun = Schemas["StartRun"];
+/** Budget caps by name: whole numbers for the counted ones, a number for `cost` and `wall_time`; null lifts a cap. */
+export type BudgetCaps = Schemas["BudgetCaps"];
 export type Tell = Schemas["Tell"];
-
+/** What the server answers whenever it refuses a request. */
+export type ErrorBody = Schemas["ErrorBody"];
 /** What a problem with a request says: where, what, and a code to act on. */
-export interface Problem {
-  where: string;
-  message: string;
-  code: string;
-}
+export type Problem = Schemas["ProblemItem"];
 
 /** The server refused a request (a 4xx or 5xx answer): its status, code, message and every problem. */
 export class PlanexecError extends Error {
@@ -230,11 +229,17 @@ async function errorOf(response: Response): Promise<PlanexecError> {
   return errorFromBody(response.status, body);
 }
 
+function isErrorBody(body: unknown): body is ErrorBody {
+  const error = (body as { error?: unknown } | null | undefined)?.error;
+  return typeof error === "object" && error !== null && typeof (error as { code?: unknown }).code === "string";
+}
+
 function errorFromBody(status: number, body: unknown): PlanexecError {
-  const error = (body as { error?: { code?: string; message?: string; problems?: Problem[] } } | undefined)?.error;
-  if (error !== undefined) {
-    return new PlanexecError(status, error.code ?? "error", error.message ?? "", error.problems ?? []);
+  if (isErrorBody(body)) {
+    const { code, message, problems } = body.error;
+    return new PlanexecError(status, code, message ?? "", Array.isArray(problems) ? problems : []);
   }
+  // a server at its connection limit answers 503 in plain text
   return new PlanexecError(status, "error", typeof body === "string" ? body : JSON.stringify(body ?? null));
 }
 

@@ -15,7 +15,7 @@ export interface paths {
          * Healthz
          * @description Whether the server is up (no token needed).
          */
-        get: operations["healthz_healthz_get"];
+        get: operations["healthz"];
         put?: never;
         post?: never;
         delete?: never;
@@ -35,7 +35,7 @@ export interface paths {
          * List Agents
          * @description The agents goals can be started with.
          */
-        get: operations["list_agents_v1_agents_get"];
+        get: operations["list_agents"];
         put?: never;
         post?: never;
         delete?: never;
@@ -55,14 +55,14 @@ export interface paths {
          * List Runs
          * @description The runs, newest first, a page at a time.
          */
-        get: operations["list_runs_v1_runs_get"];
+        get: operations["list_runs"];
         put?: never;
         /**
          * Start Run
          * @description Start a goal with a registered agent. With an idempotency key (in the body or the
          *     ``Idempotency-Key`` header), a retried request gets the run the first one started.
          */
-        post: operations["start_run_v1_runs_post"];
+        post: operations["start_run"];
         delete?: never;
         options?: never;
         head?: never;
@@ -80,7 +80,7 @@ export interface paths {
          * Get Run
          * @description A run: its state, plan versions, steps, usage, cost and open questions.
          */
-        get: operations["get_run_v1_runs__run_id__get"];
+        get: operations["get_run"];
         put?: never;
         post?: never;
         delete?: never;
@@ -100,7 +100,7 @@ export interface paths {
          * Get Events
          * @description The run's events after event ``after`` (seq: the 1-based position in its log).
          */
-        get: operations["get_events_v1_runs__run_id__events_get"];
+        get: operations["get_events"];
         put?: never;
         post?: never;
         delete?: never;
@@ -121,7 +121,7 @@ export interface paths {
          * @description The run's events as Server-Sent Events, from ``Last-Event-ID`` (or ``after``) on, live
          *     until the run finishes.
          */
-        get: operations["stream_events_v1_runs__run_id__events_stream_get"];
+        get: operations["stream_events"];
         put?: never;
         post?: never;
         delete?: never;
@@ -141,7 +141,7 @@ export interface paths {
          * Inbox
          * @description Every question unfinished runs wait for, oldest first.
          */
-        get: operations["inbox_v1_inbox_get"];
+        get: operations["inbox"];
         put?: never;
         post?: never;
         delete?: never;
@@ -163,7 +163,7 @@ export interface paths {
          * Cancel Run
          * @description Cancel a run: one this server executes stops; a waiting one is finished as cancelled.
          */
-        post: operations["cancel_run_v1_runs__run_id__cancel_post"];
+        post: operations["cancel_run"];
         delete?: never;
         options?: never;
         head?: never;
@@ -183,7 +183,7 @@ export interface paths {
          * Resume Run
          * @description Go on with a run here: after a crash, or once its questions are answered.
          */
-        post: operations["resume_run_v1_runs__run_id__resume_post"];
+        post: operations["resume_run"];
         delete?: never;
         options?: never;
         head?: never;
@@ -204,7 +204,7 @@ export interface paths {
          * @description Tell a run something new, or a new constraint: its planner replans with it at the next
          *     safe point, keeping the work done.
          */
-        post: operations["tell_run_v1_runs__run_id__tell_post"];
+        post: operations["tell_run"];
         delete?: never;
         options?: never;
         head?: never;
@@ -225,7 +225,7 @@ export interface paths {
          * @description A new run: this one's log replayed up to event ``at`` (no model or tool called), then
          *     live with the agent (the run's own, or the one named).
          */
-        post: operations["fork_run_v1_runs__run_id__fork_post"];
+        post: operations["fork_run"];
         delete?: never;
         options?: never;
         head?: never;
@@ -247,7 +247,7 @@ export interface paths {
          *     like any plan), or answer the planner's question. The run then goes on here once it waits
          *     for nothing else.
          */
-        post: operations["answer_question_v1_runs__run_id__questions__question_id__answer_post"];
+        post: operations["answer_question"];
         delete?: never;
         options?: never;
         head?: never;
@@ -280,7 +280,20 @@ export interface components {
             /** Approve Plan */
             approve_plan: boolean;
         };
-        /** Answer */
+        /**
+         * Answer
+         * @example {
+         *       "decision": "approve"
+         *     }
+         * @example {
+         *       "decision": "reject",
+         *       "text": "Do not email customers."
+         *     }
+         * @example {
+         *       "decision": "answer",
+         *       "text": "Use the staging logs."
+         *     }
+         */
         Answer: {
             /**
              * Decision
@@ -299,13 +312,8 @@ export interface components {
             output?: unknown;
             /** Checklist */
             checklist?: components["schemas"]["ChecklistItem"][] | null;
-            /**
-             * Budget
-             * @description For a budget question approved: the caps to raise, by name (null: no cap); the cap the run reached must be among them, above what it has used.
-             */
-            budget?: {
-                [key: string]: number | null;
-            } | null;
+            /** @description For a budget question approved: the caps to raise, by name (null: no cap); the cap the run reached must be among them, above what it has used. */
+            budget?: components["schemas"]["BudgetCaps"] | null;
         };
         /**
          * AnswerOption
@@ -390,6 +398,34 @@ export interface components {
             cut: boolean;
         };
         /**
+         * BudgetCaps
+         * @description Caps by name, each a number of 0 or more or null (no cap); a cap not named keeps its value.
+         */
+        BudgetCaps: {
+            /** Model Calls */
+            model_calls?: number | null;
+            /** Input Tokens */
+            input_tokens?: number | null;
+            /** Output Tokens */
+            output_tokens?: number | null;
+            /**
+             * Cost
+             * @description US dollars.
+             */
+            cost?: number | null;
+            /**
+             * Wall Time
+             * @description Seconds (waiting for a human does not count).
+             */
+            wall_time?: number | null;
+            /** Tool Calls */
+            tool_calls?: number | null;
+            /** Steps */
+            steps?: number | null;
+            /** Replans */
+            replans?: number | null;
+        };
+        /**
          * BudgetView
          * @description The cap a run reached, what it has spent, and what the rest of its plan is expected to cost.
          */
@@ -454,6 +490,28 @@ export interface components {
              */
             through: string[];
         };
+        /**
+         * ErrorBody
+         * @description What the API answers whenever it refuses a request.
+         */
+        ErrorBody: {
+            error: components["schemas"]["ErrorDetail"];
+        };
+        /** ErrorDetail */
+        ErrorDetail: {
+            /**
+             * Code
+             * @description What went wrong, for programs to act on (see each response's description).
+             */
+            code: string;
+            /** Message */
+            message: string;
+            /**
+             * Problems
+             * @description Every problem found, not only the first.
+             */
+            problems: components["schemas"]["ProblemItem"][];
+        };
         /** EventItem */
         EventItem: {
             /** Seq */
@@ -501,7 +559,16 @@ export interface components {
             /** Summary */
             summary: string;
         };
-        /** Fork */
+        /**
+         * Fork
+         * @example {
+         *       "at": 12
+         *     }
+         * @example {
+         *       "agent": "demo",
+         *       "at": 12
+         *     }
+         */
         Fork: {
             /**
              * At
@@ -511,10 +578,12 @@ export interface components {
             /** Agent */
             agent?: string | null;
         };
-        /** HTTPValidationError */
-        HTTPValidationError: {
-            /** Detail */
-            detail?: components["schemas"]["ValidationError"][];
+        /** Health */
+        Health: {
+            /** Ok */
+            ok: boolean;
+            /** Version */
+            version: string;
         };
         /** Inbox */
         Inbox: {
@@ -595,6 +664,18 @@ export interface components {
             as_written: {
                 [key: string]: unknown;
             };
+        };
+        /** ProblemItem */
+        ProblemItem: {
+            /**
+             * Where
+             * @description The field, parameter or header at fault (empty: the request as a whole).
+             */
+            where: string;
+            /** Message */
+            message: string;
+            /** Code */
+            code: string;
         };
         /**
          * QuestionView
@@ -761,7 +842,18 @@ export interface components {
                 [key: string]: number;
             };
         };
-        /** StartRun */
+        /**
+         * StartRun
+         * @example {
+         *       "agent": "demo",
+         *       "budget": {
+         *         "cost": 2.5,
+         *         "steps": 40
+         *       },
+         *       "goal": "Audit the failing onboarding workflow: find the root cause and draft a fix.",
+         *       "idempotency_key": "audit-17"
+         *     }
+         */
         StartRun: {
             /** Agent */
             agent: string;
@@ -769,13 +861,8 @@ export interface components {
             goal: string;
             /** Constraints */
             constraints?: string[];
-            /**
-             * Budget
-             * @description Budget caps to change; null: no cap.
-             */
-            budget?: {
-                [key: string]: number | null;
-            };
+            /** @description The agent's budget caps to change (null: no cap). */
+            budget?: components["schemas"]["BudgetCaps"];
             /** Idempotency Key */
             idempotency_key?: string | null;
         };
@@ -876,7 +963,13 @@ export interface components {
             /** Code */
             code: string | null;
         };
-        /** Tell */
+        /**
+         * Tell
+         * @example {
+         *       "constraint": true,
+         *       "text": "The fix must not change the database schema."
+         *     }
+         */
         Tell: {
             /** Text */
             text: string;
@@ -899,19 +992,6 @@ export interface components {
             /** Cost */
             cost: number;
         };
-        /** ValidationError */
-        ValidationError: {
-            /** Location */
-            loc: (string | number)[];
-            /** Message */
-            msg: string;
-            /** Error Type */
-            type: string;
-            /** Input */
-            input?: unknown;
-            /** Context */
-            ctx?: Record<string, never>;
-        };
     };
     responses: never;
     parameters: never;
@@ -921,7 +1001,7 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
-    healthz_healthz_get: {
+    healthz: {
         parameters: {
             query?: never;
             header?: never;
@@ -936,14 +1016,31 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Health"];
+                };
+            };
+            /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
     };
-    list_agents_v1_agents_get: {
+    list_agents: {
         parameters: {
             query?: never;
             header?: never;
@@ -961,19 +1058,50 @@ export interface operations {
                     "application/json": components["schemas"]["AgentList"];
                 };
             };
+            /** @description `unauthorized`: no `Authorization: Bearer TOKEN` with the server's token. */
+            401: {
+                headers: {
+                    /** @description The scheme to use: `Bearer realm="planexec"`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
-    list_runs_v1_runs_get: {
+    list_runs: {
         parameters: {
             query?: {
-                status?: ("running" | "waiting" | "finished") | null;
-                agent?: string | null;
+                status?: "running" | "waiting" | "finished";
+                agent?: string;
                 /** @description Only runs started at or after (epoch seconds). */
-                since?: number | null;
+                since?: number;
                 /** @description Only runs started at or before (epoch seconds). */
-                until?: number | null;
+                until?: number;
                 limit?: number;
-                cursor?: string | null;
+                /** @description Where the page before ended: its `next_cursor`, as it came. */
+                cursor?: string;
             };
             header?: never;
             path?: never;
@@ -990,22 +1118,61 @@ export interface operations {
                     "application/json": components["schemas"]["RunList"];
                 };
             };
-            /** @description Validation Error */
+            /** @description `bad_cursor`: the cursor is not one a listing gave. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unauthorized`: no `Authorization: Bearer TOKEN` with the server's token. */
+            401: {
+                headers: {
+                    /** @description The scheme to use: `Bearer realm="planexec"`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `invalid`: the request does not fit: every problem is listed, `where` naming the field. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
     };
-    start_run_v1_runs_post: {
+    start_run: {
         parameters: {
             query?: never;
             header?: {
-                "idempotency-key"?: string | null;
+                "idempotency-key"?: string;
             };
             path?: never;
             cookie?: never;
@@ -1016,14 +1183,16 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The run this key started */
+            /** @description The run this idempotency key started */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["RunSummary"];
+                };
             };
-            /** @description Successful Response */
+            /** @description The run started */
             201: {
                 headers: {
                     [name: string]: unknown;
@@ -1032,22 +1201,80 @@ export interface operations {
                     "application/json": components["schemas"]["RunSummary"];
                 };
             };
-            /** @description Validation Error */
+            /** @description `bad_json`: the request body is not JSON (or is nested too deeply to read). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unauthorized`: no `Authorization: Bearer TOKEN` with the server's token. */
+            401: {
+                headers: {
+                    /** @description The scheme to use: `Bearer realm="planexec"`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unknown_agent`: no agent registered under that name. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `idempotency_conflict`: the idempotency key started a run with another request. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `invalid`: the request does not fit: every problem is listed, `where` naming the field. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
     };
-    get_run_v1_runs__run_id__get: {
+    get_run: {
         parameters: {
             query?: never;
             header?: never;
             path: {
+                /** @description The run's id. */
                 run_id: string;
             };
             cookie?: never;
@@ -1063,25 +1290,66 @@ export interface operations {
                     "application/json": components["schemas"]["RunDetail"];
                 };
             };
-            /** @description No such run */
+            /** @description `bad_id`: a run id or question id in the path is not one. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unauthorized`: no `Authorization: Bearer TOKEN` with the server's token. */
+            401: {
+                headers: {
+                    /** @description The scheme to use: `Bearer realm="planexec"`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unknown_run`: no such run. */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
             };
-            /** @description Validation Error */
+            /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `invalid`: the request does not fit: every problem is listed, `where` naming the field. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
     };
-    get_events_v1_runs__run_id__events_get: {
+    get_events: {
         parameters: {
             query?: {
                 after?: number;
@@ -1089,6 +1357,7 @@ export interface operations {
             };
             header?: never;
             path: {
+                /** @description The run's id. */
                 run_id: string;
             };
             cookie?: never;
@@ -1104,26 +1373,76 @@ export interface operations {
                     "application/json": components["schemas"]["EventPage"];
                 };
             };
-            /** @description Validation Error */
+            /** @description `bad_id`: a run id or question id in the path is not one. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unauthorized`: no `Authorization: Bearer TOKEN` with the server's token. */
+            401: {
+                headers: {
+                    /** @description The scheme to use: `Bearer realm="planexec"`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unknown_run`: no such run. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `invalid`: the request does not fit: every problem is listed, `where` naming the field. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
     };
-    stream_events_v1_runs__run_id__events_stream_get: {
+    stream_events: {
         parameters: {
             query?: {
-                after?: number | null;
+                after?: number;
             };
             header?: {
-                "last-event-id"?: string | null;
+                /** @description Go on after this event (what a reconnecting `EventSource` sends). */
+                "last-event-id"?: string;
             };
             path: {
+                /** @description The run's id. */
                 run_id: string;
             };
             cookie?: never;
@@ -1139,18 +1458,66 @@ export interface operations {
                     "text/event-stream": unknown;
                 };
             };
-            /** @description Validation Error */
+            /** @description `bad_id`: a run id or question id in the path is not one; `bad_event_id`: `Last-Event-ID` is not an event's sequence number. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unauthorized`: no `Authorization: Bearer TOKEN` with the server's token. */
+            401: {
+                headers: {
+                    /** @description The scheme to use: `Bearer realm="planexec"`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unknown_run`: no such run. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `invalid`: the request does not fit: every problem is listed, `where` naming the field. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
     };
-    inbox_v1_inbox_get: {
+    inbox: {
         parameters: {
             query?: never;
             header?: never;
@@ -1168,13 +1535,44 @@ export interface operations {
                     "application/json": components["schemas"]["Inbox"];
                 };
             };
+            /** @description `unauthorized`: no `Authorization: Bearer TOKEN` with the server's token. */
+            401: {
+                headers: {
+                    /** @description The scheme to use: `Bearer realm="planexec"`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
-    cancel_run_v1_runs__run_id__cancel_post: {
+    cancel_run: {
         parameters: {
             query?: never;
             header?: never;
             path: {
+                /** @description The run's id. */
                 run_id: string;
             };
             cookie?: never;
@@ -1190,22 +1588,80 @@ export interface operations {
                     "application/json": components["schemas"]["RunSummary"];
                 };
             };
-            /** @description Validation Error */
+            /** @description `bad_id`: a run id or question id in the path is not one. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unauthorized`: no `Authorization: Bearer TOKEN` with the server's token. */
+            401: {
+                headers: {
+                    /** @description The scheme to use: `Bearer realm="planexec"`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unknown_run`: no such run. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `finished`: the run has finished; `elsewhere`: another process executes the run; `busy`: the run's log kept changing while it was written. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `invalid`: the request does not fit: every problem is listed, `where` naming the field. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
     };
-    resume_run_v1_runs__run_id__resume_post: {
+    resume_run: {
         parameters: {
             query?: never;
             header?: never;
             path: {
+                /** @description The run's id. */
                 run_id: string;
             };
             cookie?: never;
@@ -1221,22 +1677,80 @@ export interface operations {
                     "application/json": components["schemas"]["RunSummary"];
                 };
             };
-            /** @description Validation Error */
+            /** @description `bad_id`: a run id or question id in the path is not one. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unauthorized`: no `Authorization: Bearer TOKEN` with the server's token. */
+            401: {
+                headers: {
+                    /** @description The scheme to use: `Bearer realm="planexec"`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unknown_run`: no such run. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `finished`: the run has finished; `waiting`: the run waits for an answer; `running`: the run is being executed (here or by a worker). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `invalid`: the request does not fit: every problem is listed, `where` naming the field. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
     };
-    tell_run_v1_runs__run_id__tell_post: {
+    tell_run: {
         parameters: {
             query?: never;
             header?: never;
             path: {
+                /** @description The run's id. */
                 run_id: string;
             };
             cookie?: never;
@@ -1256,22 +1770,80 @@ export interface operations {
                     "application/json": components["schemas"]["RunSummary"];
                 };
             };
-            /** @description Validation Error */
+            /** @description `bad_json`: the request body is not JSON (or is nested too deeply to read); `bad_id`: a run id or question id in the path is not one. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unauthorized`: no `Authorization: Bearer TOKEN` with the server's token. */
+            401: {
+                headers: {
+                    /** @description The scheme to use: `Bearer realm="planexec"`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unknown_run`: no such run. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `finished`: the run has finished; `conflict`: the run's log changed meanwhile; `busy`: the run's log kept changing while it was written. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `invalid`: the request does not fit: every problem is listed, `where` naming the field. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
     };
-    fork_run_v1_runs__run_id__fork_post: {
+    fork_run: {
         parameters: {
             query?: never;
             header?: never;
             path: {
+                /** @description The run's id. */
                 run_id: string;
             };
             cookie?: never;
@@ -1282,7 +1854,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Successful Response */
+            /** @description The new run */
             201: {
                 headers: {
                     [name: string]: unknown;
@@ -1291,23 +1863,73 @@ export interface operations {
                     "application/json": components["schemas"]["RunSummary"];
                 };
             };
-            /** @description Validation Error */
+            /** @description `bad_json`: the request body is not JSON (or is nested too deeply to read); `bad_id`: a run id or question id in the path is not one. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unauthorized`: no `Authorization: Bearer TOKEN` with the server's token. */
+            401: {
+                headers: {
+                    /** @description The scheme to use: `Bearer realm="planexec"`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unknown_run`: no such run; `unknown_agent`: no agent registered under that name. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `invalid`: the request does not fit: every problem is listed, `where` naming the field. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
     };
-    answer_question_v1_runs__run_id__questions__question_id__answer_post: {
+    answer_question: {
         parameters: {
             query?: never;
             header?: never;
             path: {
+                /** @description The run's id. */
                 run_id: string;
+                /** @description The question's id. */
                 question_id: string;
             };
             cookie?: never;
@@ -1327,13 +1949,70 @@ export interface operations {
                     "application/json": components["schemas"]["AnswerResult"];
                 };
             };
-            /** @description Validation Error */
+            /** @description `bad_json`: the request body is not JSON (or is nested too deeply to read); `bad_id`: a run id or question id in the path is not one. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unauthorized`: no `Authorization: Bearer TOKEN` with the server's token. */
+            401: {
+                headers: {
+                    /** @description The scheme to use: `Bearer realm="planexec"`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unknown_run`: no such run; `unknown_question`: the run has no such question. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `finished`: the run has finished; `decided`: the question has been answered; `conflict`: the run's log changed meanwhile; `busy`: the run's log kept changing while it was written. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `invalid`: the request does not fit: every problem is listed, `where` naming the field. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };

@@ -1,7 +1,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 
-import { PlanexecClient, PlanexecError, type RunEvent } from "../src/index.js";
+import { PlanexecClient, PlanexecError, type BudgetCaps, type RunEvent } from "../src/index.js";
 import { serve, step, type Served } from "./server.js";
 
 let served: Served;
@@ -93,6 +93,13 @@ test("a step that waits for approval is answered from the inbox, and the run fin
   assert.equal(done.steps.find((s) => s.id === "tell")?.output, "sent total 2");
 });
 
+test("a run takes budget caps of the types the document gives", async () => {
+  const budget: BudgetCaps = { steps: 10, tool_calls: 20, cost: 2.5, wall_time: null };
+  const run = await client.startRun({ agent: "adder", goal: "add it all up", budget });
+  const done = await client.waitFor(run.run_id);
+  assert.equal(done.stop?.kind, "goal_met", JSON.stringify(done.stop));
+});
+
 test("refusals are errors with their status, code and problems", async () => {
   await assert.rejects(client.startRun({ agent: "nobody", goal: "x" }), (error: unknown) => {
     assert.ok(error instanceof PlanexecError);
@@ -100,7 +107,15 @@ test("refusals are errors with their status, code and problems", async () => {
     assert.equal(error.code, "unknown_agent");
     return true;
   });
+  await assert.rejects(client.startRun({ agent: "adder", goal: "x", budget: { steps: 2.5, nope: 1 } as BudgetCaps }), (error: unknown) => {
+    assert.ok(error instanceof PlanexecError);
+    assert.equal(error.status, 422);
+    assert.equal(error.code, "invalid");
+    assert.deepEqual(error.problems.map((p) => p.where).sort(), ["budget.nope", "budget.steps"]);
+    return true;
+  });
   await assert.rejects(client.getRun("no-such-run"), (error: unknown) => error instanceof PlanexecError && error.status === 404);
+  await assert.rejects(client.getRun("no such run"), (error: unknown) => error instanceof PlanexecError && error.code === "bad_id");
   const stranger = new PlanexecClient({ baseUrl: served.url, token: "not-the-token-0123456789" });
   await assert.rejects(stranger.agents(), (error: unknown) => error instanceof PlanexecError && error.status === 401);
 });

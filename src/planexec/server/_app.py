@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import re
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
@@ -16,10 +15,11 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 from fastapi import FastAPI, Header, Query, Request
+from fastapi import Path as InPath
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 from starlette.staticfiles import StaticFiles
 
 from planexec import __version__
@@ -40,7 +40,39 @@ from planexec.runs import (
     worker_entry,
 )
 from planexec.runtime import ApprovalDecision, caps_from_json
-from planexec.server._agents import ServedAgent, check_budget
+from planexec.server._agents import ServedAgent
+from planexec.server._bodies import (
+    COUNTED_CAPS,
+    MAX_KEY_CHARS,
+    AgentList,
+    AgentView,
+    Answer,
+    AnswerResult,
+    BudgetCaps,
+    EventItem,
+    EventPage,
+    Fork,
+    Health,
+    Inbox,
+    RunList,
+    StartRun,
+    Tell,
+)
+from planexec.server._contract import (
+    CURSOR,
+    CURSOR_PATTERN,
+    EVENT_ID,
+    EVENT_ID_PATTERN,
+    ID,
+    ID_PATTERN,
+    INBOX_LINKS,
+    LISTED_LINKS,
+    MAX_WHOLE,
+    QUESTION_LINKS,
+    RUN_LINKS,
+    completed,
+    refusals,
+)
 from planexec.server._guards import MAX_BODY_BYTES, BodyLimit, HostAllowList, SafeHeaders, _ApiError, error_body
 from planexec.server._stream import EventStream, event_frames
 from planexec.server._views import (
@@ -54,27 +86,22 @@ from planexec.server._views import (
 )
 from planexec.server._workers import Workers, request_digest, served_by
 from planexec.store import RunStore
-from planexec.views import QuestionView
 
 __all__ = ["STATIC", "AppSettings", "build_app", "openapi_document"]
 
 STATIC = Path(__file__).with_name("static")
 """The web page's files, shipped in the package."""
-ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-"""What a run id or a question id given to the API may be."""
-MAX_GOAL_CHARS = 20_000
-MAX_CONSTRAINTS = 50
-MAX_TEXT_CHARS = 20_000
-MAX_KEY_CHARS = 200
 LIST_SCAN = 100_000
 """At most this many runs are looked at for one listing."""
 FOLDS_KEPT = 5_000
 """Runs whose folded state a listing keeps between requests."""
 ANSWERED_BY = "api"
-DIGITS = re.compile(r"^[0-9]{1,20}$")
-"""A Last-Event-ID (ASCII digits only: ``str.isdigit`` takes "²" too)."""
-MAX_SEQ = 2**63 - 1
-"""The largest event position a request may name (the store keeps positions as 64-bit integers)."""
+MAX_SEQ = MAX_WHOLE
+"""The largest event position a request may name."""
+
+
+RunId = Annotated[str, InPath(description="The run's id.", json_schema_extra={"pattern": ID_PATTERN})]
+QuestionId = Annotated[str, InPath(description="The question's id.", json_schema_extra={"pattern": ID_PATTERN})]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,106 +123,25 @@ class AppSettings:
     ``[::1]`` when it is None."""
 
 
-# -- request bodies -------------------------------------------------------------------------------
-
-
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class StartRun(_Body):
-    agent: str = Field(min_length=1, max_length=64)
-    goal: str = Field(min_length=1, max_length=MAX_GOAL_CHARS)
-    constraints: list[Annotated[str, Field(min_length=1, max_length=2_000)]] = Field(
-        default_factory=list, max_length=MAX_CONSTRAINTS
-    )
-    budget: dict[str, float | None] = Field(default_factory=dict, description="Budget caps to change; null: no cap.")
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=MAX_KEY_CHARS)
-
-
-class Tell(_Body):
-    text: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
-    constraint: bool = False
-
-
-class Fork(_Body):
-    at: int = Field(ge=1, description="How many events of the log to keep before going on live.")
-    agent: str | None = Field(default=None, min_length=1, max_length=64)
-
-
-class ChecklistItem(_Body):
-    passed: bool
-    note: str = Field(default="", max_length=MAX_TEXT_CHARS)
-
-
-class Answer(_Body):
-    decision: Literal["approve", "reject", "answer"]
-    text: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
-    plan: dict[str, Any] | None = None
-    choice: Literal["retry", "skip", "done", "guidance", "replan"] | None = None
-    output: Any = None
-    checklist: list[ChecklistItem] | None = None
-    budget: dict[str, float | None] | None = Field(
-        default=None,
-        description="For a budget question approved: the caps to raise, by name (null: no cap); the cap the run "
-        "reached must be among them, above what it has used.",
-    )
-
-
-class RunList(BaseModel):
-    runs: list[RunSummary]
-    next_cursor: str | None
-
-
-class EventItem(BaseModel):
-    seq: int
-    event: dict[str, Any]
-
-
-class EventPage(BaseModel):
-    events: list[EventItem]
-    next: int
-
-
-class Inbox(BaseModel):
-    questions: list[QuestionView]
-
-
-class AnswerResult(BaseModel):
-    run: RunSummary
-    resumed: bool
-
-
-class AgentView(BaseModel):
-    name: str
-    example: str | None = None
-    """A goal it can be given (the demo's), for a page to offer."""
-    planner: str | None
-    executor: str | None
-    tools: list[str]
-    policy: str
-    approve_plan: bool
-
-
-class AgentList(BaseModel):
-    agents: list[AgentView]
-
-
 # -- helpers ----------------------------------------------------------------------------------
 
 
 def _checked_id(value: str, what: str) -> str:
-    if not ID.match(value):
-        raise _ApiError(
-            400,
-            "bad_id",
-            f"not a {what}",
-            [Problem(code="bad_id", where=what, message="must be 1 to 128 characters of A-Z a-z 0-9 . _ : -")],
-        )
+    if not ID.fullmatch(value):
+        message = "must be 1 to 128 characters of A-Z a-z 0-9 . _ : - (not . or ..)"
+        raise _ApiError(400, "bad_id", f"not a {what}", [Problem(code="bad_id", where=what, message=message)])
     return value
 
 
-_STATUS_OF = {"unknown_run": 404, "not_a_run": 404, "finished": 409, "decided": 409, "conflict": 409, "busy": 409}
+_STATUS_OF = {
+    "unknown_run": 404,
+    "not_a_run": 404,
+    "finished": 409,
+    "elsewhere": 409,
+    "decided": 409,
+    "conflict": 409,
+    "busy": 409,
+}
 
 
 def _from_usage(error: UsageError) -> _ApiError:
@@ -233,21 +179,26 @@ class _Folds:
 
 
 def _cursor(item: RunSummary) -> str:
-    return base64.urlsafe_b64encode(f"{item.started_at!r}|{item.run_id}".encode()).decode().rstrip("=")
+    """Where a page ends: the last run's start (as ``repr`` writes it, exact) and its id."""
+    encoded = base64.urlsafe_b64encode(item.run_id.encode("utf-8", "surrogatepass")).decode().rstrip("=")
+    return f"{item.started_at!r}~{encoded}"
 
 
 def _read_cursor(text: str) -> tuple[float, str]:
-    try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
-        at, _, run_id = raw.partition("|")
-        return float(at), run_id
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise _ApiError(
-            400,
-            "bad_cursor",
-            "not a cursor",
-            [Problem(code="bad_cursor", where="cursor", message="give next_cursor back")],
-        ) from None
+    """The position a cursor names; any text of its format is one (a run there or not)."""
+    if CURSOR.fullmatch(text):
+        at, _, encoded = text.partition("~")
+        try:
+            raw = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+            return float(at), raw.decode("utf-8", "surrogateescape")
+        except (ValueError, binascii.Error):  # the pattern leaves no such text; refused all the same
+            pass
+    raise _ApiError(
+        400,
+        "bad_cursor",
+        "not a cursor",
+        [Problem(code="bad_cursor", where="cursor", message="give a listing's next_cursor back as it came")],
+    )
 
 
 # -- the app ----------------------------------------------------------------------------------
@@ -313,7 +264,9 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         docs_url=None,
         redoc_url=None,
         lifespan=lifespan,
+        generate_unique_id_function=lambda route: route.name,
     )
+    api.openapi = completed(api.openapi, is_open=_is_open)  # type: ignore[method-assign]
     api.state.workers = workers
 
     # -- errors -----------------------------------------------------------------------------
@@ -337,21 +290,20 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         for error in e.errors():
             loc = [str(p) for p in error.get("loc", ()) if p != "body"]
             malformed = malformed or error.get("type") == "json_invalid"
-            problems.append(
-                Problem(
-                    code=str(error.get("type", "invalid")), where=".".join(loc) or "body", message=error.get("msg", "")
-                )
-            )
+            problems.append(_invalid(loc, str(error.get("type", "invalid")), str(error.get("msg", ""))))
         if malformed:
             return JSONResponse(error_body("bad_json", "the request body is not JSON", problems), status_code=400)
         return JSONResponse(error_body("invalid", "the request does not fit", problems), status_code=422)
 
     @api.exception_handler(HTTPException)
-    async def on_http(_request: Request, e: HTTPException) -> Response:
+    async def on_http(request: Request, e: HTTPException) -> Response:
         # A 400 comes from reading the body: JSON the parser gives up on (nested too deep, say).
         codes = {400: "bad_json", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+        headers = dict(e.headers or {})
+        if e.status_code == 405:
+            headers["Allow"] = _allowed(api, request) or headers.get("Allow", "")
         return JSONResponse(
-            error_body(codes.get(e.status_code, "http"), str(e.detail)), status_code=e.status_code, headers=e.headers
+            error_body(codes.get(e.status_code, "http"), str(e.detail)), status_code=e.status_code, headers=headers
         )
 
     # -- reading -----------------------------------------------------------------------------
@@ -408,24 +360,36 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         log = await run_log(run_id)
         return summary(RunState.fold(log), agent_of(log[0]))
 
-    @api.get("/healthz", tags=["server"])
-    async def healthz() -> dict[str, Any]:
+    @api.get("/healthz", tags=["server"], responses=refusals(token=False))
+    async def healthz() -> Health:
         """Whether the server is up (no token needed)."""
-        return {"ok": True, "version": __version__}
+        return Health(ok=True, version=__version__)
 
-    @api.get("/v1/agents", tags=["agents"])
+    @api.get("/v1/agents", tags=["agents"], responses=refusals())
     async def list_agents() -> AgentList:
         """The agents goals can be started with."""
         return AgentList(agents=[AgentView(**a.describe(store)) for a in agents.values()])
 
-    @api.get("/v1/runs", tags=["runs"])
+    @api.get(
+        "/v1/runs",
+        tags=["runs"],
+        responses={200: {"links": LISTED_LINKS}, **refusals("bad_cursor", "invalid")},
+    )
     async def list_runs(
         status: Literal["running", "waiting", "finished"] | None = None,
         agent: str | None = Query(default=None, max_length=64),
-        since: float | None = Query(default=None, description="Only runs started at or after (epoch seconds)."),
-        until: float | None = Query(default=None, description="Only runs started at or before (epoch seconds)."),
+        since: float | None = Query(
+            default=None, allow_inf_nan=False, description="Only runs started at or after (epoch seconds)."
+        ),
+        until: float | None = Query(
+            default=None, allow_inf_nan=False, description="Only runs started at or before (epoch seconds)."
+        ),
         limit: int = Query(default=50, ge=1, le=200),
-        cursor: str | None = Query(default=None, max_length=400),
+        cursor: str | None = Query(
+            default=None,
+            description="Where the page before ended: its `next_cursor`, as it came.",
+            json_schema_extra={"pattern": CURSOR_PATTERN},
+        ),
     ) -> RunList:
         """The runs, newest first, a page at a time."""
         found: list[RunSummary] = []
@@ -453,8 +417,12 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         more = len(found) > limit
         return RunList(runs=page, next_cursor=_cursor(page[-1]) if more and page else None)
 
-    @api.get("/v1/runs/{run_id}", tags=["runs"], responses={404: {"description": "No such run"}})
-    async def get_run(run_id: str) -> RunDetail:
+    @api.get(
+        "/v1/runs/{run_id}",
+        tags=["runs"],
+        responses={200: {"links": QUESTION_LINKS}, **refusals("bad_id", "unknown_run", "invalid")},
+    )
+    async def get_run(run_id: RunId) -> RunDetail:
         """A run: its state, plan versions, steps, usage, cost and open questions."""
         _checked_id(run_id, "run_id")
         early = not_stored(run_id)
@@ -463,9 +431,11 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         log = await run_log(run_id)
         return detail(RunState.fold(log), log)
 
-    @api.get("/v1/runs/{run_id}/events", tags=["events"])
+    @api.get("/v1/runs/{run_id}/events", tags=["events"], responses=refusals("bad_id", "unknown_run", "invalid"))
     async def get_events(
-        run_id: str, after: int = Query(default=0, ge=0, le=MAX_SEQ), limit: int = Query(default=500, ge=1, le=5_000)
+        run_id: RunId,
+        after: int = Query(default=0, ge=0, le=MAX_SEQ),
+        limit: int = Query(default=500, ge=1, le=5_000),
     ) -> EventPage:
         """The run's events after event ``after`` (seq: the 1-based position in its log)."""
         _checked_id(run_id, "run_id")
@@ -479,19 +449,26 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         "/v1/runs/{run_id}/events/stream",
         tags=["events"],
         response_class=Response,
-        responses={200: {"content": {"text/event-stream": {}}, "description": "The run's events as they happen"}},
+        responses={
+            200: {"content": {"text/event-stream": {}}, "description": "The run's events as they happen"},
+            **refusals("bad_id", "bad_event_id", "unknown_run", "invalid"),
+        },
     )
     async def stream_events(
-        run_id: str,
+        run_id: RunId,
         after: int | None = Query(default=None, ge=0, le=MAX_SEQ),
-        last_event_id: str | None = Header(default=None, max_length=20),
+        last_event_id: str | None = Header(
+            default=None,
+            description="Go on after this event (what a reconnecting `EventSource` sends).",
+            json_schema_extra={"pattern": EVENT_ID_PATTERN},
+        ),
     ) -> Any:
         """The run's events as Server-Sent Events, from ``Last-Event-ID`` (or ``after``) on, live
         until the run finishes."""
         _checked_id(run_id, "run_id")
         start = after or 0
         if last_event_id is not None:
-            if not DIGITS.match(last_event_id.strip()):
+            if not EVENT_ID.fullmatch(last_event_id.strip()):
                 raise _ApiError(
                     400,
                     "bad_event_id",
@@ -503,16 +480,27 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
             await run_log(run_id)
         return EventStream(event_frames(store, workers, run_id, start))
 
-    @api.get("/v1/inbox", tags=["questions"])
+    @api.get("/v1/inbox", tags=["questions"], responses={200: {"links": INBOX_LINKS}, **refusals()})
     async def inbox() -> Inbox:
         """Every question unfinished runs wait for, oldest first."""
         return Inbox(questions=await open_questions(store))
 
     # -- acting ------------------------------------------------------------------------------
 
-    @api.post("/v1/runs", tags=["runs"], status_code=201, responses={200: {"description": "The run this key started"}})
+    @api.post(
+        "/v1/runs",
+        tags=["runs"],
+        status_code=201,
+        responses={
+            201: {"description": "The run started", "links": RUN_LINKS},
+            200: {"model": RunSummary, "description": "The run this idempotency key started", "links": RUN_LINKS},
+            **refusals("bad_json", "unknown_agent", "idempotency_conflict", "invalid"),
+        },
+    )
     async def start_run(
-        body: StartRun, response: Response, idempotency_key: str | None = Header(default=None, max_length=MAX_KEY_CHARS)
+        body: StartRun,
+        response: Response,
+        idempotency_key: str | None = Header(default=None, min_length=1, max_length=MAX_KEY_CHARS),
     ) -> RunSummary:
         """Start a goal with a registered agent. With an idempotency key (in the body or the
         ``Idempotency-Key`` header), a retried request gets the run the first one started."""
@@ -525,15 +513,12 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
                 f"no agent {body.agent!r}",
                 [Problem(code="unknown_agent", where="agent", message=f"registered: {', '.join(sorted(agents))}")],
             )
-        problems = check_budget(body.budget)
-        if not body.goal.strip():
-            problems.append(Problem(code="goal", where="goal", message="the goal is empty"))
-        if problems:
-            raise _ApiError(422, "invalid", "cannot start the run", problems)
-        digest = request_digest(body.model_dump(exclude={"idempotency_key"}))
+        caps = body.budget.given()
+        asked = {"agent": body.agent, "goal": body.goal, "constraints": body.constraints, "budget": caps}
+        digest = request_digest(asked)
         if key is None:
             pending = workers.start(
-                agent, body.goal, constraints=body.constraints, budget=body.budget, key=None, digest=digest
+                agent, body.goal, constraints=body.constraints, budget=caps, key=None, digest=digest
             )
             return pending_summary(pending.run_id, agent.name, body.goal, pending.accepted_at)
         async with workers.key_lock(key):
@@ -555,13 +540,16 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
                     )
                 response.status_code = 200
                 return await summary_of(run_id)
-            pending = workers.start(
-                agent, body.goal, constraints=body.constraints, budget=body.budget, key=key, digest=digest
-            )
+            pending = workers.start(agent, body.goal, constraints=body.constraints, budget=caps, key=key, digest=digest)
             return pending_summary(pending.run_id, agent.name, body.goal, pending.accepted_at)
 
-    @api.post("/v1/runs/{run_id}/cancel", tags=["runs"], status_code=202)
-    async def cancel_run(run_id: str) -> RunSummary:
+    @api.post(
+        "/v1/runs/{run_id}/cancel",
+        tags=["runs"],
+        status_code=202,
+        responses=refusals("bad_id", "unknown_run", "finished", "elsewhere", "busy", "invalid"),
+    )
+    async def cancel_run(run_id: RunId) -> RunSummary:
         """Cancel a run: one this server executes stops; a waiting one is finished as cancelled."""
         _checked_id(run_id, "run_id")
         if not workers.busy(run_id):
@@ -569,8 +557,13 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         await workers.cancel(run_id)
         return await summary_of(run_id)
 
-    @api.post("/v1/runs/{run_id}/resume", tags=["runs"], status_code=202)
-    async def resume_run(run_id: str) -> RunSummary:
+    @api.post(
+        "/v1/runs/{run_id}/resume",
+        tags=["runs"],
+        status_code=202,
+        responses=refusals("bad_id", "unknown_run", "finished", "waiting", "running", "invalid"),
+    )
+    async def resume_run(run_id: RunId) -> RunSummary:
         """Go on with a run here: after a crash, or once its questions are answered."""
         # Whether this server runs it is asked before the log is read (a run that ends here while
         # the log is read would otherwise be resumed from a log that no longer says the whole
@@ -612,8 +605,13 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         workers.resume(run_id, log)
         return summary(state, agent_of(log[0]))
 
-    @api.post("/v1/runs/{run_id}/tell", tags=["runs"], status_code=202)
-    async def tell_run(run_id: str, body: Tell) -> RunSummary:
+    @api.post(
+        "/v1/runs/{run_id}/tell",
+        tags=["runs"],
+        status_code=202,
+        responses=refusals("bad_json", "bad_id", "unknown_run", "finished", "conflict", "busy", "invalid"),
+    )
+    async def tell_run(run_id: RunId, body: Tell) -> RunSummary:
         """Tell a run something new, or a new constraint: its planner replans with it at the next
         safe point, keeping the work done. A run waiting for a worker hears it when it begins,
         before it plans."""
@@ -638,8 +636,16 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
             workers.resume(run_id, log)
         return summary(state, agent_of(log[0]))
 
-    @api.post("/v1/runs/{run_id}/fork", tags=["runs"], status_code=201)
-    async def fork_run(run_id: str, body: Fork) -> RunSummary:
+    @api.post(
+        "/v1/runs/{run_id}/fork",
+        tags=["runs"],
+        status_code=201,
+        responses={
+            201: {"description": "The new run", "links": RUN_LINKS},
+            **refusals("bad_json", "bad_id", "unknown_run", "unknown_agent", "invalid"),
+        },
+    )
+    async def fork_run(run_id: RunId, body: Fork) -> RunSummary:
         """A new run: this one's log replayed up to event ``at`` (no model or tool called), then
         live with the agent (the run's own, or the one named). A run that waits for a worker
         has no event to fork from yet: the request waits a moment for its first ones."""
@@ -673,8 +679,15 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         name = agent.name if agent is not None else agent_of(first)
         return pending_summary(new_id, name or "", first.goal, time.time())
 
-    @api.post("/v1/runs/{run_id}/questions/{question_id}/answer", tags=["questions"])
-    async def answer_question(run_id: str, question_id: str, body: Answer) -> AnswerResult:
+    @api.post(
+        "/v1/runs/{run_id}/questions/{question_id}/answer",
+        tags=["questions"],
+        responses=refusals(
+            *("bad_json", "bad_id", "unknown_run", "unknown_question"),
+            *("finished", "decided", "conflict", "busy", "invalid"),
+        ),
+    )
+    async def answer_question(run_id: RunId, question_id: QuestionId, body: Answer) -> AnswerResult:
         """Answer a question the run waits for: approve, reject, approve an edited plan (checked
         like any plan), or answer the planner's question. The run then goes on here once it waits
         for nothing else."""
@@ -692,7 +705,17 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
                 ],
             )
         log = await run_log(run_id)
-        rec = pick_question(RunState.fold(log), question_id)
+        try:
+            rec = pick_question(RunState.fold(log), question_id)
+        except UsageError as e:
+            if any(p.code == "unknown" for p in e.problems):
+                raise _ApiError(
+                    404,
+                    "unknown_question",
+                    f"run {run_id!r} has no question {question_id!r}",
+                    [Problem(code="unknown_question", where="question_id", message=p.message) for p in e.problems],
+                ) from None
+            raise
         decision = _decision(body, rec)
         state = await answer(store, run_id, decision, approval_id=rec.approval_id, log=log)
         workers.changed(run_id)
@@ -723,6 +746,32 @@ async def _back_to_workers(store: RunStore, run_id: str) -> bool:
         return False
     await give_back(store, run_id)
     return True
+
+
+def _invalid(loc: list[str], kind: str, message: str) -> Problem:
+    """A problem validation found, said as the command line says it for budget caps."""
+    where = ".".join(loc) or "body"
+    if len(loc) >= 2 and loc[-2] == "budget":
+        name = loc[-1]
+        if name not in BudgetCaps.model_fields:
+            message = f"{name!r} is not a budget cap: {', '.join(BudgetCaps.model_fields)}"
+        elif name in COUNTED_CAPS:
+            message = f"must be a whole number from 0 to {MAX_WHOLE:,}, or null for no cap"
+        else:
+            message = "must be a finite number, 0 or more, or null for no cap"
+    return Problem(code=kind, where=where, message=message)
+
+
+def _allowed(api: FastAPI, request: Request) -> str:
+    """The methods served at the request's path, for the ``Allow`` of a 405: those of every route
+    there (a path may have one route for each method); empty for the page's files, whose own
+    ``Allow`` stands."""
+    methods: set[str] = set()
+    for route in api.router.routes:
+        route_methods = getattr(route, "methods", None)
+        if route_methods and route.matches(request.scope)[0] is not Match.NONE:
+            methods.update(route_methods)
+    return ", ".join(sorted(methods))
 
 
 def _is_open(path: str) -> bool:
@@ -767,7 +816,7 @@ def _decision(body: Answer, rec: Any) -> ApprovalDecision:
         problems.append(
             Problem(code="budget", where="budget", message="raises caps only when approving a budget question")
         )
-    if subject == "budget" and body.decision == "approve" and not body.budget:
+    if subject == "budget" and body.decision == "approve" and (body.budget is None or not body.budget.given()):
         problems.append(Problem(code="budget", where="budget", message='give the caps to raise, e.g. {"cost": 2.5}'))
     checklist: tuple[ChecklistResult, ...] = ()
     if body.checklist is not None:
@@ -804,5 +853,5 @@ def _decision(body: Answer, rec: Any) -> ApprovalDecision:
         text=text if guided or subject == "question" else None,
         reason="" if guided else text or "",
         checklist=checklist,
-        budget=caps_from_json(body.budget) if body.budget is not None else None,
+        budget=caps_from_json(body.budget.given()) if body.budget is not None else None,
     )

@@ -128,12 +128,12 @@ class Workers:
         """Whether this server runs ``run_id`` now (or is about to)."""
         return run_id in self._tasks
 
-    async def settle(self, run_id: str, timeout: float = SETTLE_WAIT) -> None:
-        """Wait (``timeout`` seconds at most) for this server's part in ``run_id`` to end: a run whose
+    async def settle(self, run_id: str, wait: float = SETTLE_WAIT) -> None:
+        """Wait (``wait`` seconds at most) for this server's part in ``run_id`` to end: a run whose
         log says it is suspended is left a moment after, when its task has closed its log."""
         task = self._tasks.get(run_id)
         if task is not None:
-            await asyncio.wait({task}, timeout=timeout)
+            await asyncio.wait({task}, timeout=wait)
 
     # -- starting ---------------------------------------------------------------------------------
 
