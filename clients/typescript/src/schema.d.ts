@@ -202,7 +202,8 @@ export interface paths {
         /**
          * Tell Run
          * @description Tell a run something new, or a new constraint: its planner replans with it at the next
-         *     safe point, keeping the work done.
+         *     safe point, keeping the work done. A run waiting for a worker hears it when it begins,
+         *     before it plans.
          */
         post: operations["tell_run"];
         delete?: never;
@@ -223,7 +224,8 @@ export interface paths {
         /**
          * Fork Run
          * @description A new run: this one's log replayed up to event ``at`` (no model or tool called), then
-         *     live with the agent (the run's own, or the one named).
+         *     live with the agent (the run's own, or the one named). A run that waits for a worker
+         *     has no event to fork from yet: the request waits a moment for its first ones.
          */
         post: operations["fork_run"];
         delete?: never;
@@ -1028,6 +1030,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description `bad_host`: the `Host` header names no host the server answers for. */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description `store`: the store cannot be reached; or the server is at its connection limit (in plain text). */
             503: {
                 headers: {
@@ -1071,6 +1082,15 @@ export interface operations {
             };
             /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `bad_host`: the `Host` header names no host the server answers for. */
+            421: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1140,6 +1160,15 @@ export interface operations {
             };
             /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `bad_host`: the `Host` header names no host the server answers for. */
+            421: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1248,6 +1277,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description `bad_host`: the `Host` header names no host the server answers for. */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description `invalid`: the request does not fit: every problem is listed, `where` naming the field. */
             422: {
                 headers: {
@@ -1321,6 +1359,15 @@ export interface operations {
             };
             /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `bad_host`: the `Host` header names no host the server answers for. */
+            421: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1404,6 +1451,15 @@ export interface operations {
             };
             /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `bad_host`: the `Host` header names no host the server answers for. */
+            421: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1496,6 +1552,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description `bad_host`: the `Host` header names no host the server answers for. */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description `invalid`: the request does not fit: every problem is listed, `where` naming the field. */
             422: {
                 headers: {
@@ -1548,6 +1613,15 @@ export interface operations {
             };
             /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `bad_host`: the `Host` header names no host the server answers for. */
+            421: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1628,6 +1702,15 @@ export interface operations {
             };
             /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `bad_host`: the `Host` header names no host the server answers for. */
+            421: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1717,6 +1800,15 @@ export interface operations {
             };
             /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `bad_host`: the `Host` header names no host the server answers for. */
+            421: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1817,6 +1909,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description `bad_host`: the `Host` header names no host the server answers for. */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description `invalid`: the request does not fit: every problem is listed, `where` naming the field. */
             422: {
                 headers: {
@@ -1892,8 +1993,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description `finished`: the run has finished; `not_started`: the run waits for a worker and has not begun: nothing of it to act on yet. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `bad_host`: the `Host` header names no host the server answers for. */
+            421: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1978,7 +2097,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `finished`: the run has finished; `decided`: the question has been answered; `conflict`: the run's log changed meanwhile; `busy`: the run's log kept changing while it was written. */
+            /** @description `finished`: the run has finished; `no_question`: the run has not begun: it asks nothing yet; `decided`: the question has been answered; `conflict`: the run's log changed meanwhile; `busy`: the run's log kept changing while it was written. */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1989,6 +2108,15 @@ export interface operations {
             };
             /** @description `too_large`: the request body is larger than the server reads (1 MiB by default). */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `bad_host`: the `Host` header names no host the server answers for. */
+            421: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -642,7 +642,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         status_code=201,
         responses={
             201: {"description": "The new run", "links": RUN_LINKS},
-            **refusals("bad_json", "bad_id", "unknown_run", "unknown_agent", "invalid"),
+            **refusals("bad_json", "bad_id", "unknown_run", "unknown_agent", "finished", "not_started", "invalid"),
         },
     )
     async def fork_run(run_id: RunId, body: Fork) -> RunSummary:
@@ -684,7 +684,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
         tags=["questions"],
         responses=refusals(
             *("bad_json", "bad_id", "unknown_run", "unknown_question"),
-            *("finished", "decided", "conflict", "busy", "invalid"),
+            *("finished", "no_question", "decided", "conflict", "busy", "invalid"),
         ),
     )
     async def answer_question(run_id: RunId, question_id: QuestionId, body: Answer) -> AnswerResult:

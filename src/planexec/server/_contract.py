@@ -95,13 +95,17 @@ CODES: dict[str, tuple[int, str]] = {
     "decided": (409, "the question has been answered"),
     "conflict": (409, "the run's log changed meanwhile"),
     "busy": (409, "the run's log kept changing while it was written"),
+    "not_started": (409, "the run waits for a worker and has not begun: nothing of it to act on yet"),
+    "no_question": (409, "the run has not begun: it asks nothing yet"),
     "too_large": (413, "the request body is larger than the server reads (1 MiB by default)"),
+    "bad_host": (421, "the `Host` header names no host the server answers for"),
     "invalid": (422, "the request does not fit: every problem is listed, `where` naming the field"),
     "store": (503, "the store cannot be reached"),
 }
 """Each error code the API answers with: its status and what it means."""
-EVERY_OPERATION = ("too_large", "store")
-"""What any request may be answered: the body-size limit and the store (or the server) unavailable."""
+EVERY_OPERATION = ("too_large", "bad_host", "store")
+"""What any request may be answered: the body-size limit, a host the server does not answer for,
+and the store (or the server) unavailable."""
 UNAVAILABLE_TEXT = "the server is at its connection limit (in plain text)"
 
 
