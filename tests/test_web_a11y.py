@@ -74,13 +74,13 @@ def client(served: Served) -> httpx.Client:
     return httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {served.token}"}, timeout=10)
 
 
-def asked(served: Served) -> dict[str, dict[str, Any]]:
-    """The open questions by kind, once there is one of every kind."""
+def asked(served: Served, kinds: tuple[str, ...] = KINDS) -> dict[str, dict[str, Any]]:
+    """The open questions by kind, once there is one of each of `kinds`."""
     deadline = time.monotonic() + 30
     with client(served) as api:
         while True:
             by_kind = {q["kind"]: q for q in api.get("/v1/inbox").json()["questions"]}
-            if set(KINDS) <= set(by_kind):
+            if set(kinds) <= set(by_kind):
                 return by_kind
             if time.monotonic() > deadline:
                 raise AssertionError(f"not every kind of question was asked: {sorted(by_kind)}")
@@ -277,7 +277,8 @@ def test_an_uncertain_effect_is_marked_done_with_its_output_from_the_inbox(page:
     expect(card.get_by_role("alert")).to_contain_text("The output is not JSON.")
     field.fill('{"receipt": "r-77"}')
     card.get_by_role("button", name="Approve").click()
-    expect(card.locator(".feedback")).to_contain_text("Answered")
+    # the answer is confirmed where it survives the card leaving the inbox once the question is answered
+    expect(page.locator("#toasts")).to_contain_text(f"Approve: {run_id}")
     deadline = time.monotonic() + 30
     with client(served) as api:
         while True:
@@ -288,3 +289,28 @@ def test_an_uncertain_effect_is_marked_done_with_its_output_from_the_inbox(page:
             time.sleep(0.05)
     step = next(s for s in run["steps"] if s["id"] == questions["effect"]["step"]["id"] and not s["superseded"])
     assert (step["status"], step["output"]) == ("succeeded", {"receipt": "r-77"})
+
+
+def test_a_cap_is_raised_from_the_inbox_and_a_mistyped_one_is_refused(page: Page, served: Served) -> None:
+    """The budget card sends the caps typed in: one that is not a number is refused where it was
+    typed (nothing is sent), a right one raises the cap and the run goes on. (Last: it answers.)"""
+    view = asked(served, ("budget",))["budget"]
+    open_page(page, served, "/inbox")
+    card = page.locator("section.question.subject-budget")
+    field = card.locator(f"fieldset.caps input[name={view['budget']['name']}]")
+    field.fill("")
+    field.press_sequentially("1e")
+    card.get_by_role("button", name="Raise and go on").click()
+    expect(card.get_by_role("alert")).to_contain_text("A cap is not a number.")
+    expect(field).to_be_focused()
+    with client(served) as api:
+        assert api.get(f"/v1/runs/{view['run_id']}").json()["status"] == "waiting"
+    field.fill(str(view["budget"]["limit"] + 5))
+    card.get_by_role("button", name="Raise and go on").click()
+    expect(page.locator("#toasts")).to_contain_text(f"Raise and go on: {view['run_id']}")
+    deadline = time.monotonic() + 30
+    with client(served) as api:
+        while (run := api.get(f"/v1/runs/{view['run_id']}").json())["status"] != "finished":
+            assert time.monotonic() < deadline, run["status"]
+            time.sleep(0.05)
+    assert (run["stop"]["kind"], run["answer"]) == ("goal_met", "counted"), run["stop"]

@@ -291,6 +291,12 @@ export function questionCard(q, { showRun = true, onAnswered = () => {} } = {}) 
     }
     if (checks.length) body.checklist = checks.map(({ box, remark }) => ({ passed: box.checked, note: remark.value }));
     if (caps && decision === "approve") {
+      const wrong = caps.filter(({ input }) => input.validity.badInput || (input.value.trim() !== "" && !Number.isFinite(Number(input.value))));
+      if (wrong.length) {
+        fill(feedback, problemList({ message: "A cap is not a number.", problems: wrong.map(({ name }) => ({ where: name, message: "give a number, or leave it empty for no cap" })) }));
+        wrong[0].input.focus();
+        return;
+      }
       body.budget = Object.fromEntries(caps.map(({ name, input }) => [name, input.value.trim() === "" ? null : Number(input.value)]));
     }
     if (decision === "approve" && editor?.open) {
