@@ -21,6 +21,7 @@ from planexec.runtime._settings import AnswerReview, Approvals, Escalation, Limi
 from planexec.runtime._world import World
 from planexec.telemetry import RunTelemetry, Telemetry
 from planexec.tools import Toolset
+from planexec.trust import TrustPolicy
 
 __all__ = ["Core", "EngineConfig"]
 
@@ -61,6 +62,10 @@ class EngineConfig:
     the executors themselves say (``executor_profile``)."""
     memory: PlanMemory | None = None
     """Plan memory: asked before the first plan, told how the run went (None: no memory)."""
+    trust: TrustPolicy | None = field(default_factory=TrustPolicy)
+    """How the run treats untrusted values (see :mod:`planexec.trust`). None: nothing is labelled
+    and no trust rule is checked — a replay of a log written before labels existed, so that it
+    reproduces that log exactly."""
 
 
 class Core(Protocol):
