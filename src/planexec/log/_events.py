@@ -267,8 +267,8 @@ asked); ``argument_rule``: an argument breaks a rule the developer set on the to
 (``violations`` says which); ``effect_uncertain``: a side-effecting call under way when its process
 stopped; ``result_failed_checks``: a step's result failed its acceptance checks and a human reviews
 it; ``answer_checklist``: the final answer is reviewed against a checklist; ``planner_question``:
-the planner asks the user; ``unknown_tool``, ``low_confidence`` and ``planner_gave_up`` for escalations (as their ``code``);
-``budget_cap``: the run reached a cap."""
+the planner asks the user; ``unknown_tool``, ``low_confidence`` and ``planner_gave_up`` for
+escalations (as their ``code``); ``budget_cap``: the run reached a cap."""
 
 EffectChoice = Literal["retry", "skip", "done", "guidance", "replan"]
 """For an uncertain effect: ``retry``, ``skip`` or ``done``; for an escalation: ``guidance`` (with
