@@ -181,7 +181,7 @@ class StepCtx:
             on_progress=self._progress_to(call_id if inner else None),
         )
         telemetry = engine.telemetry
-        live = None if telemetry is None else telemetry.tool_call(tool, self.step, args, call_id)
+        live = None if telemetry is None else telemetry.tool_call(tool, self.step, args, call_id, labels)
         try:
             outcome = await call_tool(tool, args, site)
         except BaseException:
@@ -219,8 +219,8 @@ class StepCtx:
                 message = f"refused: {broken[0]}"
                 self._refuse_inner(tool, args, call_id, StepError(kind="untrusted", message=message), labels, broken)
                 raise TrustRefused(broken)
-            if trust.asks_about_effects() and tool.side_effect:
-                untrusted = trust.untrusted_effect(tool.name, labels, call, step_id=self.step.id, call_id=call_id)
+            if trust.asks_about_effects() and tool.side_effect:  # every argument's label is the call's
+                untrusted = trust.untrusted_effect(tool.name, {}, call, step_id=self.step.id, call_id=call_id)
         gated = tool.requires_approval or (
             engine.can_ask_humans and (approvals.steps == "all" or (approvals.steps == "sensitive" and tool.sensitive))
         )

@@ -75,6 +75,4 @@ class TextIndex:
 
     def carries(self, value_words: list[str], trusted: TextIndex) -> bool:
         """Whether the text indexed carries a run of ``value_words`` that ``trusted`` does not explain."""
-        return any(
-            chars >= MIN_CHARS and run in self._runs and run not in trusted for run, chars in _runs(value_words)
-        )
+        return any(chars >= MIN_CHARS and run in self._runs and run not in trusted for run, chars in _runs(value_words))

@@ -35,7 +35,7 @@ from planexec.views._models import (
     ViolationView,
 )
 from planexec.views._question import about, forecast_view, plan_view, question_view, rule_of, step_view
-from planexec.views._text import REASON_SHOWN, argument_text, question_lines, step_lines
+from planexec.views._text import REASON_SHOWN, argument_text, provenance_text, question_lines, step_lines
 from planexec.views._trust import provenance_view, violation_view
 
 __all__ = [
@@ -67,6 +67,7 @@ __all__ = [
     "effect_of",
     "forecast_view",
     "plan_view",
+    "provenance_text",
     "provenance_view",
     "question_lines",
     "question_view",
