@@ -227,7 +227,13 @@ class Trust:
         call_id: str | None = None,
     ) -> tuple[Violation, ...]:
         """What makes a call that changes the world one the default rule asks about: each untrusted
-        argument, and the call itself when who asked for it was untrusted."""
+        argument, and the call itself when who asked for it was untrusted. An argument the
+        developer set a rule on is judged by that rule alone (and the call, by a ``*`` rule)."""
+        sets = self.rule_sets(tool)
+        if any("*" in rules for rules in sets):
+            return ()
+        ruled = {name for rules in sets for name in rules}
+        labels = {name: label for name, label in labels.items() if name not in ruled}
         requires = "a human's yes before a call that changes the world takes untrusted values"
         found = [
             Violation(

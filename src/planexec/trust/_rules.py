@@ -97,8 +97,9 @@ class Trusted(ArgumentRule):
 class InGoal(ArgumentRule):
     """The value must appear in the goal or one of the constraints as a whole: the characters
     around it there must not continue it (a letter, a digit, or one of ``_ - . @ + / : % & = ? # ~``
-    — except a ``.``, ``,``, ``;``, ``:``, ``!`` or ``?`` that ends a sentence). A list passes when
-    each of its items does; anything but text fails.
+    — except a ``.``, ``,``, ``;``, ``:``, ``!`` or ``?`` that ends a sentence), and it must not
+    begin or end with white space. A list passes when each of its items does; anything but text
+    fails.
 
     Text is compared character by character; ``ignore_case`` makes ``A``–``Z`` equal to ``a``–``z``
     (ASCII letters only: other characters, look-alikes included, must be the same)."""
@@ -119,6 +120,8 @@ class InGoal(ArgumentRule):
             wanted = item.translate(_ASCII_LOWER) if self.ignore_case else item
             if not wanted.strip():
                 return "an empty value appears in no goal"
+            if wanted != wanted.strip():
+                return f"{_shown(item)} begins or ends with white space: the goal names no such value"
             if not any(_appears(wanted, text) for text in texts):
                 return f"{_shown(item)} does not appear in the goal or its constraints"
         return None
@@ -223,12 +226,27 @@ class Allowed(ArgumentRule):
 
 @dataclass(frozen=True, slots=True)
 class AnyOf(ArgumentRule):
-    """Either of ``rules`` passes (made with ``|``: ``InGoal() | Allowed({...})``)."""
+    """Either of ``rules`` passes (made with ``|``: ``InGoal() | Allowed({...})``). A list passes
+    when each of its items passes one of them (an address from the goal beside one from the
+    allow-list)."""
 
     rules: tuple[ArgumentRule, ...]
     name: str = field(default="any_of", init=False, repr=False)
 
     def check(self, value: Any, provenance: Provenance, goal: GoalText) -> str | None:
+        whole = self._first_pass(value, provenance, goal)
+        if whole is None or not isinstance(value, list | tuple):
+            return whole
+        items, problem = _items(value)
+        if problem is not None:
+            return problem
+        for item in items:
+            reason = self._first_pass(item, provenance, goal)
+            if reason is not None:
+                return reason
+        return None
+
+    def _first_pass(self, value: Any, provenance: Provenance, goal: GoalText) -> str | None:
         reasons = []
         for rule in self.rules:
             reason = rule.check(value, provenance, goal)
