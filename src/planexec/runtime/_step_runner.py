@@ -23,7 +23,7 @@ from planexec.runtime._humans import Humans
 from planexec.runtime._journal import Journal, _JournalFailed
 from planexec.runtime._planning import Planning
 from planexec.runtime._step_context import StepCtx, StepLoop
-from planexec.runtime._trust import Trust, TrustRefused
+from planexec.runtime._trust import Trust, _TrustRefused
 from planexec.runtime._world import StepOutcome
 from planexec.tools import ToolCrashed
 from planexec.trust import Provenance, Violation
@@ -173,7 +173,7 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
         uncertain = _held_because(step, e)
     except _RecordedHold as e:
         uncertain = e.reason
-    except TrustRefused as e:
+    except _TrustRefused as e:
         done.refused = e.violations
     except (UsageError, _JournalFailed, ToolCrashed, ModelCrashed) as e:
         done.crash = e
@@ -248,7 +248,7 @@ def _known(outcome: StepOutcome, done: StepDone) -> None:
     if outcome.held is not None:
         raise _RecordedHold(outcome.held)
     if outcome.violations and outcome.error is not None and outcome.error.kind == "untrusted":
-        raise TrustRefused(outcome.violations)
+        raise _TrustRefused(outcome.violations)
     if outcome.budget is not None:
         raise outcome.budget
     if outcome.error is not None and outcome.error.kind != "acceptance":
