@@ -478,6 +478,8 @@ def build_agent(
     step_timeout = parse_seconds("step_timeout", spec.step_timeout, problems)
     turn_format = parse_choice("turn_format", spec.rules.get("turn_format", "nested"), TURN_FORMATS, problems)
     sealed = spec.rules.get("sealed", False) is True
+    if sealed and policy == "step":
+        problems.add("sealed", "a sealed planner plans upfront: it reads no result to choose a next step from")
     escalation = _escalation(spec.rules, problems)
     limits = _limits(spec.rules, problems)
     review = _review(spec.rules, problems, providers)
