@@ -136,7 +136,7 @@ def describe_tools(
     toolset (an immutable value), executors and workflows, and then kept while it is among the
     last few described. ``workflows``: the names of the tools that are workflows. ``outputs``:
     show what each tool returns (its output schema), for a planner that binds outputs unseen."""
-    docs = (*executors.items(), *(("", name) for name in sorted(workflows)), *((("", "+outputs"),) if outputs else ()))
+    docs = (*executors.items(), *(("", name) for name in sorted(workflows)))
     known = _TOOLSETS.get((id(tools), outputs))
     if known is not None and known[0] is tools and known[1] == docs:
         return known[2]
