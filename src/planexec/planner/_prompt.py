@@ -371,7 +371,7 @@ def describe_sealed_record(state: RunState) -> str:
     then the steps not finished yet. Nothing a tool or a model wrote is in it."""
     done = [r for r in (*state.superseded, *state.steps.values()) if r.done and r.finished_at is not None]
     done.sort(key=lambda r: r.finished_at or 0.0)
-    lines = [RECORD_HEAD + " (outputs are never shown: bind them with ${id})"]
+    lines = [RECORD_HEAD, "(outputs are never shown: bind them with ${id})"]
     lines += (_sealed_entry(r) for r in done)
     waiting = [r for r in state.steps.values() if not r.done]
     if waiting:
@@ -379,7 +379,7 @@ def describe_sealed_record(state: RunState) -> str:
         for r in waiting:
             after = f" (after {', '.join(r.step.depends_on)})" if r.step.depends_on and r.status == "pending" else ""
             lines.append(f"{_planned(r)} {r.status}{after}")
-    if len(lines) == 1:
+    if len(lines) == 2:
         lines.append("- nothing has run yet")
     return "\n".join(lines)
 
