@@ -275,7 +275,7 @@ def test_every_event_kind_has_an_example() -> None:
 def test_event_round_trip(kind: str) -> None:
     event = EXAMPLES[kind]
     dumped = dump_event(event)
-    assert dumped["v"] == EVENT_SCHEMA_VERSION == 11
+    assert dumped["v"] == EVENT_SCHEMA_VERSION == 12
     assert dumped["event"]["kind"] == kind
     text = json.dumps(dumped, ensure_ascii=False)
     loaded = load_event(json.loads(text))
@@ -843,4 +843,35 @@ async def test_v11_fixture_replays_exactly() -> None:
     from planexec.runtime import replay_log
 
     report = await replay_log(_load_log(FIXTURES / "events_v11.jsonl"))
+    assert report.matched, report.divergence
+
+
+def test_v12_fixture_loads_and_folds() -> None:
+    events = _load_log(FIXTURES / "events_v12.jsonl")
+    state = RunState.fold(events)
+    assert state.stop is not None
+    assert state.stop.kind == "goal_met"
+    # a sealed run: its plans carry answer templates (plan schema 4), and the answer was filled in
+    assert [(p.schema_version, p.answer) for p in state.plans] == [
+        (4, "Fields: {{f}}"),
+        (4, "Paid {{p}} (IBAN {{x.iban}})."),
+    ]
+    assert state.answer == "Paid 12 to DE89370400440532013000 (IBAN DE89370400440532013000)."
+    first = events[0]
+    assert isinstance(first, RunStarted)
+    assert (first.config["planner"]["sealed"], first.config["planner"]["extractor"]) == (True, "extractor")
+    assert [e.purpose for e in events if isinstance(e, ModelCalled)] == ["planner.propose", "planner.patch", "executor"]
+    for line, event in zip(
+        (FIXTURES / "events_v12.jsonl").read_text(encoding="utf-8").splitlines(), events, strict=True
+    ):
+        old = json.loads(line)
+        assert old["v"] == 12
+        assert _kept(dump_event(event)["event"], old["event"])
+    assert all(p.answer is None for p in RunState.fold(_load_log(FIXTURES / "events_v11.jsonl")).plans)
+
+
+async def test_v12_fixture_replays_exactly() -> None:
+    from planexec.runtime import replay_log
+
+    report = await replay_log(_load_log(FIXTURES / "events_v12.jsonl"))
     assert report.matched, report.divergence

@@ -44,6 +44,9 @@ fixture log of every version loadable in the tests):
        reached a cap: raise it or stop); approval_decided may carry the raised ``budget`` caps;
        plan_forecast (what a plan version is expected to cost, and which caps it would pass).
        Older logs load unchanged.
+    12: plans may be plan schema 4 (``answer``: a sealed plan's answer template); a run may stop
+       with the error code ``answer_template`` (a sealed plan's answer could not be filled in from
+       the outputs). Older logs load unchanged.
 """
 
 from __future__ import annotations
@@ -99,8 +102,8 @@ __all__ = [
     "load_event",
 ]
 
-EVENT_SCHEMA_VERSION = 11
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
+EVENT_SCHEMA_VERSION = 12
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
 
 PlanTrigger = Literal["initial", "failure", "after_step", "turn", "human", "information", "review"]
 PlanningTrigger = Literal["initial", "failure", "after_step", "turn", "finish", "information", "review"]

@@ -84,7 +84,8 @@ class Session:
 
     def record(self) -> str | None:
         """The record of the turns so far that the next turn's planner is shown (bounded)."""
-        return describe_turns(self._turns, self.record_chars) if self.record_chars else None
+        sealed = self.agent.planner.sealed
+        return describe_turns(self._turns, self.record_chars, sealed=sealed) if self.record_chars else None
 
     async def resume(self) -> RunResult:
         """Go on with the turn left unfinished (see :attr:`unfinished`) to its stop; it is then
@@ -125,6 +126,7 @@ class Session:
             budget=caps,
             session_budget=self.budget,
             record_chars=self.record_chars,
+            sealed=self.agent.planner.sealed,
         )
         recorded = {**(metadata or {}), **turn.as_metadata()}
         run = self.agent.start(goal, constraints=constraints, metadata=recorded, budget=caps)

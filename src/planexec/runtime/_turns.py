@@ -2,11 +2,13 @@
 earlier turns its planner is shown, and the budget a turn may still spend.
 
 A turn is a run whose ``run_started`` config holds ``{"session": {"id", "turn", "earlier",
-"budget", "session_budget", "record_chars"}}``: the session, the turn's number (from 1), the record
-of the turns before it (text, fixed when the turn starts, so that resuming or replaying the turn
-shows the planner the same thing), the turn's caps (so that a resumed turn keeps them), and the
-session's caps and the bound of its record (so that a replay of the session can check the turn's
-caps and rebuild its record; turns recorded by earlier versions lack these two).
+"budget", "session_budget", "record_chars", "sealed"}}``: the session, the turn's number (from 1),
+the record of the turns before it (text, fixed when the turn starts, so that resuming or replaying
+the turn shows the planner the same thing), the turn's caps (so that a resumed turn keeps them),
+and the session's caps and the bound of its record (so that a replay of the session can check the
+turn's caps and rebuild its record; turns recorded by earlier versions lack these two). ``sealed``
+(present only when true): the record was made for a sealed planner — each earlier turn by its goal
+and how it ended, never by what its steps returned or its answer (which quotes them).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class SessionRecord:
     """The caps on the whole session the turn ran under (None: none, or not recorded)."""
     record_chars: int | None = None
     """The bound the record of the earlier turns was made within (None: not recorded)."""
+    sealed: bool = False
+    """Whether the record of the earlier turns was made for a sealed planner."""
 
     def as_metadata(self) -> dict[str, Any]:
         record: dict[str, Any] = {"id": self.id, "turn": self.turn}
@@ -53,6 +57,8 @@ class SessionRecord:
             record["session_budget"] = self.session_budget.as_dict()
         if self.record_chars is not None:
             record["record_chars"] = self.record_chars
+        if self.sealed:
+            record["sealed"] = True
         return {"session": record}
 
 
@@ -71,6 +77,7 @@ def session_record(metadata: Mapping[str, Any]) -> SessionRecord | None:
         budget=_caps(record.get("budget")),
         session_budget=_caps(record.get("session_budget")),
         record_chars=chars if isinstance(chars, int) and not isinstance(chars, bool) and chars >= 0 else None,
+        sealed=record.get("sealed") is True,
     )
 
 
@@ -93,9 +100,12 @@ def _json(value: Any) -> str:
         return repr(value)
 
 
-def _describe_turn(number: int, result: RunResult, *, full: bool) -> str:
+def _describe_turn(number: int, result: RunResult, *, full: bool, sealed: bool = False) -> str:
     goal = result.goal
     lines = [f"Turn {number}: {clip(' '.join(goal.split()), 500)}"]
+    if sealed:
+        lines.append(f"  ended: {result.stop.kind}")
+        return "\n".join(lines)
     if full:
         for step_id, rec in result.steps.items():
             if rec.status != "succeeded":
@@ -110,10 +120,10 @@ def _describe_turn(number: int, result: RunResult, *, full: bool) -> str:
     return "\n".join(lines)
 
 
-def describe_turns(turns: Sequence[RunResult], limit: int = RECORD_CHARS) -> str | None:
+def describe_turns(turns: Sequence[RunResult], limit: int = RECORD_CHARS, *, sealed: bool = False) -> str | None:
     """The record of a session's turns so far, at most about ``limit`` characters: the newest turns
     with what their steps did, older ones by their goal and answer, the oldest left out (and
-    counted)."""
+    counted). ``sealed``: for a sealed planner, each turn by its goal and how it ended only."""
     if not turns:
         return None
     room = max(0, limit - 40)  # for the line that says how many turns were left out
@@ -121,9 +131,9 @@ def describe_turns(turns: Sequence[RunResult], limit: int = RECORD_CHARS) -> str
     used = 0
     for index in range(len(turns) - 1, -1, -1):
         number = index + 1
-        text = _describe_turn(number, turns[index], full=True)
+        text = _describe_turn(number, turns[index], full=True, sealed=sealed)
         if used + len(text) > room:
-            text = _describe_turn(number, turns[index], full=False)
+            text = _describe_turn(number, turns[index], full=False, sealed=sealed)
         if used + len(text) > room:
             parts.append(f"(turns 1 to {number}: left out)")
             break
