@@ -133,8 +133,8 @@ async def test_transient_faults_are_absorbed_by_retries() -> None:
     assert retries > 100  # the faults did happen
 
 
-async def test_the_step_by_step_policy_and_the_react_baseline_pass_every_base_task() -> None:
-    for task in load_tasks("multi_turn_base"):
+async def test_the_step_by_step_policy_and_the_react_baseline_pass_base_tasks() -> None:
+    for task in load_tasks("multi_turn_base")[::2]:  # every other one: the upfront policy runs all 200 above
         calls = sum(len(turn) for turn in task.ground_truth)
         step = await run_task(task, policy="step")
         assert step.valid, (task.id, step.error)
@@ -155,7 +155,7 @@ async def test_one_failure_per_task_under_the_step_policy_and_react_is_tried_aga
 
 
 async def test_miss_func_tasks_pass_with_a_toolset_that_changes_within_the_session() -> None:
-    for task in load_tasks("multi_turn_miss_func"):
+    for task in load_tasks("multi_turn_miss_func")[::4]:  # 50 of the 200, each under three agents
         for agent, policy in (("planexec", "upfront"), ("planexec", "step"), ("react", "upfront")):
             outcome = await run_task(task, agent=agent, policy=policy)  # type: ignore[arg-type]
             assert outcome.valid, (task.id, agent, policy, outcome.error)

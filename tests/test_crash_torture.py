@@ -50,7 +50,7 @@ from .crash_worker import PLANS, read_effects, side_effecting_steps
 
 WORKER = Path(__file__).with_name("crash_worker.py")
 RUN_ID = "torture"
-TRIALS = 10
+TRIALS = 6
 KILLS_PER_TRIAL = 6
 RUNS_PER_TRIAL = 10
 """A trial starts another run when one finishes before its kills are done (bounded)."""

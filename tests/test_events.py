@@ -276,7 +276,7 @@ def test_every_event_kind_has_an_example() -> None:
 def test_event_round_trip(kind: str) -> None:
     event = EXAMPLES[kind]
     dumped = dump_event(event)
-    assert dumped["v"] == EVENT_SCHEMA_VERSION == 12
+    assert dumped["v"] == EVENT_SCHEMA_VERSION == 13
     assert dumped["event"]["kind"] == kind
     text = json.dumps(dumped, ensure_ascii=False)
     loaded = load_event(json.loads(text))
@@ -847,7 +847,38 @@ async def test_v11_fixture_replays_exactly() -> None:
     assert report.matched, report.divergence
 
 
-# -- the version 12 fixture log: trust labels on every value -----------------------------------
+def test_v12_fixture_loads_and_folds() -> None:
+    events = _load_log(FIXTURES / "events_v12.jsonl")
+    state = RunState.fold(events)
+    assert state.stop is not None
+    assert state.stop.kind == "goal_met"
+    # a sealed run: its plans carry answer templates (plan schema 4), and the answer was filled in
+    assert [(p.schema_version, p.answer) for p in state.plans] == [
+        (4, "Fields: {{f}}"),
+        (4, "Paid {{p}} (IBAN {{x.iban}})."),
+    ]
+    assert state.answer == "Paid 12 to DE89370400440532013000 (IBAN DE89370400440532013000)."
+    first = events[0]
+    assert isinstance(first, RunStarted)
+    assert (first.config["planner"]["sealed"], first.config["planner"]["extractor"]) == (True, "extractor")
+    assert [e.purpose for e in events if isinstance(e, ModelCalled)] == ["planner.propose", "planner.patch", "executor"]
+    for line, event in zip(
+        (FIXTURES / "events_v12.jsonl").read_text(encoding="utf-8").splitlines(), events, strict=True
+    ):
+        old = json.loads(line)
+        assert old["v"] == 12
+        assert _kept(dump_event(event)["event"], old["event"])
+    assert all(p.answer is None for p in RunState.fold(_load_log(FIXTURES / "events_v11.jsonl")).plans)
+
+
+async def test_v12_fixture_replays_exactly() -> None:
+    from planexec.runtime import replay_log
+
+    report = await replay_log(_load_log(FIXTURES / "events_v12.jsonl"))
+    assert report.matched, report.divergence
+
+
+# -- the version 13 fixture log: trust labels on every value -----------------------------------
 
 _TOOL = Source(kind="tool", trusted=False, step="a", tool="fetch")
 _LABEL = Provenance.of(_TOOL)
@@ -861,7 +892,7 @@ _BROKEN = Violation(
     step_id="b",
 )
 
-NEW_IN_V12: list[Event] = [
+NEW_IN_V13: list[Event] = [
     StepStarted(at=1.0, step_id="b", executor="tools", tool="transfer", args={"to": "X"}, provenance={"to": _LABEL}),
     StepSucceeded(at=2.0, step_id="a", output="x", verdict=Verdict(passed=True), provenance=_LABEL),
     StepFailed(
@@ -904,14 +935,14 @@ NEW_IN_V12: list[Event] = [
 ]
 
 
-@pytest.mark.parametrize("event", NEW_IN_V12, ids=lambda e: e.kind)
-def test_what_version_12_added_round_trips(event: Event) -> None:
+@pytest.mark.parametrize("event", NEW_IN_V13, ids=lambda e: e.kind)
+def test_what_version_13_added_round_trips(event: Event) -> None:
     loaded = load_event(json.loads(json.dumps(dump_event(event))))
     assert loaded == event
 
 
-def test_v12_fixture_loads_and_folds() -> None:
-    events = _load_log(FIXTURES / "events_v12.jsonl")
+def test_v13_fixture_loads_and_folds() -> None:
+    events = _load_log(FIXTURES / "events_v13.jsonl")
     state = RunState.fold(events)
     assert state.stop is not None
     assert state.stop.kind == "goal_met"
@@ -957,18 +988,18 @@ def test_v12_fixture_loads_and_folds() -> None:
     assert state.answer_provenance is not None
     assert not state.answer_provenance.trusted
     for line, event in zip(
-        (FIXTURES / "events_v12.jsonl").read_text(encoding="utf-8").splitlines(), events, strict=True
+        (FIXTURES / "events_v13.jsonl").read_text(encoding="utf-8").splitlines(), events, strict=True
     ):
         old = json.loads(line)
-        assert old["v"] == 12
+        assert old["v"] == 13
         assert _kept(dump_event(event)["event"], old["event"])
-    older = RunState.fold(_load_log(FIXTURES / "events_v11.jsonl"))
+    older = RunState.fold(_load_log(FIXTURES / "events_v12.jsonl"))
     assert older.answer_provenance is None
     assert all(rec.provenance is None and rec.output_provenance is None for rec in older.steps.values())
 
 
-async def test_v12_fixture_replays_exactly() -> None:
+async def test_v13_fixture_replays_exactly() -> None:
     from planexec.runtime import replay_log
 
-    report = await replay_log(_load_log(FIXTURES / "events_v12.jsonl"))
+    report = await replay_log(_load_log(FIXTURES / "events_v13.jsonl"))
     assert report.matched, report.divergence

@@ -168,7 +168,9 @@ def test_step_checks_are_tagged_by_kind() -> None:
 
 def test_plan_defaults_and_lookup() -> None:
     plan = Plan(steps=(Step(id="a", description="a"), Step(id="b", description="b", depends_on=("a",))))
-    assert plan.schema_version == PLAN_SCHEMA_VERSION == 3
+    assert plan.schema_version == 3  # written as the oldest version that holds it
+    assert PLAN_SCHEMA_VERSION == 4
+    assert plan.answer is None
     assert plan.version == 1
     assert plan.author == "planner"
     assert plan.reason == ""
@@ -196,7 +198,7 @@ def test_plan_is_keyword_only() -> None:
     "data",
     [
         {"steps": [], "version": 0},
-        {"steps": [], "schema_version": 4},
+        {"steps": [], "schema_version": 5},
         {"steps": [], "schema_version": 0},
         {"steps": [], "author": "robot"},
         {"version": 1},
@@ -221,6 +223,7 @@ def test_plan_json_round_trip() -> None:
     data = json.loads(text)
     assert Plan.model_validate(data) == plan
     assert data["schema_version"] == 3
+    assert "answer" not in data  # left out when there is none, as plans before version 4 were written
     assert data["steps"][0]["checks"][3] == {"kind": "schema", "json_schema": {"type": "array"}}
     assert data["steps"][1]["depends_on"] == ["fetch"]
     assert data["steps"][1]["allowed_tools"] == ["sql", "spell_check"]
@@ -254,8 +257,8 @@ def test_plan_json_schema_is_versioned() -> None:
     schema = plan_json_schema()
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["$id"] == f"urn:planexec:plan:{PLAN_SCHEMA_VERSION}"
-    assert schema["x-planexec-schema-version"] == PLAN_SCHEMA_VERSION == 3
-    assert schema["properties"]["schema_version"]["enum"] == [1, 2, 3]
+    assert schema["x-planexec-schema-version"] == PLAN_SCHEMA_VERSION == 4
+    assert schema["properties"]["schema_version"]["enum"] == [1, 2, 3, 4]
     assert schema["properties"]["schema_version"]["default"] == 3
 
 
@@ -269,7 +272,7 @@ def test_plan_json_schema_is_a_valid_json_document() -> None:
 def test_plan_json_schema_pins_the_fields() -> None:
     """Changing these is a schema change: bump PLAN_SCHEMA_VERSION and note it in the changelog."""
     schema = plan_json_schema()
-    assert sorted(schema["properties"]) == ["author", "reason", "schema_version", "steps", "version"]
+    assert sorted(schema["properties"]) == ["answer", "author", "reason", "schema_version", "steps", "version"]
     assert schema["required"] == ["steps"]
     assert schema["additionalProperties"] is False
     step = schema["$defs"]["Step"]
@@ -317,7 +320,8 @@ def test_plan_json_schema_accepts_dumped_plans() -> None:
         {"steps": [{"id": "a", "description": "x", "checks": [{"kind": "vibes"}]}]},
         {"steps": [{"id": "a", "description": "x", "confidence": 3}]},
         {"steps": [{"id": "a"}]},
-        {"steps": [], "schema_version": 4},
+        {"steps": [], "schema_version": 5},
+        {"steps": [], "answer": 3},
         {"steps": [{"id": "a", "description": "x", "allowed_tools": "search"}]},
         {"steps": [], "version": 0},
     ],
@@ -364,13 +368,32 @@ def test_a_version_1_plan_still_loads_and_keeps_its_version() -> None:
     jsonschema.Draft202012Validator(plan_json_schema()).validate(data)
 
 
-def test_new_plans_are_version_3() -> None:
+def test_new_plans_are_version_3_unless_they_carry_an_answer_template() -> None:
     plan = Plan(steps=(Step(id="a", description="think", allowed_tools=("search",), on_fail="review"),))
     assert plan.schema_version == 3
     assert json.loads(plan.model_dump_json())["steps"][0]["on_fail"] == "review"
     assert "on_fail" not in json.loads(Plan(steps=(Step(id="b", description="x"),)).model_dump_json())["steps"][0]
     assert Plan.model_validate_json(plan.model_dump_json()) == plan
     assert json.loads(plan.model_dump_json())["steps"][0]["allowed_tools"] == ["search"]
+
+
+def test_a_version_3_plan_still_loads_and_dumps_as_written() -> None:
+    data = {"schema_version": 3, "version": 2, "steps": [], "author": "planner", "reason": "patched"}
+    plan = Plan.model_validate(data)
+    assert plan.schema_version == 3
+    assert plan.answer is None
+    assert plan.model_dump(mode="json") == data
+
+
+def test_a_plan_keeps_its_answer_template() -> None:
+    plan = Plan(steps=(Step(id="a", description="x", tool="t"),), answer="Found {{a.name}}.")
+    assert plan.schema_version == 4
+    data = json.loads(plan.model_dump_json())
+    assert data["answer"] == "Found {{a.name}}."
+    with pytest.raises(ValidationError):  # only version 4 holds a template
+        Plan.model_validate({**data, "schema_version": 3})
+    assert Plan.model_validate(data) == plan
+    jsonschema.Draft202012Validator(plan_json_schema()).validate(data)
 
 
 def test_the_step_says_approval_can_only_be_made_stricter() -> None:

@@ -267,6 +267,7 @@ def make_unchained(backend: Backend) -> None:
         for statement in (
             "ALTER TABLE planexec_events DROP COLUMN link, DROP COLUMN hash",
             "ALTER TABLE planexec_runs DROP COLUMN chain_head",
+            "ALTER TABLE planexec_queue DROP COLUMN told",
             "UPDATE planexec_schema SET version = 3 WHERE component = 'store'",
         ):
             sql(backend, statement)

@@ -847,7 +847,7 @@ export interface components {
              * Kind
              * @enum {string}
              */
-            kind: "goal" | "constraint" | "config" | "tool" | "model" | "planner" | "memory" | "human";
+            kind: "goal" | "constraint" | "config" | "tool" | "model" | "planner" | "memory" | "session" | "human";
             /** Trusted */
             trusted: boolean;
             /** Step */

@@ -14,7 +14,15 @@ from planexec.cli._options import BUDGET_FLAGS, Problems, Refused
 from planexec.errors import UsageError
 from planexec.log import Event
 from planexec.planner import ENSEMBLE_TRIGGERS
-from planexec.runs import RULE_LISTS, RULE_TEXTS, AgentSpec, Recorded, absolute_model_string, build_agent
+from planexec.runs import (
+    RULE_FLAGS,
+    RULE_LISTS,
+    RULE_TEXTS,
+    AgentSpec,
+    Recorded,
+    absolute_model_string,
+    build_agent,
+)
 from planexec.runtime import DEFAULT_CAPS, Agent, Approvals
 from planexec.store import RunStore
 
@@ -62,6 +70,8 @@ _KEYS = (
     "confidence_below",
     "on_budget",
     "over_forecast",
+    "sealed",
+    "extractor_spec",
 )
 
 SETTING_HELP = (
@@ -116,6 +126,10 @@ class AgentFlags:
     """What a cap the run reaches does: ``auto``, ``ask`` or ``stop`` (raw)."""
     over_forecast: str | None = None
     """What a plan whose forecast passes a cap does: ``replan``, ``ask`` or ``run`` (raw)."""
+    sealed: bool | None = None
+    """Sealed planning (``--sealed``/``--no-sealed``)."""
+    extractor: str | None = None
+    """The model of a sealed planner's quarantined extractor (``--extractor``)."""
 
     @classmethod
     def take(cls, values: dict[str, Any]) -> AgentFlags:
@@ -151,6 +165,8 @@ class AgentFlags:
             confidence_below=own["confidence_below"],
             on_budget=own["on_budget"],
             over_forecast=own["over_forecast"],
+            sealed=own["sealed"],
+            extractor=own["extractor_spec"],
         )
 
     def spec_for_run(self, constraints: Sequence[str]) -> AgentSpec:
@@ -199,8 +215,11 @@ class AgentFlags:
         """The rule flags that were given (a list flag only when given at least once)."""
         given: dict[str, Any] = {key: getattr(self, key) for key in RULE_TEXTS if getattr(self, key) is not None}
         given |= {key: tuple(getattr(self, key)) for key in RULE_LISTS if getattr(self, key)}
+        given |= {key: getattr(self, key) for key in RULE_FLAGS if getattr(self, key) is not None}
         if self.judge is not None:
             given["judge"] = absolute_model_string(self.judge)
+        if self.extractor is not None:
+            given["extractor"] = absolute_model_string(self.extractor)
         if self.escalate_to:
             given["escalate_to"] = tuple(absolute_model_string(m) for m in self.escalate_to)
         return given
@@ -271,6 +290,22 @@ def agent_options(*, for_run: bool) -> Callable[[F], F]:
             show_default=for_run,
             metavar="[on_failure|after_each_step|never]",
             help="When the plan is patched." + later,
+        )(fn)
+        fn = click.option(
+            "--extractor",
+            "extractor_spec",
+            metavar="MODEL",
+            default=None,
+            help="With --sealed: the model of the quarantined extractor, which pulls values out of steps' outputs "
+            "for later steps (no tools; its reply must fit the step's output schema)." + later,
+        )(fn)
+        fn = click.option(
+            "--sealed/--no-sealed",
+            "sealed",
+            default=None,
+            help="Sealed planning: the planner never reads a tool's or a model's output nor an error's text; it "
+            "plans upfront, results flow by bindings and an answer template."
+            + (" Default: off." if for_run else later),
         )(fn)
         fn = click.option(
             "--turn-format",

@@ -118,6 +118,12 @@ def _tolerance(maximum: float) -> Callable[[click.Context, click.Parameter, floa
 )
 @click.option("--fail-on-task-failure", is_flag=True, help="Exit 1 when any run of any task fails.")
 @click.option(
+    "--sealed",
+    is_flag=True,
+    help="Sealed planning for every task: the planner never reads an output, an error's text or a check's detail "
+    "(each task's extractor, if it names one, pulls values out of outputs).",
+)
+@click.option(
     "--planner", metavar="MODEL", help="bfcl: suites: the planner (default: the oracle that plans BFCL's answers)."
 )
 @click.option("--executor", metavar="MODEL", help="bfcl: suites: the executor of model-driven steps.")
@@ -170,6 +176,7 @@ def eval_command(
     tolerance_cost: float | None,
     tolerance_latency: float | None,
     fail_on_task_failure: bool,
+    sealed: bool,
     planner: str | None,
     executor: str | None,
     react_model: str | None,
@@ -207,6 +214,7 @@ def eval_command(
             concurrency=concurrency,
             seed=seed,
             redactor=Redactor(pii=store_choice(ctx).pii),
+            sealed=True if sealed else None,
         ),
         faults=faults,
         json_out=json_out,
@@ -275,6 +283,10 @@ def _prepare(ctx: click.Context, options: _Options) -> tuple[Suite, FaultSpec | 
     base = _read_baseline(options.baseline, problems)
     if options.json_out not in (None, "-") and Path(options.json_out).is_dir():
         problems.add("--json", f"{options.json_out} is a folder")
+    if suite is not None and options.settings.sealed and options.settings.agent == "planexec":
+        for task in suite.tasks:
+            if task.policy == "step":
+                problems.add("--sealed", f"task {task.id!r} plans step by step; a sealed planner plans upfront")
     if problems or suite is None:
         problem_exit(ctx, problems)
     return suite, faults, base

@@ -85,6 +85,8 @@ FLAGS: Mapping[str, str] = {
     "executor_settings": "--executor-setting",
     "step_timeout": "--step-timeout",
     "turn_format": "--turn-format",
+    "sealed": "--sealed",
+    "extractor": "--extractor",
     "confidence_floor": "--confidence-floor",
     "on_low_confidence": "--on-low-confidence",
     "on_fail": "--on-fail",

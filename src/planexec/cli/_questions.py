@@ -162,8 +162,10 @@ def question_panel(view: QuestionView, *, commands: Sequence[str] = ()) -> Rende
         _step(grid, view.step)
     for v in view.violations:
         where = "the call" if v.argument == "*" else v.argument
-        kind = "breaks a rule" if v.rule == "argument_rule" else "untrusted"
-        grid.add_row(kind, shown(f"{where}: {v.requires} — {v.reason}", "bold red"))
+        if v.rule == "argument_rule":
+            grid.add_row("breaks a rule", shown(f"{where}: {v.requires} — {v.reason}", "bold red"))
+        else:
+            grid.add_row("untrusted", shown(f"{where}: {v.reason}", "bold red"))
     if view.plan is not None:
         plan = view.plan
         grid.add_row("plan", shown(f"v{plan.version} by {plan.author}" + (f": {plan.reason}" if plan.reason else "")))

@@ -255,6 +255,7 @@ def result_json(result: RunResult, **extra: Any) -> dict[str, Any]:
                 "trigger": triggers.get(p.version),
                 "reason": p.reason,
                 "steps": [s.model_dump(mode="json", exclude_defaults=True) for s in p.steps],
+                **({"answer": p.answer} if p.answer is not None else {}),
             }
             for p in result.plans
         ],

@@ -330,6 +330,7 @@ def run_json(log: Sequence[Event], state: RunState | None = None) -> dict[str, A
                 "trigger": triggers.get(plan.version),
                 "reason": plan.reason,
                 "steps": [s.model_dump(mode="json", exclude_defaults=True) for s in plan.steps],
+                **({"answer": plan.answer} if plan.answer is not None else {}),
                 "diff": diff_plans(previous, plan).json(),
                 "forecast": _forecast_json(state, plan.version),
                 "tainted": list(tainted_by_version.get(plan.version, ())),

@@ -85,6 +85,8 @@ _TASK_KEYS = (
     "judge_settings",
     "step_timeout",
     "turn_format",
+    "sealed",
+    "extractor",
     "ensemble",
     "escalation",
     "review",
@@ -286,6 +288,7 @@ class _Reader:
             "executor": not react or data.get("react_model") is None,
             "judge": True,
             "react_model": react,
+            "extractor": not react,
         }
         models = {key: self.model(data.get(key), where(key), load=used) for key, used in uses.items()}
         react_model = models["react_model"]
@@ -315,6 +318,13 @@ class _Reader:
             if message is not None:
                 self.add(where("step_timeout"), message)
         turn_format = self.choice(data.get("turn_format", "nested"), ("nested", "flat"), where("turn_format"))
+        sealed = data.get("sealed", False)
+        if not isinstance(sealed, bool):
+            self.add(where("sealed"), "must be true or false")
+        elif models["extractor"] is not None and not sealed and not react:
+            self.add(where("extractor"), "an extractor serves a sealed planner: give sealed: true too")
+        elif sealed and policy == "step":
+            self.add(where("sealed"), "a sealed planner plans upfront: give policy: upfront")
         ensemble = self.ensemble(data.get("ensemble"), where("ensemble"), load=uses["planner"])
         escalation = self.escalation(data.get("escalation", {}), where("escalation"))
         review = self.review(data.get("review"), where("review"), models["judge"])
@@ -346,6 +356,8 @@ class _Reader:
             judge_settings=cast(ModelSettings, settings["judge"]),
             step_timeout=step_timeout,
             turn_format=cast(Any, turn_format),
+            sealed=sealed is True,
+            extractor=models["extractor"],
             ensemble=ensemble,
             escalation=cast(Escalation, escalation),
             review=review,

@@ -51,6 +51,8 @@ class EvalSettings:
     redactor: Redactor | None = None
     """Applied to every text the report keeps (answers, stop details, check details), as the store
     applies it to what it writes; None: the store's redactor, else ``Redactor()``."""
+    sealed: bool | None = None
+    """Sealed planning for every task (True or False) instead of as each task says (None)."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -262,6 +264,8 @@ async def _execute(
             escalate_on=task.ensemble.escalate_on,
             confidence_below=task.ensemble.confidence_below,
         )
+    sealed = task.sealed if settings.sealed is None else settings.sealed
+    extractor = _model(task.extractor, "executor", wrap) if sealed and task.extractor is not None else None
     agent = Agent(
         Planner(
             model=planner,
@@ -270,6 +274,8 @@ async def _execute(
             settings=task.planner_settings,
             turn_format=task.turn_format,
             ensemble=ensemble,
+            sealed=sealed,
+            extractor=extractor,
         ),
         tools=turns.tools(0),
         executor=executor,

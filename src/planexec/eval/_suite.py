@@ -169,6 +169,10 @@ class Task:
     step_timeout: float | None = None
     """Seconds a whole model-driven step may take (see ``ModelExecutor.step_timeout``)."""
     turn_format: Literal["nested", "flat"] = "nested"
+    sealed: bool = False
+    """Sealed planning: the planner never reads an output (see ``Planner(sealed=True)``)."""
+    extractor: ModelSpec | None = None
+    """The model of a sealed planner's quarantined extractor (None: none)."""
     ensemble: EnsembleSpec | None = None
     """The planner's ensemble: ``planner`` plans first, these models after it."""
     escalation: Escalation = field(default_factory=Escalation)

@@ -2,6 +2,7 @@
 
 from planexec.executor._acceptance import Acceptance, PredicateFn
 from planexec.executor._base import Executor, StepContext, StepFailure
+from planexec.executor._extractor import EXTRACTOR_INSTRUCTIONS, Extractor
 from planexec.executor._model import ModelExecutor
 from planexec.executor._outcome import PASSED, CheckResult, ErrorKind, StepError, Verdict
 from planexec.executor._profile import ExecutorProfile, executor_profile
@@ -10,12 +11,14 @@ from planexec.executor._tool_calls import ToolCallOutcome, ToolCallSite, call_to
 from planexec.executor._tools import ToolExecutor
 
 __all__ = [
+    "EXTRACTOR_INSTRUCTIONS",
     "PASSED",
     "Acceptance",
     "CheckResult",
     "ErrorKind",
     "Executor",
     "ExecutorProfile",
+    "Extractor",
     "ModelExecutor",
     "PredicateFn",
     "RayExecutor",

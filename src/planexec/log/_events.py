@@ -44,7 +44,10 @@ fixture log of every version loadable in the tests):
        reached a cap: raise it or stop); approval_decided may carry the raised ``budget`` caps;
        plan_forecast (what a plan version is expected to cost, and which caps it would pass).
        Older logs load unchanged.
-    12: trust labels (see :mod:`planexec.trust`): model_called records, for a planner's request,
+    12: plans may be plan schema 4 (``answer``: a sealed plan's answer template); a run may stop
+       with the error code ``answer_template`` (a sealed plan's answer could not be filled in from
+       the outputs). Older logs load unchanged.
+    13: trust labels (see :mod:`planexec.trust`): model_called records, for a planner's request,
        the untrusted sources it carried (``read``); step_started records each argument's label
        (``provenance``); step_succeeded and step_failed the label of the output (or the error's
        text); tool_called the labels of a model-driven step's call's arguments and of its output;
@@ -111,8 +114,8 @@ __all__ = [
     "load_event",
 ]
 
-EVENT_SCHEMA_VERSION = 12
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
+EVENT_SCHEMA_VERSION = 13
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
 
 PlanTrigger = Literal["initial", "failure", "after_step", "turn", "human", "information", "review"]
 PlanningTrigger = Literal["initial", "failure", "after_step", "turn", "finish", "information", "review"]
@@ -324,7 +327,7 @@ class ApprovalRequested:
     budget: BudgetName | None = None
     """For a budget question: the cap the run reached (``budget_exhausted`` before it says by how much)."""
     provenance: dict[str, Provenance] | None = None
-    """For a step: each argument's label (None in logs older than schema 12)."""
+    """For a step: each argument's label (None in logs older than schema 13)."""
     violations: tuple[Violation, ...] = ()
     """For a step: the trust rules its call breaks, when they are why it is asked."""
 
@@ -516,7 +519,7 @@ class StepSucceeded:
     confidence: float | None = None
     """The confidence a model-driven executor reported with its result, 0 to 1."""
     provenance: Provenance | None = None
-    """The output's label (None in logs older than schema 12)."""
+    """The output's label (None in logs older than schema 13)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -45,6 +45,7 @@ ErrorCode = Literal[
     "planner_output",
     "step_failed",
     "unrunnable",
+    "answer_template",
     "usage",
     "internal",
 ]
@@ -56,7 +57,9 @@ ErrorCode = Literal[
 ``model_crashed``: a model (or a human approver's callback) did the same;
 ``planner_failed``: the planner's model call failed; ``planner_output``: the planner's output was
 still invalid after every repair allowed; ``step_failed``: a step failed and replanning is off;
-``unrunnable``: steps of the plan can never start; ``usage``: planexec was used wrongly during the
+``unrunnable``: steps of the plan can never start; ``answer_template``: a sealed plan's answer
+template could not be filled in from the outputs (a step with no output, a path an output lacks);
+``usage``: planexec was used wrongly during the
 run (a test double's script ran out, an edited plan failed its checks); ``internal``: a defect.
 """
 

@@ -22,16 +22,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from planexec.plan import Step, compile_args
+from planexec.plan import (
+    MAX_TEMPLATE_CHARS,
+    PLACEHOLDER,
+    WHOLE_PLACEHOLDER,
+    Step,
+    compile_args,
+    render_answer,
+    render_value,
+)
 
 __all__ = ["MAX_TEMPLATE_CHARS", "Rebound", "align", "answer_template", "rebind", "render_answer"]
 
 _TOKEN = re.compile(r"\w+(?:[./'@:-]\w+)*|[^\w\s]", re.UNICODE)
 _BINDING = re.compile(r"(\$\{[^}]*\})")
-_PLACEHOLDER = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_-]{0,63})(\|str)?\}\}")
+_PLACEHOLDER = PLACEHOLDER
 """``{{step_id}}``: the step's output as JSON (text as it is); ``{{step_id|str}}``: as Python
-writes it (``None``, ``True``, ``3.0``), for an answer that quoted it so."""
-_PLACEHOLDERS = re.compile(r"(\{\{[A-Za-z_][A-Za-z0-9_-]{0,63}(?:\|str)?\}\})")
+writes it (``None``, ``True``, ``3.0``), for an answer that quoted it so (see
+:mod:`planexec.plan`'s answer templates, which fill them)."""
+_PLACEHOLDERS = WHOLE_PLACEHOLDER
 _STARTS = r"(?<!\w)(?<!\w[./'@:-])"
 _ENDS = r"(?!\w)(?![./'@:-]\w)"
 """Around a whole word of ``_TOKEN``: ``5`` is no word of ``1.5``, nor ``a.txt`` of ``my-a.txt``."""
@@ -41,9 +50,6 @@ _VERDICT = re.compile(
     r"|larger|smaller|bigger|greater|higher|lower|longer|shorter|above|below|over|under|exceeds|than|\w+n't"
 )
 """Words of an answer that judge the outputs (a comparison, a check): such an answer is no template."""
-
-MAX_TEMPLATE_CHARS = 20_000
-"""Longer answers are not kept as templates: a reuse asks the planner for the answer."""
 
 MAX_ALIGNED_WORDS = 160
 """Goals whose differing stretch (between their common start and end) is longer than this many
@@ -228,11 +234,11 @@ def answer_template(answer: str, outputs: Mapping[str, Any], goal: str) -> str |
         return None
     template = answer.replace("{{", "{ {")
     quoted: dict[str, str] = {}
-    renderings = [(_render(v), "{{" + sid + "}}") for sid, v in outputs.items()]
+    renderings = [(render_value(v), "{{" + sid + "}}") for sid, v in outputs.items()]
     renderings += [
         (str(v), "{{" + sid + "|str}}")
         for sid, v in outputs.items()
-        if v is None or (isinstance(v, bool | int | float) and str(v) != _render(v))
+        if v is None or (isinstance(v, bool | int | float) and str(v) != render_value(v))
     ]
     for text, placeholder in sorted(renderings, key=lambda p: -len(p[0])):
         if text.strip() and (len(text) >= 2 or text.isdigit()) and text in template:  # big outputs it quotes not
@@ -246,27 +252,3 @@ def answer_template(answer: str, outputs: Mapping[str, Any], goal: str) -> str |
         if (_number(token) is not None and token not in goal_words) or _VERDICT.fullmatch(token):
             return None
     return template
-
-
-def render_answer(template: str, outputs: Mapping[str, Any]) -> str | None:
-    """The answer a template gives for ``outputs``; None when it quotes a step with no output."""
-    missing = False
-
-    def fill(m: re.Match[str]) -> str:
-        nonlocal missing
-        if m.group(1) not in outputs:
-            missing = True
-            return ""
-        value = outputs[m.group(1)]
-        return str(value) if m.group(2) else _render(value)
-
-    text = _PLACEHOLDER.sub(fill, template)
-    return None if missing else text
-
-
-def _render(value: Any) -> str:
-    import json
-
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False)  # keys in the output's own order, as a tool returns them

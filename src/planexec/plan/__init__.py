@@ -9,6 +9,11 @@ Bindings — how a step uses an earlier step's output in its arguments:
 
 A bound step must be among the step's dependencies.
 
+Answer templates — a final answer written before the outputs it quotes exist (a sealed plan's
+``answer``, plan memory's remembered answers): ``{{fetch}}``, ``{{fetch.items.0.name}}`` and
+``{{fetch|str}}`` stand for outputs; :func:`fill_template` fills them in one pass, and
+:func:`template_problems` checks a planner's template.
+
 Checks: ``check_steps`` lists every problem of a whole list of steps; ``IncrementalChecker`` checks
 steps one at a time as they stream in (dependencies first), each in time proportional to that step.
 Regexes in a plan (``matches`` checks, ``pattern`` in schemas) use RE2 syntax; schemas in a plan may
@@ -21,6 +26,7 @@ from planexec.plan._incremental import IncrementalChecker
 from planexec.plan._plan import (
     FLAT_KEYS,
     HANDOFF_ID,
+    PLAIN_PLAN_VERSION,
     PLAN_SCHEMA_VERSION,
     Author,
     FinalAnswer,
@@ -34,11 +40,32 @@ from planexec.plan._plan import (
 )
 from planexec.plan._schemas import judge
 from planexec.plan._step import Check, Contains, FitsSchema, Matches, NonEmpty, OnFail, Predicate, Step
+from planexec.plan._template import (
+    ANSWER_CHARS,
+    ANSWER_VALUE_CHARS,
+    MAX_PLACEHOLDERS,
+    MAX_TEMPLATE_CHARS,
+    PLACEHOLDER,
+    WHOLE_PLACEHOLDER,
+    Placeholder,
+    fill_template,
+    placeholders,
+    render_answer,
+    render_value,
+    template_problems,
+)
 
 __all__ = [
+    "ANSWER_CHARS",
+    "ANSWER_VALUE_CHARS",
     "FLAT_KEYS",
     "HANDOFF_ID",
+    "MAX_PLACEHOLDERS",
+    "MAX_TEMPLATE_CHARS",
+    "PLACEHOLDER",
+    "PLAIN_PLAN_VERSION",
     "PLAN_SCHEMA_VERSION",
+    "WHOLE_PLACEHOLDER",
     "Author",
     "BindingError",
     "Check",
@@ -53,6 +80,7 @@ __all__ = [
     "Matches",
     "NonEmpty",
     "OnFail",
+    "Placeholder",
     "Plan",
     "PlanDraft",
     "Predicate",
@@ -63,9 +91,14 @@ __all__ = [
     "changes_world",
     "check_steps",
     "compile_args",
+    "fill_template",
     "handoff_step",
     "judge",
+    "placeholders",
     "plan_json_schema",
+    "render_answer",
     "render_text",
+    "render_value",
+    "template_problems",
     "validate_steps",
 ]

@@ -62,6 +62,11 @@ class CheckContext:
     workflows: Collection[str] = ()
     """Names of the tools in ``tools`` that are workflows: a step that calls one is a hand-off —
     the last step of its plan, at most one a plan — and no model step may call one."""
+    sealed: bool = False
+    """Sealed planning: no model step may be granted a tool (every tool call is a step of the plan,
+    its arguments the planner's own values and bindings)."""
+    extractors: Collection[str] = ()
+    """Names of the quarantined extractor executors: a step routed to one needs an ``output_schema``."""
 
 
 def changes_world(step: Step, tools: Toolset) -> bool:
@@ -247,6 +252,24 @@ class Rules:
             )
         if s.allowed_tools:
             out += self._allowed_tools(s, where)
+            if ctx.sealed and s.tool is None:
+                out.append(
+                    Problem(
+                        code="sealed_tools",
+                        where=where,
+                        message="a sealed plan grants model steps no tools: call each tool from a step of its own, "
+                        "its arguments bound to earlier outputs (an extractor step pulls values out of text)",
+                    )
+                )
+        if s.executor is not None and s.executor in ctx.extractors and s.tool is None and s.output_schema is None:
+            out.append(
+                Problem(
+                    code="extractor_schema",
+                    where=where,
+                    message=f"an extractor step (executor {_shown(s.executor)}) needs an output_schema: the JSON "
+                    "Schema of the values it pulls out",
+                )
+            )
         return out
 
     def _allowed_tools(self, s: Step, where: str) -> list[Problem]:

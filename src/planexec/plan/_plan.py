@@ -4,9 +4,13 @@ Plan schema changelog (bump ``PLAN_SCHEMA_VERSION`` and add a line on every chan
     1: first version — steps with tool/executor, bindings, checks, effect, approval, confidence.
     2: steps gain ``allowed_tools`` (the tools a model-driven step may call); ``approval: "never"`` means ``"auto"``.
     3: steps gain ``on_fail`` (patch, retry or review when the result fails its checks).
+    4: plans gain ``answer``, the answer template a sealed planner writes with its plan
+       (``{{step_id}}`` and ``{{step_id.field.0}}`` stand for outputs; left out when there is none).
 
 Plans of every version listed here load (``schema_version`` says which one a plan was written as);
-new plans are the current version.
+new plans are written as version 3 unless they carry an answer template, which only version 4
+holds — so that a log written before version 4 replays to the same plans, and one with no
+sealed plan stays readable by the planexec that wrote version 3.
 
 A hand-off to a workflow (``PlanDraft.handoff``) changes no plan schema: it becomes an ordinary
 step of the plan, one whose ``tool`` is the workflow (see :func:`handoff_step`).
@@ -17,13 +21,17 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from planexec._util.strict_json import MAX_CHARS, MAX_DEPTH, json_problem
 from planexec.plan._bindings import compile_args
 from planexec.plan._step import Effect, Step
 
-PLAN_SCHEMA_VERSION: Final = 3
+PLAN_SCHEMA_VERSION: Final = 4
+"""The plan schema's version: the newest a plan can be written as (``planexec schema`` prints it)."""
+
+PLAIN_PLAN_VERSION: Final = 3
+"""The version a plan with no answer template is written as."""
 
 Author = Literal["planner", "human", "memory"]
 
@@ -37,11 +45,38 @@ class Plan(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    schema_version: Literal[1, 2, 3] = PLAN_SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3, 4] = PLAIN_PLAN_VERSION
     version: int = Field(default=1, ge=1)
     steps: tuple[Step, ...]
     author: Author = "planner"
     reason: str = ""
+    answer: str | None = Field(
+        default=None,
+        description="A sealed plan's answer template: the final answer, with {{step_id}} or "
+        "{{step_id.field.0}} standing for outputs; filled in when every step has finished.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _version_of_template(cls, data: Any) -> Any:
+        # A plan that carries an answer template is written as plan schema version 4.
+        if isinstance(data, dict) and data.get("answer") is not None and "schema_version" not in data:
+            return {**data, "schema_version": PLAN_SCHEMA_VERSION}
+        return data
+
+    @model_validator(mode="after")
+    def _template_needs_version_4(self) -> Plan:
+        if self.answer is not None and self.schema_version < 4:
+            raise ValueError("an answer template is plan schema version 4")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A plan with no answer template dumps as plans written before plan schema version 4 did.
+        data: dict[str, Any] = handler(self)
+        if self.answer is None:
+            data.pop("answer", None)
+        return data
 
     def step(self, step_id: str) -> Step:
         for s in self.steps:
@@ -85,6 +120,11 @@ class PlanDraft(BaseModel):
     give_up: str | None = Field(default=None, description="Why the goal cannot be met, when it cannot (no steps then).")
     handoff: Handoff | None = Field(
         default=None, description="A workflow that does the rest of the work after the steps, and gives the answer."
+    )
+    answer: str | None = Field(
+        default=None,
+        description="Sealed planning only: the final answer as a template over the steps' outputs "
+        "({{step_id}}, {{step_id.field.0}}); a patch without one keeps the plan's.",
     )
 
 

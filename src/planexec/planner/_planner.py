@@ -3,6 +3,12 @@
 It never calls tools. Its output is structured, parsed, validated and statically checked; on any
 problem the whole list goes back to the model, for at most ``max_repairs`` repairs.
 
+A *sealed* planner (``Planner(sealed=True)``) never reads text a tool or a model wrote: every
+request it is sent is made from the goal, its constraints, what people told the run, the tools'
+signatures and output schemas, the budget and the plan's structure (see :mod:`._prompt`). It
+plans upfront, writes the final answer as a template with the plan, and pulls values out of
+outputs only through quarantined extractor steps (:class:`~planexec.executor.Extractor`).
+
 The answer is hostile input: it is parsed as strict JSON (``NaN`` and ``Infinity`` are
 ``invalid_json``), and an answer nested deeper than the plan allows (``REPLY_DEPTH``) is a
 ``too_deep`` problem, never a ``RecursionError``.
@@ -23,6 +29,7 @@ from planexec._util.clip import clip
 from planexec._util.strict_json import MAX_DEPTH, _JSONRefused, loads
 from planexec._util.values import replaced
 from planexec.errors import PlannerEscalated, PlannerGaveUp, Problem, UsageError
+from planexec.executor import Extractor
 from planexec.models import (
     Message,
     Model,
@@ -45,6 +52,7 @@ from planexec.plan import (
     capped,
     changes_world,
     check_steps,
+    template_problems,
 )
 from planexec.planner import _prompt
 from planexec.planner._handoff import take_handoff
@@ -217,6 +225,11 @@ class Planner:
     on every planning request.
     ``ensemble``: the stronger models to hand planning to, and when (see :class:`Ensemble`); None:
     ``model`` plans alone.
+    ``sealed``: plan without ever reading untrusted text — no output, no error message, no check's
+    detail reaches the planner; results flow by bindings and the answer template the plan carries
+    (upfront policy only). ``extractor``: for a sealed planner, the model (or
+    :class:`~planexec.executor.Extractor`) of the quarantined steps that pull values out of outputs;
+    the agent routes steps with ``executor`` set to its name (``extractor``) to it. None: no extractor.
     """
 
     model: Model | str
@@ -232,6 +245,8 @@ class Planner:
     """The turn schema sent to the model (step-by-step policy); answers in either form are accepted."""
     settings: ModelSettings = field(default_factory=ModelSettings)
     ensemble: Ensemble | None = None
+    sealed: bool = False
+    extractor: Model | str | Extractor | None = None
     _resolved: Model | None = field(default=None, init=False, repr=False)
     _resolved_ensemble: tuple[Model, ...] | None = field(default=None, init=False, repr=False)
     _resolved_by: Providers | None = field(default=None, init=False, repr=False)
@@ -264,8 +279,32 @@ class Planner:
             add("settings", "must be a ModelSettings(...)")
         if self.ensemble is not None and not isinstance(self.ensemble, Ensemble):
             add("ensemble", "must be an Ensemble(...) or None")
+        if not isinstance(self.sealed, bool):
+            add("sealed", "must be True or False")
+        elif self.sealed and self.policy == "step":
+            add(
+                "sealed",
+                "a sealed planner plans upfront: the step-by-step policy chooses each next step from the results "
+                "it reads, and a sealed planner reads none (give policy='upfront')",
+            )
+        extractor = self.extractor
+        if extractor is not None:
+            if not self.sealed:
+                add("extractor", "an extractor serves a sealed planner: give sealed=True too")
+            if isinstance(extractor, str):
+                if not extractor.strip():
+                    add("extractor", "an empty model string")
+            elif not isinstance(extractor, Extractor) and not callable(getattr(extractor, "request", None)):
+                add("extractor", f"{type(extractor).__name__} is neither a model nor an Extractor(...)")
         if problems:
             raise UsageError("invalid planner", problems)
+        if extractor is not None and not isinstance(extractor, Extractor):
+            self.extractor = Extractor(model=extractor)
+
+    @property
+    def extractor_name(self) -> str | None:
+        """The name of the executor extractor steps are routed to (None: no extractor)."""
+        return self.extractor.name if isinstance(self.extractor, Extractor) else None
 
     def resolved_model(self, providers: Providers | None = None) -> Model:
         """The model, a model string resolved through ``providers`` (``Providers.default()`` when
@@ -289,19 +328,34 @@ class Planner:
 
     def describe(self, state: RunState) -> str:
         """The execution record as this planner shows it (taken by the run at the start of a round)."""
+        if self.sealed:
+            return _prompt.describe_sealed_record(state)
         window = self.record_window if self.policy == "step" else None
         return _prompt.describe_record(state, self.record_chars, window)
+
+    def _record(self, ctx: PlanningContext) -> str:
+        if self.sealed:
+            return ctx.record if ctx.record is not None else _prompt.describe_sealed_record(ctx.state)
+        return ctx.record_text(self.record_chars)
+
+    @property
+    def _upfront_system(self) -> str:
+        return _prompt.sealed_instructions(self.extractor_name) if self.sealed else _prompt.UPFRONT
 
     # -- the four planning requests --------------------------------------------------------
 
     async def propose(self, ctx: PlanningContext) -> PlanDraft:
         """The first plan (upfront policy)."""
-        return await self._ask(ctx, _prompt.UPFRONT, [], PlanDraft, self._check_draft, "planner.propose")
+        return await self._ask(ctx, self._upfront_system, [], PlanDraft, self._check_draft, "planner.propose")
 
     async def patch(self, ctx: PlanningContext, why: str) -> PlanDraft:
-        """A new list of unfinished steps, after ``why`` (a failure, or a finished step)."""
-        extra = [ctx.record_text(self.record_chars), f"Why a new plan: {why}\n{_prompt.PATCH}"]
-        return await self._ask(ctx, _prompt.UPFRONT, extra, PlanDraft, self._check_draft, "planner.patch")
+        """A new list of unfinished steps, after ``why`` (a failure, or a finished step). A sealed
+        planner is told why in planexec's own words, never ``why`` (it may quote an error)."""
+        if self.sealed:
+            extra = [self._record(ctx), f"Why a new plan: {_prompt.sealed_why(ctx.state)}\n{_prompt.PATCH_SEALED}"]
+        else:
+            extra = [self._record(ctx), f"Why a new plan: {why}\n{_prompt.PATCH}"]
+        return await self._ask(ctx, self._upfront_system, extra, PlanDraft, self._check_draft, "planner.patch")
 
     async def turn(self, ctx: PlanningContext) -> Turn:
         """The next step, or stop (step-by-step policy). A turn that stops without the answer (none,
@@ -312,7 +366,13 @@ class Planner:
     async def finish(self, ctx: PlanningContext) -> str:
         """The final answer from the finished record. Under the step-by-step policy it is asked for
         as the turns are (the same instructions and schema, so a provider's prompt cache serves the
-        request), after a turn that stopped without it; the answer may come in a turn's shape."""
+        request), after a turn that stopped without it; the answer may come in a turn's shape.
+        A sealed planner is never asked: its plan's answer template gives the answer."""
+        if self.sealed:
+            raise UsageError(
+                "a sealed planner is never asked for the final answer",
+                [Problem(code="planner", where="finish", message="the plan's answer template gives it")],
+            )
         if self.policy == "step":
             system, instruction = self._turn_system, _prompt.FINISH_TURN
         else:
@@ -343,15 +403,17 @@ class Planner:
         # What changes least comes first, each part ending at a cache point: the instructions and
         # the tools (the same in every run of the agent), the goal (the same within a run); then
         # what changes (the record, the budget, what people said, the instruction of this request).
-        tools = _prompt.describe_tools(ctx.tools, ctx.executors, ctx.checks.workflows)
+        tools = _prompt.describe_tools(ctx.tools, ctx.executors, ctx.checks.workflows, outputs=self.sealed)
         budget = [_prompt.describe_budget(ctx.budget_left)] if purpose != "planner.finish" else []
         changing = [*extra[:1], *budget, *([ctx.heard] if ctx.heard else []), *extra[1:]]
+        # A sealed planner is shown no remembered plan: its values may have been read from untrusted text.
+        example = None if self.sealed else ctx.example
         messages = [
             Message(role="system", content=system_text, cache_point=True),
             Message(role="user", content=tools, cache_point=True),
             *([Message(role="user", content=ctx.conversation, cache_point=True)] if ctx.conversation else []),
             Message(role="user", content=_prompt.describe_goal(ctx.goal, ctx.constraints), cache_point=True),
-            *([Message(role="user", content=ctx.example)] if ctx.example else []),
+            *([Message(role="user", content=example)] if example else []),
             Message(role="user", content="\n\n".join(changing)),
         ]
         asked = list(messages)
@@ -372,7 +434,7 @@ class Planner:
                 response = await ctx.call_stream(model, request, on_text)
             else:
                 response = await ctx.call(model, request)
-            value, problems = _parse(response, output, ctx)
+            value, problems = _parse(response, output, ctx, sealed=self.sealed)
             if value is not None:
                 problems = check(value, ctx)
                 if not problems:
@@ -523,9 +585,12 @@ class Planner:
             ctx.on_step(step)
 
     def _check_draft(self, draft: PlanDraft, ctx: PlanningContext) -> list[Problem]:
+        answer = self._answer_problems(draft, ctx) if self.sealed else []
         handoff = take_handoff(draft, ctx.checks, ctx.state)
         if handoff:
-            return capped([*handoff, *check_steps(draft.steps, ctx.current_checks())])
+            return capped([*handoff, *answer, *check_steps(draft.steps, ctx.current_checks())])
+        if answer:
+            return capped([*answer, *check_steps(draft.steps, ctx.current_checks())])
         if draft.question is not None or draft.give_up is not None:
             if draft.steps:
                 return [Problem(code="plan", where="steps", message="a question or giving up comes with no steps")]
@@ -535,6 +600,38 @@ class Planner:
         problems = check_steps(draft.steps, ctx.current_checks())
         if not problems and draft.steps and ctx.plan_problems is not None:
             problems = ctx.plan_problems(draft.steps)
+        return problems
+
+    def _answer_problems(self, draft: PlanDraft, ctx: PlanningContext) -> list[Problem]:
+        """A sealed answer's problems: its answer template (or, for a patch that gives none, the
+        plan's, which it keeps) must name only steps of the new plan version or finished ones; a
+        hand-off gives the answer itself."""
+        if draft.question is not None or draft.give_up is not None:
+            return []
+        if draft.handoff is not None:
+            if draft.answer is None:
+                return []
+            message = "a hand-off's output is the final answer: give no answer template with it"
+            return [Problem(code="answer_template", where="answer", message=message)]
+        template, kept = draft.answer, False
+        if template is None:
+            plan = ctx.state.plan
+            template, kept = (plan.answer if plan is not None else None), True
+        if template is None:
+            return []
+        checks = ctx.current_checks()
+        known = {*(s.id for s in draft.steps), *checks.finished, *checks.running}
+        problems = template_problems(template, known)
+        if kept:
+            problems = [
+                Problem(
+                    code=p.code,
+                    where=p.where,
+                    message=f"{p.message}: the plan's answer template is kept when a patch gives none; "
+                    "give answer again",
+                )
+                for p in problems
+            ]
         return problems
 
     def _check_turn(self, turn: Turn, ctx: PlanningContext) -> list[Problem]:
@@ -636,7 +733,7 @@ def _unfenced(text: str) -> str:
 
 
 def _parse(
-    response: ModelResponse, output: type[T], ctx: PlanningContext | None = None
+    response: ModelResponse, output: type[T], ctx: PlanningContext | None = None, *, sealed: bool = False
 ) -> tuple[T | None, list[Problem]]:
     if response.refusal is not None:
         return None, [Problem(code="refusal", where="reply", message=f"the model refused: {response.refusal}")]
@@ -651,7 +748,7 @@ def _parse(
             if not text.lstrip().startswith(("{", "[")):
                 return None, [_prose_problem(text)]
             return None, [_reply_problem(e.problem)]
-    data, problems = _unwired(data, output)
+    data, problems = _unwired(data, output, sealed=sealed)
     try:
         if output is Turn and isinstance(data, dict) and "step" not in data and not FLAT_KEYS.isdisjoint(data):
             flat = FlatTurn.model_validate(data)
@@ -677,8 +774,9 @@ def _parse(
         )
 
 
-def _unwired(data: Any, output: type[BaseModel]) -> tuple[Any, list[Problem]]:
-    """An answer in the wire form (see :mod:`planexec.planner._wire`) in the form of ``output``."""
+def _unwired(data: Any, output: type[BaseModel], *, sealed: bool = False) -> tuple[Any, list[Problem]]:
+    """An answer in the wire form (see :mod:`planexec.planner._wire`) in the form of ``output``.
+    ``sealed``: a plan's ``answer`` is its answer template."""
     problems: list[Problem] = []
     if not isinstance(data, dict):
         return data, problems
@@ -694,7 +792,10 @@ def _unwired(data: Any, output: type[BaseModel]) -> tuple[Any, list[Problem]]:
         elif not answer.strip():
             problems.append(Problem(code="invalid_output", where="answer", message="the final answer is empty"))
         return {"answer": answer if isinstance(answer, str) else ""}, problems
-    if answer is not None:
+    if sealed:
+        if answer is not None and not (isinstance(answer, str) and not answer.strip()):
+            data["answer"] = answer  # a sealed plan's answer template (blank: none, as a strict reply gives it)
+    elif answer is not None:
         problems.append(
             Problem(
                 code="invalid_output",

@@ -2,16 +2,25 @@
 
 The record shows each step once, with outputs cut to a fixed size, so the planner's input grows
 linearly with the steps of the run.
+
+A sealed planner is told nothing a tool or a model wrote: its record names each step by the call
+the plan made (the plan's own arguments, never the values bound into them) and says how it went
+by its status, its error's kind and the names of the checks it failed — never an output, an error
+message or a check's detail; what people told the run is shown, but a final answer's refusal by
+the answer checks or the rubric judge only by who refused it (their reasons may quote the answer,
+which quotes outputs); tools are shown with what they return (their output schemas), so that the
+planner can bind the parts it needs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from planexec._util.plural import counted
-from planexec.plan import BindingError, render_text
-from planexec.planner._signatures import signature
+from planexec.executor import ErrorKind
+from planexec.plan import BindingError, Predicate, render_text
+from planexec.planner._signatures import returns, signature
 from planexec.tools import Tool, Toolset
 
 if TYPE_CHECKING:
@@ -62,6 +71,55 @@ FINISH = """All steps have finished: give the final answer in answer."""
 
 FINISH_TURN = """You stopped without the final answer: give it now in answer, with stop true."""
 
+SEALED = """You plan: executors run your steps. You never call tools and never see what they return: you plan \
+the whole job now, from the goal and the tools' signatures. Steps start when their depends_on finish: list \
+only real ones.
+A step runs a tool (args: JSON object text fitting its signature) or, with no tool, a model that calls no \
+tools. In args, "${id}" is step id's output, "${id.key.0}" part of it, as its tool's returns say (list id in \
+depends_on): values reach later steps only so.
+effect "write": changes things outside the run. approval "always": a human confirms first.
+checks: "non_empty", "contains:TEXT", "matches:RE2", "predicate:NAME", "schema:JSON Schema text" \
+(as output_schema).
+answer: the final answer, written now as a template the run fills in once every step has finished: \
+"{{id}}" is step id's output, "{{id.key.0}}" part of it. No answer: the last step's output is the answer.
+Nothing you plan can depend on what a step returns: no branching on results.
+confidence: 0 to 1. Unclear goal: question; impossible: give_up. Reply with JSON only."""
+"""A sealed planner's instructions (the extractor's sentence follows: :func:`sealed_instructions`)."""
+
+_EXTRACTOR = """Extractor: to use a value inside an output (an IBAN in a fetched bill, a date in an e-mail), \
+add a step with executor "{name}", no tool, args binding the text to read, and output_schema the JSON \
+Schema of the values it pulls out; later steps bind its fields ("${{id.iban}}")."""
+
+_NO_EXTRACTOR = """No extractor is configured: an output can be passed on whole, or by a path its tool's \
+returns give, but nothing can pull a value out of text."""
+
+
+def sealed_instructions(extractor: str | None) -> str:
+    """A sealed planner's instructions, with the extractor executor it may route steps to (None: none)."""
+    return SEALED + "\n" + (_EXTRACTOR.format(name=extractor) if extractor else _NO_EXTRACTOR)
+
+
+PATCH_SEALED = """Patch the plan: your steps replace every unfinished step. Finished steps stay, with their \
+outputs (never shown to you): bind them rather than repeat them. New steps need new ids (keep an id only to \
+run that step again unchanged, or to keep a running step running). A running step that writes cannot be \
+stopped: it runs on whatever you send, so never repeat its call. The answer template is kept unless you give \
+answer again: give it again when a step it names is gone."""
+
+_SEALED_WHY = {
+    "failure": "steps failed (the record says which, and how)",
+    "after_step": "a step finished",
+    "information": "people told the run something new (below)",
+    "review": "the final answer was refused (below)",
+}
+
+
+def sealed_why(state: RunState) -> str:
+    """Why a sealed planner is asked for a patch: the kind of the round, in words of planexec's own."""
+    planning = state.planning
+    trigger = planning.trigger if planning is not None else "failure"
+    return _SEALED_WHY.get(trigger, "the plan is to be patched")
+
+
 RECORD_HEAD = "Record:"
 """The first line of the record (what tools that read a planner's prompt look for)."""
 
@@ -71,29 +129,33 @@ give handoff {"workflow": NAME, "args": JSON object text fitting its signature; 
 (step by step: a step calling it). It runs after all your steps; its output is the final answer."""
 
 
-def describe_tools(tools: Toolset, executors: Mapping[str, str], workflows: Collection[str] = ()) -> str:
+def describe_tools(
+    tools: Toolset, executors: Mapping[str, str], workflows: Collection[str] = (), *, outputs: bool = False
+) -> str:
     """The tools, the workflows and the executors as the planner reads them: made once for each
     toolset (an immutable value), executors and workflows, and then kept while it is among the
-    last few described. ``workflows``: the names of the tools that are workflows."""
+    last few described. ``workflows``: the names of the tools that are workflows. ``outputs``:
+    show what each tool returns (its output schema), for a planner that binds outputs unseen."""
     docs = (*executors.items(), *(("", name) for name in sorted(workflows)))
-    known = _TOOLSETS.get(id(tools))
+    known = _TOOLSETS.get((id(tools), outputs))
     if known is not None and known[0] is tools and known[1] == docs:
         return known[2]
-    lines = ["Tools:", *(_describe_tool(t) for t in tools if t.name not in workflows)]
+    describe = _describe_with_output if outputs else _describe_tool
+    lines = ["Tools:", *(describe(t) for t in tools if t.name not in workflows)]
     if executors:
         lines.append("Executors, for steps with no tool:")
         lines += [f"- {name}: {desc}" for name, desc in executors.items()]
     if workflows:
         lines.append(HANDOFF)
-        lines += [_describe_tool(t) for t in tools if t.name in workflows]
+        lines += [describe(t) for t in tools if t.name in workflows]
     text = "\n".join(lines)
     if len(_TOOLSETS) >= _TOOLSETS_MAX:
         _TOOLSETS.pop(next(iter(_TOOLSETS)))
-    _TOOLSETS[id(tools)] = (tools, docs, text)  # the toolset is kept: its id is its own while it is here
+    _TOOLSETS[(id(tools), outputs)] = (tools, docs, text)  # the toolset is kept: its id is its own while here
     return text
 
 
-_TOOLSETS: dict[int, tuple[Toolset, tuple[tuple[str, str], ...], str]] = {}
+_TOOLSETS: dict[tuple[int, bool], tuple[Toolset, tuple[tuple[str, str], ...], str]] = {}
 """Described toolsets by id: the toolset, its executors' texts and workflows' names, the text."""
 _TOOLSETS_MAX = 64
 
@@ -121,6 +183,18 @@ def _describe_tool(tool: Tool) -> str:
     return text
 
 
+def _describe_with_output(tool: Tool) -> str:
+    """A tool as a sealed planner reads it: its signature, then what it returns."""
+    text: str | None = getattr(tool, "_planner_text_outputs", None)
+    if text is None:
+        text = _describe_tool(tool)
+        if tool.output_schema is not None:
+            kind, notes = returns(tool.output_schema)
+            text += "\n" + "\n".join([f"  returns: {kind}", *(f"  {n}" for n in notes)])
+        object.__setattr__(tool, "_planner_text_outputs", text)
+    return text
+
+
 def _tool_text(tool: Tool) -> str:
     flags = [f for f, on in (("writes", tool.side_effect), ("sensitive", tool.sensitive)) if on]
     suffix = f" [{', '.join(flags)}]" if flags else ""
@@ -135,9 +209,13 @@ def describe_goal(goal: str, constraints: tuple[str, ...]) -> str:
     return text
 
 
-def describe_heard(state: RunState) -> str | None:
+def describe_heard(state: RunState, *, sealed: bool = False, answer_checks: Collection[str] = ()) -> str | None:
     """What people told the run: new information and constraints, answers to the planner's
-    questions, guidance given on escalations, and final answers a review refused."""
+    questions, guidance given on escalations, and final answers a review refused.
+
+    ``sealed``: a refusal by the answer checks (code) or the rubric judge (a model that read the
+    answer) is shown by who refused it, and by the names of the checks among ``answer_checks``
+    that refused, never by their reasons: those may quote the answer, and so the outputs."""
     lines: list[str] = []
     for info in state.information:
         label = "New constraint" if info.constraint else "New information"
@@ -150,6 +228,8 @@ def describe_heard(state: RunState) -> str | None:
     for review in state.reviews:
         if not review.passed:
             why = "; ".join(review.problems) or "no reason given"
+            if sealed and review.reviewer != "human":
+                why = _sealed_refusal(review.reviewer, review.problems, answer_checks)
             lines.append(f"- A final answer was refused by the {review.reviewer} review: {why}")
     if not lines:
         return None
@@ -160,6 +240,13 @@ def describe_budget(left: Mapping[str, Any]) -> str:
     if not left:
         return "Budget left: no caps."
     return "Budget left: " + ", ".join(f"{k} {v}" for k, v in left.items())
+
+
+def _sealed_refusal(reviewer: str, problems: Collection[str], names: Collection[str]) -> str:
+    """A refusal as a sealed planner reads it: the refusing checks' names (among ``names``), no reasons."""
+    refused = dict.fromkeys(n for p in problems if (n := p.partition(": ")[0]) in names)
+    said = f"refused by {', '.join(refused)}" if reviewer == "checks" and refused else "refused"
+    return f"{said} (reasons not shown: they may quote the answer's outputs)"
 
 
 def _cut(value: Any, limit: int) -> str:
@@ -266,3 +353,56 @@ def _ranges(ids: list[str]) -> str:
         out.append(sid)
     flush()
     return ", ".join(out)
+
+
+# -- the sealed record ----------------------------------------------------------------------------
+
+_KINDS = frozenset(get_args(ErrorKind))
+_CHECK_NAMES = frozenset(
+    {"output_schema", "schema", "non_empty", "contains", "matches", "accept", "confidence", "rubric"}
+)
+"""The names of the acceptance checks planexec runs (a predicate's is ``predicate:NAME``)."""
+
+
+def describe_sealed_record(state: RunState) -> str:
+    """The record as a sealed planner reads it: each finished step (and each failed try of a step
+    run again) in the order it finished, named by the call its plan made — the plan's arguments,
+    bindings unresolved — with its status, its error's kind and the names of the checks it failed;
+    then the steps not finished yet. Nothing a tool or a model wrote is in it."""
+    done = [r for r in (*state.superseded, *state.steps.values()) if r.done and r.finished_at is not None]
+    done.sort(key=lambda r: r.finished_at or 0.0)
+    lines = [RECORD_HEAD, "(outputs are never shown: bind them with ${id})"]
+    lines += (_sealed_entry(r) for r in done)
+    waiting = [r for r in state.steps.values() if not r.done]
+    if waiting:
+        lines.append("Not finished:")
+        for r in waiting:
+            after = f" (after {', '.join(r.step.depends_on)})" if r.step.depends_on and r.status == "pending" else ""
+            lines.append(f"{_planned(r)} {r.status}{after}")
+    if len(lines) == 2:
+        lines.append("- nothing has run yet")
+    return "\n".join(lines)
+
+
+def _planned(rec: StepRecord) -> str:
+    """A step as its plan wrote it: a tool step by its tool and the plan's arguments, a model step by its task."""
+    s = rec.step
+    if s.tool is not None:
+        return f"- {rec.id} {s.tool} {_cut(s.args, _CALL_CHARS)}"
+    return f"- {rec.id} {_doer(rec)}: {s.description}"
+
+
+def _sealed_entry(rec: StepRecord) -> str:
+    head = _planned(rec)
+    if rec.status == "succeeded":
+        return head + " → succeeded"
+    if rec.status in ("cancelled", "dropped"):
+        return head + f" ✗ {rec.status}"
+    kind = rec.error.kind if rec.error is not None and rec.error.kind in _KINDS else "error"
+    head += f" ✗ failed: {kind}"
+    if rec.verdict is not None and rec.verdict.failures:
+        own = {f"predicate:{c.name}" for c in rec.step.checks if isinstance(c, Predicate)}
+        known = _CHECK_NAMES | own
+        names = dict.fromkeys(c.name if c.name in known else "a check" for c in rec.verdict.failures)
+        head += "\n  failed checks: " + ", ".join(names)
+    return head

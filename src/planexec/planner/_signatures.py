@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["signature"]
+__all__ = ["returns", "signature"]
 
 _MAX_DEPTH = 4
 """How deep nested objects are written as signatures before the JSON form is used."""
@@ -50,6 +50,27 @@ def signature(name: str, schema: Mapping[str, Any]) -> tuple[str, list[str]]:
     except _NoSignature:
         return name, ["args schema: " + _json(schema)]
     return f"{name}({params})", notes
+
+
+def returns(schema: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """What a tool returns, in signature form (``{iban: string, amount: number}``), and notes (one
+    per described field, as ``returns.iban: ...``); a schema the form cannot say is written as JSON."""
+    try:
+        if not isinstance(schema, Mapping):
+            raise _NoSignature
+        defs = schema.get("$defs", {})
+        if not isinstance(defs, Mapping):
+            raise _NoSignature
+        _DEFS.append(defs)
+        _LEFT.append(_SIZE_FACTOR * len(_json(schema)) + _SIZE_SLACK)
+        try:
+            shown = {k: v for k, v in schema.items() if k != "$defs" and (k, v) != ("additionalProperties", True)}
+            return _type(shown, "returns.", 0)
+        finally:
+            _DEFS.pop()
+            _LEFT.pop()
+    except _NoSignature:
+        return _json(schema), []
 
 
 _DEFS: list[Mapping[str, Any]] = []

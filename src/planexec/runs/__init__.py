@@ -25,6 +25,7 @@ from planexec.runs._scripted import absolute_model_string
 from planexec.runs._session_replays import Check, SessionReplay, TurnReplay, TurnStatus, replay_session
 from planexec.runs._sessions import SessionSummary, list_sessions, session_turns
 from planexec.runs._spec import (
+    RULE_FLAGS,
     RULE_LISTS,
     RULE_TEXTS,
     SPEC_VERSION,
@@ -49,6 +50,7 @@ from planexec.runs._stored import (
 from planexec.runs._submit import give_back, held_by, requeue, submit, take_from_workers, worker_entry
 
 __all__ = [
+    "RULE_FLAGS",
     "RULE_LISTS",
     "RULE_TEXTS",
     "SPEC_VERSION",

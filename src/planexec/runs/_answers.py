@@ -12,7 +12,7 @@ from typing import Any
 from planexec._util.plural import counted
 from planexec.errors import Problem, UsageError
 from planexec.log import ApprovalRecord, Event, InformationAdded, RunStarted, RunState
-from planexec.plan import CheckContext, Plan, check_steps
+from planexec.plan import CheckContext, Plan, check_steps, template_problems
 from planexec.runs._problems import Problems
 from planexec.runs._stored import check_run_id, load_run
 from planexec.runtime import ApprovalDecision, Limits, check_decision, decided_event
@@ -124,6 +124,9 @@ def check_edited_plan(plan: Plan, first: RunStarted, state: RunState) -> list[Pr
     steps_budget = state.budget.get("steps")
     executors = config.get("executors", {"tools": "tools"})
     predicates = config.get("predicates")
+    planner = config.get("planner")
+    sealed = isinstance(planner, dict) and planner.get("sealed") is True
+    extractor = planner.get("extractor") if sealed and isinstance(planner, dict) else None
     ctx = CheckContext(
         tools=_recorded_tools(specs, problems),
         executors=executors if isinstance(executors, dict) else {},
@@ -131,9 +134,17 @@ def check_edited_plan(plan: Plan, first: RunStarted, state: RunState) -> list[Pr
         finished=finished,
         max_steps=None if steps_budget is None else int(steps_budget) - state.steps_started,
         predicates=predicates if isinstance(predicates, list) else None,
+        sealed=sealed,
+        extractors=(extractor,) if isinstance(extractor, str) else (),
     )
     todo = [s for s in plan.steps if s.id not in finished]
-    problems += [Problem(code=p.code, where="edited_plan", message=str(p)) for p in check_steps(todo, ctx)]
+    found = check_steps(todo, ctx)
+    if plan.answer is not None and not sealed:
+        message = "only a sealed planner's plan carries an answer template (the planner writes this run's answer)"
+        found.append(Problem(code="answer_template", where="answer", message=message))
+    elif plan.answer is not None:
+        found += template_problems(plan.answer, {*(s.id for s in todo), *finished})
+    problems += [Problem(code=p.code, where="edited_plan", message=str(p)) for p in found]
     return problems
 
 

@@ -317,7 +317,7 @@ def _check_record(turn: _Turn, single: dict[int, _Turn]) -> Check:
         results = _results(logs)
         if results is None:
             continue
-        text = describe_turns(results, limit) if limit else None
+        text = describe_turns(results, limit, sealed=record.sealed) if limit else None
         if text == record.earlier:
             return "differs" if any(p.code == "record" for p in turn.problems) else "matched"
         rebuilt.append(text)

@@ -45,6 +45,7 @@ __all__ = [
     "ON_FAIL",
     "POLICIES",
     "REPLANS",
+    "RULE_FLAGS",
     "RULE_LISTS",
     "RULE_TEXTS",
     "SPEC_VERSION",
@@ -57,11 +58,12 @@ __all__ = [
     "recorded_spec",
 ]
 
-SPEC_VERSION = 6
+SPEC_VERSION = 7
 """Version of the recorded spec (1: first version; 2: planner_settings, executor_settings and
 step_timeout; 3: the rules, under ``rules``; 4: mcp and mcp_headers; 5: the planner's ensemble,
-as the rules escalate_to, escalate_on and confidence_below; 6: executors and memory. What an
-earlier version lacks reads as unset)."""
+as the rules escalate_to, escalate_on and confidence_below; 6: executors and memory; 7: sealed
+planning, as the rules sealed (true or false) and extractor (a model string). What an earlier
+version lacks reads as unset)."""
 
 POLICIES = ("upfront", "step")
 REPLANS = ("on_failure", "after_each_step", "never")
@@ -83,10 +85,13 @@ RULE_TEXTS = (
     "confidence_below",
     "on_budget",
     "over_forecast",
+    "extractor",
 )
 """Rules given as one text each."""
 RULE_LISTS = ("review_checks", "review_items", "escalate_to", "escalate_on")
 """Rules given as a list of texts."""
+RULE_FLAGS = ("sealed",)
+"""Rules given as true or false."""
 
 METADATA_KEY = "cli"
 """Where in a run's metadata its spec is recorded."""
@@ -96,7 +101,7 @@ METADATA_KEY = "cli"
 class AgentSpec:
     """How to build an agent, as texts; recorded with each run it starts.
 
-    ``planner``/``executor``/``rules["judge"]``/``rules["escalate_to"]`` are model strings
+    ``planner``/``executor``/``rules["judge"]``/``rules["escalate_to"]``/``rules["extractor"]`` are model strings
     (``scripted:FILE`` is made absolute when recorded); ``tools`` are ``module:attr`` references imported from ``cwd``;
     ``budget`` maps :class:`~planexec.Budget` fields to numbers as text (``"none"`` lifts a cap);
     settings are ``KEY=VALUE`` texts, a later key winning. ``mcp``: MCP servers whose tools the
@@ -133,15 +138,16 @@ class AgentSpec:
     step_timeout: str | None = None
     """The executor's raw whole-step timeout."""
     rules: Mapping[str, Any] = field(default_factory=dict)
-    """The rules given: turn format, escalation, the planner's ensemble and the answer's review
-    (texts, or tuples of texts for ``review_checks``, ``review_items``, ``escalate_to`` and
-    ``escalate_on``)."""
+    """The rules given: turn format, escalation, the planner's ensemble, sealed planning and the
+    answer's review (texts, tuples of texts for ``review_checks``, ``review_items``,
+    ``escalate_to`` and ``escalate_on``, true or false for ``sealed``)."""
 
     def recorded(self) -> AgentSpec:
         """This spec as it is recorded: scripted model files made absolute, ``cwd`` filled in."""
         rules = dict(self.rules)
-        if isinstance(rules.get("judge"), str):
-            rules["judge"] = absolute_model_string(rules["judge"])
+        for key in ("judge", "extractor"):
+            if isinstance(rules.get(key), str):
+                rules[key] = absolute_model_string(rules[key])
         if isinstance(rules.get("escalate_to"), tuple):
             rules["escalate_to"] = tuple(absolute_model_string(m) for m in rules["escalate_to"])
         return AgentSpec(
@@ -253,6 +259,8 @@ def _from_dict(data: Mapping[str, Any], where: str, problems: Problems) -> Agent
             rules[key] = value
         elif key in RULE_LISTS and _strings(value) is not None:
             rules[key] = _strings(value)
+        elif key in RULE_FLAGS and isinstance(value, bool):
+            rules[key] = value
         else:
             bad.append(f"rules.{key}")
     known = {
@@ -469,6 +477,9 @@ def build_agent(
     executor_settings = parse_settings("executor_settings", spec.executor_settings, problems)
     step_timeout = parse_seconds("step_timeout", spec.step_timeout, problems)
     turn_format = parse_choice("turn_format", spec.rules.get("turn_format", "nested"), TURN_FORMATS, problems)
+    sealed = spec.rules.get("sealed", False) is True
+    if sealed and policy == "step":
+        problems.add("sealed", "a sealed planner plans upfront: it reads no result to choose a next step from")
     escalation = _escalation(spec.rules, problems)
     limits = _limits(spec.rules, problems)
     review = _review(spec.rules, problems, providers)
@@ -488,6 +499,19 @@ def build_agent(
             spec.planner,
             role="planner",
             recorded=own.planner if own else None,
+            used=used,
+            problems=problems,
+            providers=providers,
+        )
+    extractor = None
+    if isinstance(spec.rules.get("extractor"), str):
+        if not sealed:
+            problems.add("extractor", "an extractor serves a sealed planner: give sealed too")
+        extractor = _model(
+            "extractor",
+            spec.rules["extractor"],
+            role="executor",
+            recorded=own.rules.get("extractor") if own else None,
             used=used,
             problems=problems,
             providers=providers,
@@ -529,6 +553,8 @@ def build_agent(
                 settings=planner_settings,
                 turn_format=cast(TurnFormat, turn_format),
                 ensemble=ensemble,
+                sealed=sealed,
+                extractor=extractor,
             ),
             tools=[*tools, *servers],
             executor=(

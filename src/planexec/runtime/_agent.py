@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from planexec._util.clip import clip
 from planexec._util.sync import run_sync
 from planexec.errors import Problem, ToolDefinitionError, UsageError
-from planexec.executor import Acceptance, Executor, ModelExecutor, RayExecutor, ToolExecutor, executor_profile
+from planexec.executor import (
+    Acceptance,
+    Executor,
+    Extractor,
+    ModelExecutor,
+    RayExecutor,
+    ToolExecutor,
+    executor_profile,
+)
 from planexec.log import (
     ChecklistResult,
     EffectChoice,
@@ -422,6 +430,7 @@ class Agent:
             telemetry=self.telemetry,
             agent_name=self.name,
             conversation=None if turn is None else turn.earlier,
+            conversation_untrusted=turn is not None and turn.untrusted,
             memory=self.memory,
             trust=self.trust,
         )
@@ -457,6 +466,7 @@ class Agent:
                 "max_repairs": planner.max_repairs,
                 "streams": planner.stream and planner.model_streams,
                 "turn_format": planner.turn_format,
+                **({"sealed": True, "extractor": planner.extractor_name} if planner.sealed else {}),
                 **_settings_record(planner.resolved_model(), planner.settings),
                 **_ensemble_record(planner),
             },
@@ -787,6 +797,8 @@ def _assemble(
     by_name: dict[str, Executor] = {"tools": ToolExecutor()}
     default: str | None = None
     extra: list[Executor] = list(executors)
+    if isinstance(the_planner.extractor, Extractor):  # a sealed planner's quarantined extractor
+        extra.append(the_planner.extractor)
     if executor is not None:
         default_exec = executor if isinstance(executor, ModelExecutor) else ModelExecutor(model=executor)
         extra.insert(0, default_exec)

@@ -54,6 +54,8 @@ class EngineConfig:
     """The agent's name on spans and metrics (``gen_ai.agent.name``)."""
     conversation: str | None = None
     """For a session's turn: the record of the turns before it, which the planner sees."""
+    conversation_untrusted: bool = False
+    """Whether that record carries text the earlier turns did not trust (see ``Trust.read``)."""
     workflows: frozenset[str] = frozenset()
     """The names of the tools in ``tools`` that are workflows: a step that calls one hands off the
     rest of the work, and its output ends the run as the final answer."""

@@ -220,6 +220,8 @@ class Engine:
             default_executor=config.default_executor,
             predicates=tuple(config.acceptance.predicates),
             workflows=config.workflows,
+            sealed=config.planner.sealed,
+            extractors=() if config.planner.extractor_name is None else (config.planner.extractor_name,),
         )
         profiles = config.executor_profiles or {}
         executor_docs = {

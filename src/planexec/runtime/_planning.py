@@ -62,6 +62,8 @@ from planexec.models import (
     resolve_model,
 )
 from planexec.plan import (
+    PLAIN_PLAN_VERSION,
+    PLAN_SCHEMA_VERSION,
     Author,
     CheckContext,
     CompiledArgs,
@@ -72,6 +74,7 @@ from planexec.plan import (
     Turn,
     check_steps,
     compile_args,
+    template_problems,
 )
 from planexec.planner import (
     PlannerEscalated,
@@ -88,6 +91,7 @@ from planexec.runtime._journal import _JournalFailed
 from planexec.runtime._policies import PlanKind, PlanningPolicy
 from planexec.runtime._recall import direct_plan, memory_answer, recall_for, with_example
 from planexec.runtime._scheduler import ReadyQueue
+from planexec.runtime._sealed import AnswerUnfilled, carried_answer, default_template
 from planexec.runtime._settings import AnswerCheck, ApprovalDecision, ApprovalRequest
 from planexec.runtime._trust import Trust
 from planexec.runtime._world import _RecordedError
@@ -174,6 +178,8 @@ def crash_stop(crash: BaseException, *, planner: bool = False, problems: str = "
     if planner and problems and not isinstance(crash, _JournalFailed | ToolCrashed | ModelCrashed):
         text = str(crash) if isinstance(crash, _RecordedError) else f"{type(crash).__name__}: {crash}"
         return error_stop("planner_output", f"the planner's output kept failing its checks: {problems} (then: {text})")
+    if isinstance(crash, AnswerUnfilled):
+        return error_stop("answer_template", str(crash))
     code: ErrorCode
     if isinstance(crash, _JournalFailed):
         code = "log_failed"
@@ -314,7 +320,7 @@ class Planning:
         engine = self._engine
         record = engine.state.approvals[approval_id]
         steps = [s for s in plan.steps if engine.state.steps.get(s.id) is None or not _done(engine, s.id)]
-        draft = PlanDraft(reason=plan.reason, steps=steps)
+        draft = PlanDraft(reason=plan.reason, steps=steps, answer=plan.answer)
         failed = frozenset(engine.unaddressed)
 
         async def wait() -> None:
@@ -358,10 +364,25 @@ class Planning:
             low_confidence_stops=rules.on_low_confidence == "stop",
             empty_plan_ok=engine.config.review is not None,
             new_step_id=self._new_step_id,
-            heard=describe_heard(engine.state),
+            heard=describe_heard(
+                engine.state, sealed=engine.config.planner.sealed, answer_checks=self._answer_check_names()
+            ),
             conversation=engine.config.conversation,
             plan_problems=self._forecast_problems if self._forecast_refuses() else None,
         )
+
+    def _answer_check_names(self) -> tuple[str, ...]:
+        """The names of the final answer's deterministic checks (what a sealed planner is told of
+        a refusal by them)."""
+        review = self._engine.config.review
+        return () if review is None else tuple(_name_of(check) for check in review.checks)
+
+    def answer_of(self, result: PlanDraft) -> str | None:
+        """The answer template of the plan version ``result`` makes (sealed planning; else None)."""
+        engine = self._engine
+        if not engine.config.planner.sealed:
+            return None
+        return carried_answer(result, engine.state, engine.config.workflows)
 
     # -- the planner's requests ---------------------------------------------------------------
 
@@ -583,13 +604,14 @@ class Planning:
     async def _plan(self, kind: PlanKind, why: str, failed: frozenset[str], ctx: PlanningContext) -> None:
         engine = self._engine
         done = PlanDone(kind=kind, failed_at_start=failed)
+        sealed = engine.config.planner.sealed
         try:
-            if kind == "initial":
+            if kind == "initial" and not sealed:  # a remembered plan may hold values read from untrusted text
                 recalled = await recall_for(engine, ctx)
                 if recalled is not None and recalled.mode == "direct":
                     done.result, done.author = direct_plan(recalled), "memory"
                 ctx = with_example(ctx, recalled)
-            elif kind in ("finish", "turn"):
+            elif kind in ("finish", "turn") and not sealed:
                 answer = memory_answer(engine.state)
                 if answer is not None:
                     done.result, done.author = answer, "memory"
@@ -597,11 +619,12 @@ class Planning:
                 done.result = await engine.policy.ask(engine.config.planner, kind, ctx, why)
             approvals = engine.config.approvals
             steps = _proposed_steps(done.result)
+            template = self.answer_of(done.result) if isinstance(done.result, PlanDraft) else None
             if approvals.plan and steps is not None:
                 if not engine.can_ask_humans:
                     done.rejected = "every plan needs a human's approval, and nobody can be asked"
                 else:
-                    plan = self.next_plan(steps, reason=_reason(done.result), author=done.author)
+                    plan = self.next_plan(steps, reason=_reason(done.result), author=done.author, answer=template)
                     self.forecast(plan)
                     request = ApprovalRequest(
                         approval_id="",
@@ -613,7 +636,7 @@ class Planning:
                     )
                     await self._approve(done, request, plan.version, None)
             elif steps is not None and engine.config.limits.over_forecast == "ask" and engine.can_ask_humans:
-                plan = self.next_plan(steps, reason=_reason(done.result), author=done.author)
+                plan = self.next_plan(steps, reason=_reason(done.result), author=done.author, answer=template)
                 over = self.forecast(plan)
                 if over:
                     request = ApprovalRequest(
@@ -773,7 +796,12 @@ class Planning:
         if isinstance(result, str):
             if self._news_before_answer():
                 return
-            detail = "the remembered plan's answer" if done.author == "memory" else "the planner gave the final answer"
+            if done.author == "memory":
+                detail = "the remembered plan's answer"
+            elif engine.config.planner.sealed:
+                detail = "the plan's answer, filled in from the outputs"
+            else:
+                detail = "the planner gave the final answer"
             raise _Stop(StopReason(kind="goal_met", detail=detail), result, self._answer_label(done.author))
         if isinstance(result, Turn):
             if result.stop:
@@ -815,9 +843,11 @@ class Planning:
             self.last_failure_patch = fingerprint
         trigger = done.kind if done.kind in ("initial", "failure", "information", "review") else "after_step"
         steps, author, reason = result.steps, done.author, result.reason
+        answer = self.answer_of(result)
         if done.edited is not None:
             steps, author, reason = self._edited(done)
-        self.install(steps, trigger, reason, done.failed_at_start, author=author)
+            answer = done.edited.answer
+        self.install(steps, trigger, reason, done.failed_at_start, author=author, answer=answer)
         if engine.unaddressed:
             engine.replan_for_failures()
         elif self.news_wanted:
@@ -826,16 +856,29 @@ class Planning:
             self.start("after_step", "steps finished while planning")
 
     def _answer_label(self, author: Author) -> Provenance | None:
-        """The final answer's label: a remembered answer's template is as trusted as the outputs it
-        fills in; the planner's, as the round that wrote it."""
+        """The final answer's label: an answer filled in from a template (plan memory's, a sealed
+        plan's) is as trusted as the template's author and the outputs it quotes; the planner's
+        own answer, as the round that wrote it."""
         engine = self._engine
         trust = engine.trust
         if not trust.on:
             return None
+        state = engine.state
         if author == "memory":
+            recalled = state.recalled
+            template = recalled.answer if recalled is not None and recalled.answer is not None else ""
             memory = Provenance.of(Source(kind="memory", trusted=True))
-            return Provenance.union([memory, *(trust.output_of(sid) for sid in engine.state.outputs)])
-        return trust.answer(engine.state)
+            return trust.template_answer(template, memory)
+        plan = state.plan
+        if engine.config.planner.sealed and plan is not None:
+            template = plan.answer if plan.answer is not None else default_template(plan) or ""
+            read = state.plan_reads.get(plan.version, ())
+            if plan.author == "human":
+                writer = Provenance.of(Source(kind="human", trusted=True))
+            else:
+                writer = Provenance(trusted=not read, sources=(Source(kind="planner", trusted=not read), *read))
+            return trust.template_answer(template, writer)
+        return trust.answer(state)
 
     def _news_before_answer(self) -> bool:
         """New information arrived while the planner wrote its final answer, which did not see it:
@@ -914,16 +957,26 @@ class Planning:
         steps = [s for s in done.edited.steps if not _done(engine, s.id)]
         budget = engine.budget
         max_steps = None if budget.steps is None else budget.steps - engine.state.steps_started
-        problems = check_steps(steps, with_finished(self._checks, engine.state, max_steps))
+        checks = with_finished(self._checks, engine.state, max_steps)
+        problems = check_steps(steps, checks)
+        template = done.edited.answer
+        if template is not None and not engine.config.planner.sealed:
+            message = "only a sealed planner's plan carries an answer template (the planner writes this run's answer)"
+            problems.append(Problem(code="answer_template", where="answer", message=message))
+        elif template is not None:
+            problems += template_problems(template, {*(s.id for s in steps), *checks.finished, *checks.running})
         if problems:
             detail = "the edited plan failed its static checks: " + "; ".join(map(str, problems))
             raise error_stop("usage", detail)
         return steps, "human", done.edited.reason or f"edited by {done.approver}"
 
-    def next_plan(self, steps: list[Step], *, reason: str, author: Author = "planner") -> Plan:
+    def next_plan(
+        self, steps: list[Step], *, reason: str, author: Author = "planner", answer: str | None = None
+    ) -> Plan:
         """The plan version ``steps`` make: finished steps kept, and running steps that may have
         changed things outside the run kept as they are (the checks refuse a plan that redefines
-        one; should one get this far, the running step stays)."""
+        one; should one get this far, the running step stays). ``answer``: its answer template
+        (sealed planning)."""
         state = self._engine.state
         running = {sid: rec.step for sid, rec in state.steps.items() if self.unstoppable(sid)}
         if running:
@@ -932,10 +985,12 @@ class Planning:
         new_ids = {s.id for s in steps}
         # The steps were validated when they were parsed and checked; do not validate them again.
         return Plan.model_construct(
+            schema_version=PLAN_SCHEMA_VERSION if answer is not None else PLAIN_PLAN_VERSION,
             version=len(state.plans) + 1,
             steps=(*[s for s in kept if s.id not in new_ids], *steps),
             author=author,
             reason=reason,
+            answer=answer,
         )
 
     def install(
@@ -946,9 +1001,10 @@ class Planning:
         addressed: frozenset[str],
         *,
         author: Author = "planner",
+        answer: str | None = None,
     ) -> None:
         engine = self._engine
-        plan = self.next_plan(steps, reason=reason, author=author)
+        plan = self.next_plan(steps, reason=reason, author=author, answer=answer)
         new = {s.id: s for s in plan.steps}
         running = engine.running_steps
         # a running step that may have changed the world is in ``new`` unchanged: it is never cancelled

@@ -13,8 +13,9 @@ from typing import Literal, Protocol
 from planexec.log import RunState
 from planexec.plan import PlanDraft, Turn
 from planexec.planner import Planner, PlanningContext
+from planexec.runtime._sealed import sealed_answer
 
-__all__ = ["PlanKind", "PlanningPolicy", "StepByStep", "Upfront", "policy_of"]
+__all__ = ["PlanKind", "PlanningPolicy", "SealedUpfront", "StepByStep", "Upfront", "policy_of"]
 
 PlanKind = Literal["initial", "failure", "after_step", "turn", "finish", "information", "review"]
 """Why a planning round starts (logged with the round)."""
@@ -83,6 +84,19 @@ class Upfront:
         return await planner.finish(ctx)
 
 
+class SealedUpfront(Upfront):
+    """The upfront policy of a sealed planner: the whole DAG at once, patched as ``replan`` says,
+    and a final answer the run fills in from the plan's answer template — the planner is never
+    asked for it, so it never reads an output."""
+
+    __slots__ = ()
+
+    async def ask(self, planner: Planner, kind: PlanKind, ctx: PlanningContext, why: str) -> Asked:
+        if kind == "finish":
+            return sealed_answer(ctx.state)
+        return await super().ask(planner, kind, ctx, why)
+
+
 class StepByStep:
     """One next step per turn, or the final answer; every turn reads what happened so far."""
 
@@ -113,5 +127,7 @@ class StepByStep:
 
 
 def policy_of(planner: Planner) -> PlanningPolicy:
-    """The policy ``planner`` names."""
-    return StepByStep(planner.replan) if planner.policy == "step" else Upfront(planner.replan)
+    """The policy ``planner`` names (a sealed planner's is :class:`SealedUpfront`)."""
+    if planner.policy == "step":
+        return StepByStep(planner.replan)
+    return SealedUpfront(planner.replan) if planner.sealed else Upfront(planner.replan)

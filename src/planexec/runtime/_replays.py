@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from planexec._util.plural import counted
 from planexec.errors import UsageError
-from planexec.executor import Acceptance, Executor, ExecutorProfile, ModelExecutor, ToolExecutor
+from planexec.executor import Acceptance, Executor, ExecutorProfile, Extractor, ModelExecutor, ToolExecutor
 from planexec.log import ApprovalDecided, Event, RunStarted
 from planexec.models import ModelRequest, ModelResponse, ModelSettings, Providers, StreamDelta
 from planexec.planner import Ensemble, Planner
@@ -104,6 +104,8 @@ def recorded_config(first: RunStarted) -> EngineConfig:
             turn_format=planner_cfg.get("turn_format", "nested"),
             settings=_recorded_settings(planner_cfg),
             ensemble=_recorded_ensemble(planner_cfg.get("ensemble")),
+            sealed=planner_cfg.get("sealed") is True,
+            extractor=_recorded_extractor(planner_cfg, model_executors),
         ),
         tools=tools,
         executors=executors,
@@ -125,6 +127,16 @@ def recorded_config(first: RunStarted) -> EngineConfig:
         # a log from before trust labels records none: its replay labels nothing, as the run did
         trust=TrustPolicy.from_record(trust_cfg, served) if isinstance(trust_cfg, Mapping) else None,
     )
+
+
+def _recorded_extractor(planner_cfg: Mapping[str, Any], model_executors: Any) -> Extractor | None:
+    """A sealed planner's extractor as recorded (its model a stand-in), or None."""
+    name = planner_cfg.get("extractor")
+    if planner_cfg.get("sealed") is not True or not isinstance(name, str) or not name:
+        return None
+    record = model_executors.get(name) if isinstance(model_executors, Mapping) else None
+    model = record.get("model") if isinstance(record, Mapping) else None
+    return Extractor(model=_StandIn(str(model or f"{name}-model")), name=name)
 
 
 def _recorded_ensemble(cfg: Any) -> Ensemble | None:

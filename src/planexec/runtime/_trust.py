@@ -19,7 +19,7 @@ from planexec.errors import BindingError
 from planexec.executor import StepError
 from planexec.log import RunState, StepRecord
 from planexec.models import ModelRequest
-from planexec.plan import CompiledArgs, Step, compile_args, render_text
+from planexec.plan import CompiledArgs, Step, compile_args, placeholders, render_text
 from planexec.runtime._core import Core
 from planexec.tools import Tool, Toolset
 from planexec.trust import (
@@ -173,6 +173,11 @@ class Trust:
         trusted = self.tool_trusted(tool.name)
         return Provenance.of(Source(kind="tool", trusted=trusted, step=step_id, tool=tool.name, call=call_id))
 
+    def template_answer(self, template: str, writer: Provenance) -> Provenance:
+        """The label of an answer filled in from ``template``: its writer's, and each output it quotes."""
+        quoted = dict.fromkeys(p.ref.step_id for p in placeholders(template))
+        return Provenance.union([writer, *(self.output_of(sid) for sid in quoted)])
+
     def answer(self, state: RunState) -> Provenance:
         """The label of the planner's final answer: trusted when the round that wrote it read no
         untrusted text (what it read is among its sources)."""
@@ -304,6 +309,9 @@ class Trust:
     def _untrusted_items(self) -> Iterable[tuple[tuple[Any, ...], tuple[Source, ...], str]]:
         """Each untrusted text the run holds: a key to cache its words by, its sources, the text."""
         state = self._state
+        conversation = self._engine.config.conversation
+        if conversation and self._engine.config.conversation_untrusted:
+            yield ("conversation",), (Source(kind="session", trusted=False),), conversation
         for rec in (*state.superseded, *state.steps.values()):
             label = rec.output_provenance
             base = (rec.id, rec.plan_version, rec.finished_at)

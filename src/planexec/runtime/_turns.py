@@ -2,11 +2,13 @@
 earlier turns its planner is shown, and the budget a turn may still spend.
 
 A turn is a run whose ``run_started`` config holds ``{"session": {"id", "turn", "earlier",
-"budget", "session_budget", "record_chars"}}``: the session, the turn's number (from 1), the record
-of the turns before it (text, fixed when the turn starts, so that resuming or replaying the turn
-shows the planner the same thing), the turn's caps (so that a resumed turn keeps them), and the
-session's caps and the bound of its record (so that a replay of the session can check the turn's
-caps and rebuild its record; turns recorded by earlier versions lack these two).
+"budget", "session_budget", "record_chars", "sealed"}}``: the session, the turn's number (from 1),
+the record of the turns before it (text, fixed when the turn starts, so that resuming or replaying
+the turn shows the planner the same thing), the turn's caps (so that a resumed turn keeps them),
+and the session's caps and the bound of its record (so that a replay of the session can check the
+turn's caps and rebuild its record; turns recorded by earlier versions lack these two). ``sealed``
+(present only when true): the record was made for a sealed planner — each earlier turn by its goal
+and how it ended, never by what its steps returned or its answer (which quotes them).
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from typing import Any
 from planexec._util.clip import clip
 from planexec.log import RunResult, RunState
 from planexec.runtime._budget import Budget
+from planexec.trust import TextIndex, words
 
-__all__ = ["RECORD_CHARS", "SessionRecord", "describe_turns", "session_record", "turn_budget"]
+__all__ = ["RECORD_CHARS", "SessionRecord", "carries_untrusted", "describe_turns", "session_record", "turn_budget"]
 
 RECORD_CHARS = 6_000
 """How long the record of a session's earlier turns may be (the newest turns are kept whole)."""
@@ -42,6 +45,11 @@ class SessionRecord:
     """The caps on the whole session the turn ran under (None: none, or not recorded)."""
     record_chars: int | None = None
     """The bound the record of the earlier turns was made within (None: not recorded)."""
+    sealed: bool = False
+    """Whether the record of the earlier turns was made for a sealed planner."""
+    untrusted: bool = False
+    """Whether the record of the earlier turns carries text their runs did not trust (what a
+    tool returned, an answer written after reading it): the planner's reading of it is untrusted."""
 
     def as_metadata(self) -> dict[str, Any]:
         record: dict[str, Any] = {"id": self.id, "turn": self.turn}
@@ -53,6 +61,10 @@ class SessionRecord:
             record["session_budget"] = self.session_budget.as_dict()
         if self.record_chars is not None:
             record["record_chars"] = self.record_chars
+        if self.sealed:
+            record["sealed"] = True
+        if self.untrusted:
+            record["untrusted"] = True
         return {"session": record}
 
 
@@ -71,6 +83,8 @@ def session_record(metadata: Mapping[str, Any]) -> SessionRecord | None:
         budget=_caps(record.get("budget")),
         session_budget=_caps(record.get("session_budget")),
         record_chars=chars if isinstance(chars, int) and not isinstance(chars, bool) and chars >= 0 else None,
+        sealed=record.get("sealed") is True,
+        untrusted=record.get("untrusted") is True,
     )
 
 
@@ -93,9 +107,12 @@ def _json(value: Any) -> str:
         return repr(value)
 
 
-def _describe_turn(number: int, result: RunResult, *, full: bool) -> str:
+def _describe_turn(number: int, result: RunResult, *, full: bool, sealed: bool = False) -> str:
     goal = result.goal
     lines = [f"Turn {number}: {clip(' '.join(goal.split()), 500)}"]
+    if sealed:
+        lines.append(f"  ended: {result.stop.kind}")
+        return "\n".join(lines)
     if full:
         for step_id, rec in result.steps.items():
             if rec.status != "succeeded":
@@ -110,10 +127,31 @@ def _describe_turn(number: int, result: RunResult, *, full: bool) -> str:
     return "\n".join(lines)
 
 
-def describe_turns(turns: Sequence[RunResult], limit: int = RECORD_CHARS) -> str | None:
+def carries_untrusted(record: str | None, turns: Sequence[RunResult]) -> bool:
+    """Whether ``record`` (the record of ``turns``) carries the text of a value their runs did not
+    trust: an output or an answer labelled untrusted, or not labelled at all (an older log)."""
+    if not record:
+        return False
+    index = TextIndex([record])
+    goals = TextIndex([t.goal for t in turns])
+    for result in turns:
+        pieces = [
+            clip(_json(rec.output), _OUTPUT_CHARS)
+            for rec in result.steps.values()
+            if rec.status == "succeeded" and (rec.output_provenance is None or not rec.output_provenance.trusted)
+        ]
+        label = result.answer_provenance
+        if result.answer is not None and (label is None or not label.trusted):
+            pieces.append(result.answer)
+        if any(index.carries(words(piece), goals) for piece in pieces):
+            return True
+    return False
+
+
+def describe_turns(turns: Sequence[RunResult], limit: int = RECORD_CHARS, *, sealed: bool = False) -> str | None:
     """The record of a session's turns so far, at most about ``limit`` characters: the newest turns
     with what their steps did, older ones by their goal and answer, the oldest left out (and
-    counted)."""
+    counted). ``sealed``: for a sealed planner, each turn by its goal and how it ended only."""
     if not turns:
         return None
     room = max(0, limit - 40)  # for the line that says how many turns were left out
@@ -121,9 +159,9 @@ def describe_turns(turns: Sequence[RunResult], limit: int = RECORD_CHARS) -> str
     used = 0
     for index in range(len(turns) - 1, -1, -1):
         number = index + 1
-        text = _describe_turn(number, turns[index], full=True)
+        text = _describe_turn(number, turns[index], full=True, sealed=sealed)
         if used + len(text) > room:
-            text = _describe_turn(number, turns[index], full=False)
+            text = _describe_turn(number, turns[index], full=False, sealed=sealed)
         if used + len(text) > room:
             parts.append(f"(turns 1 to {number}: left out)")
             break

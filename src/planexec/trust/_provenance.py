@@ -8,15 +8,17 @@ from typing import Literal
 
 __all__ = ["Provenance", "Source", "SourceKind"]
 
-SourceKind = Literal["goal", "constraint", "config", "tool", "model", "planner", "memory", "human"]
+SourceKind = Literal["goal", "constraint", "config", "tool", "model", "planner", "memory", "session", "human"]
 """Where a value came from:
 
 ``goal`` and ``constraint``: what the user asked (trusted); ``config``: the developer's
 configuration (trusted); ``tool``: a tool's output (untrusted, unless the tool is declared
 trusted); ``model``: what a model-driven step wrote (trusted only when everything it read was);
 ``planner``: a value the planner wrote into a step (trusted when the planning round that wrote it
-read no untrusted text); ``memory``: a value of a remembered plan (trusted: plan memory holds the
-developer's own runs); ``human``: a value a human gave or confirmed (trusted)."""
+read no untrusted text); ``memory``: a value of a remembered plan (trusted: plan memory holds
+the developer's own runs); ``session``: what an earlier turn of a session returned or answered,
+as a later turn's planner is shown it (trusted only when those runs trusted it); ``human``: a value a
+human gave or confirmed (trusted)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

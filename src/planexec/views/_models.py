@@ -57,7 +57,7 @@ class EffectView(_View):
 class SourceView(_View):
     """One place a value came from (see ``planexec.trust.Source``)."""
 
-    kind: Literal["goal", "constraint", "config", "tool", "model", "planner", "memory", "human"]
+    kind: Literal["goal", "constraint", "config", "tool", "model", "planner", "memory", "session", "human"]
     trusted: bool
     step: str | None = None
     """For a tool's or a model's output: the step it came from."""

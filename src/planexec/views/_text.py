@@ -91,8 +91,10 @@ def question_lines(view: QuestionView) -> list[str]:
         lines += ["step: " + line if n == 0 else line for n, line in enumerate(step_lines(view.step))]
     for v in view.violations:
         where = "the call" if v.argument == "*" else v.argument
-        kind = "rule" if v.rule == "argument_rule" else "untrusted"
-        lines.append(f"breaks [{kind}] {where}: {v.requires} — {v.reason}")
+        if v.rule == "argument_rule":
+            lines.append(f"breaks a rule: {where}: {v.requires} — {v.reason}")
+        else:
+            lines.append(f"untrusted: {where}: {v.reason}")
     if view.plan is not None:
         lines += _plan_lines(view.plan)
     if view.under_review is not None:
