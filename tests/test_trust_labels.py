@@ -403,3 +403,36 @@ async def test_a_session_turn_that_reads_an_earlier_turns_output_is_untrusted() 
         assert labels is not None
         assert labels["text"].trusted is sealed
         assert proposed.tainted == (() if sealed else ("note",))
+
+
+async def test_tool_call_spans_carry_the_arguments_labels() -> None:
+    from tests.telemetry_support import Captured, named
+
+    captured = Captured()
+    plan = {
+        "steps": [
+            tool_step("page", "fetch_page", {"url": "https://example.org"}),
+            tool_step("say", "echo", {"text": "${page.title}"}, "page"),
+            {"id": "look", "description": "look it up", "allowed_tools": ["fetch_page"]},
+        ]
+    }
+    executor = ScriptedModel([tool_calls(("fetch_page", {"url": "u"})), "read it"])
+    agent = Agent(
+        ScriptedModel([plan, {"answer": "done"}]),
+        tools=TOOLS,
+        executor=executor,
+        store=None,
+        telemetry=captured.telemetry(),
+    )
+    result = await agent.run("read the page")
+    assert result.stop.kind == "goal_met", result.stop
+    spans = captured.spans()
+    captured.shutdown()
+    (say,) = [s for s in named(spans, "execute_tool echo")]
+    assert say.attributes["planexec.trust.arguments_trusted"] is False
+    assert list(say.attributes["planexec.trust.untrusted_arguments"]) == ["text"]
+    fetches = named(spans, "execute_tool fetch_page")
+    step_span = next(s for s in fetches if s.attributes.get("planexec.step.id") == "page")
+    assert step_span.attributes["planexec.trust.arguments_trusted"] is True
+    inner = next(s for s in fetches if s.attributes.get("planexec.step.id") == "look")
+    assert inner.attributes["planexec.trust.arguments_trusted"] is True  # the model had read nothing yet

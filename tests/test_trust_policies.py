@@ -474,3 +474,55 @@ def test_misused_rules_list_every_problem_at_once() -> None:
         )
     wheres = [p.where for p in agent.value.problems]
     assert wheres == ["rules.ghost", "rules.transfer.too", "trusted_tools"]
+
+
+CLI_TOOLS = '''
+from planexec import tool
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+@tool(side_effect=True)
+def publish(value: int) -> str:
+    """Publish a value."""
+    return f"published {value}"
+
+
+TOOLS = [add, publish]
+'''
+
+
+def test_the_command_line_declares_tools_trusted_or_turns_the_default_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from tests.cli_support import invoke, write_script, write_tools_module
+
+    module = write_tools_module(tmp_path, monkeypatch, CLI_TOOLS, "trust_cli_tools")
+    plan = {
+        "steps": [
+            tool_step("sum", "add", {"a": 2, "b": 3}),
+            tool_step("pub", "publish", {"value": "${sum}"}, "sum"),
+        ]
+    }
+    store = str(tmp_path / "runs.db")
+
+    def run(*flags: str) -> dict[str, Any]:
+        script = write_script(tmp_path, [plan, {"answer": "published 5"}], name=f"planner{len(flags)}.json")
+        done = invoke(["--store", store, "run", "publish the sum", "--planner", script, "--tools", f"{module}:TOOLS",
+                       "--no-live", "--json", *flags])  # fmt: skip
+        data: dict[str, Any] = json.loads(done.stdout)
+        return data
+
+    held = run()  # nobody at a terminal: the question is saved and the run waits
+    assert held["stop"]["kind"] == "waiting"
+    trusted = run("--trusted-tool", "add")
+    assert trusted["stop"]["kind"] == "goal_met", trusted["stop"]
+    assert trusted["steps"][1]["provenance"]["value"]["trusted"] is True
+    lifted = run("--no-untrusted-effects")
+    assert lifted["stop"]["kind"] == "goal_met", lifted["stop"]
