@@ -428,7 +428,7 @@ async def test_tool_call_spans_carry_the_arguments_labels() -> None:
     assert result.stop.kind == "goal_met", result.stop
     spans = captured.spans()
     captured.shutdown()
-    (say,) = [s for s in named(spans, "execute_tool echo")]
+    (say,) = named(spans, "execute_tool echo")
     assert say.attributes["planexec.trust.arguments_trusted"] is False
     assert list(say.attributes["planexec.trust.untrusted_arguments"]) == ["text"]
     fetches = named(spans, "execute_tool fetch_page")
