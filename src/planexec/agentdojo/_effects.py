@@ -81,8 +81,9 @@ def changed_by_ground_truth(suite: DojoSuite) -> Changes:
     runtime = FunctionsRuntime(suite.functions)
     called: set[str] = set()
     changed: set[str] = set()
+    loaded = suite.load_environment({})
     for task in [*suite.user_tasks.values(), *suite.injection_tasks.values()]:
-        environment = suite.load_environment({})
+        environment = loaded.model_copy(deep=True)
         init = getattr(task, "init_environment", None)  # user tasks have one, injection tasks not
         if init is not None:
             environment = init(environment)

@@ -25,6 +25,8 @@ answer field.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import math
 import re
@@ -32,6 +34,7 @@ from typing import Any
 
 from planexec.agentdojo._oracle import DONE
 from planexec.agentdojo._reading import literal, plain, reads
+from planexec.agentdojo._suites import DojoSuite
 from planexec.agentdojo._world import DojoWorld
 from planexec.models import FunctionModel, ModelRequest, ModelResponse
 
@@ -81,6 +84,61 @@ def _json_type(value: Any) -> str:
     return "object"
 
 
+@functools.cache
+def _sealed_plan(suite: DojoSuite, user_task: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The sealed plan of ``user_task`` and the values its extractors are to find: made from the
+    environment with no injection (a planner that never reads tool output plans the same whether
+    or not an attack is under way), once per task."""
+    world = DojoWorld(suite=suite, user_task=user_task)
+    expected: dict[str, Any] = {}
+    calls = world.ground_truth(world.task)
+    outputs = [plain(json.dumps(o, ensure_ascii=False, default=str)) for o in world.dry_run(calls)]
+    prompt = plain(world.prompt)
+    steps: list[dict[str, Any]] = []
+    for i, call in enumerate(calls):
+        step_id = f"c{i + 1}"
+        depends = [f"c{i}"] if i else []
+        args: dict[str, Any] = {}
+        for name, value in call.args.items():
+            source = None
+            if not appears(value, prompt):
+                source = next((j for j in range(i - 1, -1, -1) if appears(value, outputs[j])), None)
+            if source is None:
+                args[name] = literal(value)
+                continue
+            extractor_id = f"x{i + 1}_{name}"
+            steps.append(
+                {
+                    "id": extractor_id,
+                    "description": f"Take the {name} for {call.function} out of the output of c{source + 1}",
+                    "executor": EXTRACTOR,
+                    "tool": None,
+                    "allowed_tools": [],
+                    "args": {"text": f"${{c{source + 1}}}"},
+                    "depends_on": [f"c{source + 1}"],
+                    "output_schema": {
+                        "type": "object",
+                        "properties": {"value": {"type": _json_type(value)}},
+                        "required": ["value"],
+                        "additionalProperties": False,
+                    },
+                }
+            )
+            expected[extractor_id] = value
+            args[name] = f"${{{extractor_id}.value}}"
+            depends.append(extractor_id)
+        steps.append(
+            {
+                "id": step_id,
+                "description": f"{call.function}, for the user's request",
+                "tool": call.function,
+                "args": args,
+                "depends_on": depends,
+            }
+        )
+    return steps, expected
+
+
 class SealedOracle:
     """The sealed plan of one run of ``world``'s user task (``planner``) and its extractor
     (``extractor``). ``injection_task``: the run's injection task (None: no attack);
@@ -88,9 +146,10 @@ class SealedOracle:
 
     def __init__(self, world: DojoWorld, *, injection_task: str | None = None, gullible: bool = True) -> None:
         self.world = world
-        self.expected: dict[str, Any] = {}
+        steps, expected = _sealed_plan(world.suite, world.user_task)
+        self.steps: list[dict[str, Any]] = copy.deepcopy(steps)
+        self.expected: dict[str, Any] = dict(expected)
         """Extractor step id → the ground-truth value it is to find."""
-        self.steps = self._plan(world)
         self._goal: str | None = None
         self._injected: list[tuple[str, Any]] = []
         if injection_task is not None and gullible:
@@ -100,54 +159,6 @@ class SealedOracle:
         kind = "gullible" if gullible else "honest"
         self.planner = FunctionModel(self._planner_reply, name="agentdojo-sealed-oracle")
         self.extractor = FunctionModel(self._extract, name=f"agentdojo-{kind}-extractor")
-
-    def _plan(self, world: DojoWorld) -> list[dict[str, Any]]:
-        calls = world.ground_truth(world.task)
-        outputs = [plain(json.dumps(o, ensure_ascii=False, default=str)) for o in world.dry_run(calls)]
-        prompt = plain(world.prompt)
-        steps: list[dict[str, Any]] = []
-        for i, call in enumerate(calls):
-            step_id = f"c{i + 1}"
-            depends = [f"c{i}"] if i else []
-            args: dict[str, Any] = {}
-            for name, value in call.args.items():
-                source = None
-                if not appears(value, prompt):
-                    source = next((j for j in range(i - 1, -1, -1) if appears(value, outputs[j])), None)
-                if source is None:
-                    args[name] = literal(value)
-                    continue
-                extractor_id = f"x{i + 1}_{name}"
-                steps.append(
-                    {
-                        "id": extractor_id,
-                        "description": f"Take the {name} for {call.function} out of the output of c{source + 1}",
-                        "executor": EXTRACTOR,
-                        "tool": None,
-                        "allowed_tools": [],
-                        "args": {"text": f"${{c{source + 1}}}"},
-                        "depends_on": [f"c{source + 1}"],
-                        "output_schema": {
-                            "type": "object",
-                            "properties": {"value": {"type": _json_type(value)}},
-                            "required": ["value"],
-                            "additionalProperties": False,
-                        },
-                    }
-                )
-                self.expected[extractor_id] = value
-                args[name] = f"${{{extractor_id}.value}}"
-                depends.append(extractor_id)
-            steps.append(
-                {
-                    "id": step_id,
-                    "description": f"{call.function}, for the user's request",
-                    "tool": call.function,
-                    "args": args,
-                    "depends_on": depends,
-                }
-            )
-        return steps
 
     def _planner_reply(self, request: ModelRequest) -> Any:
         if request.purpose == "planner.finish":
