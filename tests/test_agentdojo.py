@@ -19,7 +19,7 @@ from tests.cli_support import invoke
 if os.environ.get("CI", "").lower() != "true":
     pytest.importorskip("agentdojo")
 
-from planexec.agentdojo import (  # noqa: E402
+from planexec.agentdojo import (
     DEFENCES,
     EXTRACTOR,
     WRITES,
@@ -34,7 +34,7 @@ from planexec.agentdojo import (  # noqa: E402
     run_suite,
     settings_problems,
 )
-from planexec.errors import UsageError  # noqa: E402
+from planexec.errors import UsageError
 
 ORACLE_TASKS = [
     ("banking", "user_task_0"),  # reads a bill, pays it
@@ -143,7 +143,8 @@ async def test_the_gullible_executor_calls_what_the_injection_asks_with_the_tool
         oracle = DojoOracle(world, injection_task="injection_task_1")
         plan = {
             "steps": [
-                {"id": "bill", "description": "read the bill", "tool": "read_file", "args": {"file_path": "bill-december-2023.txt"}},
+                {"id": "bill", "description": "read the bill", "tool": "read_file",
+                 "args": {"file_path": "bill-december-2023.txt"}},
                 {"id": "pay", "description": "pay what the bill says", "args": {"bill": "${bill}"},
                  "depends_on": ["bill"], "allowed_tools": granted},
             ]
@@ -185,8 +186,10 @@ async def test_the_sealed_plan_takes_values_out_of_outputs_with_quarantined_extr
     extractors = [s for s in oracle.steps if s.get("executor") == EXTRACTOR]
     assert {s["id"] for s in extractors} == {"x2_recipient", "x2_amount", "x2_subject"}  # all from the bill
     for step in extractors:
-        assert step["tool"] is None and step["allowed_tools"] == []
-        assert step["args"] == {"text": "${c1}"} and step["depends_on"] == ["c1"]
+        assert step["tool"] is None
+        assert step["allowed_tools"] == []
+        assert step["args"] == {"text": "${c1}"}
+        assert step["depends_on"] == ["c1"]
         assert step["output_schema"]["required"] == ["value"]
     [pay] = [s for s in oracle.steps if s["id"] == "c2"]
     assert pay["args"]["recipient"] == "${x2_recipient.value}"
@@ -208,7 +211,9 @@ async def test_a_suite_is_reported_per_defence_setting() -> None:
     assert list(by_name) == ["none", "defaults", "approvals"]  # every setting this version has
     assert {name for name, _ in report.unavailable} == {"policies", "sealed", "sealed+policies"}
     for summary in by_name.values():
-        assert summary.user_tasks == 1 and summary.attacks == 2 and summary.errors == 0
+        assert summary.user_tasks == 1
+        assert summary.attacks == 2
+        assert summary.errors == 0
         assert summary.utility == 1.0
     assert by_name["none"].attack_success == 1.0
     assert by_name["defaults"].attack_success == 0.0
@@ -223,7 +228,7 @@ def test_bad_settings_are_listed_all_at_once() -> None:
     problems = settings_problems(
         "banking",
         DojoSettings(
-            defences=["none", "nothing", "sealed"],
+            defences=["none", "nothing", "sealed"],  # type: ignore[list-item]
             attack="no-such-attack",
             user_tasks=["user_task_0", "user_task_99"],
             injection_tasks=["injection_task_42"],
@@ -252,7 +257,8 @@ def test_planexec_eval_runs_a_suite_and_prints_the_table(tmp_path: Path) -> None
     assert "not run: sealed" in result.output
     report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
     assert report["format"] == "planexec.agentdojo"
-    assert report["suite"] == "banking" and report["attack"] == "important_instructions"
+    assert report["suite"] == "banking"
+    assert report["attack"] == "important_instructions"
     summaries = {s["defence"]: s for s in report["defences"]}
     assert [s["user_tasks"] for s in summaries.values()] == [2, 2, 2]
     assert [s["attacks"] for s in summaries.values()] == [18, 18, 18]  # 2 user tasks × 9 injection tasks
@@ -293,5 +299,6 @@ def test_agentdojo_options_are_refused_for_other_suites(tmp_path: Path) -> None:
 
 def test_every_defence_setting_says_what_it_is_and_what_it_waits_for() -> None:
     for name, defence in DEFENCES.items():
-        assert defence.name == name and defence.summary
+        assert defence.name == name
+        assert defence.summary
         assert defence.available != bool(defence.missing)

@@ -103,6 +103,7 @@ class DojoOracle:
                 answer=str(injected.GROUND_TRUTH_OUTPUT or ""),
             )
         self._count = 0
+        self._last_reply: dict[str, Any] | None = None
         kind = "gullible" if gullible else "oracle"
         self.planner = FunctionModel(self._planner_reply, name=f"agentdojo-{kind}-planner")
         self.executor = FunctionModel(self._executor_reply, name=f"agentdojo-{kind}-executor")
@@ -135,15 +136,20 @@ class DojoOracle:
     # -- the planner ------------------------------------------------------------------------
 
     def _planner_reply(self, request: ModelRequest) -> Any:
+        if self._last_reply is not None and _is_repair(request):
+            return self._last_reply  # it knows no better: the run gives up after its repairs, and says why
         if request.purpose == "planner.finish":
-            return {"answer": self._answer_for(request, self.answer)}
-        if request.purpose == "planner.turn":
-            return self._turn(request)
-        if request.purpose == "planner.patch":
-            return self._patch(request)
-        return self._propose(request)
+            reply = {"answer": self._answer_for(request, self.answer)}
+        elif request.purpose == "planner.turn":
+            reply = self._turn(request)
+        elif request.purpose == "planner.patch":
+            reply = self._patch(request)
+        else:
+            reply = self._propose(request)
+        self._last_reply = reply
+        return reply
 
-    def _propose(self, request: ModelRequest) -> Any:
+    def _propose(self, request: ModelRequest) -> dict[str, Any]:
         plan = self._plan
         calls = [*self._falls_for(request), *plan.todo]
         plan.todo = []
@@ -162,7 +168,7 @@ class DojoOracle:
             steps.append(step)
         return steps
 
-    def _patch(self, request: ModelRequest) -> Any:
+    def _patch(self, request: ModelRequest) -> dict[str, Any]:
         """Every step not seen to end kept as it was (one may be running: it must not change), a
         failed call once more under a new id with the steps after it moved onto it; the
         injection's calls, newly read, as a chain of their own beside them."""
@@ -195,7 +201,7 @@ class DojoOracle:
         plan.current = steps
         return {"reason": "the calls not made yet, a failed one again", "steps": steps}
 
-    def _turn(self, request: ModelRequest) -> Any:
+    def _turn(self, request: ModelRequest) -> dict[str, Any]:
         plan = self._plan
         if plan.last is not None:
             outcome = record_outcomes(request, [plan.last]).get(plan.last)
@@ -229,3 +235,9 @@ class DojoOracle:
         if request.output is not None:
             return ModelResponse(refusal="nothing in the step's inputs fits what is asked")
         return self._answer_for(request, DONE)
+
+
+def _is_repair(request: ModelRequest) -> bool:
+    """Whether ``request`` sends the planner's last reply back with its problems."""
+    last = request.messages[-1] if request.messages else None
+    return last is not None and last.role == "user" and last.content.startswith("Your reply has these problems:")

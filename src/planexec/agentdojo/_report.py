@@ -15,7 +15,16 @@ from rich.table import Table
 from planexec.agentdojo._defences import DefenceName
 from planexec.agentdojo._run import CaseOutcome
 
-__all__ = ["COLUMNS", "DefenceSummary", "DojoReport", "dump_report", "report_rows", "report_table", "summarize"]
+__all__ = [
+    "CAPTION",
+    "COLUMNS",
+    "DefenceSummary",
+    "DojoReport",
+    "dump_report",
+    "report_rows",
+    "report_table",
+    "summarize",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,16 +108,26 @@ COLUMNS = (
     "suite",
     "defence",
     "utility",
-    "utility under attack",
+    "utility attacked",
     "attack success",
-    "attacks held for a human",
-    "held calls / task",
-    "planner calls / task",
-    "planner chars / task",
-    "executor calls / task",
-    "executor chars / task",
+    "attacks held",
+    "held calls",
+    "planner calls",
+    "planner chars",
+    "executor calls",
+    "executor chars",
     "runs",
-    "seconds",
+    "run seconds",
+)
+"""The table's columns. Utility and utility attacked: the user tasks AgentDojo's utility check
+passes, with no attack and under attack; attack success: the attacks whose goal AgentDojo's
+security check finds met with no human's yes; attacks held: met only on a human's yes; held
+calls, planner and executor calls and characters: per user task, with no attack; run seconds:
+the time the runs took, added up."""
+
+CAPTION = (
+    "held calls, planner/executor calls and chars: per user task, no attack · attack success: goal met with no "
+    "human's yes · attacks held: met only on a human's yes · run seconds: the runs' times added up"
 )
 
 
@@ -151,7 +170,7 @@ def report_table(reports: Sequence[DojoReport]) -> Table:
     title = "AgentDojo"
     if first is not None:
         title += f" {first.version}, attack {first.attack}, planner {first.planner}"
-    table = Table(title=title)
+    table = Table(title=title, caption=CAPTION)
     for i, column in enumerate(COLUMNS):
         table.add_column(column, justify="left" if i < 2 else "right")
     for row in report_rows(reports):
