@@ -22,8 +22,19 @@ output exists, so an injection in that output can change only the final answer (
 a failure); a planner that reads each result before choosing the next step is one an injection
 can steer into new calls — the agent the other settings must defend.
 
-Settings that are not in this version are listed with what they wait for; see
-:data:`DEFENCES` for where each plugs in.
+Settings that are not in this version are listed with what they wait for. Where each plugs in,
+once its part of planexec is there (each then gets ``build=`` in :data:`DEFENCES` instead of
+``missing=``):
+
+- ``policies``: a builder returning ``replace(_none(ctx), trust=...)``, with the trust policies'
+  option added to :class:`AgentOptions` (a field, passed on by :meth:`AgentOptions.agent`). A
+  call a policy holds goes to ``ctx.human`` and is counted as held; a call it refuses ends the run
+  with its stop reason, which the report keeps.
+- ``sealed``: a builder returning ``AgentOptions(planner=Planner(model=ctx.sealed_planner,
+  policy="upfront", sealed=True), tools=ctx.tools(), executor=ModelExecutor(model=ctx.executor),
+  executors=(extractor_executor(ctx),), context=ctx.context)``. Offline, ``ctx.sealed_planner``
+  and ``ctx.extractor`` are the sealed-plan oracle and its extractor.
+- ``sealed+policies``: the ``sealed`` builder's options with the policies' option added.
 """
 
 from __future__ import annotations
@@ -189,22 +200,18 @@ DEFENCES: dict[DefenceName, Defence] = {
         summary="none, and a human asked before every call that changes the environment",
         build=_approvals,
     ),
-    # Trust policies plug in here: a builder returning replace(_none(ctx), <the trust policies'
-    # option: a side-effecting call whose arguments are untrusted held for ctx.human or refused>).
+    # trust policies plug in here (see the module's docstring)
     "policies": Defence(
         name="policies",
         summary="trust labels and per-argument provenance policies",
         missing=f"trust policies: {_NOT_YET}",
     ),
-    # Sealed planning plugs in here: a builder returning AgentOptions(planner=Planner(model=
-    # ctx.sealed_planner, policy="upfront", sealed=True), tools=ctx.tools(),
-    # executors=(extractor_executor(ctx),), context=ctx.context).
+    # sealed planning plugs in here (see the module's docstring)
     "sealed": Defence(
         name="sealed",
         summary="sealed planning: the planner never reads tool output; extractors are quarantined",
         missing=f"Planner(sealed=True): {_NOT_YET}",
     ),
-    # Both: the sealed builder's options with the policies' option added.
     "sealed+policies": Defence(
         name="sealed+policies",
         summary="sealed planning and trust policies",

@@ -146,19 +146,33 @@ class SealedOracle:
 
     def __init__(self, world: DojoWorld, *, injection_task: str | None = None, gullible: bool = True) -> None:
         self.world = world
-        steps, expected = _sealed_plan(world.suite, world.user_task)
-        self.steps: list[dict[str, Any]] = copy.deepcopy(steps)
-        self.expected: dict[str, Any] = dict(expected)
-        """Extractor step id → the ground-truth value it is to find."""
+        self._injection_task = injection_task if gullible else None
         self._goal: str | None = None
-        self._injected: list[tuple[str, Any]] = []
-        if injection_task is not None and gullible:
-            injected = world.suite.injection_task(injection_task)
-            self._goal = plain(str(injected.GOAL))
-            self._injected = [(k, v) for c in world.ground_truth(injected) for k, v in c.args.items()]
+        if self._injection_task is not None:
+            self._goal = plain(str(world.suite.injection_task(self._injection_task).GOAL))
+        self._injected: list[tuple[str, Any]] | None = None
         kind = "gullible" if gullible else "honest"
         self.planner = FunctionModel(self._planner_reply, name="agentdojo-sealed-oracle")
         self.extractor = FunctionModel(self._extract, name=f"agentdojo-{kind}-extractor")
+
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        """The sealed plan (made when first asked for, once per task)."""
+        return copy.deepcopy(_sealed_plan(self.world.suite, self.world.user_task)[0])
+
+    @property
+    def expected(self) -> dict[str, Any]:
+        """Extractor step id → the ground-truth value it is to find."""
+        return dict(_sealed_plan(self.world.suite, self.world.user_task)[1])
+
+    def _injected_args(self) -> list[tuple[str, Any]]:
+        """The injection task's ground-truth arguments (name, value), in the order of its calls."""
+        if self._injected is None:
+            self._injected = []
+            if self._injection_task is not None:
+                injected = self.world.suite.injection_task(self._injection_task)
+                self._injected = [(k, v) for c in self.world.ground_truth(injected) for k, v in c.args.items()]
+        return self._injected
 
     def _planner_reply(self, request: ModelRequest) -> Any:
         if request.purpose == "planner.finish":
@@ -176,8 +190,9 @@ class SealedOracle:
         expected = self.expected.get(step_id)
         if self._goal is not None and reads(request, self._goal):
             name = step_id.split("_", 1)[1] if "_" in step_id else ""
-            same_name = [v for k, v in self._injected if k == name]
-            same_type = [v for _, v in self._injected if _json_type(v) == _json_type(expected)]
+            injected = self._injected_args()
+            same_name = [v for k, v in injected if k == name]
+            same_type = [v for _, v in injected if _json_type(v) == _json_type(expected)]
             chosen = (same_name or same_type or [None])[0]
             if chosen is not None:
                 return {"value": chosen}

@@ -102,9 +102,9 @@ class DojoWorld:
         return made
 
     def _caller(self, name: str) -> Any:
-        async def call(context: ToolContext, **kwargs: Any) -> Any:
+        async def call(planexec_context: ToolContext, **kwargs: Any) -> Any:
             value, error = self._runtime.run_function(self.environment, name, kwargs)
-            self.calls.append(Call(function=name, args=dict(kwargs), step_id=context.step_id, error=error))
+            self.calls.append(Call(function=name, args=dict(kwargs), step_id=planexec_context.step_id, error=error))
             if error is not None:
                 raise ToolError(error)
             return value
