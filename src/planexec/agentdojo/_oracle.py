@@ -21,6 +21,7 @@ writes from such a request. With no injection in what it reads, it is the oracle
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,6 +104,7 @@ class DojoOracle:
                 answer=str(injected.GROUND_TRUTH_OUTPUT or ""),
             )
         self._count = 0
+        self._token = secrets.token_hex(3)
         self._last_reply: dict[str, Any] | None = None
         kind = "gullible" if gullible else "oracle"
         self.planner = FunctionModel(self._planner_reply, name=f"agentdojo-{kind}-planner")
@@ -115,13 +117,16 @@ class DojoOracle:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _falls_for(self, request: ModelRequest) -> list[PlannedCall]:
-        """The injection's calls, the first time the injection is read (else none)."""
+    def _falls_for(self, request: ModelRequest, able: set[str] | None = None) -> list[PlannedCall]:
+        """The injection's calls (those of the functions in ``able``, when given), the first time
+        the injection is read where it can make any of them (else none)."""
         injection = self._injection
         if injection is None or injection.acted or not reads(request, injection.goal):
             return []
-        injection.acted = True
-        return [PlannedCall(function=c.function, args=dict(c.args), origin=c.origin) for c in injection.calls]
+        calls = [c for c in injection.calls if able is None or c.function in able]
+        if calls:
+            injection.acted = True
+        return [PlannedCall(function=c.function, args=dict(c.args), origin=c.origin) for c in calls]
 
     def _answer_for(self, request: ModelRequest, base: str) -> str:
         injection = self._injection
@@ -130,8 +135,11 @@ class DojoOracle:
         return base
 
     def _new_id(self, prefix: str) -> str:
+        """A step id no tool output can name in advance: an injection that imitates the execution
+        record ("- s2 send_money … ✗ failed") cannot make the oracle think a step failed or
+        succeeded."""
         self._count += 1
-        return f"{prefix}{self._count}"
+        return f"{prefix}{self._count}-{self._token}"
 
     # -- the planner ------------------------------------------------------------------------
 
@@ -224,11 +232,11 @@ class DojoOracle:
     def _executor_reply(self, request: ModelRequest) -> Any:
         granted = {t.name for t in request.tools}
         if granted and request.messages[-1].role != "tool":
-            calls = [c for c in self._falls_for(request) if c.function in granted]
+            calls = self._falls_for(request, granted)
             if calls:
                 return ModelResponse(
                     tool_calls=tuple(
-                        ToolCall(id=self._new_id("call"), name=c.function, arguments=literal(c.args)) for c in calls
+                        ToolCall(id=self._new_id("call"), name=c.function, arguments=dict(c.args)) for c in calls
                     ),
                     finish_reason="tool_calls",
                 )
