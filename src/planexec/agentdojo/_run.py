@@ -34,7 +34,8 @@ __all__ = [
     "settings_problems",
 ]
 
-MAX_CONCURRENCY = 64
+MAX_CONCURRENCY = 256
+"""The most runs at once (as many as `planexec eval` allows)."""
 
 
 @dataclass(frozen=True, kw_only=True)
