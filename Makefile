@@ -62,4 +62,7 @@ $(READY): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 # BFCL's tasks and API classes (tests/test_bfcl.py): without their declared dependencies, which pull in torch
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps 'bfcl-eval==2026.3.23' 'mpmath>=1.3'
+# AgentDojo's suites (tests/test_agentdojo.py): its imports come with the agentdojo extra (in dev); without its
+# declared dependencies, which also bring langchain and python-dotenv that none of the modules planexec uses imports
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps 'agentdojo==0.1.35'
 	touch $(READY)

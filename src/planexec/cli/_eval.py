@@ -1,5 +1,5 @@
 """``planexec eval SUITE.yaml``: run a suite of golden tasks, show and write the report, and
-compare it with a baseline report.
+compare it with a baseline report. ``agentdojo:SUITE`` is handed to ``_eval_agentdojo``.
 
 Exit status: 0 when nothing regressed (and, with --fail-on-task-failure, every run passed), 1 when
 something regressed beyond its tolerance or a run failed under --fail-on-task-failure, 2 when the
@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from planexec._util.plural import counted
 from planexec.cli._common import EXIT_OK, EXIT_STOPPED, make_console, problem_exit, say
+from planexec.cli._eval_agentdojo import AGENTDOJO_PREFIX, agentdojo_eval
 from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
@@ -158,6 +159,16 @@ def _tolerance(maximum: float) -> Callable[[click.Context, click.Parameter, floa
     metavar="SEED",
     help="bfcl: suites: one call of each task (chosen by SEED) fails once, not transiently.",
 )
+@click.option(
+    "--defence",
+    multiple=True,
+    metavar="SETTING",
+    help="agentdojo: suites: a defence setting to run under (repeatable; default: every one this version has).",
+)
+@click.option(
+    "--attack", metavar="NAME", help="agentdojo: suites: AgentDojo's attack (default: important_instructions)."
+)
+@click.option("--injection-ids", metavar="ID,ID", help="agentdojo: suites: only these injection tasks.")
 @click.option("--no-live", is_flag=True, help="Print a line per finished run instead of a progress bar.")
 @global_options(store=False)
 @click.pass_context
@@ -187,14 +198,24 @@ def eval_command(
     limit: int | None,
     ids: str | None,
     fail_one: int | None,
+    defence: tuple[str, ...],
+    attack: str | None,
+    injection_ids: str | None,
     no_live: bool,
 ) -> None:
-    """Evaluate an agent on a suite of golden tasks (a YAML file, or bfcl:CATEGORY).
+    """Evaluate an agent on a suite of golden tasks (a YAML file, bfcl:CATEGORY or agentdojo:SUITE).
 
     bfcl:CATEGORY runs BFCL's multi-turn tasks (bfcl:multi_turn_base, bfcl:multi_turn_miss_func,
     ...; needs the bfcl-eval package), shaped by --planner, --executor, --react-model, --policy,
     the planner's ensemble (--escalate-to, --escalate-on, --confidence-below), --limit, --ids and
     --fail-one.
+
+    agentdojo:SUITE runs AgentDojo's prompt-injection suites (agentdojo:banking, agentdojo:slack,
+    agentdojo:travel, agentdojo:workspace; needs the agentdojo package) under planexec's defence
+    settings (--defence), attacked by AgentDojo's --attack, shaped by --planner, --executor,
+    --policy, --limit, --ids and --injection-ids; it prints utility, utility under attack, attack
+    success and the calls held for a human, per setting. With no --planner, offline models play:
+    an oracle of each task's ground truth that falls for every injection it reads.
 
     Each task runs as many times as it asks (repeat), concurrently, each run with fresh models.
     A run passes when its goal was met, it called the tools the task expects and its answer
@@ -206,6 +227,38 @@ def eval_command(
     `tolerances:`, else the defaults) is named and the exit status is 1. Tolerances: pass rate
     as an absolute drop; cost and latency as a relative rise of the mean per run.
     """
+    if str(suite_path).startswith(AGENTDOJO_PREFIX):
+        agentdojo_eval(
+            ctx,
+            str(suite_path).removeprefix(AGENTDOJO_PREFIX),
+            {
+                "concurrency": concurrency,
+                "json_out": json_out,
+                "baseline": baseline,
+                "faults": faults,
+                "seed": seed,
+                "agent": agent,
+                "store_url": store_url,
+                "tolerance_pass_rate": tolerance_pass_rate,
+                "tolerance_cost": tolerance_cost,
+                "tolerance_latency": tolerance_latency,
+                "fail_on_task_failure": fail_on_task_failure,
+                "planner": planner,
+                "executor": executor,
+                "react_model": react_model,
+                "policy": policy,
+                "escalate_to": escalate_to,
+                "escalate_on": escalate_on,
+                "confidence_below": confidence_below,
+                "limit": limit,
+                "ids": ids,
+                "fail_one": fail_one,
+                "defence": defence,
+                "attack": attack,
+                "injection_ids": injection_ids,
+                "no_live": no_live,
+            },
+        )
     given = {"pass_rate": tolerance_pass_rate, "cost": tolerance_cost, "latency": tolerance_latency}
     options = _Options(
         suite_path=suite_path,
@@ -235,6 +288,11 @@ def eval_command(
             "ids": ids,
             "fail_one": fail_one,
         },
+        agentdojo_only=tuple(
+            flag
+            for flag, value in (("--defence", defence), ("--attack", attack), ("--injection-ids", injection_ids))
+            if value
+        ),
     )
     suite, fault_spec, base = _prepare(ctx, options)
     settings = replace(options.settings, faults=fault_spec)
@@ -265,6 +323,8 @@ class _Options:
     store: StoreChoice | None
     bfcl: dict[str, Any]
     """The options that shape a ``bfcl:`` suite (None: not given)."""
+    agentdojo_only: tuple[str, ...] = ()
+    """The options given that shape only an ``agentdojo:`` suite (refused here)."""
 
 
 def _store(ctx: click.Context, url: str | None) -> StoreChoice | None:
@@ -278,6 +338,8 @@ def _store(ctx: click.Context, url: str | None) -> StoreChoice | None:
 def _prepare(ctx: click.Context, options: _Options) -> tuple[Suite, FaultSpec | None, EvalReport | None]:
     """The suite, the fault profile and the baseline; every problem with any of them exits with status 2."""
     problems = Problems()
+    for flag in options.agentdojo_only:
+        problems.add(flag, f"shapes a suite of AgentDojo's tasks (agentdojo:SUITE), not {options.suite_path}")
     suite = _read_suite(options, problems)
     faults = _read_faults(options.faults, problems)
     base = _read_baseline(options.baseline, problems)

@@ -42,7 +42,9 @@ COMMANDS: dict[str, _Command] = {
     "approve": _Command("_approvals", "approve", "Approve question ID of RUN (with no ID: its only open question)."),
     "demo": _Command("_demo", "demo", "Run the offline demo: an agent audits a failing customer workflow."),
     "eval": _Command(
-        "_eval", "eval_command", "Evaluate an agent on a suite of golden tasks (a YAML file, or bfcl:CATEGORY)."
+        "_eval",
+        "eval_command",
+        "Evaluate an agent on a suite of golden tasks (a YAML file, bfcl:CATEGORY or agentdojo:SUITE).",
     ),
     "export": _Command("_listing", "export", "Export RUN's log as JSON Lines: one event per line, in log order."),
     "gc": _Command(

@@ -91,7 +91,7 @@ from planexec.runtime._journal import _JournalFailed
 from planexec.runtime._policies import PlanKind, PlanningPolicy
 from planexec.runtime._recall import direct_plan, memory_answer, recall_for, with_example
 from planexec.runtime._scheduler import ReadyQueue
-from planexec.runtime._sealed import AnswerUnfilled, carried_answer, default_template
+from planexec.runtime._sealed import _AnswerUnfilled, carried_answer, default_template
 from planexec.runtime._settings import AnswerCheck, ApprovalDecision, ApprovalRequest
 from planexec.runtime._trust import Trust
 from planexec.runtime._world import _RecordedError
@@ -178,7 +178,7 @@ def crash_stop(crash: BaseException, *, planner: bool = False, problems: str = "
     if planner and problems and not isinstance(crash, _JournalFailed | ToolCrashed | ModelCrashed):
         text = str(crash) if isinstance(crash, _RecordedError) else f"{type(crash).__name__}: {crash}"
         return error_stop("planner_output", f"the planner's output kept failing its checks: {problems} (then: {text})")
-    if isinstance(crash, AnswerUnfilled):
+    if isinstance(crash, _AnswerUnfilled):
         return error_stop("answer_template", str(crash))
     code: ErrorCode
     if isinstance(crash, _JournalFailed):
