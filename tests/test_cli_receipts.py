@@ -28,7 +28,7 @@ TOOLS = '''
 from planexec import tool
 
 
-@tool
+@tool(trusted=True)  # a sum of the planner's own numbers: as trusted as they are
 def add(a: int, b: int) -> int:
     """Add two numbers."""
     return a + b

@@ -67,6 +67,7 @@ from planexec.log import (
 from planexec.models import ModelRequest, ModelResponse, ToolCall, Usage
 from planexec.plan import NonEmpty
 from planexec.testing import ScriptedModel, tool_calls
+from planexec.trust import Provenance, Source, Violation
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -275,7 +276,7 @@ def test_every_event_kind_has_an_example() -> None:
 def test_event_round_trip(kind: str) -> None:
     event = EXAMPLES[kind]
     dumped = dump_event(event)
-    assert dumped["v"] == EVENT_SCHEMA_VERSION == 12
+    assert dumped["v"] == EVENT_SCHEMA_VERSION == 13
     assert dumped["event"]["kind"] == kind
     text = json.dumps(dumped, ensure_ascii=False)
     loaded = load_event(json.loads(text))
@@ -874,4 +875,131 @@ async def test_v12_fixture_replays_exactly() -> None:
     from planexec.runtime import replay_log
 
     report = await replay_log(_load_log(FIXTURES / "events_v12.jsonl"))
+    assert report.matched, report.divergence
+
+
+# -- the version 13 fixture log: trust labels on every value -----------------------------------
+
+_TOOL = Source(kind="tool", trusted=False, step="a", tool="fetch")
+_LABEL = Provenance.of(_TOOL)
+_BROKEN = Violation(
+    tool="transfer",
+    argument="to",
+    rule="argument_rule",
+    requires="trusted values only",
+    reason="it comes from tool:a (fetch), which is not trusted",
+    provenance=_LABEL,
+    step_id="b",
+)
+
+NEW_IN_V13: list[Event] = [
+    StepStarted(at=1.0, step_id="b", executor="tools", tool="transfer", args={"to": "X"}, provenance={"to": _LABEL}),
+    StepSucceeded(at=2.0, step_id="a", output="x", verdict=Verdict(passed=True), provenance=_LABEL),
+    StepFailed(
+        at=2.5,
+        step_id="b",
+        error=StepError(kind="untrusted", message="refused"),
+        started=False,
+        provenance=Provenance.of(Source(kind="config", trusted=True)),
+        violations=(_BROKEN,),
+    ),
+    ToolCalled(
+        at=3.0,
+        step_id="c",
+        call_id="call_1",
+        tool="fetch",
+        args={"q": "y"},
+        output="page",
+        provenance={"q": Provenance(trusted=True, sources=(_TOOL,), confirmed_by="ana")},
+        output_provenance=Provenance.of(Source(kind="tool", trusted=True, step="c", tool="fetch", call="call_1")),
+    ),
+    PlanProposed(at=4.0, plan=_PLAN, trigger="failure", tainted=("b",), read=(_TOOL,)),
+    StepStreamed(at=4.5, step=_PLAN.steps[0], plan_version=3, tainted=True),
+    ModelCalled(at=5.0, role="planner", purpose="planner.patch", model="m", read=(_TOOL,)),
+    ApprovalRequested(
+        at=6.0,
+        approval_id="q1",
+        subject="step",
+        step_id="b",
+        rule="argument_rule",
+        args={"to": "X"},
+        provenance={"to": _LABEL},
+        violations=(_BROKEN,),
+    ),
+    RunFinished(
+        at=7.0,
+        stop=StopReason(kind="refused", detail="step b", violations=(_BROKEN,)),
+        answer="done",
+        answer_provenance=Provenance.of(Source(kind="planner", trusted=False), _TOOL),
+    ),
+]
+
+
+@pytest.mark.parametrize("event", NEW_IN_V13, ids=lambda e: e.kind)
+def test_what_version_13_added_round_trips(event: Event) -> None:
+    loaded = load_event(json.loads(json.dumps(dump_event(event))))
+    assert loaded == event
+
+
+def test_v13_fixture_loads_and_folds() -> None:
+    events = _load_log(FIXTURES / "events_v13.jsonl")
+    state = RunState.fold(events)
+    assert state.stop is not None
+    assert state.stop.kind == "goal_met"
+    steps = state.steps
+    # a tool's output is untrusted unless the tool is declared trusted
+    assert steps["acct"].output_provenance is not None
+    assert steps["acct"].output_provenance.trusted
+    assert steps["inv"].status == "failed"
+    assert steps["inv"].output_provenance == Provenance.of(
+        Source(kind="tool", trusted=False, step="inv", tool="read_invoice")
+    )
+    # the patch came after the planner read the failed tool's error: every step it wrote is tainted
+    assert [p.version for p in state.plans] == [1, 2]
+    assert state.plan_reads[2] == (Source(kind="tool", trusted=False, step="inv", tool="read_invoice"),)
+    assert {sid: rec.tainted for sid, rec in steps.items()} == {
+        "inv": False,
+        "acct": False,
+        "inv2": True,
+        "pay": True,
+        "note": True,
+    }
+    # a human's yes confirmed the arguments of the held transfer, as they were sent
+    pay = steps["pay"]
+    assert pay.provenance is not None
+    assert pay.provenance["to"].confirmed_by == "ana"
+    assert pay.provenance["to"].trusted
+    assert pay.provenance["to"].untrusted_sources == (
+        Source(kind="tool", trusted=False, step="inv2", tool="read_invoice"),
+    )
+    (question,) = state.approvals.values()
+    assert (question.rule, [(v.argument, v.rule) for v in question.violations]) == (
+        "argument_rule",
+        [("to", "argument_rule"), ("amount", "untrusted_effect"), ("*", "untrusted_effect")],
+    )
+    # the model step read untrusted text: its output, and the call it asked for, are untrusted
+    note = steps["note"]
+    assert note.output_provenance is not None
+    assert not note.output_provenance.trusted
+    (call,) = note.tool_calls
+    assert (call.tool, call.error.kind if call.error else None) == ("send_mail", "rejected")
+    assert [v.argument for v in call.violations] == ["*"]
+    # the planner wrote the answer after reading tool outputs
+    assert state.answer_provenance is not None
+    assert not state.answer_provenance.trusted
+    for line, event in zip(
+        (FIXTURES / "events_v13.jsonl").read_text(encoding="utf-8").splitlines(), events, strict=True
+    ):
+        old = json.loads(line)
+        assert old["v"] == 13
+        assert _kept(dump_event(event)["event"], old["event"])
+    older = RunState.fold(_load_log(FIXTURES / "events_v12.jsonl"))
+    assert older.answer_provenance is None
+    assert all(rec.provenance is None and rec.output_provenance is None for rec in older.steps.values())
+
+
+async def test_v13_fixture_replays_exactly() -> None:
+    from planexec.runtime import replay_log
+
+    report = await replay_log(_load_log(FIXTURES / "events_v13.jsonl"))
     assert report.matched, report.divergence

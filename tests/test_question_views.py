@@ -19,6 +19,7 @@ from planexec.log import ApprovalRequested
 from planexec.models import FunctionModel, ModelRequest
 from planexec.runs import open_questions
 from planexec.store import Redactor, SQLiteStore
+from planexec.trust import TrustPolicy
 from planexec.views import QuestionView
 
 from .cli_support import invoke
@@ -269,7 +270,13 @@ async def test_a_patch_is_asked_about_as_a_diff_against_the_plan_a_human_approve
     )
     result = await agent.run("post the page")
     assert result.stop.kind == "goal_met", result.stop
-    first_view, patch_view = views
+    first_view, patch_view = [v for v in views if v.kind == "plan"]
+    # each post takes the fetched page (untrusted): asked about once its value is known
+    effects = [v for v in views if v.kind == "step"]
+    assert [(v.step and v.step.id, v.rule) for v in effects] == [
+        ("say", "untrusted_effect"),
+        ("shout", "untrusted_effect"),
+    ]
     assert first_view.plan is not None
     assert first_view.plan.changes.base_version is None
     assert [s.effect.label for s in first_view.plan.steps] == ["read", "write"]
@@ -327,10 +334,23 @@ async def test_a_side_effect_a_patch_adds_is_asked_about_even_with_plan_approval
     assert view.step.change == "added"
     assert "added by plan v2, a patch" in view.why
 
+    # with patched effects lifted, the planner still wrote the step after reading the tool's
+    # error: it is untrusted, and asked about as such
+    asked.clear()
+    lifted = Approvals(approver=rejecting, patched_effects=False)
+    result = await Agent(_patching_planner(first, fooled), tools=tools, approvals=lifted, budget=SAFETY).run(
+        "summarise the page"
+    )
+    assert (deleted, result.stop.kind) == ([], "rejected")
+    [view] = asked
+    assert (view.rule, [v.argument for v in view.violations]) == ("untrusted_effect", ["*"])
+    assert view.step is not None
+    assert view.step.tainted
+
     # lifted by the developer, or with nobody to ask, the step runs as the other gates say
-    for approvals in (Approvals(approver=rejecting, patched_effects=False), Approvals()):
+    for approvals, trust in ((lifted, TrustPolicy(untrusted_effects=False)), (Approvals(), TrustPolicy())):
         deleted.clear()
-        result = await Agent(_patching_planner(first, fooled), tools=tools, approvals=approvals, budget=SAFETY).run(
-            "summarise the page"
-        )
+        result = await Agent(
+            _patching_planner(first, fooled), tools=tools, approvals=approvals, budget=SAFETY, trust=trust
+        ).run("summarise the page")
         assert deleted == ["all"], approvals

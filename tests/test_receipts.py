@@ -46,7 +46,7 @@ class World:
         self.calls: list[str] = []
         world = self
 
-        @tool
+        @tool(trusted=True)  # the world's own read tools: what they return no outsider can shape
         def add(a: int, b: int) -> int:
             """Add two numbers."""
             return a + b
@@ -69,7 +69,7 @@ class World:
             world.calls.append(f"erase {path}")
             return f"erased {path}"
 
-        @tool
+        @tool(trusted=True)
         def find(q: str) -> str:
             """Search."""
             return f"found {q}"

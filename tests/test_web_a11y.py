@@ -36,7 +36,18 @@ KINDS = ("plan", "step", "effect", "question", "escalation", "review", "answer",
 AGENTS: dict[str, tuple[list[Any], dict[str, Any]]] = {
     # each agent's run ends up asking one kind of question
     "plan": ([COUNT, {"answer": "counted"}], {"approve_plan": True}),
-    "step": ([{"steps": [tool_step("publish", "publish", {"title": "weekly"})]}, {"answer": "published"}], {}),
+    "step": (  # a title that takes a tool's output: where each argument comes from is on the card
+        [
+            {
+                "steps": [
+                    tool_step("first", "count", {"word": "alpha"}),
+                    tool_step("publish", "publish", {"title": "weekly, ${first} words"}, "first"),
+                ]
+            },
+            {"answer": "published"},
+        ],
+        {},
+    ),
     "effect": ([{"steps": [tool_step("pay", "transfer", {"amount": 7})]}, {"answer": "paid"}], {}),
     "question": ([{"question": "Which words should I count?"}, COUNT, {"answer": "counted"}], {}),
     "escalation": ([{"steps": [tool_step("look", "search_everywhere", {"q": "x"})]}], {}),
@@ -221,8 +232,26 @@ CARD_TEXT = """(card) => ({
         [dt.textContent, dt.nextElementSibling.textContent]),
     review: card.querySelector('pre.under-review')?.textContent ?? null,
     caps: [...card.querySelectorAll('fieldset.caps input')].map((i) => i.name),
+    violations: [...card.querySelectorAll('ul.violations li')].map((li) => [li.dataset.argument, li.dataset.rule]),
 })"""
 """What a person reads on a question card."""
+
+
+def _trust_cell(label: dict[str, Any] | None) -> str:
+    """What the trust cell of an argument says: trusted, untrusted or who confirmed it, then where
+    the value came from (the sources in question, or every source of a trusted value)."""
+    if label is None:
+        return "—"
+    vouched = label["confirmed_by"] is not None or not label["trusted"]
+    word = (
+        f"confirmed by {label['confirmed_by']}"
+        if label["confirmed_by"]
+        else "trusted"
+        if label["trusted"]
+        else "untrusted"
+    )
+    sources = [s["text"] for s in label["sources"] if not (vouched and s["trusted"])]
+    return f"{word} {', '.join(sources)}".strip()
 
 
 @pytest.mark.parametrize("width", [1366, 420])
@@ -245,7 +274,13 @@ def test_each_kind_of_question_shows_what_the_decision_needs(browser: Any, serve
             step = view["step"]
             if step is not None and kind != "plan":
                 assert shown["facts"]["Effect"] == step["effect"]["label"], kind
-                assert shown["args"] == [[a["name"], a["text"], a["binding"] or "—"] for a in step["arguments"]], kind
+                assert shown["args"] == [
+                    [a["name"], a["text"], a["binding"] or "—", _trust_cell(a["provenance"])] for a in step["arguments"]
+                ], kind
+            assert shown["violations"] == [[v["argument"], v["rule"]] for v in view["violations"]], kind
+            if kind == "step":
+                assert shown["violations"] == [["title", "untrusted_effect"]]
+                assert shown["args"][0][3].startswith("untrusted ")
             if view["plan"] is not None:
                 assert shown["planRows"] == [s["id"] for s in view["plan"]["steps"]]
                 assert shown["facts"]["Changes"] == view["plan"]["changes"]["summary"]

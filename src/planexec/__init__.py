@@ -4,7 +4,8 @@ bounded, fully recorded runs.
 The names here are the everyday API. The rest lives in the packages that own it:
 :mod:`planexec.errors` (every error), :mod:`planexec.testing` (scripted test models),
 :mod:`planexec.models`, :mod:`planexec.tools`, :mod:`planexec.plan`, :mod:`planexec.log` (events,
-state, results), :mod:`planexec.store`, :mod:`planexec.faults` and :mod:`planexec.eval`.
+state, results), :mod:`planexec.trust` (trust labels and the rules on effects), :mod:`planexec.store`,
+:mod:`planexec.faults` and :mod:`planexec.eval`.
 
 The names below are imported on first use (``planexec.Agent`` loads the runtime then), so that
 importing ``planexec`` — and starting the ``planexec`` command — stays quick.
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
         RunContext,
     )
     from planexec.tools import RetryPolicy, Tool, ToolContext, Toolset, Workflow, tool, workflow
+    from planexec.trust import TrustPolicy
 
 __version__ = "0.1.0"
 
@@ -73,6 +75,7 @@ _WHERE: dict[str, str] = {
     "tool": "planexec.tools",
     "Workflow": "planexec.tools",
     "workflow": "planexec.tools",
+    "TrustPolicy": "planexec.trust",
 }
 """Where each public name lives; ``__getattr__`` imports it from there when first asked for."""
 
@@ -107,6 +110,7 @@ __all__ = [
     "ToolExecutor",
     "Toolset",
     "TransientToolError",
+    "TrustPolicy",
     "UsageError",
     "Workflow",
     "__version__",

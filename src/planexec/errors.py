@@ -15,6 +15,7 @@
     │   ├── MaxReplans
     │   ├── Stalled
     │   ├── Rejected
+    │   ├── Refused             a call broke a trust rule and was not made
     │   ├── Escalated           the planner could not go on and no human let it
     │   ├── RunCancelled
     │   ├── UnrecoverableError
@@ -80,6 +81,7 @@ __all__ = [
     "PlannerEscalated",
     "PlannerGaveUp",
     "Problem",
+    "Refused",
     "Rejected",
     "RunCancelled",
     "RunFailed",
@@ -186,6 +188,11 @@ class Stalled(RunFailed):
 
 class Rejected(RunFailed):
     """A human rejected the plan or a step."""
+
+
+class Refused(RunFailed):
+    """A call broke a trust rule and was not made (``result.stop.violations`` says which tool,
+    argument, rule and label)."""
 
 
 class Escalated(RunFailed):

@@ -398,6 +398,7 @@ export interface components {
              * @default false
              */
             cut: boolean;
+            provenance?: components["schemas"]["ProvenanceView"] | null;
         };
         /**
          * BudgetCaps
@@ -680,6 +681,20 @@ export interface components {
             code: string;
         };
         /**
+         * ProvenanceView
+         * @description Where a value came from, and whether the run trusts it (see ``planexec.trust.Provenance``).
+         */
+        ProvenanceView: {
+            /** Trusted */
+            trusted: boolean;
+            /** Text */
+            text: string;
+            /** Sources */
+            sources: components["schemas"]["SourceView"][];
+            /** Confirmed By */
+            confirmed_by?: string | null;
+        };
+        /**
          * QuestionView
          * @description A question to a human, with everything the decision needs: the goal, what is asked about
          *     (the step with its resolved arguments and effect, the plan as a graph with its changes and
@@ -740,6 +755,11 @@ export interface components {
              * @default []
              */
             choices: string[];
+            /**
+             * Violations
+             * @default []
+             */
+            violations: components["schemas"]["ViolationView"][];
             answered?: components["schemas"]["AnsweredView"] | null;
         };
         /** RangeView */
@@ -817,6 +837,27 @@ export interface components {
             steps: components["schemas"]["StepCounts"];
             /** Questions */
             questions: number;
+        };
+        /**
+         * SourceView
+         * @description One place a value came from (see ``planexec.trust.Source``).
+         */
+        SourceView: {
+            /**
+             * Kind
+             * @enum {string}
+             */
+            kind: "goal" | "constraint" | "config" | "tool" | "model" | "planner" | "memory" | "session" | "human";
+            /** Trusted */
+            trusted: boolean;
+            /** Step */
+            step?: string | null;
+            /** Tool */
+            tool?: string | null;
+            /** Call */
+            call?: string | null;
+            /** Text */
+            text: string;
         };
         /**
          * SpendView
@@ -955,6 +996,12 @@ export interface components {
             allowed_tools: string[];
             /** Idempotency Key */
             idempotency_key?: string | null;
+            /**
+             * Tainted
+             * @default false
+             */
+            tainted: boolean;
+            output_provenance?: components["schemas"]["ProvenanceView"] | null;
         };
         /** Stop */
         Stop: {
@@ -993,6 +1040,26 @@ export interface components {
             tool_calls: number;
             /** Cost */
             cost: number;
+        };
+        /**
+         * ViolationView
+         * @description A trust rule an argument of a call breaks, and why.
+         */
+        ViolationView: {
+            /** Argument */
+            argument: string;
+            /**
+             * Rule
+             * @enum {string}
+             */
+            rule: "argument_rule" | "untrusted_effect";
+            /** Requires */
+            requires: string;
+            /** Reason */
+            reason: string;
+            provenance: components["schemas"]["ProvenanceView"];
+            /** Text */
+            text: string;
         };
     };
     responses: never;

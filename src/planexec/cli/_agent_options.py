@@ -72,6 +72,8 @@ _KEYS = (
     "over_forecast",
     "sealed",
     "extractor_spec",
+    "trusted_tools",
+    "untrusted_effects",
 )
 
 SETTING_HELP = (
@@ -130,6 +132,11 @@ class AgentFlags:
     """Sealed planning (``--sealed``/``--no-sealed``)."""
     extractor: str | None = None
     """The model of a sealed planner's quarantined extractor (``--extractor``)."""
+    trusted_tools: tuple[str, ...] = ()
+    """Tools whose output is trusted (``--trusted-tool``, repeatable)."""
+    untrusted_effects: bool | None = None
+    """Whether a call that changes the world with untrusted values is asked about
+    (``--untrusted-effects``/``--no-untrusted-effects``)."""
 
     @classmethod
     def take(cls, values: dict[str, Any]) -> AgentFlags:
@@ -167,6 +174,8 @@ class AgentFlags:
             over_forecast=own["over_forecast"],
             sealed=own["sealed"],
             extractor=own["extractor_spec"],
+            trusted_tools=tuple(own["trusted_tools"] or ()),
+            untrusted_effects=own["untrusted_effects"],
         )
 
     def spec_for_run(self, constraints: Sequence[str]) -> AgentSpec:
@@ -298,6 +307,22 @@ def agent_options(*, for_run: bool) -> Callable[[F], F]:
             default=None,
             help="With --sealed: the model of the quarantined extractor, which pulls values out of steps' outputs "
             "for later steps (no tools; its reply must fit the step's output schema)." + later,
+        )(fn)
+        fn = click.option(
+            "--trusted-tool",
+            "trusted_tools",
+            multiple=True,
+            metavar="NAME",
+            help="A tool whose output is trusted (repeatable): values it returns may steer effects without a "
+            "human's yes. By default a tool's output is not trusted." + later,
+        )(fn)
+        fn = click.option(
+            "--untrusted-effects/--no-untrusted-effects",
+            "untrusted_effects",
+            default=None,
+            help="Ask a human before a call that changes the world takes a value that came from untrusted text "
+            "(a tool's output, a model that read it), or that the planner wrote after reading such text."
+            + (" Default: on (questions are asked when a human can answer them)." if for_run else later),
         )(fn)
         fn = click.option(
             "--sealed/--no-sealed",

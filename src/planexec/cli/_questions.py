@@ -19,7 +19,15 @@ from planexec._util.plural import counted
 from planexec.cli._format import when
 from planexec.cli._store_options import StoreChoice, store_flag
 from planexec.cli._text import plain, shown
-from planexec.views import REASON_SHOWN, PlanView, QuestionView, StepView, argument_text, question_lines
+from planexec.views import (
+    REASON_SHOWN,
+    PlanView,
+    QuestionView,
+    StepView,
+    argument_text,
+    provenance_text,
+    question_lines,
+)
 
 __all__ = ["answer_commands", "question_json", "question_panel", "question_text_lines"]
 
@@ -77,12 +85,20 @@ def _arguments(step: StepView) -> RenderableType:
     table.add_column("argument", overflow="fold")
     table.add_column("value as sent", overflow="fold", ratio=3)
     table.add_column("from", overflow="fold")
+    labelled = any(arg.provenance is not None for arg in step.arguments)
+    if labelled:
+        table.add_column("trust", overflow="fold")
     for arg in step.arguments:
         value = arg.text + (f"  [{arg.size:,} characters]" if arg.cut else "")
         source = ""
         if arg.binding is not None:
             source = arg.binding if arg.resolved else f"{arg.binding} (not run yet)"
-        table.add_row(shown(arg.name), shown(value), shown(source))
+        cells = [shown(arg.name), shown(value), shown(source)]
+        if labelled:
+            label = arg.provenance
+            text = provenance_text(label) if label is not None else ""
+            cells.append(shown(text, "" if label is None or label.trusted else "bold red"))
+        table.add_row(*cells)
     return table
 
 
@@ -100,6 +116,8 @@ def _step(grid: Table, step: StepView) -> None:
         grid.add_row("after", shown(", ".join(step.depends_on)))
     if step.idempotency_key:
         grid.add_row("key", shown(step.idempotency_key))
+    if step.tainted:
+        grid.add_row("written", shown("by the planner after it read untrusted text", "bold red"))
     grid.add_row("arguments", _arguments(step))
 
 
@@ -142,6 +160,12 @@ def question_panel(view: QuestionView, *, commands: Sequence[str] = ()) -> Rende
     parts: list[RenderableType] = [grid]
     if view.step is not None:
         _step(grid, view.step)
+    for v in view.violations:
+        where = "the call" if v.argument == "*" else v.argument
+        if v.rule == "argument_rule":
+            grid.add_row("breaks a rule", shown(f"{where}: {v.requires} — {v.reason}", "bold red"))
+        else:
+            grid.add_row("untrusted", shown(f"{where}: {v.reason}", "bold red"))
     if view.plan is not None:
         plan = view.plan
         grid.add_row("plan", shown(f"v{plan.version} by {plan.author}" + (f": {plan.reason}" if plan.reason else "")))

@@ -15,6 +15,8 @@ from rich.text import Text
 
 from planexec.cli._text import shown
 from planexec.log import Event, ModelCalled, PlanProposed, RunResult, StepRecord
+from planexec.trust import Provenance, Violation
+from planexec.views import provenance_view, violation_view
 
 __all__ = ["RoleUsage", "json_text", "print_summary", "result_json", "step_json", "usage_by_role"]
 
@@ -181,8 +183,19 @@ def _timings(result: RunResult, extra: Iterable[tuple[str, str]]) -> Table:
 # -- for programs ---------------------------------------------------------------------------
 
 
+def label_json(label: Provenance | None) -> dict[str, Any] | None:
+    """A trust label as JSON data (as the question views carry it)."""
+    return None if label is None else provenance_view(label, None).model_dump(mode="json")
+
+
+def violations_json(violations: Iterable[Violation]) -> list[dict[str, Any]]:
+    """Broken trust rules as JSON data."""
+    return [violation_view(v, None).model_dump(mode="json") for v in violations]
+
+
 def step_json(rec: StepRecord) -> dict[str, Any]:
-    """One step record as JSON data."""
+    """One step record as JSON data, with its trust labels: each argument's (``provenance``), the
+    output's, whether a planner wrote it after reading untrusted text, the rules a refused call broke."""
     return {
         "id": rec.step.id,
         "status": rec.status,
@@ -201,9 +214,20 @@ def step_json(rec: StepRecord) -> dict[str, Any]:
                 "ok": c.error is None,
                 "error": None if c.error is None else str(c.error),
                 "duration": c.duration,
+                "provenance": None
+                if c.provenance is None
+                else {name: label_json(label) for name, label in c.provenance.items()},
+                "output_provenance": label_json(c.output_provenance),
+                "violations": violations_json(c.violations),
             }
             for c in rec.tool_calls
         ],
+        "provenance": None
+        if rec.provenance is None
+        else {name: label_json(label) for name, label in rec.provenance.items()},
+        "output_provenance": label_json(rec.output_provenance),
+        "tainted": rec.tainted,
+        "violations": violations_json(rec.violations),
     }
 
 
@@ -220,8 +244,10 @@ def result_json(result: RunResult, **extra: Any) -> dict[str, Any]:
             "detail": result.stop.detail,
             "budget": result.stop.budget,
             "code": result.stop.code,
+            "violations": violations_json(result.stop.violations),
         },
         "answer": result.answer,
+        "answer_provenance": label_json(result.answer_provenance),
         "plans": [
             {
                 "version": p.version,

@@ -17,17 +17,27 @@ from planexec._util.plural import counted
 from planexec.cli._board import runs_on
 from planexec.cli._format import cut, money, seconds, when
 from planexec.cli._questions import question_json, question_panel
-from planexec.cli._report import step_json, usage_by_role
+from planexec.cli._report import label_json, step_json, usage_by_role, violations_json
 from planexec.cli._text import shown
 from planexec.log import ApprovalRecord, Event, PlanProposed, RunState, StepRecord
 from planexec.plan import render_text
-from planexec.views import diff_plans, forecast_view, question_view
+from planexec.trust import Provenance
+from planexec.views import diff_plans, forecast_view, provenance_text, provenance_view, question_view
 
 __all__ = ["print_run", "run_json"]
 
 
 def _triggers(log: Sequence[Event]) -> dict[int, str]:
     return {e.plan.version: e.trigger for e in log if isinstance(e, PlanProposed)}
+
+
+def _tainted(log: Sequence[Event]) -> dict[int, tuple[str, ...]]:
+    """For each plan version: the steps a planner wrote after reading untrusted text."""
+    return {e.plan.version: e.tainted for e in log if isinstance(e, PlanProposed)}
+
+
+def _label(label: Provenance) -> str:
+    return provenance_text(provenance_view(label, None))
 
 
 def _records(state: RunState) -> list[tuple[StepRecord, bool]]:
@@ -70,6 +80,8 @@ def print_run(console: Console, log: Sequence[Event], state: RunState | None = N
     console.print(_head(state))
     console.print(_plans(state, log))
     console.print(_steps(state))
+    if any(rec.provenance is not None or rec.output_provenance is not None for rec, _ in _records(state)):
+        console.print(_labels(state))
     console.print(_usage(state, log))
     if state.approvals:
         console.print(_approvals(state))
@@ -123,6 +135,10 @@ def _head(state: RunState) -> RenderableType:
     rows.add_row("started", when(state.started_at))
     rows.add_row("time", f"{seconds(_elapsed(state))} ({seconds(state.active_time)} running)")
     rows.add_row("events", str(state.events))
+    if state.answer_provenance is not None:
+        rows.add_row("answer from", shown(_label(state.answer_provenance)))
+    for v in state.stop.violations if state.stop is not None else ():
+        rows.add_row("refused", shown(str(v)))
     answer: RenderableType = shown(state.answer) if state.answer else Text("(no answer)", style="dim")
     ok = state.stop is not None and state.stop.ok
     style = "green" if ok else "yellow" if state.stop is None else "red"
@@ -138,6 +154,7 @@ def _author(state: RunState, version: int, author: str) -> str:
 
 def _plans(state: RunState, log: Sequence[Event]) -> Table:
     triggers = _triggers(log)
+    tainted_by_version = _tainted(log)
     table = Table(title="plan versions", title_justify="left", title_style="bold", expand=True)
     table.add_column("v", justify="right", no_wrap=True)
     table.add_column("author", no_wrap=True)
@@ -151,6 +168,12 @@ def _plans(state: RunState, log: Sequence[Event]) -> Table:
         forecast = forecast_view(state.forecasts.get(plan.version), state.over_forecast.get(plan.version, ()))
         if forecast is not None:
             changes += f"\nforecast: {forecast.summary}"
+        read = state.plan_reads.get(plan.version)
+        if read:
+            changes += f"\nplanned after reading untrusted text: {', '.join(str(s) for s in read)}"
+        tainted = tainted_by_version.get(plan.version, ())
+        if tainted:
+            changes += f"\nuntrusted steps: {', '.join(tainted)}"
         table.add_row(
             str(plan.version),
             _author(state, plan.version, plan.author),
@@ -192,6 +215,30 @@ def _steps(state: RunState) -> Table:
             seconds(rec.duration),
             shown(cut(_outcome(rec), 200)),
         )
+    return table
+
+
+def _labels(state: RunState) -> Table:
+    """Where each step's arguments and output came from, and whether the run trusted them."""
+    table = Table(title="trust labels", title_justify="left", title_style="bold", expand=True)
+    table.add_column("step", no_wrap=True)
+    table.add_column("arguments", ratio=1, overflow="fold")
+    table.add_column("output", ratio=1, overflow="fold")
+    for rec, _superseded in _records(state):
+        if rec.provenance is None and rec.output_provenance is None:
+            continue
+        args = "\n".join(f"{name}: {_label(label)}" for name, label in (rec.provenance or {}).items())
+        if rec.tainted:
+            args = "(the planner wrote this step after reading untrusted text)" + (f"\n{args}" if args else "")
+        out = _label(rec.output_provenance) if rec.output_provenance is not None else ""
+        for v in rec.violations:
+            out += f"\nrefused: {v}"
+        for call in rec.tool_calls:
+            if call.output_provenance is not None:
+                out += f"\ncall {call.tool}: {_label(call.output_provenance)}"
+            for v in call.violations:
+                out += f"\ncall {call.tool} refused: {v}"
+        table.add_row(shown(rec.step.id), shown(args or "(none)"), shown(out.strip()))
     return table
 
 
@@ -271,6 +318,7 @@ def run_json(log: Sequence[Event], state: RunState | None = None) -> dict[str, A
     """The run as JSON data."""
     state = state if state is not None else RunState.fold(log)
     triggers = _triggers(log)
+    tainted_by_version = _tainted(log)
     plans = []
     previous = None
     for plan in state.plans:
@@ -285,6 +333,8 @@ def run_json(log: Sequence[Event], state: RunState | None = None) -> dict[str, A
                 **({"answer": plan.answer} if plan.answer is not None else {}),
                 "diff": diff_plans(previous, plan).json(),
                 "forecast": _forecast_json(state, plan.version),
+                "tainted": list(tainted_by_version.get(plan.version, ())),
+                "read": [str(s) for s in state.plan_reads.get(plan.version, ())],
             }
         )
         previous = plan
@@ -296,8 +346,15 @@ def run_json(log: Sequence[Event], state: RunState | None = None) -> dict[str, A
         "status": state.status,
         "stop": None
         if stop is None
-        else {"kind": stop.kind, "detail": stop.detail, "budget": stop.budget, "code": stop.code},
+        else {
+            "kind": stop.kind,
+            "detail": stop.detail,
+            "budget": stop.budget,
+            "code": stop.code,
+            "violations": violations_json(stop.violations),
+        },
         "answer": state.answer,
+        "answer_provenance": label_json(state.answer_provenance),
         "started_at": state.started_at,
         "finished_at": state.finished_at,
         "active_time": state.active_time,

@@ -15,6 +15,7 @@ from planexec.models import FunctionModel, Model
 from planexec.planner import Planner
 from planexec.runtime import Agent, AnswerCheck, AnswerReview, Approvals, Budget
 from planexec.store import RunStore
+from planexec.trust import TrustPolicy
 
 __all__ = ["CONSTRAINTS", "GOAL", "Demo", "build_demo", "names_a_written_patch"]
 
@@ -104,5 +105,8 @@ def build_demo(
         review=AnswerReview(checks=(names_a_written_patch(files),)),
         approvals=approvals,
         store=store,
+        # its one effect writes a drafted patch into the work directory for a reviewer to read:
+        # what the logs say may shape the patch, and the reviewer is the human who decides on it
+        trust=TrustPolicy(untrusted_effects=False),
     )
     return Demo(agent=agent, goal=GOAL, constraints=CONSTRAINTS, files=files, planner=planner, analyst=analyst)

@@ -21,6 +21,7 @@ ErrorKind = Literal[
     "executor",  # a model executor could not finish the step within its turns
     "low_confidence",  # a sensitive step's confidence was under the threshold and no human approved it
     "rejected",  # a human rejected the step
+    "untrusted",  # a call broke a trust rule and was refused (see planexec.trust)
     "budget",  # a budget ran out while the step ran: the run stops
 ]
 

@@ -47,6 +47,17 @@ fixture log of every version loadable in the tests):
     12: plans may be plan schema 4 (``answer``: a sealed plan's answer template); a run may stop
        with the error code ``answer_template`` (a sealed plan's answer could not be filled in from
        the outputs). Older logs load unchanged.
+    13: trust labels (see :mod:`planexec.trust`): model_called records, for a planner's request,
+       the untrusted sources it carried (``read``); step_started records each argument's label
+       (``provenance``); step_succeeded and step_failed the label of the output (or the error's
+       text); tool_called the labels of a model-driven step's call's arguments and of its output;
+       plan_proposed the steps a planner wrote after reading untrusted text (``tainted``) and the
+       untrusted sources that round read (``read``), step_streamed whether the step is tainted;
+       approval_requested the labels of a step's arguments and the rules they break
+       (``violations``, with the rules ``argument_rule`` and ``untrusted_effect``); step_failed
+       and tool_called the rules a refused call broke (error kind ``untrusted``); run_finished the
+       answer's label (``answer_provenance``) and may stop ``refused`` (a call broke a rule; its
+       stop names the violations). Older logs load unchanged; their values carry no label.
 """
 
 from __future__ import annotations
@@ -61,6 +72,7 @@ from planexec.executor import StepError, Verdict
 from planexec.log._stop import BudgetName, EscalationCode, StopReason
 from planexec.models import ModelResponse, Usage
 from planexec.plan import Plan, Step
+from planexec.trust import Provenance, Source, Violation
 
 __all__ = [
     "EVENT_SCHEMA_VERSION",
@@ -102,8 +114,8 @@ __all__ = [
     "load_event",
 ]
 
-EVENT_SCHEMA_VERSION = 12
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
+EVENT_SCHEMA_VERSION = 13
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
 
 PlanTrigger = Literal["initial", "failure", "after_step", "turn", "human", "information", "review"]
 PlanningTrigger = Literal["initial", "failure", "after_step", "turn", "finish", "information", "review"]
@@ -146,6 +158,9 @@ class ModelCalled:
     duration: float = 0.0
     answered_by: str | None = None
     """For a fallback list: the model of the list that answered."""
+    read: tuple[Source, ...] = ()
+    """For a planner's request: the untrusted sources whose text it carried (see
+    :mod:`planexec.trust`). What the planner writes from then on in the round is untrusted."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -197,6 +212,11 @@ class PlanProposed:
     trigger: PlanTrigger = "initial"
     cancelled: tuple[str, ...] = ()
     """In-flight steps this version made obsolete."""
+    tainted: tuple[str, ...] = ()
+    """The steps of this version a planner wrote after reading untrusted text (in this round or
+    an earlier one): the values they hold are untrusted, and so is the call each asks for."""
+    read: tuple[Source, ...] = ()
+    """The untrusted sources the planning round that made this version read (empty: none)."""
 
 
 StallRule = Literal["repeated_failure", "repeated_success", "ping_pong", "identical_patch", "no_progress"]
@@ -224,6 +244,8 @@ QuestionRule = Literal[
     "low_confidence",
     "unapproved_change",
     "patched_effect",
+    "untrusted_effect",
+    "argument_rule",
     "effect_uncertain",
     "result_failed_checks",
     "answer_checklist",
@@ -242,11 +264,14 @@ the step's tool is sensitive (``Approvals(steps="sensitive")``); ``low_confidenc
 step the planner is not confident about; ``unapproved_change``: a step that changes the world, in a
 plan version no human approved (with plan approval on); ``patched_effect``: a step that changes the
 world, added or changed by a patch after the first plan (asked whenever a human can be asked);
-``effect_uncertain``: a side-effecting call under way when its process stopped; ``result_failed_checks``:
-a step's result failed its acceptance checks and a human reviews it; ``answer_checklist``: the final
-answer is reviewed against a checklist; ``planner_question``: the planner asks the user;
-``unknown_tool``, ``low_confidence`` and ``planner_gave_up`` for escalations (as their ``code``);
-``budget_cap``: the run reached a cap."""
+``untrusted_effect``: a step that changes the world takes an untrusted value, or a planner wrote it
+after reading untrusted text (``TrustPolicy(untrusted_effects=True)``, asked whenever a human can be
+asked); ``argument_rule``: an argument breaks a rule the developer set on the tool
+(``violations`` says which); ``effect_uncertain``: a side-effecting call under way when its process
+stopped; ``result_failed_checks``: a step's result failed its acceptance checks and a human reviews
+it; ``answer_checklist``: the final answer is reviewed against a checklist; ``planner_question``:
+the planner asks the user; ``unknown_tool``, ``low_confidence`` and ``planner_gave_up`` for
+escalations (as their ``code``); ``budget_cap``: the run reached a cap."""
 
 EffectChoice = Literal["retry", "skip", "done", "guidance", "replan"]
 """For an uncertain effect: ``retry``, ``skip`` or ``done``; for an escalation: ``guidance`` (with
@@ -271,6 +296,8 @@ class StepStreamed:
     step: Step
     plan_version: int
     """The plan version the step will belong to once the whole plan has arrived."""
+    tainted: bool = False
+    """The planner wrote the step after reading untrusted text."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -299,6 +326,10 @@ class ApprovalRequested:
     """For a step: its arguments as they will be sent, every binding resolved."""
     budget: BudgetName | None = None
     """For a budget question: the cap the run reached (``budget_exhausted`` before it says by how much)."""
+    provenance: dict[str, Provenance] | None = None
+    """For a step: each argument's label (None in logs older than schema 13)."""
+    violations: tuple[Violation, ...] = ()
+    """For a step: the trust rules its call breaks, when they are why it is asked."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -364,6 +395,8 @@ class StepStarted:
     """The arguments after binding resolution."""
     idempotency_key: str | None = None
     """For a tool call: the key passed to the tool, the same on every retry and after a restart."""
+    provenance: dict[str, Provenance] | None = None
+    """Each argument's label, as the arguments were sent (a human's yes confirms them)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -444,6 +477,12 @@ class ToolCalled:
     error: StepError | None = None
     attempts: int = 1
     duration: float = 0.0
+    provenance: dict[str, Provenance] | None = None
+    """Each argument's label: what the step's model had read when it asked for the call."""
+    output_provenance: Provenance | None = None
+    """The label of the call's output (or its error's text)."""
+    violations: tuple[Violation, ...] = ()
+    """For a call refused by a trust rule (error kind ``untrusted``): the rules it broke."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -479,6 +518,8 @@ class StepSucceeded:
     attempts: int = 1
     confidence: float | None = None
     """The confidence a model-driven executor reported with its result, 0 to 1."""
+    provenance: Provenance | None = None
+    """The output's label (None in logs older than schema 13)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -492,6 +533,10 @@ class StepFailed:
     attempts: int = 1
     started: bool = True
     """False when the step was refused before it ran (a gate, a binding)."""
+    provenance: Provenance | None = None
+    """The label of the failure's text and of the output it failed with."""
+    violations: tuple[Violation, ...] = ()
+    """For a call refused by a trust rule (error kind ``untrusted``): the rules it broke."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -575,6 +620,9 @@ class RunFinished:
     at: float
     stop: StopReason
     answer: str | None = None
+    answer_provenance: Provenance | None = None
+    """The answer's label: a planner's answer is as trusted as the round that wrote it; a
+    workflow's, as its output."""
 
 
 Event: TypeAlias = Annotated[

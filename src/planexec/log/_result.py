@@ -10,6 +10,7 @@ from planexec.errors import (
     BudgetExhausted,
     Escalated,
     MaxReplans,
+    Refused,
     Rejected,
     RunCancelled,
     RunFailed,
@@ -22,6 +23,7 @@ from planexec.log._state import RunState, StepRecord
 from planexec.log._stop import StopReason
 from planexec.models import Usage
 from planexec.plan import Plan
+from planexec.trust import Provenance
 
 __all__ = ["RunResult"]
 
@@ -30,6 +32,7 @@ _FAILURES: dict[str, type[RunFailed]] = {
     "max_replans": MaxReplans,
     "stalled": Stalled,
     "rejected": Rejected,
+    "refused": Refused,
     "escalated": Escalated,
     "cancelled": RunCancelled,
     "error": UnrecoverableError,
@@ -57,6 +60,8 @@ class RunResult:
     started_at: float
     finished_at: float
     events: tuple[Event, ...]
+    answer_provenance: Provenance | None = None
+    """The answer's label (see :mod:`planexec.trust`): who stands behind it."""
 
     @classmethod
     def from_state(cls, state: RunState, events: list[Event]) -> RunResult:
@@ -82,6 +87,7 @@ class RunResult:
             started_at=state.started_at,
             finished_at=state.finished_at if state.finished_at is not None else state.started_at,
             events=tuple(events),
+            answer_provenance=state.answer_provenance,
         )
 
     @property

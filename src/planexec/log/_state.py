@@ -47,6 +47,7 @@ from planexec.log._events import (
 from planexec.log._stop import BudgetName, StopReason
 from planexec.models import Usage
 from planexec.plan import Plan, Step
+from planexec.trust import Provenance, Source, Violation
 
 __all__ = ["ApprovalRecord", "RoleTally", "RunState", "StepRecord", "StepStatus", "canonical_call"]
 
@@ -82,6 +83,14 @@ class StepRecord:
     """The last progress a tool of the step reported."""
     idempotency_key: str | None = None
     """The key its tool call was sent with, once it started."""
+    provenance: dict[str, Provenance] | None = None
+    """Each argument's label, as the arguments were sent (None: not started, or an older log)."""
+    output_provenance: Provenance | None = None
+    """The label of its output (or of its failure's text), once it ended."""
+    tainted: bool = False
+    """A planner wrote the step after reading untrusted text."""
+    violations: tuple[Violation, ...] = ()
+    """The trust rules its call broke, when it was refused for them."""
 
     @property
     def id(self) -> str:
@@ -148,6 +157,10 @@ class ApprovalRecord:
     """For a budget question: what the run had spent of that cap, and what it needed, when asked."""
     raised: dict[str, float | int | None] | None = None
     """For a budget question answered yes: the caps raised."""
+    provenance: dict[str, Provenance] | None = None
+    """For a step: each argument's label, as the human was shown it."""
+    violations: tuple[Violation, ...] = ()
+    """For a step: the trust rules its call breaks, when they are why it was asked."""
     seq: int = 0
     """The position of the question in the run's log (1-based)."""
 
@@ -238,6 +251,12 @@ class RunState:
     another machine's clock, never moves it back)."""
     stop: StopReason | None = None
     answer: str | None = None
+    answer_provenance: Provenance | None = None
+    """The final answer's label (None: no answer, or an older log)."""
+    plan_reads: dict[int, tuple[Source, ...]] = field(default_factory=dict)
+    """For each plan version whose planning round read untrusted text: what it read."""
+    round_read: tuple[Source, ...] = ()
+    """The untrusted sources the planning round under way (or the last one) has read so far."""
     events: int = 0
 
     @classmethod
@@ -320,6 +339,8 @@ class RunState:
             tally.largest_output = max(tally.largest_output, usage.output_tokens)
         if e.role == "planner" and e.response is not None:
             self.planner_model = e.answered_by or e.model
+        if e.read:
+            self.round_read = (*self.round_read, *(s for s in e.read if s not in self.round_read))
 
     def _model_attempt_failed(self, e: ModelAttemptFailed) -> None:
         self.usage = self.usage + Usage(requests=1, failed_requests=1)
@@ -327,6 +348,7 @@ class RunState:
     def _planning_started(self, e: PlanningStarted) -> None:
         self.planning = e
         self.heard = len(self.information)
+        self.round_read = ()
 
     def _output_rejected(self, e: PlannerOutputRejected) -> None:
         self.repairs += 1
@@ -347,6 +369,9 @@ class RunState:
             self.replans += 1
         if e.trigger in ("failure", "turn"):
             self.rounds_since_progress += 1
+        if e.read:
+            self.plan_reads[e.plan.version] = e.read
+        tainted = set(e.tainted)
         in_plan = set()
         for step in e.plan.steps:
             in_plan.add(step.id)
@@ -354,10 +379,12 @@ class RunState:
             if old is not None and (
                 old.status == "succeeded" or (old.step == step and old.status in ("pending", "running"))
             ):
+                if old.status != "succeeded":
+                    old.tainted = step.id in tainted
                 continue
             if old is not None:
                 self.superseded.append(old)
-            self.steps[step.id] = StepRecord(step=step, plan_version=e.plan.version)
+            self.steps[step.id] = StepRecord(step=step, plan_version=e.plan.version, tainted=step.id in tainted)
         for sid, rec in list(self.steps.items()):
             if sid not in in_plan and rec.status == "pending":
                 rec.status = "dropped"
@@ -367,7 +394,7 @@ class RunState:
         old = self.steps.get(e.step.id)
         if old is not None:
             self.superseded.append(old)
-        self.steps[e.step.id] = StepRecord(step=e.step, plan_version=e.plan_version)
+        self.steps[e.step.id] = StepRecord(step=e.step, plan_version=e.plan_version, tainted=e.tainted)
 
     def _approval_requested(self, e: ApprovalRequested) -> None:
         self.approvals[e.approval_id] = ApprovalRecord(
@@ -386,6 +413,8 @@ class RunState:
             args=e.args,
             budget=e.budget,
             budget_hit=self.budget_hit if e.budget is not None else None,
+            provenance=e.provenance,
+            violations=e.violations,
             seq=self.events,
         )
 
@@ -404,6 +433,7 @@ class RunState:
         rec = self.steps[e.step_id]
         rec.status, rec.executor, rec.args, rec.started_at, rec.attempts = "running", e.executor, e.args, e.at, 1
         rec.idempotency_key = e.idempotency_key
+        rec.provenance = e.provenance
         self.steps_started += 1
         if e.tool is not None:
             self.tool_calls += 1
@@ -463,6 +493,7 @@ class RunState:
             e.attempts,
         )
         rec.confidence = e.confidence
+        rec.output_provenance = e.provenance
         self.outputs[e.step_id] = e.output
         self.rounds_since_progress = 0
 
@@ -477,6 +508,8 @@ class RunState:
         )
         if e.output is not None:
             rec.output = e.output
+        rec.output_provenance = e.provenance
+        rec.violations = e.violations
         if rec.step.tool is not None and e.started and rec.args is not None:
             key = canonical_call(rec.step.tool, rec.args)
             self.failed_calls[key] = self.failed_calls.get(key, 0) + 1
@@ -500,6 +533,7 @@ class RunState:
 
     def _run_finished(self, e: RunFinished) -> None:
         self.stop, self.answer, self.finished_at, self.planning = e.stop, e.answer, e.at, None
+        self.answer_provenance = e.answer_provenance
         for rec in self.steps.values():
             if rec.status == "running":
                 rec.status, rec.finished_at = "cancelled", e.at

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from planexec.trust import Violation
+
 __all__ = ["BudgetName", "ErrorCode", "EscalationCode", "StopKind", "StopReason"]
 
 StopKind = Literal[
@@ -13,14 +15,16 @@ StopKind = Literal[
     "max_replans",
     "stalled",
     "rejected",
+    "refused",
     "escalated",
     "error",
     "cancelled",
     "waiting",
 ]
-"""``escalated``: the planner could not go on by itself — see :data:`EscalationCode` — and either
-nobody could be asked or a human chose to stop. ``waiting`` is not an end: the run is saved,
-waiting for a human's answer; resume it after."""
+"""``refused``: a call broke a trust rule and was not made (the stop's ``violations`` say which
+tool, argument, rule and label). ``escalated``: the planner could not go on by itself — see
+:data:`EscalationCode` — and either nobody could be asked or a human chose to stop. ``waiting``
+is not an end: the run is saved, waiting for a human's answer; resume it after."""
 
 EscalationCode = Literal["unknown_tool", "low_confidence", "planner_gave_up", "clarification_needed", "answer_rejected"]
 """Why a run was escalated: ``unknown_tool``: the planner chose a tool that does not exist;
@@ -70,6 +74,8 @@ class StopReason:
     budget: BudgetName | None = None
     code: ErrorCode | EscalationCode | None = None
     """For ``error``: which kind of error; for ``escalated``: why."""
+    violations: tuple[Violation, ...] = ()
+    """For ``refused``: the rules the refused call broke."""
 
     @property
     def ok(self) -> bool:

@@ -59,6 +59,8 @@ class MCPTool:
     requires_approval: bool | None = None
     timeout: float | None = None
     retry: RetryPolicy | None = None
+    trusted: bool | None = None
+    """The server's output for this tool is trusted (see :mod:`planexec.trust`); by default it is not."""
 
 
 @dataclass(kw_only=True)
@@ -371,6 +373,7 @@ class MCPToolset:
             sensitive=not read_only and destructive,
             idempotent=idempotent,
             requires_approval=bool(override.requires_approval),
+            trusted=bool(override.trusted),
         )
 
     async def _call(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,6 +30,7 @@ from planexec._util.clip import clip
 from planexec._util.plural import counted
 from planexec._util.strict_json import MAX_CHARS, MAX_DEPTH, json_chars
 from planexec.errors import BindingError, Problem
+from planexec.trust import Provenance
 
 __all__ = ["BindingError", "CompiledArgs", "Ref", "compile_args", "render_text"]
 
@@ -95,6 +96,22 @@ class CompiledArgs:
         if problems:
             raise BindingError(problems)
         return out
+
+    def provenance(self, written: Provenance, output_of: Callable[[str], Provenance]) -> dict[str, Provenance]:
+        """Each argument's label, by name: an argument that is exactly one binding (``"${a}"``,
+        ``"${a.x.0}"``) takes the label of the output it binds (``output_of(step_id)``); any other
+        takes the union of ``written`` (the label of what the plan itself wrote) and the labels of
+        every output it binds (a string interpolating two outputs is as trusted as both)."""
+        by_arg: dict[str, list[str]] = {}
+        for loc, ref in self.refs:
+            by_arg.setdefault(str(loc[0]), []).append(ref.step_id)
+        labels: dict[str, Provenance] = {}
+        for name in self.args:
+            bound = by_arg.get(name, [])
+            whole = self.root is not None and isinstance(self.root.get(name), Ref)
+            parts = [output_of(sid) for sid in dict.fromkeys(bound)]
+            labels[name] = Provenance.union(parts if whole else [written, *parts])
+        return labels
 
 
 def compile_args(args: Mapping[str, Any], *, where: str = "args") -> CompiledArgs:

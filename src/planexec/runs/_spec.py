@@ -39,6 +39,7 @@ from planexec.runs._scripted import absolute_model_string, calls_made, rest_of_s
 from planexec.runtime import Agent, AnswerReview, Approvals, Escalation, Limits
 from planexec.store import RunStore
 from planexec.tools import Toolset
+from planexec.trust import TrustPolicy
 
 __all__ = [
     "LOW_CONFIDENCE",
@@ -58,12 +59,13 @@ __all__ = [
     "recorded_spec",
 ]
 
-SPEC_VERSION = 7
+SPEC_VERSION = 8
 """Version of the recorded spec (1: first version; 2: planner_settings, executor_settings and
 step_timeout; 3: the rules, under ``rules``; 4: mcp and mcp_headers; 5: the planner's ensemble,
 as the rules escalate_to, escalate_on and confidence_below; 6: executors and memory; 7: sealed
-planning, as the rules sealed (true or false) and extractor (a model string). What an earlier
-version lacks reads as unset)."""
+planning, as the rules sealed (true or false) and extractor (a model string); 8: trust, as the
+rules trusted_tools (tool names) and untrusted_effects (true or false). What an earlier version
+lacks reads as unset)."""
 
 POLICIES = ("upfront", "step")
 REPLANS = ("on_failure", "after_each_step", "never")
@@ -88,9 +90,9 @@ RULE_TEXTS = (
     "extractor",
 )
 """Rules given as one text each."""
-RULE_LISTS = ("review_checks", "review_items", "escalate_to", "escalate_on")
+RULE_LISTS = ("review_checks", "review_items", "escalate_to", "escalate_on", "trusted_tools")
 """Rules given as a list of texts."""
-RULE_FLAGS = ("sealed",)
+RULE_FLAGS = ("sealed", "untrusted_effects")
 """Rules given as true or false."""
 
 METADATA_KEY = "cli"
@@ -570,6 +572,10 @@ def build_agent(
             review=review,
             providers=providers,
             limits=limits if limits is not None else Limits(),
+            trust=TrustPolicy(
+                trusted_tools=tuple(spec.rules.get("trusted_tools", ())),
+                untrusted_effects=spec.rules.get("untrusted_effects", True) is not False,
+            ),
         )
     except UsageError as e:
         problems.add_usage_error("", e)

@@ -58,6 +58,7 @@ from planexec.runtime._workflows import WorkflowSet
 from planexec.store import RunStore
 from planexec.telemetry import Telemetry
 from planexec.tools import Tool, Toolset, Workflow
+from planexec.trust import TrustPolicy
 
 if TYPE_CHECKING:
     from planexec.faults import FaultProfile
@@ -226,6 +227,10 @@ class Agent:
     remembered one reuses its plan, and a run that meets its goal is remembered (None: no memory).
     ``workflows``: deterministic scripts the planner may hand the rest of the work to (see
     :class:`~planexec.tools.Workflow`); a hand-off's output is the run's answer.
+    ``trust``: how runs treat values they do not trust — rules for tools you do not own, tools
+    whose output is trusted, what happens to a call that breaks a rule, and whether calls that
+    change the world with untrusted values are asked about (see :class:`~planexec.trust.TrustPolicy`;
+    ``TrustPolicy()`` by default).
     """
 
     def __init__(
@@ -248,6 +253,7 @@ class Agent:
         telemetry: Telemetry | None = None,
         memory: PlanMemory | None = None,
         workflows: Sequence[Workflow] = (),
+        trust: TrustPolicy | None = None,
     ) -> None:
         own, self._mcp = _split_servers([tools] if isinstance(tools, Toolset) else list(tools))
         """MCP servers' toolsets: opened by ``open`` (or the first run), closed by ``aclose``."""
@@ -269,8 +275,13 @@ class Agent:
         self.name = name
         self.telemetry = Telemetry() if telemetry is None else telemetry
         self.memory = memory
+        self.trust = TrustPolicy() if trust is None else trust
         problems = WorkflowSet.problems(workflows, self._parts.tools)
         self._workflows = WorkflowSet(workflows if not problems else ())
+        if not isinstance(self.trust, TrustPolicy):
+            problems.append(Problem(code="agent", where="trust", message="must be a TrustPolicy(...) or None"))
+        elif not self._mcp:  # an MCP server's tools are known once it is open: checked when a run starts
+            problems += self._trust_problems()
         if memory is not None and not isinstance(memory, PlanMemory):
             problems.append(Problem(code="agent", where="memory", message="must be a PlanMemory(...) or None"))
         if not isinstance(name, str) or not name.strip() or len(name) > 200 or not name.isprintable():
@@ -419,7 +430,9 @@ class Agent:
             telemetry=self.telemetry,
             agent_name=self.name,
             conversation=None if turn is None else turn.earlier,
+            conversation_untrusted=turn is not None and turn.untrusted,
             memory=self.memory,
+            trust=self.trust,
         )
 
     def _current_tools(self) -> Toolset:
@@ -493,7 +506,13 @@ class Agent:
             },
             "predicates": sorted(self.acceptance.predicates),
             **({"memory": self.memory.describe()} if self.memory is not None else {}),
+            "trust": self.trust.record(),
         }
+
+    def _trust_problems(self) -> list[Problem]:
+        """What is wrong with the trust policy for this agent's tools (and workflows)."""
+        tools = self._workflows.with_tools(self._parts.tools)
+        return self.trust.tool_problems({t.name: t.parameters for t in tools})
 
     def _raises(self) -> bool:
         """Whether a run of this agent asks a human to raise a cap it reaches (``Limits.on_budget``)."""
@@ -528,6 +547,8 @@ class Agent:
         """
         problems = [Problem(code="goal", where="goal", message="the goal is empty")] if not goal.strip() else []
         problems += self._closed_toolsets()
+        if self._mcp and not problems:
+            problems += self._trust_problems()
         if budget is not None and not isinstance(budget, Budget):
             problems.append(Problem(code="budget", where="budget", message="must be a Budget(...)"))
         if self.review is not None and self.review.checklist and not self._can_ask():

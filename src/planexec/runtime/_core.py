@@ -21,6 +21,7 @@ from planexec.runtime._settings import AnswerReview, Approvals, Escalation, Limi
 from planexec.runtime._world import World
 from planexec.telemetry import RunTelemetry, Telemetry
 from planexec.tools import Toolset
+from planexec.trust import TrustPolicy
 
 __all__ = ["Core", "EngineConfig"]
 
@@ -53,6 +54,8 @@ class EngineConfig:
     """The agent's name on spans and metrics (``gen_ai.agent.name``)."""
     conversation: str | None = None
     """For a session's turn: the record of the turns before it, which the planner sees."""
+    conversation_untrusted: bool = False
+    """Whether that record carries text the earlier turns did not trust (see ``Trust.read``)."""
     workflows: frozenset[str] = frozenset()
     """The names of the tools in ``tools`` that are workflows: a step that calls one hands off the
     rest of the work, and its output ends the run as the final answer."""
@@ -61,6 +64,10 @@ class EngineConfig:
     the executors themselves say (``executor_profile``)."""
     memory: PlanMemory | None = None
     """Plan memory: asked before the first plan, told how the run went (None: no memory)."""
+    trust: TrustPolicy | None = field(default_factory=TrustPolicy)
+    """How the run treats untrusted values (see :mod:`planexec.trust`). None: nothing is labelled
+    and no trust rule is checked — a replay of a log written before labels existed, so that it
+    reproduces that log exactly."""
 
 
 class Core(Protocol):

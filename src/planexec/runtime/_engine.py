@@ -53,10 +53,12 @@ from planexec.runtime._settings import ApprovalDecision, ApprovalRequest
 from planexec.runtime._stalls import RepeatWatch
 from planexec.runtime._step_runner import StepDone, run_step
 from planexec.runtime._tool_specs import tools_changed, with_change
+from planexec.runtime._trust import Trust
 from planexec.runtime._world import LiveWorld, Outlet, World
 from planexec.store import RunStore
 from planexec.telemetry import run_telemetry
 from planexec.tools import Tool, Toolset
+from planexec.trust import Source, Violation
 
 if TYPE_CHECKING:
     import random
@@ -195,6 +197,8 @@ class Engine:
             store_redactor=getattr(store, "redactor", None),
         )
         """The run's spans, metrics and log records (None: nothing to make)."""
+        self.trust = Trust(self, config.trust)
+        """Trust labels and rules: what each value is labelled, which calls break a rule."""
         self.humans = Humans(self)
         self.models = ModelCalls(self)
         approvals = config.approvals
@@ -506,7 +510,8 @@ class Engine:
     def _finish(self, stop: _Stop) -> None:
         if not self._finished:
             self._finished = True
-            self.emit(RunFinished(at=self.now(), stop=stop.reason, answer=stop.answer))
+            label = stop.provenance if stop.answer is not None else None
+            self.emit(RunFinished(at=self.now(), stop=stop.reason, answer=stop.answer, answer_provenance=label))
 
     async def _close_journal(self) -> None:
         try:
@@ -647,7 +652,8 @@ class Engine:
             rec = self.state.steps.get(step.id)
             if step.tool in workflows and rec is not None and rec.status == "succeeded":
                 detail = f"workflow {step.tool} finished the work (step {step.id})"
-                return _Stop(StopReason(kind="goal_met", detail=detail), answer=handoff_answer(rec.output))
+                label = rec.output_provenance if self.trust.on else None
+                return _Stop(StopReason(kind="goal_met", detail=detail), handoff_answer(rec.output), label)
         return None
 
     def _when_blocked(self) -> None:
@@ -803,17 +809,30 @@ class Engine:
                 self.budget_stop(done.budget, redo=("step", done.step_id))
                 return
             error = StepError(kind="budget", message=str(done.budget))
+            budget_step = self.state.steps[done.step_id].step
             self.emit(
                 StepFailed(
-                    at=self.now(), step_id=done.step_id, error=error, attempts=done.attempts, started=done.started
+                    at=self.now(),
+                    step_id=done.step_id,
+                    error=error,
+                    attempts=done.attempts,
+                    started=done.started,
+                    provenance=self.trust.failure(budget_step, error, done.started) if self.trust.on else None,
                 )
             )
             if self.raises_budget:  # it ran part of the way: patched once the cap is raised
                 self.unaddressed.append(done.step_id)
             self.budget_stop(done.budget)
             return
+        step = self.state.steps[done.step_id].step
+        trust = self.trust
+        if done.refused is not None:
+            self._refused(done, done.refused)
         if done.error is None:
             assert done.verdict is not None
+            label = None
+            if trust.on:
+                label = trust.human_output(step.id) if done.by_human else trust.output(step)
             self.emit(
                 StepSucceeded(
                     at=self.now(),
@@ -822,6 +841,7 @@ class Engine:
                     verdict=done.verdict,
                     attempts=done.attempts,
                     confidence=done.confidence,
+                    provenance=label,
                 )
             )
             self.ready.succeeded(done.step_id)
@@ -842,9 +862,30 @@ class Engine:
                 output=done.output if done.verdict is not None else None,
                 attempts=done.attempts,
                 started=done.started,
+                provenance=trust.failure(step, done.error, done.started) if trust.on else None,
             )
         )
         self._route_failure(done.step_id, done.error)
+
+    def _refused(self, done: StepDone, violations: tuple[Violation, ...]) -> None:
+        """A call of the step broke a trust rule and was not made: the run stops ``refused``."""
+        step = self.state.steps[done.step_id].step
+        first = violations[0]
+        more = f" (and {counted(len(violations) - 1, 'more rule')} broken)" if len(violations) > 1 else ""
+        detail = f"step {done.step_id}: {first}{more}"
+        error = StepError(kind="untrusted", message=f"refused: {first}{more}")
+        self.emit(
+            StepFailed(
+                at=self.now(),
+                step_id=done.step_id,
+                error=error,
+                attempts=done.attempts,
+                started=done.started,
+                provenance=self.trust.failure(step, error, done.started),
+                violations=violations,
+            )
+        )
+        raise _Stop(StopReason(kind="refused", detail=detail, violations=violations))
 
     def _safe_to_rerun(self, done: StepDone) -> bool:
         """Whether a step a cap stopped may simply run again: it was refused before it started, it
@@ -1004,8 +1045,9 @@ class Engine:
         step_id: str | None,
         *,
         on_step: Callable[[Step], None] | None = None,
+        read: tuple[Source, ...] = (),
     ) -> ModelResponse:
-        return await self.models.call(role, model, request, step_id, on_step=on_step)
+        return await self.models.call(role, model, request, step_id, on_step=on_step, read=read)
 
     async def call_model_streaming(
         self,
@@ -1015,5 +1057,7 @@ class Engine:
         step_id: str | None,
         on_text: Callable[[str], None],
         on_step: Callable[[Step], None],
+        *,
+        read: tuple[Source, ...] = (),
     ) -> ModelResponse:
-        return await self.models.call_streaming(role, model, request, step_id, on_text, on_step)
+        return await self.models.call_streaming(role, model, request, step_id, on_text, on_step, read=read)

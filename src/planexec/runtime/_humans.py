@@ -24,8 +24,10 @@ from planexec.runtime._budget import Budget
 from planexec.runtime._core import Core
 from planexec.runtime._journal import Journal
 from planexec.runtime._settings import ApprovalDecision, ApprovalRequest
+from planexec.runtime._trust import Trust, _TrustRefused
 from planexec.store import Redactor
 from planexec.tools import Tool
+from planexec.trust import Provenance, Violation
 from planexec.views import QuestionView, question_view
 
 __all__ = ["Humans", "check_decision", "decided_event"]
@@ -35,6 +37,7 @@ class Loop(Core, Protocol):
     """What the humans in the loop see of it, beyond :class:`Core`."""
 
     journal: Journal | None
+    trust: Trust
 
     @property
     def planning_idle(self) -> bool: ...
@@ -82,8 +85,13 @@ class Humans:
         approvals = engine.config.approvals
         if approvals.steps == "all":
             return True
+        trust = engine.trust
+        if trust.on and trust.rule_sets(step.tool):
+            return True
         if not engine.side_effecting(step):
             return False
+        if trust.asks_about_effects():
+            return True
         return approvals.plan or (approvals.patched_effects and engine.can_ask_humans and len(engine.state.plans) > 1)
 
     def _tool_of(self, step: Step) -> Tool | None:
@@ -118,14 +126,34 @@ class Humans:
             a.subject == "plan" and a.approved and a.plan_version == version for a in engine.state.approvals.values()
         )
 
-    async def gate(self, step: Step, args: dict[str, Any]) -> None:
-        """The confidence gate and step approvals; raises ``StepFailure`` when the step may not run.
-        ``args``: the step's arguments as they will be sent (a human is shown exactly these).
+    def _trust_findings(
+        self, step: Step, args: dict[str, Any], labels: dict[str, Provenance] | None
+    ) -> tuple[tuple[Violation, ...], tuple[Violation, ...]]:
+        """The trust rules the step's call breaks, and what the default rule on untrusted effects
+        finds (only when a human can be asked)."""
+        engine = self._engine
+        trust = engine.trust
+        if not trust.on or labels is None or step.tool is None:
+            return (), ()
+        call = trust.written(step.id)
+        broken = trust.violations(step.tool, args, labels, call, step_id=step.id)
+        untrusted: tuple[Violation, ...] = ()
+        if trust.asks_about_effects() and engine.side_effecting(step):
+            named = {v.argument for v in broken}  # an argument that breaks a rule is listed once, for the rule
+            found = trust.untrusted_effect(step.tool, labels, call, step_id=step.id)
+            untrusted = tuple(v for v in found if v.argument not in named)
+        return broken, untrusted
+
+    async def gate(self, step: Step, args: dict[str, Any], labels: dict[str, Provenance] | None = None) -> str | None:
+        """The confidence gate, step approvals and trust rules; raises ``StepFailure`` when the step
+        may not run (``_TrustRefused`` when it breaks a trust rule and is refused). ``args``: the
+        step's arguments as they will be sent, ``labels`` where each comes from (a human is shown
+        exactly these). Returns who said yes, when a human let the step through.
 
         Gates come from the developer's configuration: a tool that ``requires_approval``,
-        ``Approvals(steps=...)``, plan approval, side-effecting steps a patch adds. A plan may make
-        a step stricter (``approval: "always"``) but never lift a gate: ``"never"`` is read as
-        ``"auto"``.
+        ``Approvals(steps=...)``, plan approval, side-effecting steps a patch adds, trust rules and
+        untrusted values steering effects. A plan may make a step stricter (``approval:
+        "always"``) but never lift a gate: ``"never"`` is read as ``"auto"``.
         """
         engine = self._engine
         cfg = engine.config
@@ -136,12 +164,23 @@ class Humans:
         required = (
             step.approval == "always" or (tool is not None and tool.requires_approval) or approvals.steps == "all"
         )
+        broken, untrusted = self._trust_findings(step, args, labels)
+        policy = cfg.trust
+        if broken and (not can_ask or (policy is not None and policy.on_violation == "refuse")):
+            raise _TrustRefused(broken)
         unapproved = self._unapproved(step)
         patched = can_ask and self._patched(step)
         low = step.confidence is not None and step.confidence < cfg.limits.confidence_threshold
-        ask = required or unapproved or patched or (sensitive and (low or approvals.steps == "sensitive"))
+        ask = (
+            required
+            or unapproved
+            or patched
+            or bool(broken)
+            or bool(untrusted)
+            or (sensitive and (low or approvals.steps == "sensitive"))
+        )
         if not ask:
-            return
+            return None
         if not can_ask:
             if sensitive and low and not required and not unapproved:
                 raise StepFailure(
@@ -152,7 +191,7 @@ class Humans:
                     )
                 )
             if not (required or unapproved):
-                return  # a sensitive tool is asked about only when someone can be asked
+                return None  # a sensitive tool is asked about only when someone can be asked
             raise StepFailure(
                 StepError(kind="rejected", message="the step needs a human's approval and no approver is configured")
             )
@@ -161,16 +200,20 @@ class Humans:
             why, rule = f"low confidence ({step.confidence:.2f}) on a sensitive step", "low_confidence"
         elif tool is not None and tool.requires_approval:
             why, rule = f"tool {tool.name} always needs approval", "tool_requires_approval"
+        elif broken:
+            why, rule = f"an argument breaks a trust rule: {broken[0]}", "argument_rule"
         elif unapproved:
             why, rule = "a step that changes the world, added after the plan was approved", "unapproved_change"
         elif patched:
             why, rule = "a step that changes the world, added or changed by a patch", "patched_effect"
-        elif sensitive:
+        elif sensitive and (low or approvals.steps == "sensitive"):
             why, rule = f"sensitive tool {tool.name if tool else step.tool}", "sensitive_tool"
         elif step.approval == "always":
             why, rule = "approval policy always", "step_always"
-        else:
+        elif approvals.steps == "all":
             why, rule = f"approval policy {approvals.steps!r}", "all_steps"
+        else:
+            why, rule = "a step that changes the world, steered by untrusted values", "untrusted_effect"
         version = engine.state.steps[step.id].plan_version
         earlier = self._earlier(step.id, "step", version)
         self.waiting_steps.add(step.id)
@@ -180,13 +223,22 @@ class Humans:
                 decision = _decision_of(earlier)
             else:
                 request = ApprovalRequest(
-                    approval_id="", run_id=engine.run_id, subject="step", step=step, reason=why, rule=rule, args=args
+                    approval_id="",
+                    run_id=engine.run_id,
+                    subject="step",
+                    step=step,
+                    reason=why,
+                    rule=rule,
+                    args=args,
+                    provenance=labels,
+                    violations=(*broken, *untrusted),
                 )
                 decision = await self.ask(request, version=version, existing=earlier)
         finally:
             self.waiting_steps.discard(step.id)
         if not decision.approved:
             raise StepFailure(StepError(kind="rejected", message=f"a human rejected the step: {decision.reason}"))
+        return decision.by or "human"
 
     def _earlier(self, step_id: str, subject: str, version: int) -> ApprovalRecord | None:
         """The newest question already asked about this step in this plan version (after a restart)."""
@@ -225,6 +277,8 @@ class Humans:
                     rule=request.rule,
                     args=request.args,
                     budget=request.budget,
+                    provenance=dict(request.provenance) if request.provenance is not None else None,
+                    violations=request.violations,
                 )
             )
         request = replace(request, approval_id=approval_id, view=self.view(approval_id))

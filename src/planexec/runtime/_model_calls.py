@@ -49,6 +49,7 @@ from planexec.models import (
 from planexec.plan import Step
 from planexec.runtime._core import Core
 from planexec.runtime._world import _RecordedError
+from planexec.trust import Source
 
 __all__ = ["ModelCalls", "accepted_reply", "answerers"]
 
@@ -77,6 +78,8 @@ class ModelCalls:
         step_id: str | None,
         on_text: Callable[[str], None],
         on_step: Callable[[Step], None],
+        *,
+        read: tuple[Source, ...] = (),
     ) -> ModelResponse:
         """A model call whose answer streams: each piece of text goes to ``on_text`` as it comes (in
         a replay, the recorded early steps go to ``on_step`` where the log has them)."""
@@ -105,7 +108,7 @@ class ModelCalls:
                 )
             return response
 
-        return await self.call(role, model, request, step_id, send=streamed, on_step=on_step)
+        return await self.call(role, model, request, step_id, send=streamed, on_step=on_step, read=read)
 
     async def call(
         self,
@@ -116,8 +119,10 @@ class ModelCalls:
         *,
         send: Callable[[ModelRequest], Awaitable[ModelResponse]] | None = None,
         on_step: Callable[[Step], None] | None = None,
+        read: tuple[Source, ...] = (),
     ) -> ModelResponse:
         """One model call on the run's behalf: budgets checked before it, the answer logged after.
+        ``read``: for a planner's request, the untrusted sources it carries (logged with it).
 
         Calls in flight count against the budgets, so calls made at once cannot overrun a cap.
         """
@@ -199,6 +204,7 @@ class ModelCalls:
                 request_chars=request.chars,
                 duration=duration,
                 error=f"{type(error).__name__}: {error}",
+                read=read,
             )
             engine.emit(failed)
             if telemetry is not None:
@@ -223,6 +229,7 @@ class ModelCalls:
             usage=response.usage,
             cost=cost,
             answered_by=response.answered_by,
+            read=read,
         )
         engine.emit(called)
         if telemetry is not None:

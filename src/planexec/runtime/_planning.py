@@ -91,10 +91,12 @@ from planexec.runtime._journal import _JournalFailed
 from planexec.runtime._policies import PlanKind, PlanningPolicy
 from planexec.runtime._recall import direct_plan, memory_answer, recall_for, with_example
 from planexec.runtime._scheduler import ReadyQueue
-from planexec.runtime._sealed import _AnswerUnfilled, carried_answer
+from planexec.runtime._sealed import _AnswerUnfilled, carried_answer, default_template
 from planexec.runtime._settings import AnswerCheck, ApprovalDecision, ApprovalRequest
+from planexec.runtime._trust import Trust
 from planexec.runtime._world import _RecordedError
 from planexec.tools import ToolCrashed, Toolset, run_in_thread
+from planexec.trust import Provenance, Source
 
 __all__ = ["PlanDone", "Planning", "crash_stop", "error_stop"]
 
@@ -109,6 +111,7 @@ class _Loop(Core, Protocol):
     queue: asyncio.Queue[Any]
     ready: ReadyQueue
     unaddressed: list[str]
+    trust: Trust
 
     @property
     def running_steps(self) -> Mapping[str, tuple[asyncio.Task[None], int]]: ...
@@ -135,6 +138,7 @@ class _Loop(Core, Protocol):
         step_id: str | None,
         *,
         on_step: Callable[[Step], None] | None = None,
+        read: tuple[Source, ...] = (),
     ) -> ModelResponse: ...
 
     async def call_model_streaming(
@@ -145,15 +149,19 @@ class _Loop(Core, Protocol):
         step_id: str | None,
         on_text: Callable[[str], None],
         on_step: Callable[[Step], None],
+        *,
+        read: tuple[Source, ...] = (),
     ) -> ModelResponse: ...
 
 
 class _Stop(Exception):
     """Internal signal: the run ends with ``reason`` (and ``answer`` when the goal was met)."""
 
-    def __init__(self, reason: StopReason, answer: str | None = None) -> None:
+    def __init__(self, reason: StopReason, answer: str | None = None, provenance: Provenance | None = None) -> None:
         self.reason = reason
         self.answer = answer
+        self.provenance = provenance
+        """The answer's label (None: no answer, or a run that labels nothing)."""
         super().__init__(str(reason))
 
 
@@ -235,6 +243,8 @@ class Planning:
         """New information arrived while the planner worked: plan again once it is done."""
         self.round_problems = ""
         """The problems of the planner's last refused answer in the round under way."""
+        self.reading: tuple[Source, ...] = ()
+        """The untrusted sources the planner's request now in flight carries (logged with its answer)."""
 
     @property
     def task(self) -> asyncio.Task[None] | None:
@@ -343,12 +353,10 @@ class Planning:
             checks=self._checks,
             step_budget=budget.steps,
             budget_left=budget.left(engine.state, engine.now()),
-            call=lambda model, request: engine.call_model("planner", model, request, None),
+            call=self._call,
             rejected=self._rejected,
             record=engine.config.planner.describe(engine.state),
-            call_stream=lambda model, request, on_text: engine.call_model_streaming(
-                "planner", model, request, None, on_text, self.streamed_step
-            ),
+            call_stream=self._call_streaming,
             on_step=self.streamed_step,
             escalate=self._escalate if can_ask else None,
             ask_user=self._ask_user if can_ask else None,
@@ -375,6 +383,35 @@ class Planning:
         if not engine.config.planner.sealed:
             return None
         return carried_answer(result, engine.state, engine.config.workflows)
+
+    # -- the planner's requests ---------------------------------------------------------------
+
+    def _read(self, request: ModelRequest) -> tuple[Source, ...]:
+        """What untrusted text ``request`` carries (the run's one test, whatever planner built it)."""
+        self.reading = self._engine.trust.read(request)
+        return self.reading
+
+    async def _call(self, model: Model, request: ModelRequest) -> ModelResponse:
+        read = self._read(request)
+        try:
+            return await self._engine.call_model("planner", model, request, None, read=read)
+        finally:
+            self.reading = ()
+
+    async def _call_streaming(
+        self, model: Model, request: ModelRequest, on_text: Callable[[str], None]
+    ) -> ModelResponse:
+        read = self._read(request)
+        try:
+            return await self._engine.call_model_streaming(
+                "planner", model, request, None, on_text, self.streamed_step, read=read
+            )
+        finally:
+            self.reading = ()
+
+    def tainted_now(self) -> bool:
+        """Whether what the planner writes now in this round comes after it read untrusted text."""
+        return bool(self._engine.state.round_read or self.reading)
 
     # -- cost forecasts -----------------------------------------------------------------------
 
@@ -557,7 +594,8 @@ class Planning:
         if self._streamed.add(step):
             self._streaming_open = False
             return
-        engine.emit(StepStreamed(at=engine.now(), step=step, plan_version=len(state.plans) + 1))
+        tainted = engine.trust.on and self.tainted_now()
+        engine.emit(StepStreamed(at=engine.now(), step=step, plan_version=len(state.plans) + 1, tainted=tainted))
         self.compiled[step.id] = (step, compile_args(step.args))
         succeeded = {sid for sid, rec in state.steps.items() if rec.status == "succeeded"}
         engine.ready.add(step, succeeded)
@@ -764,7 +802,7 @@ class Planning:
                 detail = "the plan's answer, filled in from the outputs"
             else:
                 detail = "the planner gave the final answer"
-            raise _Stop(StopReason(kind="goal_met", detail=detail), answer=result)
+            raise _Stop(StopReason(kind="goal_met", detail=detail), result, self._answer_label(done.author))
         if isinstance(result, Turn):
             if result.stop:
                 if self._news_before_answer():
@@ -772,7 +810,11 @@ class Planning:
                 if result.answer is None:  # the planner is asked for the answer, as at the end of a plan
                     self.start("finish", "the planner stopped without the final answer")
                     return
-                raise _Stop(StopReason(kind="goal_met", detail=result.thought or "the planner stopped"), result.answer)
+                raise _Stop(
+                    StopReason(kind="goal_met", detail=result.thought or "the planner stopped"),
+                    result.answer,
+                    self._answer_label(done.author),
+                )
             assert result.step is not None
             trigger: PlanTrigger = (
                 "initial"
@@ -812,6 +854,31 @@ class Planning:
             self.news()
         elif self.after_step_wanted and engine.running_steps:
             self.start("after_step", "steps finished while planning")
+
+    def _answer_label(self, author: Author) -> Provenance | None:
+        """The final answer's label: an answer filled in from a template (plan memory's, a sealed
+        plan's) is as trusted as the template's author and the outputs it quotes; the planner's
+        own answer, as the round that wrote it."""
+        engine = self._engine
+        trust = engine.trust
+        if not trust.on:
+            return None
+        state = engine.state
+        if author == "memory":
+            recalled = state.recalled
+            template = recalled.answer if recalled is not None and recalled.answer is not None else ""
+            memory = Provenance.of(Source(kind="memory", trusted=True))
+            return trust.template_answer(template, memory)
+        plan = state.plan
+        if engine.config.planner.sealed and plan is not None:
+            template = plan.answer if plan.answer is not None else default_template(plan) or ""
+            read = state.plan_reads.get(plan.version, ())
+            if plan.author == "human":
+                writer = Provenance.of(Source(kind="human", trusted=True))
+            else:
+                writer = Provenance(trusted=not read, sources=(Source(kind="planner", trusted=not read), *read))
+            return trust.template_answer(template, writer)
+        return trust.answer(state)
 
     def _news_before_answer(self) -> bool:
         """New information arrived while the planner wrote its final answer, which did not see it:
@@ -946,9 +1013,34 @@ class Planning:
             engine.cancel_step(sid)
             engine.emit(StepCancelled(at=engine.now(), step_id=sid, reason=f"obsolete after plan v{plan.version}"))
         self.forecast(plan)
-        engine.emit(PlanProposed(at=engine.now(), plan=plan, trigger=trigger, cancelled=tuple(obsolete)))
+        tainted, read = self._tainted(plan, author)
+        engine.emit(
+            PlanProposed(
+                at=engine.now(), plan=plan, trigger=trigger, cancelled=tuple(obsolete), tainted=tainted, read=read
+            )
+        )
         engine.unaddressed[:] = [sid for sid in engine.unaddressed if sid not in addressed]
         self.load(plan)
+
+    def _tainted(self, plan: Plan, author: Author) -> tuple[tuple[str, ...], tuple[Source, ...]]:
+        """The steps of ``plan`` a planner wrote after reading untrusted text — those this round
+        wrote or changed, when it read some, and those still tainted from an earlier round — and
+        what this round read."""
+        engine = self._engine
+        if not engine.trust.on or author == "human":  # a human's edit: they wrote, or saw, every step
+            return (), ()
+        state = engine.state
+        read = state.round_read if author == "planner" else ()
+        tainted = []
+        for step in plan.steps:
+            rec = state.steps.get(step.id)
+            same = rec is not None and rec.step == step
+            if same and rec is not None and (rec.status == "succeeded" or rec.status in ("pending", "running")):
+                if rec.tainted:
+                    tainted.append(step.id)
+            elif read:
+                tainted.append(step.id)
+        return tuple(tainted), read
 
     def load(self, plan: Plan) -> None:
         """Index a plan version for dispatch: steps still to run, bindings compiled once."""

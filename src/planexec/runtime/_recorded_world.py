@@ -48,6 +48,7 @@ from planexec.log import (
 from planexec.models import ModelCrashed, ModelResponse
 from planexec.runtime._budget import BudgetHit
 from planexec.runtime._world import Outlet, StepOutcome, _RecordedError
+from planexec.trust import Violation
 
 if TYPE_CHECKING:
     from planexec.faults import FaultProfile, FaultyModel
@@ -312,7 +313,9 @@ class RecordedWorld:
                     output=event.output, verdict=event.verdict, attempts=event.attempts, confidence=event.confidence
                 )
             if isinstance(event, StepFailed):
-                outcome = StepOutcome(error=event.error, verdict=event.verdict, attempts=event.attempts)
+                outcome = StepOutcome(
+                    error=event.error, verdict=event.verdict, attempts=event.attempts, violations=event.violations
+                )
                 if event.verdict is not None:
                     outcome.output = event.output
                 if event.error.kind == "budget":
@@ -352,6 +355,24 @@ class RecordedWorld:
             return False, None
         event = self.log[self.cursor] if self.cursor < len(self.log) else None
         return True, event if isinstance(event, PlanRecalled) else None
+
+    def recorded_violations(self, step_id: str, call_id: str | None) -> tuple[bool, tuple[Violation, ...]]:
+        """What the log says the step's call broke: the next question about the step, or its
+        refusal, holds the violations; its start, none."""
+        if self.live:
+            return False, ()
+        for e in self.log[self.cursor :]:
+            if call_id is not None:
+                if isinstance(e, ToolCalled) and e.step_id == step_id and e.call_id == call_id:
+                    return True, tuple(v for v in e.violations if v.rule == "argument_rule")
+                continue
+            if isinstance(e, ApprovalRequested) and e.subject == "step" and e.step_id == step_id:
+                return True, tuple(v for v in e.violations if v.rule == "argument_rule")
+            if isinstance(e, StepFailed) and e.step_id == step_id:
+                return True, e.violations
+            if isinstance(e, StepStarted) and e.step_id == step_id:
+                return True, ()
+        return True, ()
 
     def tools_change(self) -> ToolsChanged | None:
         if self.live or self.cursor >= len(self.log):

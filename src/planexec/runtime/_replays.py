@@ -20,7 +20,7 @@ from planexec.runtime._budget import Budget
 from planexec.runtime._core import EngineConfig
 from planexec.runtime._engine import Engine
 from planexec.runtime._recorded_world import Fault, RecordedWorld
-from planexec.runtime._tool_specs import stand_in_tool
+from planexec.runtime._tool_specs import served, stand_in_tool
 
 if TYPE_CHECKING:
     from planexec.faults import FaultProfile, FaultyModel
@@ -28,6 +28,7 @@ from planexec.log import RunResult
 from planexec.runtime._settings import AnswerReview, Approvals, Escalation, Limits, RunContext
 from planexec.store import RunStore
 from planexec.tools import Toolset
+from planexec.trust import TrustPolicy
 
 __all__ = ["ReplayReport", "recorded_config", "replay_log"]
 
@@ -93,6 +94,7 @@ def recorded_config(first: RunStarted) -> EngineConfig:
             executors[name] = _recorded_executor(name, model_executors.get(name), profile.max_concurrency)
     approvals_cfg = cfg.get("approvals", {})
     judge_cfg = cfg.get("judge")
+    trust_cfg = cfg.get("trust")
     return EngineConfig(
         planner=Planner(
             model=(_StreamingStandIn if planner_cfg.get("streams") else _StandIn)(planner_cfg.get("model", "planner")),
@@ -122,6 +124,8 @@ def recorded_config(first: RunStarted) -> EngineConfig:
         review=_recorded_review(cfg.get("review")),
         executor_profiles=profiles,
         workflows=frozenset(str(name) for name in cfg.get("workflows", ())),
+        # a log from before trust labels records none: its replay labels nothing, as the run did
+        trust=TrustPolicy.from_record(trust_cfg, served) if isinstance(trust_cfg, Mapping) else None,
     )
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from planexec.errors import Problem, UsageError
 from planexec.log import RunResult, RunState
 from planexec.runtime._budget import Budget
-from planexec.runtime._turns import RECORD_CHARS, SessionRecord, describe_turns, turn_budget
+from planexec.runtime._turns import RECORD_CHARS, SessionRecord, carries_untrusted, describe_turns, turn_budget
 
 if TYPE_CHECKING:
     from planexec.runtime._agent import Agent, Run
@@ -119,10 +119,12 @@ class Session:
         if budget is not None and not isinstance(budget, Budget):
             raise UsageError("invalid turn", [Problem(code="session", where="budget", message="must be a Budget(...)")])
         caps = turn_budget(self.agent.budget, budget, self.budget, self._states)
+        earlier = self.record()
         turn = SessionRecord(
             id=self.session_id,
             turn=len(self._turns) + 1,
-            earlier=self.record(),
+            earlier=earlier,
+            untrusted=carries_untrusted(earlier, self._turns),
             budget=caps,
             session_budget=self.budget,
             record_chars=self.record_chars,

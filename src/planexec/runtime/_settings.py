@@ -15,6 +15,7 @@ from planexec.executor import Verdict
 from planexec.log import BudgetName, ChecklistResult, EffectChoice, QuestionRule
 from planexec.models import ModelSettings
 from planexec.plan import OnFail, Plan, Step
+from planexec.trust import Provenance, Violation
 from planexec.views import QuestionView
 
 if TYPE_CHECKING:
@@ -150,6 +151,11 @@ class ApprovalRequest:
     """For a step: its arguments as they will be sent."""
     budget: BudgetName | None = None
     """For a budget question: the cap the run reached."""
+    provenance: Mapping[str, Provenance] | None = None
+    """For a step: where each argument comes from, and whether the run trusts it."""
+    violations: tuple[Violation, ...] = ()
+    """For a step: the trust rules its call breaks (the developer's, and the default rule on
+    untrusted values steering effects), when they are why it is asked."""
     view: QuestionView | None = None
 
 

@@ -14,7 +14,9 @@ from planexec.log import StepAttemptFailed, ToolCalled, ToolProgress
 from planexec.models import Model, ModelRequest, ModelResponse, ToolCall
 from planexec.plan import Step
 from planexec.runtime._core import Core
+from planexec.runtime._trust import Trust, _TrustRefused
 from planexec.tools import Tool, Toolset
+from planexec.trust import Provenance, Violation
 
 __all__ = ["StepCtx", "StepLoop"]
 
@@ -32,6 +34,8 @@ def _finite(value: Any) -> bool:
 
 class StepLoop(Core, Protocol):
     """What a step's context sees of the loop, beyond :class:`Core`."""
+
+    trust: Trust
 
     @property
     def rng(self) -> random.Random: ...
@@ -141,8 +145,9 @@ class StepCtx:
         every attempt checked against the tool-call budget before it is made and counted."""
         engine = self._engine
         inner = call_id is not None
+        labels: dict[str, Provenance] | None = None
         if inner:
-            self._gate_inner(tool, args, call_id or "")
+            labels = self._gate_inner(tool, args, call_id or "")
         t0 = asyncio.get_running_loop().time() if inner else 0.0
         counted = 0
         """Attempts added to the engine's count of inner calls in flight (refused ones are not)."""
@@ -176,7 +181,7 @@ class StepCtx:
             on_progress=self._progress_to(call_id if inner else None),
         )
         telemetry = engine.telemetry
-        live = None if telemetry is None else telemetry.tool_call(tool, self.step, args, call_id)
+        live = None if telemetry is None else telemetry.tool_call(tool, self.step, args, call_id, labels)
         try:
             outcome = await call_tool(tool, args, site)
         except BaseException:
@@ -189,40 +194,80 @@ class StepCtx:
             telemetry.tool_done(live, tool, outcome)
         if inner:
             self._log_inner(
-                call_id or "", tool, args, outcome.attempts, asyncio.get_running_loop().time() - t0, outcome
+                call_id or "", tool, args, outcome.attempts, asyncio.get_running_loop().time() - t0, outcome, labels
             )
         if outcome.error is not None:
             raise StepFailure(outcome.error)
         return outcome.output
 
-    def _gate_inner(self, tool: Tool, args: dict[str, Any], call_id: str) -> None:
+    def _gate_inner(self, tool: Tool, args: dict[str, Any], call_id: str) -> dict[str, Provenance] | None:
         """A model-driven step may not call a tool that a human would be asked about as a step of its
-        own: the gate is not lifted by routing the call through a model."""
+        own: the gate is not lifted by routing the call through a model. Each argument is labelled
+        with what the step's model had read when it asked for the call (None: the run labels
+        nothing); a call that breaks a trust rule is refused, and the run stops ``refused`` (no
+        human can be asked in the middle of a model's turn)."""
         engine = self._engine
         approvals = engine.config.approvals
+        trust = engine.trust
+        labels: dict[str, Provenance] | None = None
+        untrusted: tuple[Violation, ...] = ()
+        if trust.on:
+            call = trust.model_label(self.step.id)
+            labels = dict.fromkeys(args, call)
+            broken = trust.violations(tool.name, args, labels, call, step_id=self.step.id, call_id=call_id)
+            if broken:
+                message = f"refused: {broken[0]}"
+                self._refuse_inner(tool, args, call_id, StepError(kind="untrusted", message=message), labels, broken)
+                raise _TrustRefused(broken)
+            if trust.asks_about_effects() and tool.side_effect:  # every argument's label is the call's
+                untrusted = trust.untrusted_effect(tool.name, {}, call, step_id=self.step.id, call_id=call_id)
         gated = tool.requires_approval or (
             engine.can_ask_humans and (approvals.steps == "all" or (approvals.steps == "sensitive" and tool.sensitive))
         )
-        if gated:
-            message = f"{tool.name} needs a human's approval: it can only be called by a step of its own"
+        if gated or untrusted:
+            why = "needs a human's approval" if gated else "changes the world, and the step's model read untrusted text"
+            message = f"{tool.name} {why}: it can only be called by a step of its own"
             error = StepError(kind="rejected", message=message)
-            engine.emit(
-                ToolCalled(
-                    at=engine.clock(),
-                    step_id=self.step.id,
-                    call_id=call_id,
-                    tool=tool.name,
-                    args=args,
-                    error=error,
-                    attempts=0,
-                )
-            )
+            self._refuse_inner(tool, args, call_id, error, labels, untrusted)
             raise StepFailure(error)
+        return labels
 
-    def _log_inner(
-        self, call_id: str, tool: Tool, args: dict[str, Any], attempts: int, duration: float, outcome: ToolCallOutcome
+    def _refuse_inner(
+        self,
+        tool: Tool,
+        args: dict[str, Any],
+        call_id: str,
+        error: StepError,
+        labels: dict[str, Provenance] | None,
+        violations: tuple[Violation, ...],
     ) -> None:
         engine = self._engine
+        engine.emit(
+            ToolCalled(
+                at=engine.clock(),
+                step_id=self.step.id,
+                call_id=call_id,
+                tool=tool.name,
+                args=args,
+                error=error,
+                attempts=0,
+                provenance=labels,
+                violations=violations,
+            )
+        )
+
+    def _log_inner(
+        self,
+        call_id: str,
+        tool: Tool,
+        args: dict[str, Any],
+        attempts: int,
+        duration: float,
+        outcome: ToolCallOutcome,
+        labels: dict[str, Provenance] | None,
+    ) -> None:
+        engine = self._engine
+        trust = engine.trust
         engine.emit(
             ToolCalled(
                 at=engine.clock(),
@@ -234,5 +279,7 @@ class StepCtx:
                 error=outcome.error,
                 attempts=attempts,
                 duration=duration,
+                provenance=labels,
+                output_provenance=trust.inner_output(tool, self.step.id, call_id) if trust.on else None,
             )
         )

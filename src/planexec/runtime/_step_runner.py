@@ -23,8 +23,10 @@ from planexec.runtime._humans import Humans
 from planexec.runtime._journal import Journal, _JournalFailed
 from planexec.runtime._planning import Planning
 from planexec.runtime._step_context import StepCtx, StepLoop
+from planexec.runtime._trust import Trust, _TrustRefused
 from planexec.runtime._world import StepOutcome
 from planexec.tools import ToolCrashed
+from planexec.trust import Provenance, Violation
 
 __all__ = ["StepDone", "ToolCrashed", "run_step"]
 
@@ -35,6 +37,7 @@ class _Loop(StepLoop, Protocol):
     journal: Journal | None
     humans: Humans
     planning: Planning
+    trust: Trust
     queue: asyncio.Queue[Any]
 
     def side_effecting(self, step: Step) -> bool: ...
@@ -60,6 +63,10 @@ class StepDone:
     budget: BudgetHit | None = None
     crash: BaseException | None = None
     confidence: float | None = None
+    refused: tuple[Violation, ...] | None = None
+    """A call of the step broke a trust rule and was not made: the rules it broke."""
+    by_human: bool = False
+    """The output is a human's (an uncertain effect they marked done)."""
 
 
 class _Settled(Exception):
@@ -76,7 +83,7 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
         if held is not None:
             decision = await engine.humans.await_effect(step, held)
             if decision.choice == "done":
-                done.output, done.verdict = decision.output, PASSED
+                done.output, done.verdict, done.by_human = decision.output, PASSED, True
                 raise _Settled()
             if decision.choice == "skip" or not decision.approved:
                 message = f"a human skipped the step after an uncertain effect: {decision.reason or 'no reason'}"
@@ -91,8 +98,12 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
             if problem is not None:  # e.g. a large output bound many times over
                 message = f"the step's arguments cannot be kept: {problem.where}: {problem.message}"
                 raise StepFailure(StepError(kind="invalid_arguments", message=message, problems=(problem,)))
+        labels: dict[str, Provenance] | None = engine.trust.arguments(step, compiled) if engine.trust.on else None
         if held is None and engine.humans.may_ask(step):
-            await engine.humans.gate(step, args)  # a human sees the arguments exactly as they will be sent
+            # a human sees the arguments exactly as they will be sent, and where each comes from
+            confirmed_by = await engine.humans.gate(step, args, labels)
+            if confirmed_by is not None and labels is not None:
+                labels = {name: label.confirmed(confirmed_by) for name, label in labels.items()}
         # dispatched before a round that may replace the plan began: no effect until it is in force
         await engine.planning.until_free(step)
         done.started = True
@@ -109,6 +120,7 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
                 tool=step.tool,
                 args=args,
                 idempotency_key=key,
+                provenance=labels,
             )
         )
         if engine.journal is not None and engine.side_effecting(step):
@@ -161,6 +173,8 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
         uncertain = _held_because(step, e)
     except _RecordedHold as e:
         uncertain = e.reason
+    except _TrustRefused as e:
+        done.refused = e.violations
     except (UsageError, _JournalFailed, ToolCrashed, ModelCrashed) as e:
         done.crash = e
     except Exception as e:
@@ -233,6 +247,8 @@ def _known(outcome: StepOutcome, done: StepDone) -> None:
     done.confidence = outcome.confidence
     if outcome.held is not None:
         raise _RecordedHold(outcome.held)
+    if outcome.violations and outcome.error is not None and outcome.error.kind == "untrusted":
+        raise _TrustRefused(outcome.violations)
     if outcome.budget is not None:
         raise outcome.budget
     if outcome.error is not None and outcome.error.kind != "acceptance":

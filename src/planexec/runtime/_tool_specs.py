@@ -5,13 +5,31 @@ sets of tools."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from planexec.errors import UsageError
 from planexec.log import ToolsChanged
 from planexec.tools import Tool, ToolContext, Toolset
+from planexec.trust import ArgumentRule, GoalText, Provenance, record_rules, rules_from_record
 
-__all__ = ["stand_in_tool", "tool_spec", "tools_changed", "with_change"]
+__all__ = ["ServedRule", "stand_in_tool", "tool_spec", "tools_changed", "with_change"]
+
+
+@dataclass(frozen=True, slots=True)
+class ServedRule(ArgumentRule):
+    """A replay's stand-in for a rule the log could not hold (an allow-list that is a function):
+    its verdicts are taken from the log."""
+
+    description: str
+    served: bool = field(default=True, init=False)
+    name: str = field(default="served", init=False, repr=False)
+
+    def check(self, value: Any, provenance: Provenance, goal: GoalText) -> str | None:
+        return None
+
+    def describe(self) -> str:
+        return self.description
 
 
 def tool_spec(tool: Tool) -> dict[str, Any]:
@@ -23,6 +41,8 @@ def tool_spec(tool: Tool) -> dict[str, Any]:
         "sensitive": tool.sensitive,
         "idempotent": tool.idempotent,
         "requires_approval": tool.requires_approval,
+        **({"trusted": True} if tool.trusted else {}),
+        **({"argument_rules": record_rules(tool.argument_rules)} if tool.argument_rules else {}),
     }
 
 
@@ -42,7 +62,20 @@ def stand_in_tool(spec: Mapping[str, Any]) -> Tool:
         sensitive=bool(spec.get("sensitive", False)),
         idempotent=bool(spec.get("idempotent", False)),
         requires_approval=bool(spec.get("requires_approval", False)),
+        trusted=bool(spec.get("trusted", False)),
+        argument_rules=recorded_rules(spec.get("argument_rules")),
     )
+
+
+def recorded_rules(data: Any) -> dict[str, ArgumentRule]:
+    """Argument rules as a log records them (rules it could not hold are served from the log)."""
+    if not isinstance(data, Mapping):
+        return {}
+    return rules_from_record(data, served)
+
+
+def served(description: str) -> ArgumentRule:
+    return ServedRule(description=description)
 
 
 def tools_changed(before: Toolset, after: Toolset, *, at: float) -> ToolsChanged | None:

@@ -21,8 +21,9 @@ from typing import Any
 from planexec._util.clip import clip
 from planexec.log import RunResult, RunState
 from planexec.runtime._budget import Budget
+from planexec.trust import TextIndex, words
 
-__all__ = ["RECORD_CHARS", "SessionRecord", "describe_turns", "session_record", "turn_budget"]
+__all__ = ["RECORD_CHARS", "SessionRecord", "carries_untrusted", "describe_turns", "session_record", "turn_budget"]
 
 RECORD_CHARS = 6_000
 """How long the record of a session's earlier turns may be (the newest turns are kept whole)."""
@@ -46,6 +47,9 @@ class SessionRecord:
     """The bound the record of the earlier turns was made within (None: not recorded)."""
     sealed: bool = False
     """Whether the record of the earlier turns was made for a sealed planner."""
+    untrusted: bool = False
+    """Whether the record of the earlier turns carries text their runs did not trust (what a
+    tool returned, an answer written after reading it): the planner's reading of it is untrusted."""
 
     def as_metadata(self) -> dict[str, Any]:
         record: dict[str, Any] = {"id": self.id, "turn": self.turn}
@@ -59,6 +63,8 @@ class SessionRecord:
             record["record_chars"] = self.record_chars
         if self.sealed:
             record["sealed"] = True
+        if self.untrusted:
+            record["untrusted"] = True
         return {"session": record}
 
 
@@ -78,6 +84,7 @@ def session_record(metadata: Mapping[str, Any]) -> SessionRecord | None:
         session_budget=_caps(record.get("session_budget")),
         record_chars=chars if isinstance(chars, int) and not isinstance(chars, bool) and chars >= 0 else None,
         sealed=record.get("sealed") is True,
+        untrusted=record.get("untrusted") is True,
     )
 
 
@@ -118,6 +125,27 @@ def _describe_turn(number: int, result: RunResult, *, full: bool, sealed: bool =
     if result.stop.kind != "goal_met":
         lines.append(f"  stopped: {result.stop.kind}")
     return "\n".join(lines)
+
+
+def carries_untrusted(record: str | None, turns: Sequence[RunResult]) -> bool:
+    """Whether ``record`` (the record of ``turns``) carries the text of a value their runs did not
+    trust: an output or an answer labelled untrusted, or not labelled at all (an older log)."""
+    if not record:
+        return False
+    index = TextIndex([record])
+    goals = TextIndex([t.goal for t in turns])
+    for result in turns:
+        pieces = [
+            clip(_json(rec.output), _OUTPUT_CHARS)
+            for rec in result.steps.values()
+            if rec.status == "succeeded" and (rec.output_provenance is None or not rec.output_provenance.trusted)
+        ]
+        label = result.answer_provenance
+        if result.answer is not None and (label is None or not label.trusted):
+            pieces.append(result.answer)
+        if any(index.carries(words(piece), goals) for piece in pieces):
+            return True
+    return False
 
 
 def describe_turns(turns: Sequence[RunResult], limit: int = RECORD_CHARS, *, sealed: bool = False) -> str | None:

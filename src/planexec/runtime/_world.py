@@ -22,6 +22,7 @@ from planexec.log import AnswerReviewed, Event, PlanForecast, PlanRecalled, Tool
 from planexec.models import ModelResponse
 from planexec.plan import Step
 from planexec.runtime._budget import BudgetHit
+from planexec.trust import Violation
 
 if TYPE_CHECKING:
     from planexec.runtime._settings import RunContext
@@ -63,6 +64,8 @@ class StepOutcome:
     held: str | None = None
     """Set when the step's call was cut off with its effect uncertain and the run held the step
     for a human: the question's reason."""
+    violations: tuple[Violation, ...] = ()
+    """Set when a call the step's model made broke a trust rule and the run stopped ``refused``."""
 
 
 class World(Protocol):
@@ -144,6 +147,11 @@ class World(Protocol):
         event)``, or ``(True, None)`` for a record with no offer here; ``(False, None)``: ask."""
         ...
 
+    def recorded_violations(self, step_id: str, call_id: str | None) -> tuple[bool, tuple[Violation, ...]]:
+        """The trust rules a record says step ``step_id``'s call broke (rules that are the
+        developer's code cannot be checked again): ``(True, violations)``; ``(False, ())``: check them."""
+        ...
+
 
 class LiveWorld:
     """The world as it is: the run's clock and ids, real models, tools and humans."""
@@ -204,3 +212,6 @@ class LiveWorld:
 
     def recalled(self) -> tuple[bool, PlanRecalled | None]:
         return False, None
+
+    def recorded_violations(self, step_id: str, call_id: str | None) -> tuple[bool, tuple[Violation, ...]]:
+        return False, ()

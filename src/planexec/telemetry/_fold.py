@@ -3,6 +3,7 @@ with the events that happen to them (see :mod:`planexec.telemetry._run` for the 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -52,16 +53,29 @@ from planexec.telemetry._names import (
     TOOL_NAME,
 )
 from planexec.telemetry._values import Values, failed
+from planexec.trust import Provenance
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
     from planexec.log import RunState
 
-__all__ = ["MAX_NAMES", "SpanFold", "StepSpan"]
+__all__ = ["MAX_NAMES", "SpanFold", "StepSpan", "trust_attributes"]
 
 MAX_NAMES = 100
 """The most names a list on a span holds (the tools an MCP server added or removed)."""
+
+
+def trust_attributes(labels: Mapping[str, Provenance] | None, name: Callable[[str], str]) -> dict[str, Any]:
+    """A call's trust labels as span attributes: whether every argument is trusted, and the names
+    of those that are not (none when the run labels nothing)."""
+    if labels is None:
+        return {}
+    untrusted = [name(arg) for arg, label in labels.items() if not label.trusted]
+    return {
+        "planexec.trust.arguments_trusted": not untrusted,
+        "planexec.trust.untrusted_arguments": untrusted[:MAX_NAMES],
+    }
 
 
 @dataclass(slots=True)
@@ -208,8 +222,14 @@ class SpanFold:
                         "planexec.step.id": self.values.name(event.step_id),
                         "planexec.tool.attempts": 0,
                         SPAN_KIND_HINT: "TOOL",
+                        **trust_attributes(event.provenance, self.values.name),
                     },
                 )
+                if event.violations:
+                    refused.set_attribute(
+                        "planexec.trust.violations",
+                        [self.values.text(str(v)) for v in event.violations[:MAX_NAMES]],
+                    )
                 if event.error is not None:
                     failed(refused, event.error.kind, self.values.text(event.error.message))
                 refused.end()
@@ -318,6 +338,13 @@ class SpanFold:
                     run.end()
                     fold.run = None
             case RunFinished():
+                if run is not None and event.answer_provenance is not None:
+                    run.set_attribute("planexec.trust.answer_trusted", event.answer_provenance.trusted)
+                if run is not None and event.stop.violations:
+                    run.set_attribute(
+                        "planexec.trust.violations",
+                        [self.values.text(str(v)) for v in event.stop.violations[:MAX_NAMES]],
+                    )
                 self._run_finished(event)
 
     # -- steps -------------------------------------------------------------------------------
@@ -347,6 +374,7 @@ class SpanFold:
         rec = self.state.steps.get(event.step_id)
         if rec is not None:
             attributes["planexec.plan.version"] = rec.plan_version
+        attributes.update(trust_attributes(event.provenance, self.values.name))
         span = self.tracer.start_span(name, context=self.run_context(), kind=SpanKind.INTERNAL, attributes=attributes)
         self.steps[event.step_id] = StepSpan(span=span, started=event.at, executor=event.executor)
 

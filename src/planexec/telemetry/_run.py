@@ -30,7 +30,7 @@ import contextvars
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -51,7 +51,7 @@ from planexec.log import (
     RunSuspended,
 )
 from planexec.store import Redactor
-from planexec.telemetry._fold import SpanFold
+from planexec.telemetry._fold import SpanFold, trust_attributes
 from planexec.telemetry._logs import LOGGER_NAME, EventLogger
 from planexec.telemetry._metrics import RunMeters
 from planexec.telemetry._names import (
@@ -79,6 +79,7 @@ from planexec.telemetry._names import (
     provider_and_model,
 )
 from planexec.telemetry._values import Values, failed
+from planexec.trust import Provenance
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
@@ -399,9 +400,17 @@ class RunTelemetry:
         span.end()
 
     @_guarded(None)
-    def tool_call(self, tool: Tool, step: Step, args: dict[str, Any], call_id: str | None) -> LiveCall | None:
+    def tool_call(
+        self,
+        tool: Tool,
+        step: Step,
+        args: dict[str, Any],
+        call_id: str | None,
+        labels: Mapping[str, Provenance] | None = None,
+    ) -> LiveCall | None:
         """A tool call begins. A tool step's own call is the step's span; a call a step's model
-        made gets an ``execute_tool`` span of its own, current until ``tool_done``."""
+        made gets an ``execute_tool`` span of its own, current until ``tool_done``, with its
+        arguments' trust labels (``labels``) as attributes."""
         started = time.monotonic()
         if self.tracer is None:
             return LiveCall(span=trace.INVALID_SPAN, token=None, started=started, own=True)
@@ -419,6 +428,7 @@ class RunTelemetry:
             TOOL_DESCRIPTION: clip(tool.description, 500),
             "planexec.step.id": step.id,
             SPAN_KIND_HINT: "TOOL",
+            **trust_attributes(labels, self._values.name),
         }
         if self.capture:
             attributes[TOOL_ARGUMENTS] = self._values.content(args)

@@ -28,6 +28,7 @@ from planexec._util.strict_json import json_problem
 from planexec.errors import Problem, ToolDefinitionError
 from planexec.tools._threads import run_in_thread
 from planexec.tools._tool import OutputNotJSON, RetryPolicy, Tool, ToolContext
+from planexec.trust import ArgumentRule
 
 __all__ = ["tool"]
 
@@ -146,6 +147,8 @@ def _build(
     sensitive: bool,
     idempotent: bool,
     requires_approval: bool,
+    trusted: bool = False,
+    argument_rules: Mapping[str, ArgumentRule] | None = None,
 ) -> Tool:
     tool_name = name or fn.__name__
     where = f"tool {tool_name!r}"
@@ -277,6 +280,8 @@ def _build(
         sensitive=sensitive,
         idempotent=idempotent,
         requires_approval=requires_approval,
+        trusted=trusted,
+        argument_rules=argument_rules if argument_rules is not None else {},
         validator=validate,
         output_validator=check_output,
     )
@@ -298,6 +303,8 @@ def tool(
     sensitive: bool = False,
     idempotent: bool = False,
     requires_approval: bool = False,
+    trusted: bool = False,
+    argument_rules: Mapping[str, ArgumentRule] | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -314,11 +321,15 @@ def tool(
     sensitive: bool = False,
     idempotent: bool = False,
     requires_approval: bool = False,
+    trusted: bool = False,
+    argument_rules: Mapping[str, ArgumentRule] | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a sync or async function a :class:`Tool`; use bare (``@tool``) or with options.
 
     Sync functions run in a worker thread so that a slow one never blocks other steps.
     ``requires_approval=True``: the tool never runs without a human's yes (see :class:`Tool`).
+    ``trusted=True``: its output is trusted; ``argument_rules``: rules its arguments must pass
+    before each call, e.g. ``{"to": Trusted()}`` (see :mod:`planexec.trust`).
     A parameter annotated ``ToolContext`` receives the call's context (run, step, attempt and
     idempotency key) and is not part of the schema.
     """
@@ -335,6 +346,8 @@ def tool(
             sensitive=sensitive,
             idempotent=idempotent,
             requires_approval=requires_approval,
+            trusted=trusted,
+            argument_rules=argument_rules,
         )
 
     if fn is not None:
@@ -356,6 +369,8 @@ def from_schema(
     sensitive: bool = False,
     idempotent: bool = False,
     requires_approval: bool = False,
+    trusted: bool = False,
+    argument_rules: Mapping[str, ArgumentRule] | None = None,
 ) -> Tool:
     """A tool whose arguments are described by a JSON Schema rather than by ``fn``'s signature.
 
@@ -400,6 +415,8 @@ def from_schema(
         sensitive=sensitive,
         idempotent=idempotent,
         requires_approval=requires_approval,
+        trusted=trusted,
+        argument_rules=argument_rules if argument_rules is not None else {},
     )
     checked = made.output_validator
     object.__setattr__(made, "output_validator", check_output)

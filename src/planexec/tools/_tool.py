@@ -16,6 +16,7 @@ from planexec._util.json_schema import SafeValidator, quick_check, validator_for
 from planexec._util.strict_json import json_problem
 from planexec._util.tasks import abandon
 from planexec.errors import OutputNotJSON, Problem, ToolCrashed, ToolDefinitionError, TransientToolError
+from planexec.trust import ArgumentRule, rule_problems
 
 __all__ = ["ArgsValidator", "OutputNotJSON", "RetryPolicy", "Tool", "ToolContext", "ToolCrashed", "call_with_timeout"]
 
@@ -128,6 +129,13 @@ class Tool:
     requires_approval: bool = False
     """Never run without a human's yes: with no one to ask, its steps are refused. Nothing a model
     writes can lift it, and a model-driven step cannot call it."""
+    trusted: bool = False
+    """Its output is trusted: it vouches for what it returns, whatever its arguments (declare only
+    tools whose output no outsider can shape: your own database, not a web page or an inbox)."""
+    argument_rules: Mapping[str, ArgumentRule] = field(default_factory=dict)
+    """Rules its arguments must pass before each call, by argument name (``"*"``: every argument
+    not named; see :mod:`planexec.trust`). A call that breaks one is asked about or refused, as
+    the run's ``TrustPolicy`` says."""
     validator: ArgsValidator | None = field(default=None, repr=False, compare=False)
     """Validates arguments; when None, ``parameters`` is applied as JSON Schema."""
     output_validator: Callable[[Any], Any] | None = field(default=None, repr=False, compare=False)
@@ -148,11 +156,14 @@ class Tool:
             problems.append("timeout must be positive")
         if self.max_concurrency is not None and self.max_concurrency < 1:
             problems.append("max_concurrency must be at least 1")
-        if problems:
-            raise ToolDefinitionError(
-                f"invalid tool {self.name!r}",
-                [Problem(code="tool", where=f"tool {self.name!r}", message=m) for m in problems],
-            )
+        found = [Problem(code="tool", where=f"tool {self.name!r}", message=m) for m in problems]
+        if not isinstance(self.trusted, bool):
+            found.append(Problem(code="tool", where=f"tool {self.name!r}", message="trusted must be True or False"))
+        found += rule_problems(self.argument_rules, self.parameters, where=f"tool {self.name!r} argument_rules")
+        if found:
+            raise ToolDefinitionError(f"invalid tool {self.name!r}", found)
+        if isinstance(self.argument_rules, Mapping):
+            object.__setattr__(self, "argument_rules", dict(self.argument_rules))
         if self.validator is None:
             object.__setattr__(self, "validator", _schema_validator(self.parameters))
         if self.output_validator is None and self.output_schema is not None:
@@ -170,7 +181,8 @@ class Tool:
         """A tool whose arguments arrive as a JSON Schema (an MCP tool, an OpenAI function spec):
         ``fn`` (sync or async) is called with the validated arguments as keyword arguments.
         ``options``: ``output_schema``, ``timeout``, ``retry``, ``max_concurrency``,
-        ``side_effect``, ``sensitive``, ``idempotent``, ``requires_approval``."""
+        ``side_effect``, ``sensitive``, ``idempotent``, ``requires_approval``, ``trusted``,
+        ``argument_rules``."""
         from planexec.tools._function import from_schema
 
         return from_schema(name, description, input_schema, fn, **options)

@@ -20,6 +20,7 @@ from typing import Any, overload
 from planexec.errors import Problem, ToolDefinitionError
 from planexec.tools._function import tool
 from planexec.tools._tool import RetryPolicy, Tool
+from planexec.trust import ArgumentRule
 
 __all__ = ["Workflow", "workflow"]
 
@@ -72,6 +73,8 @@ class Workflow:
         idempotent: bool = False,
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
+        trusted: bool = False,
+        argument_rules: Mapping[str, ArgumentRule] | None = None,
     ) -> Workflow:
         """A workflow from a sync or async function, as ``@workflow`` makes it."""
         made = tool(
@@ -83,6 +86,8 @@ class Workflow:
             sensitive=sensitive,
             idempotent=idempotent,
             requires_approval=requires_approval,
+            trusted=trusted,
+            argument_rules=argument_rules,
         )(fn)
         return cls(tool=made, read_only=read_only)
 
@@ -102,6 +107,8 @@ def workflow(
     idempotent: bool = False,
     timeout: float | None = None,
     retry: RetryPolicy | None = None,
+    trusted: bool = False,
+    argument_rules: Mapping[str, ArgumentRule] | None = None,
 ) -> Callable[[Callable[..., Any]], Workflow]: ...
 
 
@@ -117,6 +124,8 @@ def workflow(
     idempotent: bool = False,
     timeout: float | None = None,
     retry: RetryPolicy | None = None,
+    trusted: bool = False,
+    argument_rules: Mapping[str, ArgumentRule] | None = None,
 ) -> Workflow | Callable[[Callable[..., Any]], Workflow]:
     """Make a sync or async function a :class:`Workflow`; use bare (``@workflow``) or with options.
 
@@ -124,6 +133,8 @@ def workflow(
     chooses by it): every problem is raised at once as a :class:`ToolDefinitionError`. A
     parameter annotated ``ToolContext`` receives the call's context — its ``idempotency_key`` is
     what a workflow that sends something passes on, or checks, so that it sends once.
+    ``trusted=True``: its output (the run's answer) is trusted; ``argument_rules``: rules its
+    arguments must pass before the hand-off runs (see :mod:`planexec.trust`).
     """
 
     def wrap(f: Callable[..., Any]) -> Workflow:
@@ -137,6 +148,8 @@ def workflow(
             idempotent=idempotent,
             timeout=timeout,
             retry=retry,
+            trusted=trusted,
+            argument_rules=argument_rules,
         )
 
     if fn is not None:

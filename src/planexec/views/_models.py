@@ -19,11 +19,14 @@ __all__ = [
     "ForecastView",
     "PlanChangeView",
     "PlanView",
+    "ProvenanceView",
     "QuestionKind",
     "QuestionView",
     "RangeView",
+    "SourceView",
     "SpendView",
     "StepView",
+    "ViolationView",
 ]
 
 QuestionKind = Literal["plan", "step", "effect", "question", "escalation", "review", "answer", "budget"]
@@ -51,6 +54,47 @@ class EffectView(_View):
     """For a model-driven step: the tools it may call that change the world."""
 
 
+class SourceView(_View):
+    """One place a value came from (see ``planexec.trust.Source``)."""
+
+    kind: Literal["goal", "constraint", "config", "tool", "model", "planner", "memory", "session", "human"]
+    trusted: bool
+    step: str | None = None
+    """For a tool's or a model's output: the step it came from."""
+    tool: str | None = None
+    call: str | None = None
+    text: str
+    """In words: ``tool:fetch (fetch_page)``, ``planner after reading untrusted text``."""
+
+
+class ProvenanceView(_View):
+    """Where a value came from, and whether the run trusts it (see ``planexec.trust.Provenance``)."""
+
+    trusted: bool
+    text: str
+    """In words: ``untrusted: tool:fetch (fetch_page)``, ``trusted: planner``."""
+    sources: list[SourceView]
+    confirmed_by: str | None = None
+    """The human who confirmed the value, when one did."""
+
+
+class ViolationView(_View):
+    """A trust rule an argument of a call breaks, and why."""
+
+    argument: str
+    """The argument's name; ``*`` for the call itself."""
+    rule: Literal["argument_rule", "untrusted_effect"]
+    """``argument_rule``: a rule the developer set on the tool; ``untrusted_effect``: a call that
+    changes the world would take an untrusted value."""
+    requires: str
+    """What the rule requires, in words."""
+    reason: str
+    """Why the argument fails it."""
+    provenance: ProvenanceView
+    text: str
+    """The whole violation on one line."""
+
+
 class ArgumentView(_View):
     """One argument of a step, as it will be sent: bindings resolved, redacted as the store
     redacts, a long value cut (``cut``) with its full size in ``size``."""
@@ -67,6 +111,9 @@ class ArgumentView(_View):
     size: int
     """Characters of the whole value as JSON."""
     cut: bool = False
+    provenance: ProvenanceView | None = None
+    """Where the value comes from and whether the run trusts it (None: not known yet, or a run
+    logged before labels)."""
 
 
 class StepView(_View):
@@ -91,6 +138,11 @@ class StepView(_View):
     allowed_tools: list[str] = []
     idempotency_key: str | None = None
     """For a side-effecting call under way: the key it was sent with."""
+    tainted: bool = False
+    """A planner wrote the step after reading untrusted text: its values, and the call it asks
+    for, are untrusted."""
+    output_provenance: ProvenanceView | None = None
+    """For a step that ran: the label of its output."""
 
 
 class FieldChangeView(_View):
@@ -247,4 +299,6 @@ class QuestionView(_View):
     answers: list[AnswerOption]
     choices: list[str] = []
     """For an uncertain effect or an escalation: the ``choice`` values an approval takes."""
+    violations: list[ViolationView] = []
+    """For a step: the trust rules its call breaks, each with the argument's label."""
     answered: AnsweredView | None = None

@@ -9,6 +9,7 @@ from planexec._util.plural import counted
 from planexec.log import ApprovalRecord, Forecast, RunState
 from planexec.plan import Plan, Step
 from planexec.store import Redactor
+from planexec.trust import Provenance
 from planexec.views._answers import answer_options, choices_of
 from planexec.views._diff import diff_plans
 from planexec.views._effects import effect_of, runs_on
@@ -25,6 +26,7 @@ from planexec.views._models import (
     SpendView,
     StepView,
 )
+from planexec.views._trust import provenance_view, violation_view
 from planexec.views._values import arguments, shown_value
 
 __all__ = ["about", "forecast_view", "plan_view", "question_view", "rule_of", "step_view"]
@@ -114,6 +116,21 @@ def _why(rule: str, rec: ApprovalRecord, state: RunState, step: StepView | None,
             f"it changes the world and was {how} by plan v{rec.plan_version}, a patch made after the planner "
             "read the run's results — not part of a plan a human approved"
         )
+    if rule == "argument_rule":
+        first = rec.violations[0] if rec.violations else None
+        if first is not None:
+            where = "the call itself" if first.argument == "*" else f"argument {first.argument!r}"
+            return f"{where} breaks a rule set on tool {tool}: {first.requires} ({first.reason})"
+        return f"an argument breaks a rule set on tool {tool}"
+    if rule == "untrusted_effect":
+        named = [v.argument for v in rec.violations if v.rule == "untrusted_effect"]
+        args = [n for n in named if n != "*"]
+        reasons = []
+        if "*" in named:
+            reasons.append("the planner wrote it after reading untrusted text")
+        if args:
+            reasons.append(f"{_listed(args)} {'comes' if len(args) == 1 else 'come'} from untrusted text")
+        return "it changes the world, and " + (" and ".join(reasons) or "it takes untrusted values")
     if rule == "effect_uncertain":
         return (
             "its call was under way when the process running it stopped: it may or may not have taken effect, "
@@ -135,6 +152,12 @@ def _why(rule: str, rec: ApprovalRecord, state: RunState, step: StepView | None,
             return f"the run reached its {hit.budget} cap: {hit.used:g} used of {hit.limit:g}"
         return f"the run reached its {rec.budget} cap"
     return rec.reason
+
+
+def _listed(names: list[str]) -> str:
+    quoted = [repr(n) for n in names]
+    word = "argument" if len(names) == 1 else "arguments"
+    return f"{word} {', '.join(quoted)}"
 
 
 def _title(rec: ApprovalRecord, step: StepView | None, plan: PlanView | None) -> str:
@@ -214,10 +237,12 @@ def step_view(
     base: Plan | None = None,
     version: int | None = None,
     current: bool = True,
+    labels: Mapping[str, Provenance] | None = None,
 ) -> StepView:
     """``step`` as a human decides about it: ``sent``, the arguments the engine will send (else
     they are resolved from earlier outputs where they can be); ``base``, the plan its changes are
-    shown against; ``current``: the step is the run's record of that id (its status is shown)."""
+    shown against; ``current``: the step is the run's record of that id (its status is shown);
+    ``labels``: each argument's label (else the record's, once the step started)."""
     rec = state.steps.get(step.id) if current else None
     if rec is not None and rec.step != step:
         rec = None
@@ -233,13 +258,16 @@ def step_view(
             change = "changed" if fields else "kept"
     if sent is None and rec is not None and rec.args is not None:
         sent = rec.args
+    if labels is None and rec is not None:
+        labels = rec.provenance
+    out = rec.output_provenance if rec is not None and rec.done else None
     return StepView(
         id=step.id,
         description=redactor.redact_text(step.description) if redactor is not None else step.description,
         tool=step.tool,
         executor=step.executor,
         runs_on=runs_on(step),
-        arguments=arguments(step, sent, state.outputs, redactor),
+        arguments=arguments(step, sent, state.outputs, redactor, labels),
         depends_on=list(step.depends_on),
         effect=effect_of(step, state.tool_specs),
         plan_version=version if version is not None else (rec.plan_version if rec is not None else None),
@@ -249,6 +277,8 @@ def step_view(
         expected=step.expected,
         allowed_tools=list(step.allowed_tools),
         idempotency_key=rec.idempotency_key if rec is not None else None,
+        tainted=rec.tainted if rec is not None else False,
+        output_provenance=provenance_view(out, redactor) if out is not None else None,
     )
 
 
@@ -416,6 +446,7 @@ def question_view(
             sent=rec.args,
             base=_step_base(state, rec) if rec.subject == "step" else None,
             version=rec.plan_version,
+            labels=rec.provenance,
         )
     if rec.subject == "plan" and rec.plan is not None:
         base, approved = _base_of(state, rec)
@@ -452,5 +483,6 @@ def question_view(
         budget=_budget(rec, state),
         answers=answer_options(rec, state, step=step, plan=plan),
         choices=choices_of(rec.subject),
+        violations=[violation_view(v, redactor) for v in rec.violations],
         answered=_answered(rec),
     )

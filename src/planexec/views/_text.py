@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from planexec._util.plural import counted
-from planexec.views._models import ArgumentView, PlanView, QuestionView, StepView
+from planexec.views._models import ArgumentView, PlanView, ProvenanceView, QuestionView, StepView
 
-__all__ = ["REASON_SHOWN", "argument_text", "question_lines", "step_lines"]
+__all__ = ["REASON_SHOWN", "argument_text", "provenance_text", "question_lines", "step_lines"]
 
 REASON_SHOWN = frozenset({"question", "escalation", "effect"})
 """Kinds of question whose own words (``reason``) say more than why they were asked."""
@@ -25,7 +25,17 @@ def argument_text(arg: ArgumentView, *, width: int = 100) -> str:
         line += f"  ← {arg.binding}"
     if arg.cut:
         line += f"  [{arg.size:,} characters]"
+    if arg.provenance is not None:
+        line += f"  ({provenance_text(arg.provenance)})"
     return line
+
+
+def provenance_text(label: ProvenanceView) -> str:
+    """A value's label in a few words: ``trusted: planner``, ``UNTRUSTED: tool:fetch (fetch_page)``
+    (in capitals, so that it stands out), ``confirmed by ana (from tool:fetch)``."""
+    if label.trusted:
+        return label.text
+    return "UNTRUSTED" + label.text.removeprefix("untrusted")
 
 
 def step_lines(step: StepView, *, indent: str = "  ") -> list[str]:
@@ -43,6 +53,8 @@ def step_lines(step: StepView, *, indent: str = "  ") -> list[str]:
         lines.append(f"{indent}arguments: (none)")
     if step.idempotency_key:
         lines.append(f"{indent}idempotency key: {step.idempotency_key}")
+    if step.tainted:
+        lines.append(f"{indent}written by the planner after it read untrusted text")
     return lines
 
 
@@ -77,6 +89,12 @@ def question_lines(view: QuestionView) -> list[str]:
         lines.append(f"asked: {view.reason}")
     if view.step is not None:
         lines += ["step: " + line if n == 0 else line for n, line in enumerate(step_lines(view.step))]
+    for v in view.violations:
+        where = "the call" if v.argument == "*" else v.argument
+        if v.rule == "argument_rule":
+            lines.append(f"breaks a rule: {where}: {v.requires} — {v.reason}")
+        else:
+            lines.append(f"untrusted: {where}: {v.reason}")
     if view.plan is not None:
         lines += _plan_lines(view.plan)
     if view.under_review is not None:

@@ -10,7 +10,9 @@ from planexec._util.clip import clip
 from planexec.errors import BindingError
 from planexec.plan import Step, compile_args
 from planexec.store import Redactor
+from planexec.trust import Provenance
 from planexec.views._models import ArgumentView
+from planexec.views._trust import provenance_view
 
 __all__ = ["SHOWN_CHARS", "TEXT_CHARS", "arguments", "json_text", "shown_value"]
 
@@ -53,11 +55,22 @@ def _one_line(value: Any) -> str:
 
 
 def arguments(
-    step: Step, sent: Mapping[str, Any] | None, outputs: Mapping[str, Any], redactor: Redactor | None
+    step: Step,
+    sent: Mapping[str, Any] | None,
+    outputs: Mapping[str, Any],
+    redactor: Redactor | None,
+    labels: Mapping[str, Provenance] | None = None,
 ) -> list[ArgumentView]:
     """Each argument of ``step`` as it will be sent: ``sent`` when the arguments are known (the
     engine resolved them), else resolved from the ``outputs`` of earlier steps where they exist;
-    a binding whose step has not run is shown as the binding."""
+    a binding whose step has not run is shown as the binding. ``labels``: each argument's label,
+    when known."""
+    labels = labels or {}
+
+    def label_of(name: str) -> Any:
+        label = labels.get(name)
+        return provenance_view(label, redactor) if label is not None else None
+
     views = []
     for name, raw in step.args.items():
         compiled = compile_args({name: raw})
@@ -82,10 +95,15 @@ def arguments(
                 resolved=known,
                 size=size,
                 cut=cut,
+                provenance=label_of(name),
             )
         )
     for name in sent or {}:  # arguments sent that the plan did not write
         if name not in step.args:
             shown, size, cut = shown_value(sent[name], redactor)  # type: ignore[index]
-            views.append(ArgumentView(name=name, value=shown, text=_one_line(shown), size=size, cut=cut))
+            views.append(
+                ArgumentView(
+                    name=name, value=shown, text=_one_line(shown), size=size, cut=cut, provenance=label_of(name)
+                )
+            )
     return views

@@ -15,7 +15,21 @@ function counted(n, noun) {
   return `${n.toLocaleString()} ${noun}${n === 1 ? "" : "s"}`;
 }
 
-/** An argument's value as one line, with where it comes from. */
+/** Where a value comes from and whether the run trusts it: a badge and the sources in words. */
+function provenanceBadge(p) {
+  if (!p) return "—";
+  const untrusted = !p.trusted;
+  const word = p.confirmed_by ? `confirmed by ${p.confirmed_by}` : untrusted ? "untrusted" : "trusted";
+  const sources = (untrusted || p.confirmed_by ? p.sources.filter((s) => !s.trusted) : p.sources).map((s) => s.text);
+  return h(
+    "span",
+    { class: "provenance", "data-trusted": String(p.trusted) },
+    h("span", { class: ["badge", untrusted ? "tone-bad" : "tone-off"] }, word),
+    sources.length ? h("span", { class: "muted" }, ` ${sources.join(", ")}`) : null,
+  );
+}
+
+/** An argument's value as one line, with where it comes from and whether the run trusts it. */
 function argumentRows(args) {
   return args.map((a) =>
     h(
@@ -24,6 +38,7 @@ function argumentRows(args) {
       h("th", { scope: "row" }, h("code", {}, a.name)),
       h("td", { "data-label": "Value as sent" }, h("code", { class: "value" }, a.text), a.cut ? h("span", { class: "muted" }, ` (${a.size.toLocaleString()} characters, cut)`) : null),
       h("td", { "data-label": "From" }, a.binding ? h("code", {}, a.binding) : "—", a.binding && !a.resolved ? h("span", { class: "muted" }, " (not run yet)") : null),
+      h("td", { "data-label": "Trust" }, provenanceBadge(a.provenance)),
     ),
   );
 }
@@ -37,8 +52,26 @@ function argumentsTable(args, caption) {
       "table",
       { class: ["arguments", "stack"] },
       h("caption", { class: "visually-hidden" }, caption),
-      h("thead", {}, h("tr", {}, ["Argument", "Value as sent", "From"].map((c) => h("th", { scope: "col" }, c)))),
+      h("thead", {}, h("tr", {}, ["Argument", "Value as sent", "From", "Trust"].map((c) => h("th", { scope: "col" }, c)))),
       h("tbody", {}, argumentRows(args)),
+    ),
+  );
+}
+
+/** The trust rules a call breaks: for each argument, what the rule requires and why it fails. */
+function violationsList(violations) {
+  if (!violations?.length) return null;
+  return h(
+    "ul",
+    { class: "violations" },
+    violations.map((v) =>
+      h(
+        "li",
+        { "data-argument": v.argument, "data-rule": v.rule },
+        h("strong", {}, v.argument === "*" ? "The call" : h("code", {}, v.argument)),
+        v.rule === "argument_rule" ? ` breaks the rule “${v.requires}”: ` : " is untrusted: ",
+        v.reason,
+      ),
     ),
   );
 }
@@ -61,6 +94,7 @@ function stepFacts(step) {
       h("dd", {}, effectBadge(step.effect)),
       step.depends_on.length ? [h("dt", {}, "After"), h("dd", {}, step.depends_on.join(", "))] : null,
       step.idempotency_key ? [h("dt", {}, "Idempotency key"), h("dd", {}, h("code", {}, step.idempotency_key))] : null,
+      step.tainted ? [h("dt", {}, "Written"), h("dd", { class: "tainted" }, h("span", { class: "badge tone-bad" }, "untrusted"), " by the planner after it read untrusted text")] : null,
     ),
     argumentsTable(step.arguments, `Arguments of step ${step.id}`),
   ];
@@ -192,6 +226,7 @@ export function questionCard(q, { showRun = true, onAnswered = () => {} } = {}) 
     ),
   );
   if (q.step) parts.push(stepFacts(q.step));
+  if (q.violations?.length) parts.push(h("h4", {}, "Trust rules"), violationsList(q.violations));
   if (q.plan) parts.push(planSection(q.plan, id));
   if (q.under_review !== undefined && q.under_review !== null) {
     parts.push(h("h4", {}, q.kind === "answer" ? "The answer" : "The result"), h("pre", { class: "json under-review" }, pretty(q.under_review)));
