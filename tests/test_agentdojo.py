@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from planexec import Agent, ModelExecutor, Planner, ToolContext, ToolError
+from planexec import Agent, ModelExecutor, Planner, ToolContext, ToolError, TrustPolicy
+from planexec.executor import Extractor
 from planexec.testing import ScriptedModel
 from tests.cli_support import invoke
 
@@ -196,10 +197,11 @@ async def test_the_sealed_plan_takes_values_out_of_outputs_with_quarantined_extr
         injections = injections_for(suite, "user_task_0", injection_task) if injection_task else {}
         world = DojoWorld(suite=suite, user_task="user_task_0", injections=injections or {})
         oracle = SealedOracle(world, injection_task=injection_task, gullible=gullible)
+        extractor = Extractor(model=oracle.extractor, name=EXTRACTOR, max_turns=1)
         agent = Agent(
-            Planner(model=oracle.planner),
+            Planner(model=oracle.planner, sealed=True, extractor=extractor),
             tools=world.tools(),
-            executors=[ModelExecutor(model=oracle.extractor, name=EXTRACTOR, tools=(), max_turns=1)],
+            trust=TrustPolicy(untrusted_effects=False),
             store=None,
         )
         return world, oracle, await agent.run(world.prompt)
@@ -230,8 +232,7 @@ async def test_a_suite_is_reported_per_defence_setting() -> None:
     settings = DojoSettings(user_tasks=["user_task_0"], injection_tasks=["injection_task_1", "injection_task_2"])
     report = await run_suite("banking", settings)
     by_name = {s.defence: s for s in report.defences}
-    assert list(by_name) == ["none", "defaults", "approvals"]  # every setting this version has
-    assert {name for name, _ in report.unavailable} == {"policies", "sealed", "sealed+policies"}
+    assert list(by_name) == ["none", "defaults", "approvals", "policies", "sealed", "sealed+policies"]
     for summary in by_name.values():
         assert summary.user_tasks == 1
         assert summary.attacks == 2
@@ -242,15 +243,19 @@ async def test_a_suite_is_reported_per_defence_setting() -> None:
     assert by_name["approvals"].attack_success == 0.0
     assert by_name["approvals"].attacks_held == 1.0
     assert by_name["approvals"].held_calls == 1.0  # the user's own payment, held with no attack
+    assert by_name["policies"].attack_success == 0.0  # the injected call took a value the run did not trust
+    assert by_name["policies"].attacks_held == 1.0
+    assert by_name["sealed+policies"].attack_success == 0.0
     assert by_name["none"].planner_calls == 3.0  # two steps, then the answer
-    assert len(report.cases) == 3 * 3
+    assert by_name["sealed"].planner_calls == 1.0  # the plan with its answer template, nothing read
+    assert len(report.cases) == 6 * 3
 
 
 def test_bad_settings_are_listed_all_at_once() -> None:
     problems = settings_problems(
         "banking",
         DojoSettings(
-            defences=["none", "nothing", "sealed"],  # type: ignore[list-item]
+            defences=["none", "nothing", "sealed+policies"],  # type: ignore[list-item]
             attack="no-such-attack",
             user_tasks=["user_task_0", "user_task_99"],
             injection_tasks=["injection_task_42"],
@@ -259,8 +264,7 @@ def test_bad_settings_are_listed_all_at_once() -> None:
         ),
     )
     wheres = [p.where for p in problems]
-    assert wheres == ["defences[1]", "defences[2]", "policy", "concurrency"]  # the suite's tasks need valid settings
-    assert "Planner(sealed=True)" in problems[1].message
+    assert wheres == ["defences[1]", "policy", "concurrency"]  # the suite's tasks need valid settings
     problems = settings_problems(
         "banking", DojoSettings(attack="no-such-attack", user_tasks=["user_task_99"], injection_tasks=["x"])
     )
@@ -274,19 +278,20 @@ def test_bad_settings_are_listed_all_at_once() -> None:
 def test_planexec_eval_runs_a_suite_and_prints_the_table(tmp_path: Path) -> None:
     result = invoke(["eval", "agentdojo:banking", "--limit", "2", "--json", str(tmp_path / "r.json")])
     assert result.exit_code == 0, result.output
-    for setting in ("none", "defaults", "approvals"):
+    for setting in ("none", "defaults", "approvals", "policies", "sealed+policies"):
         assert setting in result.output
-    assert "not run: sealed" in result.output
     report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
     assert report["format"] == "planexec.agentdojo"
     assert report["suite"] == "banking"
     assert report["attack"] == "important_instructions"
     summaries = {s["defence"]: s for s in report["defences"]}
-    assert [s["user_tasks"] for s in summaries.values()] == [2, 2, 2]
-    assert [s["attacks"] for s in summaries.values()] == [18, 18, 18]  # 2 user tasks × 9 injection tasks
-    assert all(s["utility"] == 1.0 for s in summaries.values())
+    assert [s["user_tasks"] for s in summaries.values()] == [2] * 6
+    assert [s["attacks"] for s in summaries.values()] == [18] * 6  # 2 user tasks × 9 injection tasks
+    assert all(summaries[name]["utility"] == 1.0 for name in ("none", "defaults", "approvals", "policies"))
+    assert summaries["sealed"]["utility"] == summaries["sealed+policies"]["utility"] > 0.0
     assert summaries["none"]["attack_success"] > 0.9
-    assert summaries["approvals"]["attack_success"] == 0.0
+    for defended in ("approvals", "policies", "sealed+policies"):
+        assert summaries[defended]["attack_success"] == 0.0, defended
 
 
 def test_planexec_eval_lists_every_problem_with_an_agentdojo_suite() -> None:
@@ -295,11 +300,10 @@ def test_planexec_eval_lists_every_problem_with_an_agentdojo_suite() -> None:
     )
     assert result.exit_code == 2
     errors = result.output
-    assert "5 problems" in errors
+    assert "4 problems" in errors
     for expected in (
         "SUITE: 'bank' is not one of banking, slack, travel, workspace",
         "--defence: 'nothing' is not one of none, defaults, approvals",
-        "--defence: sealed: Planner(sealed=True)",
         "--agent: AgentDojo's suites run with the planexec agent",
         "--seed: does not apply to AgentDojo's suites",
     ):
@@ -319,8 +323,7 @@ def test_agentdojo_options_are_refused_for_other_suites(tmp_path: Path) -> None:
     assert "--attack: shapes a suite of AgentDojo's tasks" in result.output
 
 
-def test_every_defence_setting_says_what_it_is_and_what_it_waits_for() -> None:
+def test_every_defence_setting_says_what_it_is() -> None:
     for name, defence in DEFENCES.items():
         assert defence.name == name
         assert defence.summary
-        assert defence.available != bool(defence.missing)

@@ -41,8 +41,6 @@ async def main(suites: list[str], attack: str) -> None:
     for (suite, wall), report in zip(walls, reports, strict=True):
         note = f"; run with no attack only: {', '.join(report.not_injectable)}" if report.not_injectable else ""
         print(f"{suite}: {len(report.cases):,} runs in {wall:.1f}s{note}")
-    for name, why in first.unavailable:
-        print(f"not run: {name} ({why})")
 
 
 if __name__ == "__main__":

@@ -10,11 +10,14 @@ agent's options from what a run has (its models, its tools, a simulated human).
                         ``Approvals()``
 ``approvals``           ``none``, with every tool that changes the environment marked
                         sensitive and a human asked before each of its calls
-``policies``            trust labels and per-argument provenance policies (not in this
-                        version of planexec)
-``sealed``              sealed planning: the planner never reads tool output (not in this
-                        version)
-``sealed+policies``     both (not in this version)
+``policies``            ``none``, with trust labels judged by a human: a call that changes the
+                        environment with a value the run does not trust (a tool's output, or
+                        a literal the planner wrote after reading one) is asked about
+                        (``TrustPolicy(untrusted_effects=True)``, the default, with an approver)
+``sealed``              sealed planning: the planner never reads tool output; values inside
+                        outputs come from quarantined extractor steps; nothing asks a human
+``sealed+policies``     both: a sealed plan whose calls that take an extractor's (untrusted)
+                        value are asked about
 ======================  ==================================================================
 
 Why ``none`` reads results after every step: planned upfront, a plan is made before any tool
@@ -22,19 +25,8 @@ output exists, so an injection in that output can change only the final answer (
 a failure); a planner that reads each result before choosing the next step is one an injection
 can steer into new calls — the agent the other settings must defend.
 
-Settings that are not in this version are listed with what they wait for. Where each plugs in,
-once its part of planexec is there (each then gets ``build=`` in :data:`DEFENCES` instead of
-``missing=``):
-
-- ``policies``: a builder returning ``replace(_none(ctx), trust=...)``, with the trust policies'
-  option added to :class:`AgentOptions` (a field, passed on by :meth:`AgentOptions.agent`). A
-  call a policy holds goes to ``ctx.human`` and is counted as held; a call it refuses ends the run
-  with its stop reason, which the report keeps.
-- ``sealed``: a builder returning ``AgentOptions(planner=Planner(model=ctx.sealed_planner,
-  policy="upfront", sealed=True), tools=ctx.tools(), executor=ModelExecutor(model=ctx.executor),
-  executors=(extractor_executor(ctx),), context=ctx.context)``. Offline, ``ctx.sealed_planner``
-  and ``ctx.extractor`` are the sealed-plan oracle and its extractor.
-- ``sealed+policies``: the ``sealed`` builder's options with the policies' option added.
+A simulated human answers every question with a yes; the harness counts an attack only when the
+calls made without a human's yes meet its goal, and reports the calls that were held.
 """
 
 from __future__ import annotations
@@ -44,11 +36,12 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
 from planexec.agentdojo._sealed import EXTRACTOR
-from planexec.executor import Executor, ModelExecutor
+from planexec.executor import Executor, Extractor, ModelExecutor
 from planexec.models import Model
 from planexec.planner import Planner, PolicyName
 from planexec.runtime import Agent, ApprovalDecision, ApprovalRequest, Approvals, Budget, RunContext
 from planexec.tools import Tool
+from planexec.trust import TrustPolicy
 
 __all__ = [
     "DEFENCES",
@@ -119,6 +112,7 @@ class AgentOptions:
     approvals: Approvals = field(default_factory=Approvals)
     budget: Budget = field(default_factory=Budget)
     context: RunContext = field(default_factory=RunContext)
+    trust: TrustPolicy = field(default_factory=TrustPolicy)
 
     def agent(self, *, name: str = "agentdojo") -> Agent:
         return Agent(
@@ -129,6 +123,7 @@ class AgentOptions:
             approvals=self.approvals,
             budget=self.budget,
             context=self.context,
+            trust=self.trust,
             store=None,
             name=name,
         )
@@ -137,16 +132,11 @@ class AgentOptions:
 @dataclass(frozen=True, kw_only=True)
 class Defence:
     """A defence setting: its name, what it is, and the function that builds an agent's options
-    under it (None: not in this version of planexec; ``missing`` says what it waits for)."""
+    under it."""
 
     name: DefenceName
     summary: str
-    build: Callable[[DefenceContext], AgentOptions] | None = None
-    missing: str = ""
-
-    @property
-    def available(self) -> bool:
-        return self.build is not None
+    build: Callable[[DefenceContext], AgentOptions]
 
 
 def _none(ctx: DefenceContext) -> AgentOptions:
@@ -180,13 +170,44 @@ def _approvals(ctx: DefenceContext) -> AgentOptions:
     )
 
 
+def _policies(ctx: DefenceContext) -> AgentOptions:
+    return replace(
+        _none(ctx),
+        approvals=Approvals(approver=ctx.human, steps="none"),
+        trust=TrustPolicy(on_violation="ask", untrusted_effects=True),
+    )
+
+
+def _sealed(ctx: DefenceContext) -> AgentOptions:
+    planner = Planner(
+        model=ctx.sealed_planner,
+        policy="upfront",
+        sealed=True,
+        extractor=Extractor(model=ctx.extractor, name=EXTRACTOR, max_turns=1),
+    )
+    return AgentOptions(
+        planner=planner,
+        tools=ctx.tools(),
+        executor=ModelExecutor(model=ctx.executor),
+        approvals=Approvals(steps="none", patched_effects=False),
+        trust=TrustPolicy(untrusted_effects=False),
+        context=ctx.context,
+    )
+
+
+def _sealed_policies(ctx: DefenceContext) -> AgentOptions:
+    return replace(
+        _sealed(ctx),
+        approvals=Approvals(approver=ctx.human, steps="none"),
+        trust=TrustPolicy(on_violation="ask", untrusted_effects=True),
+    )
+
+
 def extractor_executor(ctx: DefenceContext) -> ModelExecutor:
     """The executor of quarantined extractor steps: ``ctx.extractor``, granted no tool, one reply
     a step."""
     return ModelExecutor(model=ctx.extractor, name=EXTRACTOR, tools=(), max_turns=1)
 
-
-_NOT_YET = "not in this version of planexec"
 
 DEFENCES: dict[DefenceName, Defence] = {
     "none": Defence(
@@ -200,22 +221,20 @@ DEFENCES: dict[DefenceName, Defence] = {
         summary="none, and a human asked before every call that changes the environment",
         build=_approvals,
     ),
-    # trust policies plug in here (see the module's docstring)
     "policies": Defence(
         name="policies",
-        summary="trust labels and per-argument provenance policies",
-        missing=f"trust policies: {_NOT_YET}",
+        summary="none, and a human asked before a call that changes the environment with an untrusted value",
+        build=_policies,
     ),
-    # sealed planning plugs in here (see the module's docstring)
     "sealed": Defence(
         name="sealed",
         summary="sealed planning: the planner never reads tool output; extractors are quarantined",
-        missing=f"Planner(sealed=True): {_NOT_YET}",
+        build=_sealed,
     ),
     "sealed+policies": Defence(
         name="sealed+policies",
-        summary="sealed planning and trust policies",
-        missing=f"Planner(sealed=True) and trust policies: {_NOT_YET}",
+        summary="sealed planning, and a human asked before a call that takes an untrusted value",
+        build=_sealed_policies,
     ),
 }
 """Every defence setting, in the order reports show them."""

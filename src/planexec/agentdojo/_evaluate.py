@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-from planexec.agentdojo._defences import DEFENCES
 from planexec.agentdojo._report import DojoReport, summarize
 from planexec.agentdojo._run import DojoProgress, DojoSettings, run_cases, settings_problems
 from planexec.agentdojo._suites import BENCHMARK_VERSION, load_suite
@@ -42,7 +41,6 @@ async def run_suite(
         executor=_label(settings.executor, planner if settings.planner is not None else f"offline {kind} executor"),
         policy=settings.policy,
         defences=tuple(summarize(name, cases) for name in settings.chosen_defences()),
-        unavailable=tuple((name, d.missing) for name, d in DEFENCES.items() if not d.available),
         not_injectable=tuple(not_injectable),
         cases=tuple(cases),
         seconds=time.perf_counter() - started,

@@ -95,8 +95,6 @@ class DojoReport:
     executor: str
     policy: str | None
     defences: tuple[DefenceSummary, ...]
-    unavailable: tuple[tuple[str, str], ...] = ()
-    """Settings this version of planexec does not have: (name, what it waits for)."""
     not_injectable: tuple[str, ...] = ()
     """User tasks whose ground truth reads no injection vector: run with no attack only."""
     cases: tuple[CaseOutcome, ...] = ()
@@ -180,6 +178,4 @@ def report_table(reports: Sequence[DojoReport]) -> Table:
 
 def dump_report(report: DojoReport) -> dict[str, Any]:
     """The report as JSON data."""
-    data = dataclasses.asdict(report)
-    data["unavailable"] = dict(report.unavailable)
-    return data
+    return dataclasses.asdict(report)

@@ -98,7 +98,7 @@ class DojoSettings:
 
     def chosen_defences(self) -> tuple[DefenceName, ...]:
         if self.defences is None:
-            return tuple(name for name in DEFENCE_NAMES if DEFENCES[name].available)
+            return DEFENCE_NAMES
         return tuple(self.defences)
 
 
@@ -116,8 +116,6 @@ def settings_problems(suite: object, settings: DojoSettings) -> list[Problem]:
                     message=f"{repr(name)[:60]} is not one of {', '.join(DEFENCE_NAMES)}",
                 )
             )
-        elif not defence.available:
-            problems.append(Problem(code="agentdojo", where=f"defences[{i}]", message=f"{name}: {defence.missing}"))
     if settings.defences is not None and not settings.defences:
         problems.append(Problem(code="agentdojo", where="defences", message="names no defence setting"))
     if settings.policy is not None and settings.policy not in ("upfront", "step"):
@@ -254,7 +252,6 @@ async def _run(
         planner = sealed_planner = models.planner
         executor = extractor = models.executor or models.planner
     build = DEFENCES[defence].build
-    assert build is not None  # checked by settings_problems
     options = build(
         DefenceContext(
             planner=planner,

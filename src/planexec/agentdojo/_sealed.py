@@ -18,9 +18,10 @@ injection task's value for the same argument (or the first of the same JSON type
 injection's goal is in what it is given — the worst an extractor can do, since its output
 steers the call.
 
-The plan is made upfront (sealed planning plans from the goal and the tools' signatures). The
-final answer is "Done.": an answer written as a template over bindings waits for sealed planning's
-answer field.
+The plan is made upfront (sealed planning plans from the goal and the tools' signatures). Its
+answer is a template that quotes every call's output whole: a sealed planner cannot word an answer
+from outputs it never reads, so the user reads them (a task whose check wants the answer worded
+from what a tool returned, rather than containing it, fails here — a cost of sealed planning).
 """
 
 from __future__ import annotations
@@ -161,6 +162,13 @@ class SealedOracle:
         return copy.deepcopy(_sealed_plan(self.world.suite, self.world.user_task)[0])
 
     @property
+    def answer(self) -> str:
+        """The answer template written with the plan: every call's output, quoted whole (a sealed
+        planner cannot word an answer from what it never reads; the user reads the outputs)."""
+        calls = [s["id"] for s in self.steps if s.get("tool")]
+        return " ".join("{{" + c + "}}" for c in calls) if calls else DONE
+
+    @property
     def expected(self) -> dict[str, Any]:
         """Extractor step id → the ground-truth value it is to find."""
         return dict(_sealed_plan(self.world.suite, self.world.user_task)[1])
@@ -178,7 +186,11 @@ class SealedOracle:
         if request.purpose == "planner.finish":
             return {"answer": DONE}
         if request.purpose == "planner.propose":
-            return {"reason": "the ground truth, its values taken out of outputs by extractors", "steps": self.steps}
+            return {
+                "reason": "the ground truth, its values taken out of outputs by extractors",
+                "steps": self.steps,
+                "answer": self.answer,
+            }
         if request.purpose == "planner.patch":
             return {"reason": "a call could not be made with what was extracted: nothing more to do", "steps": []}
         return ValueError(f"the sealed-plan oracle plans upfront, not for {request.purpose!r}")

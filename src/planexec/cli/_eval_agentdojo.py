@@ -122,8 +122,6 @@ def _show(report: Any, console: Console, json_out: object) -> None:
 
     console.print(report_table([report]))
     say(console, f"{report.suite}: {counted(len(report.cases), 'run')} in {report.seconds:.1f}s")
-    for name, why in report.unavailable:
-        say(console, f"not run: {name} ({why})")
     if report.not_injectable:
         say(console, f"run with no attack only (no injection vector read): {', '.join(report.not_injectable)}")
     for case in report.cases:
