@@ -62,7 +62,7 @@ from planexec import ToolContext, tool
 from planexec.testing import FunctionModel
 
 
-@tool(side_effect=True, idempotent=True)
+@tool(side_effect=True, idempotent=True, trusted=True)  # what it returns is its own words, not outside text
 async def apply(item: str, seconds: float, ctx: ToolContext) -> str:
     """Apply an effect to an item, once per idempotency key (as a deduplicating service would)."""
     HERE = os.environ["WORKERS_TEST_EFFECTS"]
@@ -79,7 +79,7 @@ async def apply(item: str, seconds: float, ctx: ToolContext) -> str:
     return f"{item}: applied"
 
 
-@tool(side_effect=True, idempotent=True, requires_approval=True)
+@tool(side_effect=True, idempotent=True, requires_approval=True, trusted=True)
 async def publish(item: str, ctx: ToolContext) -> str:
     """Publish an item (a human approves it first)."""
     return await apply.invoke({"item": item, "seconds": 0.0}, ctx)

@@ -48,7 +48,7 @@ from planexec.testing import FunctionModel
 EFFECTS = {effects!r}
 
 
-@tool(side_effect=True, idempotent=True)
+@tool(side_effect=True, idempotent=True, trusted=True)  # its own words, not outside text
 async def crunch(item: str, seconds: float, ctx: ToolContext) -> dict:
     """Heavy work, on a node with the "sql" resource; its effect applied once per idempotency key."""
     import ray
