@@ -129,10 +129,14 @@ _UNCHAINED = "SELECT CAST(data AS BLOB) FROM planexec_events WHERE run = ? ORDER
 _CHECKPOINT_EVERY = 1000
 """Appends made on the event loop between two WAL checkpoints (run in the worker thread)."""
 WAL_LIMIT = 16 * 1_048_576
-"""The size past which the WAL is truncated at the next checkpoint. A passive checkpoint copies the
-WAL into the database but cannot restart it while some reader still uses it, so under a steady
-stream of readers (a server following many runs) the file would only grow; a checkpoint that
-finds it larger waits (a second at most) for a moment with no reader and truncates it."""
+"""The size past which the WAL is truncated. SQLite cuts the file back to it whenever the WAL
+restarts (``journal_size_limit``). A passive checkpoint cannot restart it while some reader still
+uses it, so under a steady stream of readers (a server following many runs) the file would only
+grow: a checkpoint that finds it larger tries to truncate it without waiting (the store's own reads
+and writes queue behind a checkpoint, so a wait would stall them); only past
+``_WAITED_TRUNCATE_FACTOR`` times the limit does it wait, a second at most, for a moment with no
+reader."""
+_WAITED_TRUNCATE_FACTOR = 8
 _TRUNCATE_WAIT_MS = 1_000
 
 
@@ -196,6 +200,7 @@ class SQLiteStore(StoreBase):
         conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
         try:
             conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+            conn.execute(f"PRAGMA journal_size_limit = {min(self.wal_limit, 2**62)}")
         except BaseException:
             conn.close()
             raise
@@ -355,12 +360,15 @@ class SQLiteStore(StoreBase):
             return
         try:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            if _wal_size(self.path) > self.wal_limit:
-                conn.execute(f"PRAGMA busy_timeout = {_TRUNCATE_WAIT_MS}")
-                try:
-                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-                finally:
-                    conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            size = _wal_size(self.path)
+            if size <= self.wal_limit:
+                return
+            waited = size > self.wal_limit * _WAITED_TRUNCATE_FACTOR
+            conn.execute(f"PRAGMA busy_timeout = {_TRUNCATE_WAIT_MS if waited else 0}")
+            try:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         except sqlite3.Error:
             return  # best effort: the next checkpoint catches up
 
