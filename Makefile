@@ -22,7 +22,7 @@ test: $(READY)
 	$(BIN)/lint-imports --no-cache
 	$(DOCS_BUILD)
 # pytest runs with a throwaway PostgreSQL server when one can be started (see scripts/test)
-	BIN=$(BIN) bash scripts/test -q
+	BIN=$(BIN) bash scripts/test -q --durations=40
 
 # The documentation site (mkdocs.yml, docs/) into site/; --strict makes any warning an error.
 # NO_MKDOCS_2_WARNING silences the theme's notice about its successor, which is not a build warning.
