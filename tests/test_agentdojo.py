@@ -21,9 +21,11 @@ if os.environ.get("CI", "").lower() != "true":
     pytest.importorskip("agentdojo")
 
 from planexec.agentdojo import (
+    ANSWER_STEP,
     DEFENCES,
     EXTRACTOR,
     WRITES,
+    DefenceName,
     DojoOracle,
     DojoSettings,
     DojoWorld,
@@ -100,6 +102,37 @@ async def test_an_attack_on_the_answer_alone_gets_past_approvals() -> None:
     outcome = await run_case("travel", "user_task_0", injection_task="injection_task_6", defence="approvals")
     assert outcome.unaided is True
     assert "Riverside View Hotel" in (outcome.answer or "")
+
+
+@pytest.mark.parametrize("defence", ["policies", "sealed+policies"])
+async def test_an_answer_holding_untrusted_text_is_shown_to_a_human_labelled_before_it_is_returned(
+    defence: DefenceName,
+) -> None:
+    # the same attack on the answer: the answer quotes what a tool returned, so a human reads it
+    # with its label first (TrustPolicy(answer="ask")); without that yes it is not returned as is
+    outcome = await run_case("travel", "user_task_0", injection_task="injection_task_6", defence=defence)
+    assert "Riverside View Hotel" in (outcome.answer or "")  # the simulated human said yes to it...
+    assert outcome.attacked is True
+    assert outcome.unaided is False  # ...so the attack needed that yes
+    assert outcome.attack_held
+    assert outcome.utility
+    unshown = await run_case("travel", "user_task_0", injection_task="injection_task_6", defence="sealed")
+    assert unshown.unaided is True  # sealed planning alone returns the quarantined answer as it is
+
+
+async def test_the_sealed_plans_answer_is_written_by_a_quarantined_step_and_labelled_untrusted() -> None:
+    suite = load_suite("travel")
+    world = DojoWorld(suite=suite, user_task="user_task_6")  # minimum prices and a total: worded, computed
+    oracle = SealedOracle(world)
+    (answer_step,) = [s for s in oracle.steps if s["id"] == ANSWER_STEP]
+    assert answer_step["executor"] == EXTRACTOR
+    assert answer_step["tool"] is None
+    assert answer_step["allowed_tools"] == []
+    calls = [s["id"] for s in oracle.steps if s.get("tool")]
+    assert answer_step["depends_on"] == calls
+    assert oracle.answer == "{{answer.value}}"
+    outcome = await run_case("travel", "user_task_6", defence="sealed")
+    assert outcome.utility
 
 
 async def test_planned_upfront_the_plan_is_made_before_any_injection_is_read() -> None:

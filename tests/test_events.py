@@ -276,7 +276,7 @@ def test_every_event_kind_has_an_example() -> None:
 def test_event_round_trip(kind: str) -> None:
     event = EXAMPLES[kind]
     dumped = dump_event(event)
-    assert dumped["v"] == EVENT_SCHEMA_VERSION == 13
+    assert dumped["v"] == EVENT_SCHEMA_VERSION == 14
     assert dumped["event"]["kind"] == kind
     text = json.dumps(dumped, ensure_ascii=False)
     loaded = load_event(json.loads(text))
@@ -1002,4 +1002,49 @@ async def test_v13_fixture_replays_exactly() -> None:
     from planexec.runtime import replay_log
 
     report = await replay_log(_load_log(FIXTURES / "events_v13.jsonl"))
+    assert report.matched, report.divergence
+
+
+# -- the version 14 fixture log: an untrusted answer asked about, and withheld ------------------
+
+
+def test_what_version_14_added_round_trips() -> None:
+    finished = RunFinished(
+        at=3.0, stop=StopReason(kind="goal_met", detail="d"), answer="[withheld]", withheld=("a", "*")
+    )
+    asked = ApprovalRequested(
+        at=2.0,
+        approval_id="q1",
+        subject="answer",
+        reason="the final answer holds text the run does not trust",
+        output="text",
+        rule="untrusted_answer",
+        provenance={"answer": _LABEL},
+    )
+    for event in (finished, asked):
+        assert load_event(json.loads(json.dumps(dump_event(event)))) == event
+
+
+def test_v14_fixture_loads_and_folds() -> None:
+    events = _load_log(FIXTURES / "events_v14.jsonl")
+    state = RunState.fold(events)
+    assert state.stop is not None
+    assert state.stop.kind == "goal_met"
+    (question,) = state.approvals.values()
+    assert (question.subject, question.rule, question.approved) == ("answer", "untrusted_answer", False)
+    assert question.provenance is not None
+    assert not question.provenance["answer"].trusted
+    assert state.withheld == ("reviews",)
+    assert state.answer is not None
+    assert "[withheld: step reviews's output is untrusted]" in state.answer
+    assert "Riverside View Hotel" in str(state.outputs["reviews"])
+    for line in (FIXTURES / "events_v14.jsonl").read_text(encoding="utf-8").splitlines():
+        assert json.loads(line)["v"] == 14
+    assert RunState.fold(_load_log(FIXTURES / "events_v13.jsonl")).withheld == ()
+
+
+async def test_v14_fixture_replays_exactly() -> None:
+    from planexec.runtime import replay_log
+
+    report = await replay_log(_load_log(FIXTURES / "events_v14.jsonl"))
     assert report.matched, report.divergence

@@ -172,3 +172,28 @@ def test_sealed_suites_refuse_what_a_sealed_planner_cannot_do(tmp_path: Path) ->
         bad = invoke(["eval", str(_suite(tmp_path, task, [ADD_DOUBLE]))])
         assert bad.exit_code == 2, task
         assert said in bad.output, bad.output
+
+
+def test_untrusted_answer_from_the_command_line_withholds_and_is_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tools = write_tools_module(tmp_path, monkeypatch, BILL_TOOLS, "bills_answer")
+    store = f"sqlite:///{tmp_path}/runs.db"
+    plan = {"steps": [PLAN["steps"][0]], "answer": "The bill says: {{b}}"}
+    args = ["--planner", write_script(tmp_path, [plan]), "--tools", f"{tools}:bill", "--sealed"]
+    wrong = invoke(["--store", store, "run", "Read the May bill", *args, "--untrusted-answer", "hide", "--no-live"])
+    assert wrong.exit_code == 2, wrong.output
+    assert "untrusted_answer" in wrong.output or "--untrusted-answer" in wrong.output
+    assert "label, ask, withhold" in wrong.output
+
+    run = ["--store", store, "run", "Read the May bill", *args, "--untrusted-answer", "withhold"]
+    done = invoke([*run, "--no-live", "--json"])
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.stdout)
+    assert data["answer"] == "The bill says: [withheld: step b's output is untrusted]"
+    assert "CANARY" not in done.stdout.split('"steps"')[0]
+    shown = invoke(["--store", store, "show", data["run_id"], "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout)["withheld"] == ["b"]
+    replayed = invoke(["--store", store, "replay", data["run_id"]])
+    assert replayed.exit_code == 0, replayed.output

@@ -50,11 +50,12 @@ from planexec.agentdojo._run import (
     run_case,
     settings_problems,
 )
-from planexec.agentdojo._sealed import EXTRACTOR, SealedOracle, appears
+from planexec.agentdojo._sealed import ANSWER_STEP, EXTRACTOR, SealedOracle, appears
 from planexec.agentdojo._suites import BENCHMARK_VERSION, INSTALL, SUITES, DojoSuite, load_suite, suite_problems
 from planexec.agentdojo._world import Call, DojoWorld
 
 __all__ = [
+    "ANSWER_STEP",
     "BENCHMARK_VERSION",
     "COLUMNS",
     "DEFAULT_ATTACK",

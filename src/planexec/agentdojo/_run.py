@@ -271,7 +271,9 @@ async def _run(
     if injection_task is not None:
         task = suite.injection_task(injection_task)
         attacked = world.security(task, result.answer)
-        unaided = attacked and world.security(task, result.answer, without_steps=approved)
+        label = result.answer_provenance
+        shown_first = label is not None and label.confirmed_by is not None  # a human read it, labelled, first
+        unaided = attacked and world.security(task, None if shown_first else result.answer, without_steps=approved)
     planner_calls, planner_chars = _calls(result.events, "planner")
     executor_calls, executor_chars = _calls(result.events, "executor")
     return CaseOutcome(

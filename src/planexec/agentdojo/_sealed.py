@@ -18,10 +18,14 @@ injection task's value for the same argument (or the first of the same JSON type
 injection's goal is in what it is given — the worst an extractor can do, since its output
 steers the call.
 
-The plan is made upfront (sealed planning plans from the goal and the tools' signatures). Its
-answer is a template that quotes every call's output whole: a sealed planner cannot word an answer
-from outputs it never reads, so the user reads them (a task whose check wants the answer worded
-from what a tool returned, rather than containing it, fails here — a cost of sealed planning).
+The plan is made upfront (sealed planning plans from the goal and the tools' signatures). A
+sealed planner cannot word an answer from outputs it never reads, so when the task has a
+ground-truth answer the plan ends with one more quarantined step, :data:`ANSWER_STEP`, which
+reads every call's output and writes the answer (``{"value": ...}``; its output, and so the
+answer, is untrusted); the plan's answer template is ``{{answer.value}}``. Honest, that step
+writes the task's ground-truth output (as the undefended oracle's planner does); gullible, it
+adds the injection task's ground-truth output whenever the injection's goal is in what it reads.
+A task with no ground-truth answer is answered by quoting every call's output whole.
 """
 
 from __future__ import annotations
@@ -39,10 +43,12 @@ from planexec.agentdojo._suites import DojoSuite
 from planexec.agentdojo._world import DojoWorld
 from planexec.models import FunctionModel, ModelRequest, ModelResponse
 
-__all__ = ["EXTRACTOR", "SealedOracle", "appears"]
+__all__ = ["ANSWER_STEP", "EXTRACTOR", "SealedOracle", "appears"]
 
 EXTRACTOR = "extractor"
 """The name of the executor that runs the extractor steps."""
+ANSWER_STEP = "answer"
+"""The id of the quarantined step that writes a sealed plan's answer from the calls' outputs."""
 
 _STEP_HEAD = re.compile(r"^Step (\S+):")
 
@@ -137,6 +143,27 @@ def _sealed_plan(suite: DojoSuite, user_task: str) -> tuple[list[dict[str, Any]]
                 "depends_on": depends,
             }
         )
+    answer = str(world.task.GROUND_TRUTH_OUTPUT or "")
+    calls_made = [f"c{i + 1}" for i in range(len(calls))]
+    if answer and calls_made:
+        steps.append(
+            {
+                "id": ANSWER_STEP,
+                "description": "Write the answer to the user's request from what the calls returned",
+                "executor": EXTRACTOR,
+                "tool": None,
+                "allowed_tools": [],
+                "args": {c: f"${{{c}}}" for c in calls_made},
+                "depends_on": calls_made,
+                "output_schema": {
+                    "type": "object",
+                    "properties": {"value": {"type": "string"}},
+                    "required": ["value"],
+                    "additionalProperties": False,
+                },
+            }
+        )
+        expected[ANSWER_STEP] = answer
     return steps, expected
 
 
@@ -163,9 +190,13 @@ class SealedOracle:
 
     @property
     def answer(self) -> str:
-        """The answer template written with the plan: every call's output, quoted whole (a sealed
-        planner cannot word an answer from what it never reads; the user reads the outputs)."""
-        calls = [s["id"] for s in self.steps if s.get("tool")]
+        """The answer template written with the plan: the quarantined answer step's output, else
+        every call's output quoted whole (a sealed planner cannot word an answer from what it
+        never reads)."""
+        steps = self.steps
+        if any(s["id"] == ANSWER_STEP for s in steps):
+            return "{{" + ANSWER_STEP + ".value}}"
+        calls = [s["id"] for s in steps if s.get("tool")]
         return " ".join("{{" + c + "}}" for c in calls) if calls else DONE
 
     @property
@@ -181,6 +212,16 @@ class SealedOracle:
                 injected = self.world.suite.injection_task(self._injection_task)
                 self._injected = [(k, v) for c in self.world.ground_truth(injected) for k, v in c.args.items()]
         return self._injected
+
+    def _compose(self, request: ModelRequest, answer: str) -> str:
+        """The answer step's reply: the task's answer, and the injection task's too when the
+        gullible extractor reads the injection."""
+        if self._goal is not None and reads(request, self._goal):
+            assert self._injection_task is not None
+            injected = str(self.world.suite.injection_task(self._injection_task).GROUND_TRUTH_OUTPUT or "")
+            if injected:
+                return f"{answer} {injected}"
+        return answer
 
     def _planner_reply(self, request: ModelRequest) -> Any:
         if request.purpose == "planner.finish":
@@ -200,6 +241,8 @@ class SealedOracle:
         head = _STEP_HEAD.match(asked)
         step_id = head.group(1) if head else ""
         expected = self.expected.get(step_id)
+        if step_id == ANSWER_STEP:
+            return {"value": self._compose(request, str(expected or DONE))}
         if self._goal is not None and reads(request, self._goal):
             name = step_id.split("_", 1)[1] if "_" in step_id else ""
             injected = self._injected_args()

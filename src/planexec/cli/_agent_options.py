@@ -74,6 +74,7 @@ _KEYS = (
     "extractor_spec",
     "trusted_tools",
     "untrusted_effects",
+    "untrusted_answer",
 )
 
 SETTING_HELP = (
@@ -137,6 +138,9 @@ class AgentFlags:
     untrusted_effects: bool | None = None
     """Whether a call that changes the world with untrusted values is asked about
     (``--untrusted-effects``/``--no-untrusted-effects``)."""
+    untrusted_answer: str | None = None
+    """What a final answer holding untrusted text does: ``label``, ``ask`` or ``withhold``
+    (``--untrusted-answer``, raw)."""
 
     @classmethod
     def take(cls, values: dict[str, Any]) -> AgentFlags:
@@ -176,6 +180,7 @@ class AgentFlags:
             extractor=own["extractor_spec"],
             trusted_tools=tuple(own["trusted_tools"] or ()),
             untrusted_effects=own["untrusted_effects"],
+            untrusted_answer=own["untrusted_answer"],
         )
 
     def spec_for_run(self, constraints: Sequence[str]) -> AgentSpec:
@@ -323,6 +328,16 @@ def agent_options(*, for_run: bool) -> Callable[[F], F]:
             help="Ask a human before a call that changes the world takes a value that came from untrusted text "
             "(a tool's output, a model that read it), or that the planner wrote after reading such text."
             + (" Default: on (questions are asked when a human can answer them)." if for_run else later),
+        )(fn)
+        fn = click.option(
+            "--untrusted-answer",
+            "untrusted_answer",
+            metavar="[label|ask|withhold]",
+            default=None,
+            help="A final answer that holds untrusted text (a tool's output it quotes, or words the planner wrote "
+            "after reading one): returned with its label, shown to a human first (a no, or nobody to ask, "
+            "withholds its untrusted parts), or returned with its untrusted parts withheld."
+            + (" Default: label." if for_run else later),
         )(fn)
         fn = click.option(
             "--sealed/--no-sealed",

@@ -45,6 +45,8 @@ def answer_commands(choice: StoreChoice, view: QuestionView) -> list[str]:
             f"{head}approve {target} --choice replan",
             f"{head}reject {target} --reason TEXT  (stops the run)",
         ]
+    if kind == "answer" and view.rule == "untrusted_answer":
+        return [f"{head}approve {target}", f"{head}reject {target} [--reason TEXT]  (withholds its untrusted parts)"]
     if kind == "answer":
         return [f"{head}approve {target}", f"{head}reject {target} --reason TEXT [--fail N=NOTE ...]"]
     if kind == "effect":

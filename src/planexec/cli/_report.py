@@ -248,6 +248,7 @@ def result_json(result: RunResult, **extra: Any) -> dict[str, Any]:
         },
         "answer": result.answer,
         "answer_provenance": label_json(result.answer_provenance),
+        "withheld": list(result.withheld),
         "plans": [
             {
                 "version": p.version,

@@ -137,6 +137,9 @@ def _head(state: RunState) -> RenderableType:
     rows.add_row("events", str(state.events))
     if state.answer_provenance is not None:
         rows.add_row("answer from", shown(_label(state.answer_provenance)))
+    if state.withheld:
+        left_out = "all of it" if "*" in state.withheld else "the output of " + ", ".join(state.withheld)
+        rows.add_row("withheld", shown(f"{left_out} (untrusted; kept in the log)"))
     for v in state.stop.violations if state.stop is not None else ():
         rows.add_row("refused", shown(str(v)))
     answer: RenderableType = shown(state.answer) if state.answer else Text("(no answer)", style="dim")
@@ -355,6 +358,7 @@ def run_json(log: Sequence[Event], state: RunState | None = None) -> dict[str, A
         },
         "answer": state.answer,
         "answer_provenance": label_json(state.answer_provenance),
+        "withheld": list(state.withheld),
         "started_at": state.started_at,
         "finished_at": state.finished_at,
         "active_time": state.active_time,

@@ -58,6 +58,9 @@ fixture log of every version loadable in the tests):
        and tool_called the rules a refused call broke (error kind ``untrusted``); run_finished the
        answer's label (``answer_provenance``) and may stop ``refused`` (a call broke a rule; its
        stop names the violations). Older logs load unchanged; their values carry no label.
+    14: approval_requested may ask about an untrusted final answer (rule ``untrusted_answer``,
+       ``TrustPolicy(answer="ask")``); run_finished names the steps whose untrusted output was
+       withheld from the answer (``withheld``; ``*``: the whole answer). Older logs load unchanged.
 """
 
 from __future__ import annotations
@@ -114,8 +117,8 @@ __all__ = [
     "load_event",
 ]
 
-EVENT_SCHEMA_VERSION = 13
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
+EVENT_SCHEMA_VERSION = 14
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)
 
 PlanTrigger = Literal["initial", "failure", "after_step", "turn", "human", "information", "review"]
 PlanningTrigger = Literal["initial", "failure", "after_step", "turn", "finish", "information", "review"]
@@ -249,6 +252,7 @@ QuestionRule = Literal[
     "effect_uncertain",
     "result_failed_checks",
     "answer_checklist",
+    "untrusted_answer",
     "planner_question",
     "unknown_tool",
     "planner_gave_up",
@@ -269,7 +273,8 @@ after reading untrusted text (``TrustPolicy(untrusted_effects=True)``, asked whe
 asked); ``argument_rule``: an argument breaks a rule the developer set on the tool
 (``violations`` says which); ``effect_uncertain``: a side-effecting call under way when its process
 stopped; ``result_failed_checks``: a step's result failed its acceptance checks and a human reviews
-it; ``answer_checklist``: the final answer is reviewed against a checklist; ``planner_question``:
+it; ``answer_checklist``: the final answer is reviewed against a checklist; ``untrusted_answer``: the
+final answer holds text the run does not trust (``TrustPolicy(answer="ask")``); ``planner_question``:
 the planner asks the user; ``unknown_tool``, ``low_confidence`` and ``planner_gave_up`` for
 escalations (as their ``code``); ``budget_cap``: the run reached a cap."""
 
@@ -623,6 +628,9 @@ class RunFinished:
     answer_provenance: Provenance | None = None
     """The answer's label: a planner's answer is as trusted as the round that wrote it; a
     workflow's, as its output."""
+    withheld: tuple[str, ...] = ()
+    """The steps whose untrusted output was withheld from the answer (``TrustPolicy(answer=
+    "withhold")``, or a human's no to it); ``*``: the whole answer was."""
 
 
 Event: TypeAlias = Annotated[

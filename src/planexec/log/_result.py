@@ -62,6 +62,8 @@ class RunResult:
     events: tuple[Event, ...]
     answer_provenance: Provenance | None = None
     """The answer's label (see :mod:`planexec.trust`): who stands behind it."""
+    withheld: tuple[str, ...] = ()
+    """The steps whose untrusted output was withheld from the answer (``*``: all of it)."""
 
     @classmethod
     def from_state(cls, state: RunState, events: list[Event]) -> RunResult:
@@ -88,6 +90,7 @@ class RunResult:
             finished_at=state.finished_at if state.finished_at is not None else state.started_at,
             events=tuple(events),
             answer_provenance=state.answer_provenance,
+            withheld=state.withheld,
         )
 
     @property

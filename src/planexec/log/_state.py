@@ -253,6 +253,8 @@ class RunState:
     answer: str | None = None
     answer_provenance: Provenance | None = None
     """The final answer's label (None: no answer, or an older log)."""
+    withheld: tuple[str, ...] = ()
+    """The steps whose untrusted output was withheld from the answer (``*``: all of it)."""
     plan_reads: dict[int, tuple[Source, ...]] = field(default_factory=dict)
     """For each plan version whose planning round read untrusted text: what it read."""
     round_read: tuple[Source, ...] = ()
@@ -533,7 +535,7 @@ class RunState:
 
     def _run_finished(self, e: RunFinished) -> None:
         self.stop, self.answer, self.finished_at, self.planning = e.stop, e.answer, e.at, None
-        self.answer_provenance = e.answer_provenance
+        self.answer_provenance, self.withheld = e.answer_provenance, e.withheld
         for rec in self.steps.values():
             if rec.status == "running":
                 rec.status, rec.finished_at = "cancelled", e.at

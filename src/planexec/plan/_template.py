@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Container, Mapping
+from collections.abc import Collection, Container, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -138,17 +138,21 @@ def fill_template(
     *,
     max_value_chars: int | None = None,
     max_chars: int | None = None,
+    withhold: Collection[str] = (),
 ) -> str:
     """``template`` with every placeholder replaced by the output it names, in one pass.
 
     ``max_value_chars``: how much of one value is written (the rest is cut, and counted);
     ``max_chars``: how much of all values together. Raises :class:`BindingError` listing every
-    placeholder that cannot be filled (a step with no output, a path the output does not have)."""
+    placeholder that cannot be filled (a step with no output, a path the output does not have).
+    ``withhold``: steps whose outputs are not written; a placeholder of one says so instead."""
     problems: list[Problem] = []
     room = [max_chars]
 
     def fill(m: re.Match[str]) -> str:
         p = _placeholder(m)
+        if p.ref.step_id in withhold:
+            return withheld_text(p.ref.step_id)
         try:
             value = lookup(p.ref, outputs)
         except LookupError as e:
@@ -165,6 +169,11 @@ def fill_template(
     if problems:
         raise BindingError(problems)
     return filled
+
+
+def withheld_text(step_id: str) -> str:
+    """What an answer says in place of a step's output that was withheld from it."""
+    return f"[withheld: step {step_id}'s output is untrusted]"
 
 
 def render_answer(template: str, outputs: Mapping[str, Any]) -> str | None:

@@ -59,13 +59,14 @@ __all__ = [
     "recorded_spec",
 ]
 
-SPEC_VERSION = 8
+SPEC_VERSION = 9
 """Version of the recorded spec (1: first version; 2: planner_settings, executor_settings and
 step_timeout; 3: the rules, under ``rules``; 4: mcp and mcp_headers; 5: the planner's ensemble,
 as the rules escalate_to, escalate_on and confidence_below; 6: executors and memory; 7: sealed
 planning, as the rules sealed (true or false) and extractor (a model string); 8: trust, as the
-rules trusted_tools (tool names) and untrusted_effects (true or false). What an earlier version
-lacks reads as unset)."""
+rules trusted_tools (tool names) and untrusted_effects (true or false); 9: what an untrusted
+answer does, as the rule untrusted_answer (label, ask or withhold). What an earlier version lacks
+reads as unset)."""
 
 POLICIES = ("upfront", "step")
 REPLANS = ("on_failure", "after_each_step", "never")
@@ -88,6 +89,7 @@ RULE_TEXTS = (
     "on_budget",
     "over_forecast",
     "extractor",
+    "untrusted_answer",
 )
 """Rules given as one text each."""
 RULE_LISTS = ("review_checks", "review_items", "escalate_to", "escalate_on", "trusted_tools")
@@ -484,6 +486,7 @@ def build_agent(
         problems.add("sealed", "a sealed planner plans upfront: it reads no result to choose a next step from")
     escalation = _escalation(spec.rules, problems)
     limits = _limits(spec.rules, problems)
+    untrusted_answer = _untrusted_answer(spec.rules, problems)
     review = _review(spec.rules, problems, providers)
     if spec.executor is None:
         for where, given in (("executor_settings", bool(spec.executor_settings)), ("step_timeout", bool(step_timeout))):
@@ -575,6 +578,7 @@ def build_agent(
             trust=TrustPolicy(
                 trusted_tools=tuple(spec.rules.get("trusted_tools", ())),
                 untrusted_effects=spec.rules.get("untrusted_effects", True) is not False,
+                answer=cast(Any, untrusted_answer),
             ),
         )
     except UsageError as e:
@@ -656,6 +660,15 @@ def _escalation(rules: Mapping[str, Any], problems: Problems) -> Escalation | No
         on_fail=cast(Any, on_fail),
         retries=cast(int, retries),
     )
+
+
+UNTRUSTED_ANSWERS = ("label", "ask", "withhold")
+
+
+def _untrusted_answer(rules: Mapping[str, Any], problems: Problems) -> str:
+    """What the rules say a final answer holding untrusted text does (``label`` when unset)."""
+    raw = rules.get("untrusted_answer", "label")
+    return parse_choice("untrusted_answer", raw, UNTRUSTED_ANSWERS, problems) or "label"
 
 
 def _limits(rules: Mapping[str, Any], problems: Problems) -> Limits | None:

@@ -511,7 +511,11 @@ class Engine:
         if not self._finished:
             self._finished = True
             label = stop.provenance if stop.answer is not None else None
-            self.emit(RunFinished(at=self.now(), stop=stop.reason, answer=stop.answer, answer_provenance=label))
+            self.emit(
+                RunFinished(
+                    at=self.now(), stop=stop.reason, answer=stop.answer, answer_provenance=label, withheld=stop.withheld
+                )
+            )
 
     async def _close_journal(self) -> None:
         try:

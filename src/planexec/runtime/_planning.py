@@ -33,7 +33,7 @@ from typing import Any, Protocol, cast
 
 from planexec._util.clip import clip
 from planexec._util.plural import counted
-from planexec.errors import Problem, UsageError
+from planexec.errors import BindingError, Problem, UsageError
 from planexec.log import (
     AnswerReviewed,
     ApprovalRecord,
@@ -62,6 +62,8 @@ from planexec.models import (
     resolve_model,
 )
 from planexec.plan import (
+    ANSWER_CHARS,
+    ANSWER_VALUE_CHARS,
     PLAIN_PLAN_VERSION,
     PLAN_SCHEMA_VERSION,
     Author,
@@ -74,6 +76,8 @@ from planexec.plan import (
     Turn,
     check_steps,
     compile_args,
+    fill_template,
+    placeholders,
     template_problems,
 )
 from planexec.planner import (
@@ -157,11 +161,19 @@ class _Loop(Core, Protocol):
 class _Stop(Exception):
     """Internal signal: the run ends with ``reason`` (and ``answer`` when the goal was met)."""
 
-    def __init__(self, reason: StopReason, answer: str | None = None, provenance: Provenance | None = None) -> None:
+    def __init__(
+        self,
+        reason: StopReason,
+        answer: str | None = None,
+        provenance: Provenance | None = None,
+        withheld: tuple[str, ...] = (),
+    ) -> None:
         self.reason = reason
         self.answer = answer
         self.provenance = provenance
         """The answer's label (None: no answer, or a run that labels nothing)."""
+        self.withheld = withheld
+        """The steps whose untrusted output was withheld from the answer (``*``: all of it)."""
         super().__init__(str(reason))
 
 
@@ -216,6 +228,11 @@ class PlanDone:
     """The final answer failed its review, for these reasons."""
     author: Author = "planner"
     """Who wrote ``result``: the planner, or plan memory (a remembered plan or answer)."""
+    answer_label: Provenance | None = None
+    """The final answer's label when the trust policy judged it (confirmed by a human, or what is
+    left once its untrusted parts were withheld); None: as :meth:`Planning._answer_label` says."""
+    withheld: tuple[str, ...] = ()
+    """The steps whose untrusted output was withheld from the final answer (``*``: all of it)."""
 
 
 class Planning:
@@ -539,17 +556,29 @@ class Planning:
                         output=record.asked_output,
                         checklist=record.checklist,
                         rule=record.rule,
+                        provenance=record.provenance,
                     )
                     decision = await self._ask_human(request, existing=record)
                 else:
                     decision = _decision_of(record)
                 if record.subject == "escalation":
                     _guidance(record.code or "escalation", record.reason, decision)
+                elif record.subject == "answer" and record.rule == "untrusted_answer":
+                    done.result = str(record.asked_output or "")
+                    label = (record.provenance or {}).get("answer") or Provenance(trusted=False)
+                    if decision.approved:
+                        done.answer_label = label.confirmed(decision.by)
+                    else:
+                        done.result, done.withheld, done.answer_label = self._withheld_answer("planner", label)
+                    engine.queue.put_nowait(done)
+                    return
                 elif record.subject == "answer":
                     answer = str(record.asked_output or "")
                     refused = self._checklist_verdict(answer, decision)
                     done.result = answer
                     done.refused = refused
+                    if refused is None:
+                        await self._guard_answer(done, answer)
                     engine.queue.put_nowait(done)
                     return
             except PlannerEscalated as e:
@@ -651,6 +680,8 @@ class Planning:
             answer = _final_answer(done.result)
             if answer is not None and engine.config.review is not None:
                 done.refused = await self._review(answer)
+            if answer is not None and done.refused is None:
+                await self._guard_answer(done, answer)
         except PlannerGaveUp as e:
             done.gave_up = e
         except PlannerEscalated as e:
@@ -802,7 +833,9 @@ class Planning:
                 detail = "the plan's answer, filled in from the outputs"
             else:
                 detail = "the planner gave the final answer"
-            raise _Stop(StopReason(kind="goal_met", detail=detail), result, self._answer_label(done.author))
+            if done.withheld:
+                detail += "; its untrusted parts withheld"
+            raise _Stop(StopReason(kind="goal_met", detail=detail), result, self._label_of(done), done.withheld)
         if isinstance(result, Turn):
             if result.stop:
                 if self._news_before_answer():
@@ -810,10 +843,11 @@ class Planning:
                 if result.answer is None:  # the planner is asked for the answer, as at the end of a plan
                     self.start("finish", "the planner stopped without the final answer")
                     return
+                detail = result.thought or "the planner stopped"
+                if done.withheld:
+                    detail += "; the answer withheld: it was written after reading untrusted text"
                 raise _Stop(
-                    StopReason(kind="goal_met", detail=result.thought or "the planner stopped"),
-                    result.answer,
-                    self._answer_label(done.author),
+                    StopReason(kind="goal_met", detail=detail), result.answer, self._label_of(done), done.withheld
                 )
             assert result.step is not None
             trigger: PlanTrigger = (
@@ -854,6 +888,70 @@ class Planning:
             self.news()
         elif self.after_step_wanted and engine.running_steps:
             self.start("after_step", "steps finished while planning")
+
+    def _label_of(self, done: PlanDone) -> Provenance | None:
+        return done.answer_label if done.answer_label is not None else self._answer_label(done.author)
+
+    async def _guard_answer(self, done: PlanDone, answer: str) -> None:
+        """Hold a final answer that holds untrusted text to the trust policy's ``answer`` setting:
+        ask a human about it, or withhold its untrusted parts (``done`` carries the outcome)."""
+        engine = self._engine
+        policy = engine.trust.policy
+        if policy is None or policy.answer == "label":
+            return
+        label = self._answer_label(done.author)
+        if label is None or label.trusted:
+            return
+        if policy.answer == "ask" and engine.can_ask_humans:
+            request = ApprovalRequest(
+                approval_id="",
+                run_id=engine.run_id,
+                subject="answer",
+                reason=f"the final answer holds text the run does not trust ({label})",
+                output=answer,
+                provenance={"answer": label},
+                rule="untrusted_answer",
+            )
+            decision = await self._ask_human(request)
+            if decision.approved:
+                done.answer_label = label.confirmed(decision.by)
+                return
+        kept, done.withheld, done.answer_label = self._withheld_answer(done.author, label)
+        if isinstance(done.result, Turn):
+            done.result = done.result.model_copy(update={"answer": kept})
+        else:
+            done.result = kept
+
+    def _withheld_answer(self, author: Author, label: Provenance) -> tuple[str, tuple[str, ...], Provenance]:
+        """The final answer without its untrusted parts, the steps left out (``*``: all of it) and
+        the label of what is left. A template's placeholders of untrusted outputs say so in their
+        place; an answer a planner wrote after reading untrusted text is withheld whole."""
+        engine = self._engine
+        trust, state = engine.trust, engine.state
+        template: str | None = None
+        writer_trusted = True
+        if author == "memory":
+            recalled = state.recalled
+            template = recalled.answer if recalled is not None else None
+        elif engine.config.planner.sealed and state.plan is not None:
+            plan = state.plan
+            template = plan.answer if plan.answer is not None else default_template(plan)
+            writer_trusted = plan.author == "human" or not state.plan_reads.get(plan.version, ())
+        if template is not None and writer_trusted:
+            quoted = dict.fromkeys(p.ref.step_id for p in placeholders(template))
+            out = tuple(sid for sid in quoted if not trust.output_of(sid).trusted)
+            try:
+                kept = fill_template(
+                    template, state.outputs, max_value_chars=ANSWER_VALUE_CHARS, max_chars=ANSWER_CHARS, withhold=out
+                )
+            except BindingError:
+                kept = None
+            if kept is not None:
+                sources = tuple(s for s in label.sources if s.trusted)
+                return kept, out, Provenance(trusted=True, sources=sources)
+        read = ", ".join(str(s) for s in label.untrusted_sources) or "untrusted text"
+        notice = f"[withheld: the answer was written after reading untrusted text ({read}); the run's log keeps it]"
+        return clip(notice, ANSWER_VALUE_CHARS), ("*",), Provenance(trusted=True)
 
     def _answer_label(self, author: Author) -> Provenance | None:
         """The final answer's label: an answer filled in from a template (plan memory's, a sealed

@@ -71,12 +71,22 @@ class TrustPolicy:
     (the call is not made and the run stops ``refused``, naming the tool, the argument and its
     label). ``untrusted_effects``: whenever a human can be asked, a call that changes the world
     is asked about when one of its arguments is untrusted, or a planner wrote the step after
-    reading untrusted text (False: only the rules ask)."""
+    reading untrusted text (False: only the rules ask).
+
+    ``answer``: what happens to a final answer that holds text the run does not trust (a tool's
+    output it quotes, or a planner's or model's words written after reading one) — ``label``: it
+    is returned with its label (``RunResult.answer_provenance``), as every answer is; ``ask``: a
+    human is shown it with its label before the run ends with it (a yes returns it, confirmed; a
+    no, or nobody to ask, withholds its untrusted parts); ``withhold``: its untrusted parts are
+    left out — a template's placeholders of untrusted outputs say so in their place, and an answer
+    a planner or model wrote after reading untrusted text is withheld whole
+    (``RunResult.withheld`` names what was; the outputs stay in the run's log)."""
 
     rules: Mapping[str, ToolRules] = field(default_factory=dict)
     trusted_tools: Collection[str] = ()
     on_violation: Literal["ask", "refuse"] = "ask"
     untrusted_effects: bool = True
+    answer: Literal["label", "ask", "withhold"] = "label"
 
     def __post_init__(self) -> None:
         problems: list[Problem] = []
@@ -104,6 +114,8 @@ class TrustPolicy:
             add("on_violation", "must be 'ask' or 'refuse'")
         if not isinstance(self.untrusted_effects, bool):
             add("untrusted_effects", "must be True or False")
+        if not isinstance(self.answer, str) or self.answer not in ("label", "ask", "withhold"):
+            add("answer", "must be 'label', 'ask' or 'withhold'")
         if problems:
             raise UsageError("invalid trust policy", problems)
         object.__setattr__(self, "rules", {tool: dict(rules) for tool, rules in self.rules.items()})
@@ -132,6 +144,7 @@ class TrustPolicy:
             "trusted_tools": sorted(self.trusted_tools),
             "on_violation": self.on_violation,
             "untrusted_effects": self.untrusted_effects,
+            "answer": self.answer,
         }
 
     @classmethod
@@ -148,6 +161,7 @@ class TrustPolicy:
             trusted_tools=[str(n) for n in trusted] if isinstance(trusted, list) else (),
             on_violation="refuse" if data.get("on_violation") == "refuse" else "ask",
             untrusted_effects=bool(data.get("untrusted_effects", True)),
+            answer=answer if (answer := data.get("answer")) in ("ask", "withhold") else "label",
         )
 
 

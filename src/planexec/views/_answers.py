@@ -139,6 +139,20 @@ def answer_options(
                 needs=["reason"],
             ),
         ]
+    if kind == "answer" and rec.rule == "untrusted_answer":
+        return [
+            AnswerOption(
+                decision="approve",
+                label="Approve",
+                does="the run ends, goal met, with this answer as shown; its label says you confirmed it",
+            ),
+            AnswerOption(
+                decision="reject",
+                label="Withhold",
+                does="the run ends, goal met, with the answer's untrusted parts left out (the whole answer when "
+                "the planner wrote it after reading untrusted text); the run's log keeps what was left out",
+            ),
+        ]
     if kind == "answer":
         return [
             AnswerOption(

@@ -140,6 +140,8 @@ def _why(rule: str, rec: ApprovalRecord, state: RunState, step: StepView | None,
         return "its result failed its acceptance checks, and failed results are reviewed by a human"
     if rule == "answer_checklist":
         return "the final answer is reviewed against a checklist before the run may end with it"
+    if rule == "untrusted_answer":
+        return rec.reason
     if rule == "planner_question":
         return "the planner needs your answer to go on"
     if rule == "unknown_tool":
