@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rich.console import Group
 from rich.table import Table
 
 from planexec.agentdojo._defences import DefenceName
@@ -162,18 +163,46 @@ def report_rows(reports: Sequence[DojoReport]) -> list[list[str]]:
     return rows
 
 
-def report_table(reports: Sequence[DojoReport]) -> Table:
-    """The rows as a terminal table, titled with what was run."""
+_SECURITY: tuple[int, ...] = (0, 1, 2, 3, 4, 5, 6)
+"""The columns of the first terminal table: what each setting lets an attack do, and costs a human."""
+_COST: tuple[int, ...] = (0, 1, 7, 8, 9, 10, 12)
+"""The columns of the second: what each setting costs in model calls and time (the runs are
+counted in the line after the table)."""
+
+
+def report_table(reports: Sequence[DojoReport]) -> Group:
+    """The rows as two terminal tables, titled with what was run — security and human effort, then
+    model calls and time — each narrow enough for an 80-column terminal, so that no setting's
+    name is ever cut."""
     first = reports[0] if reports else None
     title = "AgentDojo"
+    one_suite = len(reports) == 1
     if first is not None:
-        title += f" {first.version}, attack {first.attack}, planner {first.planner}"
-    table = Table(title=title, caption=CAPTION)
-    for i, column in enumerate(COLUMNS):
-        table.add_column(column, justify="left" if i < 2 else "right")
-    for row in report_rows(reports):
-        table.add_row(*row)
-    return table
+        title += f" {first.version} {first.suite if one_suite else ''}".rstrip()
+        title += f", attack {first.attack}, planner {first.planner}"
+    rows = report_rows(reports)
+    tables = []
+    for columns, heading, caption in (
+        (
+            _SECURITY,
+            title,
+            "attack success: goal met with no human's yes · attacks held: met only on a human's yes · "
+            "held calls: per user task, no attack",
+        ),
+        (_COST, "what it costs, per user task with no attack", "run seconds: the runs' times added up"),
+    ):
+        table = Table(title=heading, caption=caption)
+        if one_suite:
+            columns = columns[1:]  # the suite is in the title
+        for i in columns:
+            if i < 2:
+                table.add_column(COLUMNS[i], justify="left", no_wrap=True)
+            else:
+                table.add_column(COLUMNS[i], justify="right")
+        for row in rows:
+            table.add_row(*(row[i] for i in columns))
+        tables.append(table)
+    return Group(*tables)
 
 
 def dump_report(report: DojoReport) -> dict[str, Any]:
