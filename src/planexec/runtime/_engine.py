@@ -302,7 +302,7 @@ class Engine:
         if not isinstance(by, str):
             problems.append(Problem(code="tell", where="by", message="must be text"))
         if self.state.finished:
-            problems.append(Problem(code="tell", where=f"run {self.run_id}", message="it has finished"))
+            problems.append(Problem(code="finished", where=f"run {self.run_id}", message="it has finished"))
         if problems:
             raise UsageError("cannot tell the run", problems)
         told = InformationAdded(at=self.now(), text=text, by=by, constraint=bool(constraint))
