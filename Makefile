@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready
 BENCH_READY := $(VENV)/.bench-ready
+TEST_WORKERS ?= 2
 
 .PHONY: demo serve test docs bench bench-quick bench-core bench-store bench-startup lint
 
@@ -21,8 +22,9 @@ test: $(READY)
 # the layers and package faces of pyproject.toml's [tool.importlinter]
 	$(BIN)/lint-imports --no-cache
 	$(DOCS_BUILD)
-# pytest runs with a throwaway PostgreSQL server when one can be started (see scripts/test)
-	BIN=$(BIN) bash scripts/test -q --durations=40
+# pytest runs with a throwaway PostgreSQL server when one can be started (see scripts/test), in
+# TEST_WORKERS processes (each test file, and each group of files sharing a service, in one of them)
+	BIN=$(BIN) bash scripts/test -q --durations=40 -n $(TEST_WORKERS) --dist loadgroup
 
 # The documentation site (mkdocs.yml, docs/) into site/; --strict makes any warning an error.
 # NO_MKDOCS_2_WARNING silences the theme's notice about its successor, which is not a build warning.

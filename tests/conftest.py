@@ -37,3 +37,23 @@ def _loopback_only(self: socket.socket, address: Any) -> Any:
 @pytest.fixture(autouse=True)
 def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket.socket, "connect", _loopback_only)
+
+
+# -- running in parallel (make test runs pytest with -n 2 --dist loadgroup) --------------------------
+
+_SHARED_GROUPS = {
+    "ray": ("test_ray_executors.py", "test_workers_ray.py", "test_ray_local.py"),
+    "phoenix": ("test_phoenix_backend.py", "test_telemetry_phoenix.py"),
+    "browser": ("test_web_a11y.py", "test_web_dag.py", "test_web_page.py", "test_web_run_view.py"),
+}
+"""Files whose tests share one session-wide service (a Ray cluster, Phoenix, Chromium and the npm
+packages its tests install): each group runs in one worker, so the service starts once."""
+_GROUP_OF = {name: group for group, names in _SHARED_GROUPS.items() for name in names}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Keep each file's tests in one worker (module fixtures start once, a file's own files and
+    servers are never shared by two processes), and each shared service's files together."""
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group(_GROUP_OF.get(name, str(item.path))))
