@@ -17,6 +17,8 @@ from planexec.models import allow_model_requests
 pytest_plugins = ("tests.mock_servers", "tests.browser_support", "tests.phoenix_support", "tests.ray_cluster")
 
 allow_model_requests(False)
+if os.environ.get("PYTEST_XDIST_WORKER"):  # xdist sets COLUMNS=80 in its workers; a plain run has none
+    os.environ.pop("COLUMNS", None)
 os.environ["PLANEXEC_STORE"] = "memory://"  # agents that open their default store keep it in memory
 
 _real_connect = socket.socket.connect

@@ -406,7 +406,10 @@ def test_a_host_other_than_loopback_is_served_only_with_a_warning(
     assert [s["host"] for s in served] == ["0.0.0.0", "127.0.0.1"]
 
 
-def test_http_flags_with_stdio_and_a_bad_path_are_refused_together(setup: Setup) -> None:
+def test_http_flags_with_stdio_and_a_bad_path_are_refused_together(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(setup.folder)  # where the tools module is
     flags = setup.flags("memory://")
     result = invoke(["mcp", "serve", "--port", "9", "--path", "mcp", "--token-file", "t", *flags])
     assert result.exit_code == 2
