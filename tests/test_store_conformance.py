@@ -843,3 +843,60 @@ async def test_runs_of_a_session_are_listed_with_their_turns(store: RunStore) ->
     assert (summary.session, summary.turn) == ("chat-a", 2)
     with pytest.raises(UsageError):
         await store.list_runs(session="")
+
+
+# -- following: woken when a batch is stored, not by reading again and again --------------------------
+
+_STARTED = RunStarted(at=1.0, run_id="f", goal="g", budget={})
+_FINISHED = RunFinished(at=2.0, stop=StopReason(kind="goal_met", detail="done"), answer="a")
+
+
+async def test_a_follower_is_told_at_once_what_is_already_stored(store: RunStore) -> None:
+    await store.append("f", [_STARTED], expected_seq=0)
+    assert await store.wait_for_events("f", after=0, within=30) is True
+    assert await store.wait_for_events("f", after=1, within=0.05) is False  # nothing after 1
+    assert await store.wait_for_events("unknown", after=0, within=0.05) is False
+
+
+async def test_a_follower_is_woken_by_the_next_batch(store: RunStore) -> None:
+    await store.append("f", [_STARTED], expected_seq=0)
+    waiters = [asyncio.create_task(store.wait_for_events("f", after=1, within=60)) for _ in range(3)]
+    other = asyncio.create_task(store.wait_for_events("g", after=0, within=60))
+    await asyncio.sleep(0.05)
+    assert not any(w.done() for w in waiters)
+    await store.append("f", [_FINISHED], expected_seq=1)
+    # woken by the append itself: a memory store is never read again unasked, so without the wake-up
+    # these would wait the whole minute (bounded here so that a failure does not hang the suite)
+    assert await asyncio.wait_for(asyncio.gather(*waiters), 10) == [True, True, True]
+    assert not other.done()  # another run's waiter sleeps on
+    other.cancel()
+    await asyncio.gather(other, return_exceptions=True)
+
+
+async def test_a_follower_hears_another_processs_append(durable: Backend) -> None:
+    # another store on the same file or database stands for another process: PostgreSQL wakes the
+    # follower through LISTEN/NOTIFY, a SQLite file is looked at every quarter of a second
+    follower, writer = durable.open(), durable.open()
+    try:
+        await writer.append("f", [_STARTED], expected_seq=0)
+        assert await follower.wait_for_events("f", after=0, within=30)
+        waiting = asyncio.create_task(follower.wait_for_events("f", after=1, within=60))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        await writer.append("f", [_FINISHED], expected_seq=1)
+        assert await asyncio.wait_for(waiting, 10) is True
+    finally:
+        await follower.close()
+        await writer.close()
+
+
+async def test_a_closed_store_refuses_to_wait_and_wakes_its_waiters(backend: Backend) -> None:
+    store = backend.open()
+    await store.append("f", [_STARTED], expected_seq=0)
+    waiting = asyncio.create_task(store.wait_for_events("f", after=1, within=60))
+    await asyncio.sleep(0.05)
+    await store.close()
+    done = await asyncio.wait_for(asyncio.gather(waiting, return_exceptions=True), 10)
+    assert isinstance(done[0], UsageError)  # it looked at the store again, which is closed
+    with pytest.raises(UsageError, match="closed"):
+        await store.wait_for_events("f", after=0, within=1)

@@ -367,8 +367,10 @@ class Humans:
         engine = self._engine
         journal = engine.journal
         assert journal is not None
-        while self._futures:
-            await asyncio.sleep(engine.config.approvals.poll_interval)
+        while self._futures:  # woken by the store when an answer is stored, from any process it hears
+            await journal.store.wait_for_events(
+                engine.run_id, after=journal.persisted, within=engine.config.approvals.poll_interval
+            )
             await journal.catch_up()
 
     async def review(self, step: Step, output: Any, verdict: Verdict) -> Verdict:

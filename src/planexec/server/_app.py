@@ -478,7 +478,7 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
             start = int(last_event_id)
         if not_stored(run_id) is None:
             await run_log(run_id)
-        return EventStream(event_frames(store, workers, run_id, start))
+        return EventStream(event_frames(store, run_id, start))
 
     @api.get("/v1/inbox", tags=["questions"], responses={200: {"links": INBOX_LINKS}, **refusals()})
     async def inbox() -> Inbox:
@@ -623,14 +623,12 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
             return pending_summary(run_id, pending.agent, pending.goal, pending.accepted_at)
         if live is not None and not live.done:  # before its first event too: it is logged right after it
             live.tell(body.text, constraint=body.constraint, by=ANSWERED_BY)
-            workers.changed(run_id)
             return await summary_of(run_id)
         early = not_begun(run_id, "tell")
         if early is not None:
             raise early
         log = await run_log(run_id)
         state = await tell(store, run_id, body.text, constraint=body.constraint, by=ANSWERED_BY, log=log)
-        workers.changed(run_id)
         idle = state.status == "waiting" and not state.pending_approvals and not workers.busy(run_id)
         if idle and not await _back_to_workers(store, run_id):
             workers.resume(run_id, log)
@@ -718,7 +716,6 @@ def _api(store: RunStore, settings: AppSettings, workers: Workers | None = None)
             raise
         decision = _decision(body, rec)
         state = await answer(store, run_id, decision, approval_id=rec.approval_id, log=log)
-        workers.changed(run_id)
         resumed = False
         idle = state.status == "waiting" and not state.pending_approvals and not workers.busy(run_id)
         if idle and not await _back_to_workers(store, run_id):

@@ -3,8 +3,9 @@ line of JSON, in log order from any point, live until the run finishes; then ``e
 stream closes. A run waiting for a human says ``event: waiting`` and the stream stays open.
 
 The store is the source of truth: what is sent is read from it (so a reconnecting client that gives
-``Last-Event-ID`` gets exactly the events after that one); the server's own runs wake the stream as
-they add events, and runs executed elsewhere are polled."""
+``Last-Event-ID`` gets exactly the events after that one), and the store wakes the stream as soon as
+a batch of the run is durable (:meth:`~planexec.store.RunStore.wait_for_events`) — whichever
+process wrote it, where the store can hear it."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from starlette.responses import Response
 
 from planexec.errors import LogUnreadable
 from planexec.log import RunState, dump_event
-from planexec.server._workers import Workers
 from planexec.store import RunStore
 
 __all__ = ["PING_SECONDS", "STALL_SECONDS", "EventStream", "event_frames"]
@@ -28,14 +28,6 @@ PING_SECONDS = 15.0
 STALL_SECONDS = 30.0
 """A client that has not taken a frame for this long (its buffers full) has its stream closed; it
 reconnects with ``Last-Event-ID`` and loses nothing."""
-LIVE_POLL = 0.1
-"""How often a run this server executes is read again while it is woken (its log is written in
-batches just after the events happen)."""
-SETTLE_POLL = 0.002
-"""How often the store is asked for a woken run's newest event until its batch is there (a point
-read: cheap)."""
-FOREIGN_POLL = 0.5
-"""How often a run executed elsewhere (or not at all) is read for new events."""
 
 
 def _frame(seq: int | None, kind: str, data: Any) -> bytes:
@@ -43,7 +35,7 @@ def _frame(seq: int | None, kind: str, data: Any) -> bytes:
     return f"{head}event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-async def event_frames(store: RunStore, workers: Workers, run_id: str, after: int) -> AsyncIterator[bytes]:
+async def event_frames(store: RunStore, run_id: str, after: int) -> AsyncIterator[bytes]:
     """The frames of run ``run_id``'s events after event ``after``, live."""
     state = RunState()
     seq = 0
@@ -51,50 +43,28 @@ async def event_frames(store: RunStore, workers: Workers, run_id: str, after: in
     last_sent = time.monotonic()
     yield b"retry: 1000\n\n"
     while True:
-        flag = workers.watch(run_id)
         try:
-            try:
-                stored = await store.read(run_id, after=seq)
-            except LogUnreadable as e:
-                yield _frame(None, "error", {"code": "unreadable", "message": str(e)})
-                return
-            for item in stored:
-                state.apply(item.event)
-                seq = item.seq
-                if seq > after:
-                    yield _frame(seq, item.event.kind, dump_event(item.event)["event"])
-                    last_sent = time.monotonic()
-            if state.finished:
-                yield _frame(None, "end", {"status": "finished", "stop": state.stop.kind if state.stop else None})
-                return
-            if state.status == "waiting" and waiting_told != seq and seq >= after:
-                waiting_told = seq
-                pending = [r.approval_id for r in state.pending_approvals]
-                yield _frame(None, "waiting", {"status": "waiting", "questions": pending})
-            live = workers.busy(run_id)
-            timeout = LIVE_POLL if live else FOREIGN_POLL
-            try:
-                await asyncio.wait_for(flag.wait(), timeout=timeout)
-                if not live:
-                    continue
-                await _stored_after(store, run_id, seq)  # the batch the event belongs to, in the store
-            except TimeoutError:
-                pass
-            if time.monotonic() - last_sent >= PING_SECONDS:
-                yield b": ping\n\n"
-                last_sent = time.monotonic()
-        finally:
-            workers.unwatch(run_id, flag)
-
-
-async def _stored_after(store: RunStore, run_id: str, seq: int) -> None:
-    """Wait (up to ``LIVE_POLL``) until the store holds an event after ``seq``: a run's events are
-    written in batches just after they happen, and a stream sends only what the store holds."""
-    deadline = time.monotonic() + LIVE_POLL
-    while time.monotonic() < deadline:
-        if await store.last_seq(run_id) > seq:
+            stored = await store.read(run_id, after=seq)
+        except LogUnreadable as e:
+            yield _frame(None, "error", {"code": "unreadable", "message": str(e)})
             return
-        await asyncio.sleep(SETTLE_POLL)
+        for item in stored:
+            state.apply(item.event)
+            seq = item.seq
+            if seq > after:
+                yield _frame(seq, item.event.kind, dump_event(item.event)["event"])
+                last_sent = time.monotonic()
+        if state.finished:
+            yield _frame(None, "end", {"status": "finished", "stop": state.stop.kind if state.stop else None})
+            return
+        if state.status == "waiting" and waiting_told != seq and seq >= after:
+            waiting_told = seq
+            pending = [r.approval_id for r in state.pending_approvals]
+            yield _frame(None, "waiting", {"status": "waiting", "questions": pending})
+        quiet = PING_SECONDS - (time.monotonic() - last_sent)
+        if quiet <= 0 or not await store.wait_for_events(run_id, after=seq, within=quiet):
+            yield b": ping\n\n"
+            last_sent = time.monotonic()
 
 
 class EventStream(Response):

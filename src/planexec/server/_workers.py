@@ -67,6 +67,8 @@ SETTLE_WAIT = 5.0
 """Seconds a request waits for a suspended run's task here to end before it says the run is busy."""
 FORK_WAIT = 10.0
 """Seconds a fork's request waits for the new run's first event to be stored."""
+UNTIL_STORED_CHECK = 0.2
+"""How often a wait for a run's first event looks whether the run has ended without one."""
 
 
 class Workers:
@@ -97,7 +99,6 @@ class Workers:
         self._cancel: set[str] = set()
         self._cancelled: dict[str, asyncio.Event] = {}
         """Set when a run is cancelled: one waiting for a worker then begins without one."""
-        self._watchers: dict[str, set[asyncio.Event]] = {}
         self._keys: dict[str, asyncio.Lock] = {}
         self.failed_starts: dict[str, tuple[Pending, str]] = {}
         """New runs whose agent could not begin (e.g. an MCP server that would not start), and why."""
@@ -105,24 +106,6 @@ class Workers:
         """What new runs were told while they waited for a worker: they hear it when they begin."""
 
     # -- watching ---------------------------------------------------------------------------------
-
-    def watch(self, run_id: str) -> asyncio.Event:
-        """An event set each time run ``run_id`` changes here (forget it with :meth:`unwatch`)."""
-        flag = asyncio.Event()
-        self._watchers.setdefault(run_id, set()).add(flag)
-        return flag
-
-    def unwatch(self, run_id: str, flag: asyncio.Event) -> None:
-        watchers = self._watchers.get(run_id)
-        if watchers is not None:
-            watchers.discard(flag)
-            if not watchers:
-                del self._watchers[run_id]
-
-    def changed(self, run_id: str) -> None:
-        """Wake whoever watches run ``run_id``."""
-        for flag in self._watchers.get(run_id, ()):
-            flag.set()
 
     def busy(self, run_id: str) -> bool:
         """Whether this server runs ``run_id`` now (or is about to)."""
@@ -193,7 +176,6 @@ class Workers:
     def tell_pending(self, run_id: str, text: str, *, constraint: bool, by: str) -> None:
         """Tell a run that waits for a worker something new: it hears it when it begins."""
         self._told.setdefault(run_id, []).append((text, constraint, by))
-        self.changed(run_id)
 
     def resume(self, run_id: str, log: list[Event]) -> None:
         """Go on with a stored run here, with the agent it was started with (by name when this server
@@ -260,34 +242,20 @@ class Workers:
         """Wait until run ``run_id`` (a fork replaying here, or a new run) has its first event in
         the store, so that it reads as any stored run; or until it has ended, or ``FORK_WAIT``
         seconds."""
-        flag = self.watch(run_id)  # woken now and then while the fork replays, and when it ends
-        try:
-            async with asyncio.timeout(FORK_WAIT):
-                while run_id in self._tasks and await self.store.last_seq(run_id) == 0:
-                    await flag.wait()
-                    flag.clear()
-        except TimeoutError:
-            pass
-        finally:
-            self.unwatch(run_id, flag)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + FORK_WAIT
+        while run_id in self._tasks and (left := deadline - loop.time()) > 0:
+            if await self.store.wait_for_events(run_id, after=0, within=min(left, UNTIL_STORED_CHECK)):
+                return
 
     async def _drive_replay(self, run_id: str, replayed: Callable[[], Awaitable[None]]) -> None:
         async with self._slots:
-            stop = asyncio.create_task(self._poke_while(run_id))
             try:
                 await replayed()
             except Exception:  # the fork's own log says how it ended, when it got that far
                 pass
             finally:
-                stop.cancel()
                 self._tasks.pop(run_id, None)
-                self.changed(run_id)
-
-    async def _poke_while(self, run_id: str) -> None:
-        """Wake the watchers of a run whose events this process cannot follow, now and then."""
-        while True:
-            await asyncio.sleep(0.2)
-            self.changed(run_id)
 
     def _launch(self, run_id: str, begin: Callable[[], Awaitable[Run]], agent: Agent | None) -> None:
         self._tasks[run_id] = asyncio.create_task(self._drive(run_id, begin, agent), name=f"serve:{run_id}")
@@ -331,7 +299,6 @@ class Workers:
                         seen += 1
                         if seen == 2:  # its first event has reached the store: it reads as any stored run
                             self.pending.pop(run_id, None)
-                        self.changed(run_id)
                     with contextlib.suppress(UsageError):  # detached as the server stopped: left unfinished
                         await run.result()
                 finally:
@@ -344,7 +311,6 @@ class Workers:
             self._told.pop(run_id, None)
             self._cancel.discard(run_id)
             self._cancelled.pop(run_id, None)
-            self.changed(run_id)
 
     def _note_failed_start(self, run_id: str, error: Exception) -> None:
         pending = self.pending.get(run_id)
@@ -393,7 +359,6 @@ class Workers:
                 await self.store.append(run_id, [RunFinished(at=time.time(), stop=stop)], expected_seq=len(log))
             except AppendConflict:
                 continue
-            self.changed(run_id)
             return
         raise UsageError(
             f"cannot cancel run {run_id!r}", [_problem("run_id", "its log kept changing while it was written", "busy")]
@@ -518,7 +483,6 @@ class Workers:
         """Leave every run under way here unfinished (detached, not cancelled: a cancelled run would
         be recorded as finished), for the next start to pick up; runs not begun yet are begun by the
         next start (they are written down as they are accepted)."""
-        self._watchers.clear()
         await asyncio.gather(*(run.detach() for run in list(self.live.values())), return_exceptions=True)
         for run_id, task in list(self._tasks.items()):
             if run_id in self.pending and run_id not in self.live:

@@ -121,6 +121,14 @@ class RunStore(Protocol):
         """The run's last seq (0 for an unknown run)."""
         ...
 
+    async def wait_for_events(self, run_id: str, *, after: int, within: float) -> bool:
+        """Wait until the run's log holds an event after seq ``after`` (True), or ``within``
+        seconds pass (False): how a follower learns of new events without reading the log again
+        and again. Woken as soon as a batch is durable — from this process, and from others where
+        the store can hear them (PostgreSQL's ``LISTEN``/``NOTIFY``; a SQLite file written by
+        another process is looked at every quarter of a second)."""
+        ...
+
     async def read_raw(self, run_id: str) -> RawLog:
         """The run's log as stored, in one consistent read: every event's bytes, link and hash, and
         the last seq and chain head its summary records (no events, last seq 0, for an unknown run).

@@ -8,6 +8,7 @@ from typing import Any, Self, get_args
 from planexec.errors import Problem, UsageError
 from planexec.store._base import RunStatus
 from planexec.store._redact import Redactor
+from planexec.store._signals import AppendSignals
 from planexec.store._summary import SUMMARY_COLUMNS
 
 __all__ = ["StoreBase", "check_list_args", "check_run_id", "check_schema_version", "list_runs_sql"]
@@ -67,10 +68,29 @@ def check_schema_version(version: int, known: int) -> None:
 class StoreBase:
     """The parts of a store that do not depend on where the log lives."""
 
+    _FOLLOW_POLL: float | None = None
+    """How often a waiter reads the store anyway, for writers this process does not hear (None:
+    never — every writer is in this process)."""
+
     def __init__(self, *, redactor: Redactor | None) -> None:
         self.redactor: Redactor = redactor if redactor is not None else Redactor()
         """Applied to every event (and the summary's text) before it is written."""
         self._closed = False
+        self._signals = AppendSignals()
+
+    async def wait_for_events(self, run_id: str, *, after: int, within: float) -> bool:
+        """Wait until run ``run_id``'s log holds an event after seq ``after`` (True), or ``within``
+        seconds pass (False). Woken as soon as this process stores a batch of the run (and, where
+        the store can hear them, other processes' batches); never misses a batch stored before it
+        began to wait."""
+        self._check_open()
+        return await self._signals.wait(
+            run_id, after=after, within=within, last_seq=self.last_seq, poll=self._FOLLOW_POLL
+        )
+
+    async def last_seq(self, run_id: str) -> int:
+        """The run's last seq (0 for an unknown run)."""
+        raise NotImplementedError
 
     @property
     def closed(self) -> bool:
@@ -82,6 +102,7 @@ class StoreBase:
 
     async def close(self) -> None:
         self._closed = True
+        self._signals.appended_anywhere()
 
     async def __aenter__(self) -> Self:
         return self

@@ -67,7 +67,7 @@ from planexec.store._summary import SUMMARY_COLUMNS, state_from_row, summarize, 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
-__all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_STATEMENT_TIMEOUT", "PostgresStore"]
+__all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_STATEMENT_TIMEOUT", "NOTIFY_CHANNEL", "PostgresStore"]
 
 T = TypeVar("T")
 
@@ -158,6 +158,9 @@ _INSERT_RUN = (
 _UPDATE_RUN = (
     f"UPDATE planexec_runs SET chain_head = %s, {', '.join(f'{c} = %s' for c in SUMMARY_COLUMNS)} WHERE run_id = %s"
 )
+NOTIFY_CHANNEL = "planexec_appends"
+"""The channel an append notifies (payload: the run's id) when it commits; a store waiting for
+events listens on it."""
 _INSERT_EVENT = (
     "INSERT INTO planexec_events (run_id, seq, kind, at, data, link, hash) VALUES (%s, %s, %s, %s, %s, %s, %s)"
 )
@@ -181,6 +184,8 @@ class PostgresStore(StoreBase):
     ``connect_timeout`` and ``statement_timeout`` (seconds) bound every call: see the module's
     documentation. Left out, they come from the URL, else 10 and 30 seconds.
     """
+
+    _FOLLOW_POLL = 1.0  # while the LISTEN connection is down (or a pooler drops notifications)
 
     def __init__(
         self,
@@ -225,6 +230,8 @@ class PostgresStore(StoreBase):
         """Connections whose server-side statement_timeout is set."""
         self._ready = False
         self._opening: asyncio.Lock | None = None
+        self._listener: asyncio.Task[None] | None = None
+        """Hears other processes' appends while someone waits for events (started on the first wait)."""
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._secrets.show_url(self.url)!r})"
@@ -328,11 +335,44 @@ class PostgresStore(StoreBase):
                                 for i, (e, (link, own)) in enumerate(zip(encoded, hashes, strict=True), start=1)
                             ],
                         )
+                    await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, run_id))  # sent on commit
                     return state.summary.events
             except (errors.UniqueViolation, errors.LockNotAvailable):
                 raise AppendConflict(run_id, expected_seq, await _last_seq(conn, run_id)) from None
 
-        return await self._call(f"append to run {run_id!r}", write)
+        last = await self._call(f"append to run {run_id!r}", write)
+        if events:
+            self._signals.appended(run_id)
+        return last
+
+    async def wait_for_events(self, run_id: str, *, after: int, within: float) -> bool:
+        self._check_open()
+        if self._listener is None or self._listener.done():
+            self._listener = asyncio.create_task(self._listen(), name="planexec-postgres-listen")
+        return await super().wait_for_events(run_id, after=after, within=within)
+
+    async def _listen(self) -> None:
+        """Hear other processes' appends (``LISTEN``): wake this process's waiters for each run
+        named. A connection that fails is made again; meanwhile waiters read the store now and then."""
+        import psycopg
+
+        while not self._closed:
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self.url, autocommit=True, connect_timeout=max(1, round(self.connect_timeout))
+                )
+            except (psycopg.Error, OSError):
+                await asyncio.sleep(self._FOLLOW_POLL)
+                continue
+            try:
+                await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                self._signals.appended_anywhere()  # what was stored before it listened is looked at
+                async for note in conn.notifies():
+                    self._signals.appended(note.payload)
+            except (psycopg.Error, OSError):
+                await asyncio.sleep(self._FOLLOW_POLL)
+            finally:
+                await conn.close()
 
     async def read(self, run_id: str, *, after: int = 0) -> list[StoredEvent]:
         async def select(conn: AsyncConnection[Any]) -> tuple[int, list[tuple[int, str, bytes | None]]]:
@@ -408,6 +448,10 @@ class PostgresStore(StoreBase):
         if self._closed:
             return
         await super().close()
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
         await self._pool.close()
 
 

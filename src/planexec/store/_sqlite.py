@@ -160,6 +160,8 @@ def _rollback(conn: sqlite3.Connection) -> None:
 class SQLiteStore(StoreBase):
     """Run logs in the SQLite file at ``path`` (created, with its tables, on first use)."""
 
+    _FOLLOW_POLL = 0.25  # another process may append to the same file: it is not heard
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -296,6 +298,8 @@ class SQLiteStore(StoreBase):
 
         last = await self._run(f"append to run {run_id!r}", write, inline=True)
         self._after_write()
+        if events:
+            self._signals.appended(run_id)
         return last
 
     def _append(
