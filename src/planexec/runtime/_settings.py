@@ -201,7 +201,8 @@ class Approvals:
     process's part (resume it after answering); ``wait`` keeps waiting, reading the store for
     answers other processes write."""
     poll_interval: float = 0.5
-    """With ``wait``: how often the store is read for answers given by other processes."""
+    """With ``wait``: how often, at the longest, the store is read for answers given by other
+    processes (the store wakes the run as soon as it hears one: see ``RunStore.wait_for_events``)."""
     patched_effects: bool = True
     """Whenever a human can be asked: a step that changes the world, added or changed by a plan
     version after the first (a patch the planner made after reading the run's results), is asked
