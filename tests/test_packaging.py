@@ -9,6 +9,7 @@ it reachable; ``make test`` and CI run them, ``pytest -m "not install"`` leaves 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -39,11 +40,30 @@ class Dist:
     sdist: Path
 
 
+def source_copy(where: Path) -> Path:
+    """The project's files — those git tracks and those it does not ignore — copied to ``where``:
+    a build there is not disturbed by tests that write into the checkout while it runs."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    )
+    for name in filter(None, listed.stdout.decode().split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            target = where / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    return where
+
+
 @pytest.fixture(scope="session")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
     """The wheel and the sdist, built once (the wheel from the sdist, so the sdist must be whole)."""
     out = tmp_path_factory.mktemp("dist")
-    run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)])
+    source = source_copy(tmp_path_factory.mktemp("source"))
+    run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(source)])
     (wheel,) = out.glob("planexec-*.whl")
     (sdist,) = out.glob("planexec-*.tar.gz")
     return Dist(wheel=wheel, sdist=sdist)
