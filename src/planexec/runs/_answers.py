@@ -4,7 +4,6 @@ last event, reading what other writers added first and trying again when one get
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -258,9 +257,7 @@ async def _log_once_begun(store: RunStore, run_id: str) -> list[Event]:
         entry = await RunQueue(store).entry(run_id)
         if entry is None or entry.state != "leased":
             raise
-        deadline = time.monotonic() + BEGIN_WAIT
-        while await store.last_seq(run_id) == 0 and time.monotonic() < deadline:  # noqa: ASYNC110  # another process writes it
-            await asyncio.sleep(0.05)
+        await store.wait_for_events(run_id, after=0, within=BEGIN_WAIT)  # another process writes it
         return await load_run(store, run_id)
 
 
