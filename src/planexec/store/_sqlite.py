@@ -16,8 +16,9 @@ How the work is split between the event loop and a thread: a commit in WAL mode 
 handing the work to a thread. So appends and point reads (``last_seq``, ``get_run``) run directly
 on the event loop on a connection that never waits for a lock; when the file is locked by another
 connection (another store, thread or process) the call moves to the store's own worker thread,
-whose connection waits up to ``busy_timeout`` seconds. Reading logs, listing, deleting, expiring
-and checkpointing the WAL always run in the worker thread. With ``synchronous="full"`` (each commit
+whose connection waits up to ``busy_timeout`` seconds. So does a follower's read of a log's tail
+(at most 64 events after a given one). Reading whole logs, listing, deleting, expiring and
+checkpointing the WAL always run in the worker thread. With ``synchronous="full"`` (each commit
 synced to disk, surviving power loss) every call runs in the worker thread.
 
 A cancelled append may still have been committed by the worker thread: read the log to find out.
@@ -126,6 +127,10 @@ _READ_RAW = (  # one statement: the summary and the rows are one snapshot
     "LEFT JOIN planexec_events e ON e.run = r.id WHERE r.run_id = ? ORDER BY e.seq"
 )
 _UNCHAINED = "SELECT CAST(data AS BLOB) FROM planexec_events WHERE run = ? ORDER BY seq"
+_INLINE_TAIL = 64
+"""A read of at most this many new events after a given one (a follower's) runs on the event loop
+when the file is free: a few indexed rows, cheaper than a trip through the worker thread, where it
+would queue behind every other follower's read."""
 _CHECKPOINT_EVERY = 1000
 """Appends made on the event loop between two WAL checkpoints (run in the worker thread)."""
 WAL_LIMIT = 16 * 1_048_576
@@ -381,7 +386,8 @@ class SQLiteStore(StoreBase):
             last = _last_seq(conn, run_id)  # first: an append made meanwhile adds rows, never a false gap
             return decode_log(run_id, conn.execute(_READ, (run_id, after)).fetchall(), after=after, last=last)
 
-        return await self._run(f"read run {run_id!r}", read)
+        tail = after > 0 and self._inline and await self.last_seq(run_id) - after <= _INLINE_TAIL
+        return await self._run(f"read run {run_id!r}", read, inline=tail)
 
     async def read_raw(self, run_id: str) -> RawLog:
         def read(conn: sqlite3.Connection) -> RawLog:
