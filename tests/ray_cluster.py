@@ -84,6 +84,9 @@ def ray_cluster() -> Iterator[RayNodes]:
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
         "RAY_TMPDIR": str(root / "t"),
         "RAY_USAGE_STATS_ENABLED": "0",
+        # the workers run tasks on the standard asyncio loop, where ray.cancel reaches a running call
+        # only through the signal handler planexec sets (uvloop, when Ray can load it, hides its absence)
+        "RAY_USE_UVLOOP": "0",
         "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
         "HOME": str(home),
         DIR_VAR: str(root),

@@ -139,7 +139,10 @@ async def test_a_stored_question_is_the_same_view_read_back_redacted(waiting: tu
     _check_step_view(view)
 
 
-def test_the_cli_shows_the_step_its_arguments_and_effect_in_approvals_and_show(waiting: tuple[str, str]) -> None:
+def test_the_cli_shows_the_step_its_arguments_and_effect_in_approvals_and_show(
+    waiting: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "300")  # the commands hold the store's path, as long as the test's folder is
     url, run_id = waiting
     listed = invoke(["--store", url, "approvals"])
     assert listed.exit_code == 0, listed.output

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import signal
 import socket
 import threading
 from collections.abc import Mapping, Sequence
@@ -162,7 +163,24 @@ def _run_on_node(invoke: Invoke, args: dict[str, Any], run_id: str, step_id: str
     ctx = ToolContext(run_id=run_id, step_id=step_id, attempt=attempt, idempotency_key=key)
 
     async def call() -> Any:
-        return await invoke(args, ctx)
+        # ray.cancel interrupts the worker's main thread (as Ctrl-C would) without a signal: a loop
+        # parked in a long poll notices only through the signal wakeup fd, which asyncio sets only
+        # for a loop with a signal handler (Ray's uvloop sets its own). A handler of ours makes the
+        # cancellation reach the call whatever the loop.
+        loop = asyncio.get_running_loop()
+        main = asyncio.current_task()
+        handled = False
+        if main is not None:
+            try:
+                loop.add_signal_handler(signal.SIGINT, main.cancel)
+                handled = True
+            except (RuntimeError, ValueError, NotImplementedError):  # not the main thread, or no signals here
+                pass
+        try:
+            return await invoke(args, ctx)
+        finally:
+            if handled:
+                loop.remove_signal_handler(signal.SIGINT)
 
     return asyncio.run(call())
 
