@@ -23,7 +23,7 @@ from typing import Any, cast
 import pytest
 
 from planexec import Agent, Step, Tool, Toolset, tool
-from planexec._util.strict_json import MAX_CHARS, MAX_DEPTH, _JSONRefused, json_problem, loads
+from planexec._util.strict_json import MAX_CHARS, MAX_DEPTH, JSONRefused, json_problem, loads
 from planexec.executor import Acceptance
 from planexec.log import PlannerOutputRejected
 from planexec.models import ModelResponse
@@ -151,7 +151,7 @@ def test_json_problem_is_iterative_and_stops_early() -> None:
 
 @pytest.mark.parametrize("text", ["NaN", "[1, Infinity]", '{"a": -Infinity}'])
 def test_loads_refuses_nan_and_infinity(text: str) -> None:
-    with pytest.raises(_JSONRefused) as caught:
+    with pytest.raises(JSONRefused) as caught:
         loads(text)
     assert caught.value.problem.code == "invalid_json"
     assert "is not JSON" in caught.value.problem.message
@@ -160,7 +160,7 @@ def test_loads_refuses_nan_and_infinity(text: str) -> None:
 
 def test_loads_refuses_deep_text_without_recursion_error() -> None:
     for depth in (MAX_DEPTH + 1, 10_000, 200_000):
-        with pytest.raises(_JSONRefused) as caught:
+        with pytest.raises(JSONRefused) as caught:
             loads("[" * depth + "]" * depth)
         assert caught.value.problem.code == "too_deep"
         assert "nested deeper than 100 levels" in caught.value.problem.message
@@ -171,7 +171,7 @@ def test_loads_refuses_deep_text_without_recursion_error() -> None:
     ("text", "code"), [("{", "invalid_json"), ("1" * 5000, "invalid_json"), ("x" * 20, "too_large")]
 )
 def test_loads_refuses_what_is_not_strict_json(text: str, code: str) -> None:
-    with pytest.raises(_JSONRefused) as caught:
+    with pytest.raises(JSONRefused) as caught:
         loads(text, max_chars=10 if code == "too_large" else None)
     assert caught.value.problem.code == code
 

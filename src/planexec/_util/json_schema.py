@@ -15,7 +15,7 @@ Two draft 2020-12 validator classes that differ from jsonschema's own in a few k
 
 :func:`validator_for` picks :class:`SafeValidator` when every pattern of a schema compiles with RE2.
 :func:`bounded` runs a validation with a work budget: at most ``MAX_WORK`` keyword applications,
-after which ``_TooCostly`` is raised — a schema whose cost grows with the output it judges
+after which ``TooCostly`` is raised — a schema whose cost grows with the output it judges
 (an ``anyOf`` of a thousand branches over a list of ten thousand items) fails instead of holding
 the event loop for minutes.
 
@@ -37,15 +37,15 @@ from jsonschema.exceptions import ValidationError
 
 from planexec._util.clip import clip
 from planexec._util.plural import counted
-from planexec._util.regex import _PatternError, compile_pattern, search
+from planexec._util.regex import PatternError, compile_pattern, search
 
-__all__ = ["MAX_WORK", "LinearValidator", "SafeValidator", "bounded", "quick_check", "validator_for"]
+__all__ = ["MAX_WORK", "LinearValidator", "SafeValidator", "TooCostly", "bounded", "quick_check", "validator_for"]
 
 MAX_WORK = 500_000
 """Keyword applications one validation may make under :func:`bounded`."""
 
 
-class _TooCostly(Exception):
+class TooCostly(Exception):
     """A validation under :func:`bounded` needed more than its work budget."""
 
 
@@ -68,7 +68,7 @@ def _counted(keyword: Callable[..., Iterator[ValidationError] | None]) -> Callab
         if fuel is not None:
             fuel[0] -= 1
             if fuel[0] < 0:
-                raise _TooCostly(f"judging the output with this schema takes more than {MAX_WORK:,} steps")
+                raise TooCostly(f"judging the output with this schema takes more than {MAX_WORK:,} steps")
         errors = keyword(validator, value, instance, schema)
         if errors is not None:
             yield from errors
@@ -213,7 +213,7 @@ def validator_for(schema: Any) -> Any:
     try:
         for pattern in _patterns(schema):
             compile_pattern(pattern)
-    except _PatternError:
+    except PatternError:
         return LinearValidator(schema)
     return SafeValidator(schema)
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol, cast
 
 import re2  # type: ignore[import-untyped]  # google-re2 ships no type information
 
-__all__ = ["MAX_PATTERN_CHARS", "Regex", "compile_pattern", "pattern_problem", "search"]
+__all__ = ["MAX_PATTERN_CHARS", "PatternError", "Regex", "compile_pattern", "pattern_problem", "search"]
 
 MAX_PATTERN_CHARS = 10_000
 """The longest pattern accepted."""
@@ -33,7 +33,7 @@ class Regex(Protocol):
     def search(self, text: bytes) -> object | None: ...
 
 
-class _PatternError(ValueError):
+class PatternError(ValueError):
     """A pattern RE2 cannot compile; the message says why and what RE2 accepts."""
 
 
@@ -49,33 +49,31 @@ _OPTIONS = _options()
 
 @functools.lru_cache(maxsize=128)
 def compile_pattern(pattern: str) -> Regex:
-    """``pattern`` compiled with RE2 (cached); raises ``_PatternError`` when RE2 refuses it."""
+    """``pattern`` compiled with RE2 (cached); raises ``PatternError`` when RE2 refuses it."""
     if len(pattern) > MAX_PATTERN_CHARS:
-        raise _PatternError(
-            f"the pattern has {len(pattern):,} characters, more than the limit of {MAX_PATTERN_CHARS:,}"
-        )
+        raise PatternError(f"the pattern has {len(pattern):,} characters, more than the limit of {MAX_PATTERN_CHARS:,}")
     try:
         return cast(Regex, re2.compile(pattern, _OPTIONS))
     except re2.error as e:
         reason = e.args[0] if e.args else e
         if isinstance(reason, bytes):
             reason = reason.decode("utf-8", "replace")
-        raise _PatternError(f"{reason}; {_HINT}") from None
+        raise PatternError(f"{reason}; {_HINT}") from None
     except (UnicodeError, TypeError, ValueError) as e:  # a lone surrogate cannot be encoded for RE2
-        raise _PatternError(f"{e}; {_HINT}") from None
+        raise PatternError(f"{e}; {_HINT}") from None
 
 
 def pattern_problem(pattern: str) -> str | None:
     """Why RE2 cannot use ``pattern``, or None when it can."""
     try:
         compile_pattern(pattern)
-    except _PatternError as e:
+    except PatternError as e:
         return str(e)
     return None
 
 
 def search(pattern: str | Regex, text: str) -> bool:
-    """Whether ``pattern`` matches anywhere in ``text``; raises ``_PatternError`` for a bad pattern."""
+    """Whether ``pattern`` matches anywhere in ``text``; raises ``PatternError`` for a bad pattern."""
     regex = compile_pattern(pattern) if isinstance(pattern, str) else pattern
     # Encoded here (lone surrogates kept) rather than by the re2 module, which refuses them.
     return regex.search(text.encode("utf-8", "surrogatepass")) is not None

@@ -8,7 +8,7 @@ Two functions, both bounded in time and memory whatever they are given:
   It returns ``None``, or the first :class:`~planexec.Problem` found, which says where (a path such
   as ``.items[3].name``) and what (``NaN is not JSON``, ``nested deeper than 100 levels``, ...).
 * :func:`loads` — parse JSON text strictly: ``NaN``, ``Infinity`` and ``-Infinity`` are refused,
-  and so is text nested deeper than ``max_depth``. It raises ``_JSONRefused`` (a
+  and so is text nested deeper than ``max_depth``. It raises ``JSONRefused`` (a
   ``ValueError``) carrying the problem.
 
 Problem codes: ``not_json`` (a value JSON cannot hold), ``invalid_json`` (text that is not strict
@@ -28,7 +28,7 @@ from typing import Any
 from planexec._util.clip import clip
 from planexec.errors import Problem
 
-__all__ = ["MAX_CHARS", "MAX_DEPTH", "json_chars", "json_problem", "loads"]
+__all__ = ["MAX_CHARS", "MAX_DEPTH", "JSONRefused", "json_chars", "json_problem", "loads"]
 
 MAX_DEPTH = 100
 """How deep JSON values may nest, unless a caller says otherwise."""
@@ -49,7 +49,7 @@ _Trail = tuple["_Trail | None", str | int] | None
 """The way to a value: (the way to its container, its key or index), None at the top."""
 
 
-class _JSONRefused(ValueError):
+class JSONRefused(ValueError):
     """Text or a value refused as JSON; ``problem`` says where and why."""
 
     def __init__(self, problem: Problem) -> None:
@@ -103,29 +103,29 @@ def json_chars(value: Any, cap: int) -> int:
 
 
 def loads(text: str, *, max_depth: int = MAX_DEPTH, max_chars: int | None = None) -> Any:
-    """Parse strict JSON text; raise ``_JSONRefused`` for anything else.
+    """Parse strict JSON text; raise ``JSONRefused`` for anything else.
 
     Refused: text that is not JSON (code ``invalid_json``), ``NaN``/``Infinity``/``-Infinity``
     (``invalid_json``), values nested deeper than ``max_depth`` (``too_deep``), and text longer than
     ``max_chars`` characters (``too_large``).
     """
     if max_chars is not None and len(text) > max_chars:
-        raise _JSONRefused(_too_large(len(text), max_chars, ""))
+        raise JSONRefused(_too_large(len(text), max_chars, ""))
     try:
         value = json.loads(text, parse_constant=_refuse_constant)
     except _Constant as e:
-        raise _JSONRefused(
+        raise JSONRefused(
             Problem(code="invalid_json", where="", message=f"{e.name} is not JSON (strict JSON has no NaN or Infinity)")
         ) from None
     except RecursionError:
-        raise _JSONRefused(Problem(code="too_deep", where="", message=_deep_message(max_depth))) from None
+        raise JSONRefused(Problem(code="too_deep", where="", message=_deep_message(max_depth))) from None
     except ValueError as e:  # JSONDecodeError, and integers too long to convert
-        raise _JSONRefused(Problem(code="invalid_json", where="", message=str(e))) from None
+        raise JSONRefused(Problem(code="invalid_json", where="", message=str(e))) from None
     # Only text with more brackets than the limit can be nested deeper than it: skip the walk otherwise.
     if text.count("[") + text.count("{") > max_depth:
         problem = json_problem(value, max_depth=max_depth, max_chars=None)
         if problem is not None:
-            raise _JSONRefused(problem)
+            raise JSONRefused(problem)
     return value
 
 

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import pydantic
 
-from planexec._util.strict_json import MAX_CHARS, MAX_DEPTH, _JSONRefused
+from planexec._util.strict_json import MAX_CHARS, MAX_DEPTH, JSONRefused
 from planexec._util.strict_json import loads as strict_loads
 from planexec.cli._options import Problems
 from planexec.log import ApprovalRecord, ChecklistResult, RunStarted, RunState
@@ -41,7 +41,7 @@ def parse_output(raw: str | None, problems: Problems) -> Any:
         return None
     try:
         return strict_loads(raw, max_chars=MAX_CHARS)
-    except _JSONRefused as e:
+    except JSONRefused as e:
         problems.add("--output", f"not JSON: {e.problem.message}")
         return None
 
@@ -164,7 +164,7 @@ def _read_plan(path: Path, problems: Problems) -> Plan | None:
         return None
     try:
         data = strict_loads(text, max_depth=MAX_DEPTH + 5)
-    except _JSONRefused as e:
+    except JSONRefused as e:
         problems.add(flag, f"not JSON: {e.problem.message}")
         return None
     try:

@@ -7,7 +7,6 @@ from typing import Any
 
 import click
 
-from planexec.cli import _terminal_approver
 from planexec.cli._agent_options import AgentFlags, agent_options, build, live_options
 from planexec.cli._common import EXIT_WAITING, View, follow_to_end, say
 from planexec.cli._finish import report_result, waiting_lines
@@ -15,6 +14,7 @@ from planexec.cli._globals import global_options
 from planexec.cli._options import Problems, Refused
 from planexec.cli._store_options import StoreChoice, is_memory, store_choice, using_store
 from planexec.cli._telemetry import TelemetryFlags, run_observed, telemetry_options
+from planexec.cli._terminal_approver import approvals_for, is_interactive
 from planexec.cli._text import plain, redactor_of
 from planexec.errors import UsageError
 from planexec.log import Event, RunResult, RunStarted, RunState
@@ -62,13 +62,13 @@ async def resume_run(store: RunStore, choice: StoreChoice, log: list[Event], fla
     if state.finished:
         click.echo(plain(f"run {run_id} has finished already: {state.stop}"), err=True)
         return report_result(view, RunResult.from_state(state, log), choice, store)
-    if still_waiting(state) and (view.no_input or not _terminal_approver.is_interactive(view.console)):
+    if still_waiting(state) and (view.no_input or not is_interactive(view.console)):
         for line in waiting_lines(choice, run_id, [question_view(state, rec) for rec in state.pending_approvals]):
             click.echo(plain(line), err=view.as_json)
         return EXIT_WAITING
     recorded = await recorded_spec(store, first)
     spec = flags.applied_to(recorded.spec)
-    approvals = _terminal_approver.approvals_for(
+    approvals = approvals_for(
         view.console, view.display, no_input=view.no_input, plan=spec.approve_plan, redactor=redactor_of(store)
     )
     agent = build(spec, store=store, approvals=approvals, recorded=recorded, used=log, needs_tools=first.tools)

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.prompt import Confirm, Prompt
 
-from planexec._util.strict_json import MAX_CHARS, _JSONRefused
+from planexec._util.strict_json import MAX_CHARS, JSONRefused
 from planexec._util.strict_json import loads as strict_loads
 from planexec.cli._board import Display
 from planexec.cli._questions import question_panel
@@ -121,7 +121,7 @@ class TerminalApprover:
                 try:
                     output = strict_loads(text, max_chars=MAX_CHARS) if text.strip() else None
                     break
-                except _JSONRefused as e:
+                except JSONRefused as e:
                     self._console.print(f"not JSON: {e}", markup=False)
         reason = f"{choice} at the terminal"
         return ApprovalDecision(approved=True, choice=choice, output=output, reason=reason, by="terminal")

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planexec._util.clip import clip
-from planexec._util.regex import _PatternError, search
+from planexec._util.regex import PatternError, search
 from planexec.eval._suite import AnswerExpectation, ToolExpectation
 from planexec.models import Message, Model, ModelRequest, ModelSettings, OutputSpec, Usage
 
@@ -45,7 +45,7 @@ def _matches(pattern: str, answer: str, *, ignore_case: bool) -> bool:
     author wrote the pattern, and is trusted with it."""
     try:
         return search(f"(?i){pattern}" if ignore_case else pattern, answer)
-    except _PatternError:
+    except PatternError:
         return re.search(pattern, answer, re.IGNORECASE if ignore_case else 0) is not None
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planexec._util.clip import clip
-from planexec._util.regex import _PatternError, search
+from planexec._util.regex import PatternError, search
 from planexec.errors import Problem, UsageError
 from planexec.executor._base import StepContext
 from planexec.executor._outcome import PASSED, CheckResult, Verdict
@@ -115,7 +115,7 @@ class Acceptance:
         if isinstance(check, Matches):
             try:
                 ok = search(check.pattern, render_text(output))
-            except (BindingError, _PatternError) as e:
+            except (BindingError, PatternError) as e:
                 return CheckResult(name="matches", passed=False, detail=f"the pattern cannot be applied: {e}")
             return CheckResult(name="matches", passed=ok, detail="" if ok else f"no match for {check.pattern!r}")
         assert isinstance(check, Predicate)

@@ -9,7 +9,7 @@ from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from planexec._util.strict_json import _JSONRefused
+from planexec._util.strict_json import JSONRefused
 from planexec._util.strict_json import loads as strict_loads
 from planexec._util.tasks import cancel_within
 from planexec.errors import Problem, UnknownToolError, UsageError
@@ -207,7 +207,7 @@ def _with_confidence(text: str, ctx: StepContext) -> Any:
         return text
     try:
         data = strict_loads(stripped)
-    except _JSONRefused:
+    except JSONRefused:
         data = _lenient(stripped)  # ``NaN`` and ``Infinity`` are not JSON, but are still no confidence
         if data is None:
             return text
@@ -257,7 +257,7 @@ async def _structured(response: ModelResponse, schema: Any) -> tuple[Any, str | 
     if value is None:
         try:
             value = strict_loads(response.text)
-        except _JSONRefused as e:
+        except JSONRefused as e:
             return None, f"not valid JSON ({e.problem.message})"
     errors = await judge(schema, value)
     return (value, None) if not errors else (None, "; ".join(errors))

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from planexec._util.clip import clip
-from planexec._util.json_schema import _TooCostly, bounded, validator_for
+from planexec._util.json_schema import TooCostly, bounded, validator_for
 from planexec.errors import Problem, UsageError
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def argument_problems(tool: str, schema: Mapping[str, Any], arguments: Mapping[s
                 if len(found) > MAX_PROBLEMS:
                     break
                 found.update(dict.fromkeys(_described(error)))
-    except _TooCostly:
+    except TooCostly:
         found[Problem(code="too_large", where="arguments", message="too large to be judged")] = None
     problems = list(found)
     if len(problems) > MAX_PROBLEMS:

@@ -35,8 +35,8 @@ from jsonschema.exceptions import ValidationError, best_match
 from pydantic_core import to_json
 
 from planexec._util.clip import clip
-from planexec._util.json_schema import SafeValidator, _TooCostly, bounded
-from planexec._util.regex import _PatternError, compile_pattern
+from planexec._util.json_schema import SafeValidator, TooCostly, bounded
+from planexec._util.regex import PatternError, compile_pattern
 from planexec._util.strict_json import json_problem
 from planexec.errors import Problem
 from planexec.tools import run_in_thread
@@ -132,7 +132,7 @@ def schema_errors(schema: Any, instance: Any, *, limit: int = MAX_ERRORS) -> lis
     try:
         with bounded():
             errors = list(itertools.islice(prepared.validator.iter_errors(instance), limit + 1))
-    except _TooCostly as e:
+    except TooCostly as e:
         return [f"the schema could not be applied to the output: {e}"]
     except Exception as e:  # anything the schema makes the validator do is the schema's failure
         return [f"the schema could not be applied to the output: {type(e).__name__}: {_cut(str(e))}"]
@@ -265,7 +265,7 @@ def _inspect(schema: Any) -> list[tuple[str, str]]:
 def _pattern(pattern: str, at: str) -> list[tuple[str, str]]:
     try:
         compile_pattern(pattern)
-    except _PatternError as e:
+    except PatternError as e:
         return [("invalid_pattern", f"invalid pattern {_cut(repr(pattern), 120)} at {at}: {e}")]
     return []
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from planexec._util.clip import clip
-from planexec._util.strict_json import MAX_DEPTH, _JSONRefused, loads
+from planexec._util.strict_json import MAX_DEPTH, JSONRefused, loads
 from planexec._util.values import replaced
 from planexec.errors import PlannerEscalated, PlannerGaveUp, Problem, UsageError
 from planexec.executor import Extractor
@@ -744,7 +744,7 @@ def _parse(
         text = _unfenced(response.text)
         try:
             data = loads(text, max_depth=REPLY_DEPTH)
-        except _JSONRefused as e:
+        except JSONRefused as e:
             if not text.lstrip().startswith(("{", "[")):
                 return None, [_prose_problem(text)]
             return None, [_reply_problem(e.problem)]

@@ -19,7 +19,7 @@ import contextlib
 import re
 from typing import Any
 
-from planexec._util.strict_json import MAX_DEPTH, _JSONRefused, loads
+from planexec._util.strict_json import MAX_DEPTH, JSONRefused, loads
 
 __all__ = ["STEP_DEPTH", "StreamedSteps"]
 
@@ -136,7 +136,7 @@ class StreamedSteps:
             self._value_seen = False
         elif c in ",}":
             if self._capture == "scalar" and self._member is not None:
-                with contextlib.suppress(_JSONRefused):  # not a complete JSON value: leave it out
+                with contextlib.suppress(JSONRefused):  # not a complete JSON value: leave it out
                     self.scalars[self._member] = loads(self._end(chunk, i), max_depth=0)
             self._drop()
             self._expect_key = True
@@ -159,7 +159,7 @@ class StreamedSteps:
     def _end_key(self, chunk: str, end: int) -> None:
         try:
             name = loads(self._end(chunk, end), max_depth=0)
-        except _JSONRefused:
+        except JSONRefused:
             self._done = True
             return
         self._last_key = name if isinstance(name, str) else None
@@ -191,7 +191,7 @@ class StreamedSteps:
     def _emit(self, raw: str, found: list[dict[str, Any]]) -> None:
         try:
             value = loads(raw, max_depth=STEP_DEPTH)
-        except _JSONRefused:
+        except JSONRefused:
             return
         if isinstance(value, dict):
             found.append(value)

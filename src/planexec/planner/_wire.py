@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from planexec._util.strict_json import MAX_DEPTH, _JSONRefused, loads
+from planexec._util.strict_json import MAX_DEPTH, JSONRefused, loads
 from planexec.errors import Problem
 
 __all__ = ["FLAT_TURN_SCHEMA", "PLAN_SCHEMA", "TURN_SCHEMA", "unwire_handoff", "unwire_step", "unwire_turn"]
@@ -182,7 +182,7 @@ def _object_text(value: Any, where: str, problems: list[Problem], *, empty_ok: b
         return {}
     try:
         decoded = loads(text, max_depth=MAX_DEPTH)
-    except _JSONRefused as e:
+    except JSONRefused as e:
         at = f" at {e.problem.where}" if e.problem.where else ""
         problems.append(Problem(code="invalid_output", where=where, message=f"not JSON text{at}: {e.problem.message}"))
         return {}
