@@ -18,6 +18,7 @@ from planexec.cli._options import Problems, Refused
 from planexec.cli._text import plain, redactor_of
 from planexec.errors import StoreError, UsageError
 from planexec.log import RunResult
+from planexec.runs import Supervisor
 from planexec.runtime import Agent, Budget, Run
 from planexec.store import Redactor, RunStore
 
@@ -145,21 +146,13 @@ async def start_and_follow(
     """Start ``goal`` (as the next turn of ``session``, when given, under ``session_budget`` or the
     caps the session began with) and show it until it ends; when cancelled (Ctrl-C), return the
     cancelled run's result."""
-    await agent.open()  # its MCP servers, if it has any
     try:
-        if session is not None:
-            turns = await agent.open_session(session, budget=session_budget)
-            if turns.unfinished is not None:
-                raise UsageError(
-                    f"session {session}: its last turn, run {turns.unfinished}, is unfinished: "
-                    f"`planexec resume {turns.unfinished}` goes on with it"
-                )
-            run = turns.start(goal, constraints=constraints, metadata=metadata)
-        else:
-            run = agent.start(goal, constraints=constraints, metadata=metadata)
+        run = await Supervisor(agent.store).begin(
+            agent, goal, constraints=constraints, metadata=metadata, session=session, session_budget=session_budget
+        )
         return await follow_to_end(run, display, redactor=redactor_of(agent.store))
     finally:
-        await agent.aclose()
+        await agent.aclose()  # its MCP servers, if it has any
 
 
 def run_to_end(agent: Agent, goal: str, constraints: Sequence[str], display: Display) -> RunResult:

@@ -19,7 +19,7 @@ from planexec.cli._text import plain, redactor_of
 from planexec.errors import UsageError
 from planexec.log import Event, RunResult, RunStarted, RunState
 from planexec.memory import PlanMemory
-from planexec.runs import load_run, recorded_spec, still_waiting, take_from_workers, worker_entry
+from planexec.runs import Supervisor, load_run, recorded_spec, still_waiting, take_from_workers, worker_entry
 from planexec.store import RunStore
 from planexec.views import question_view
 
@@ -76,7 +76,7 @@ async def resume_run(store: RunStore, choice: StoreChoice, log: list[Event], fla
         agent.memory = PlanMemory.from_record(store, first.config["memory"])  # told how the run ends
     try:
         try:
-            run = await agent.resume(run_id)
+            run = await Supervisor(store).pick_up(run_id, agent=agent)
         except UsageError as e:
             problems = Problems()
             problems.add_usage_error("RUN", e)

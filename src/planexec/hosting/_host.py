@@ -8,7 +8,7 @@ from the store, so it is what any other process (``planexec show``) sees, secret
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -24,10 +24,12 @@ from planexec.hosting._views import (
     list_view,
     outcome_view,
 )
-from planexec.log import ChecklistResult, RunStarted, RunState, StepFailed, StepSucceeded
+from planexec.log import ChecklistResult, RunStarted, RunState
 from planexec.runs import (
     STATUSES,
     AgentSpec,
+    Progress,
+    Supervisor,
     answer,
     build_agent,
     list_runs,
@@ -35,7 +37,6 @@ from planexec.runs import (
     pick_question,
     question_about,
     read_run,
-    recorded_spec,
     still_waiting,
 )
 from planexec.runtime import Agent, ApprovalDecision, Run, caps_from_json
@@ -47,16 +48,11 @@ AgentSource = AgentSpec | Callable[[RunStore], Agent]
 """What runs goals: an :class:`~planexec.runs.AgentSpec` (built afresh for each run and recorded
 with it, as ``planexec run`` does), or a function that builds an agent logging to the given store."""
 
-Progress = Callable[[float, float | None, str], Awaitable[None]]
-"""Told ``(steps finished, steps in the current plan, message)`` each time a step finishes."""
-
 MAX_GOAL_CHARS = 20_000
 MAX_CONSTRAINTS = 50
 MAX_CONSTRAINT_CHARS = 2_000
 MAX_TEXT_CHARS = 20_000
 MAX_LIST = 200
-CANCEL_GRACE = 10.0
-"""Seconds a cancelled call waits for its run to record that it was cancelled."""
 ANSWERED_BY = "mcp"
 """Who the log says answered a question through a host."""
 
@@ -76,8 +72,8 @@ class RunHost:
             )
         self.agent = agent
         self.store = store
-        self._active: set[str] = set()
-        """Runs this process is running now."""
+        self.runs = Supervisor(store)
+        """The runs this host runs now."""
 
     # -- running -------------------------------------------------------------------------------
 
@@ -106,9 +102,8 @@ class RunHost:
         else:
             agent = self._built()
             every, metadata = tuple(constraints), None
-        await agent.open()
         try:
-            run = agent.start(goal, constraints=every, metadata=metadata)
+            run = await self.runs.begin(agent, goal, constraints=every, metadata=metadata)
             return await self._follow(run, since=0, progress=progress)
         finally:
             await agent.aclose()
@@ -124,16 +119,13 @@ class RunHost:
         first = log[0]
         if not isinstance(first, RunStarted):  # load_run refuses such a log; said again for the type checker
             raise _unknown(run_id)
-        if isinstance(self.agent, AgentSpec):
-            recorded = await recorded_spec(self.store, first)
-            agent = build_agent(recorded.spec, store=self.store, recorded=recorded, used=log, needs_tools=state.tools)
-        else:
-            agent = self._built()
+        agent = None if isinstance(self.agent, AgentSpec) else self._built()
         try:
-            run = await agent.resume(run_id)
+            run = await self.runs.pick_up(run_id, log=log, agent=agent)
             return await self._follow(run, since=run.state.events, progress=progress)
         finally:
-            await agent.aclose()
+            if agent is not None:
+                await agent.aclose()
 
     def _built(self) -> Agent:
         """The agent the host's function builds; it must log to the host's store."""
@@ -148,7 +140,7 @@ class RunHost:
         return agent
 
     def _check_idle(self, run_id: str) -> None:
-        if run_id in self._active:
+        if self.runs.busy(run_id):
             raise UsageError(
                 f"cannot resume run {run_id!r}",
                 [_problem("run_id", "this server is running it now; it returns when the run ends or waits", "busy")],
@@ -157,16 +149,7 @@ class RunHost:
     async def _follow(self, run: Run, *, since: int, progress: Progress | None) -> OutcomeView:
         """Follow ``run`` until it ends or is suspended, telling ``progress`` as each step finishes.
         When this call is cancelled, the run is cancelled with it."""
-        self._active.add(run.run_id)
-        try:
-            await _watch(run, since=since, progress=progress)
-            await run.result()
-        except BaseException:
-            run.cancel()
-            await _settle(run)
-            raise
-        finally:
-            self._active.discard(run.run_id)
+        await self.runs.follow(run, since=since, progress=progress)
         return await self._outcome(run.run_id)
 
     async def _outcome(self, run_id: str) -> OutcomeView:
@@ -255,29 +238,3 @@ def _unknown(run_id: str) -> UsageError:
         f"no run {run_id!r}",
         [_problem("run_id", f"no run {run_id!r} in the store (list_runs lists them)", "unknown_run")],
     )
-
-
-async def _watch(run: Run, *, since: int, progress: Progress | None) -> None:
-    """Tell ``progress`` each time a step finishes, until the run ends or is suspended."""
-    finished = sum(1 for rec in run.state.steps.values() if rec.status in ("succeeded", "failed"))
-    seen = 0
-    async for event in run.events():
-        seen += 1
-        if seen <= since or progress is None or not isinstance(event, StepSucceeded | StepFailed):
-            continue
-        finished += 1
-        plan = run.state.plan
-        total = max(len(plan.steps) if plan is not None else 0, finished)
-        verb = "finished" if isinstance(event, StepSucceeded) else "failed"
-        try:
-            await progress(finished, total, f"step {event.step_id} {verb}")
-        except Exception:  # the host went away: the run goes on, unwatched
-            progress = None
-
-
-async def _settle(run: Run) -> None:
-    """Give a cancelled run a moment to record its end, whatever cancelled the caller."""
-    import anyio
-
-    with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_GRACE):
-        await run.result()

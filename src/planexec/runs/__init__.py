@@ -1,7 +1,9 @@
 """Durable operations on stored runs, for any process: list the runs, read one (as far as it can
 be read), export its log, answer its questions or tell it something new, pick it up again with the
 agent rebuilt from the spec it recorded, submit a run for workers, list sessions and replay one
-whole, show the receipts of a run's side effects (plan version → approval → effect, each named by
+whole, host runs in a process (:class:`Supervisor`: start, pick up, follow, cancel, detach and end them —
+the one way the command line, the server, the workers and the MCP host run runs), show the
+receipts of a run's side effects (plan version → approval → effect, each named by
 its place and hash in the run's chain), and delete old runs.
 
 Every operation takes a :class:`~planexec.store.RunStore` and raises
@@ -10,7 +12,7 @@ problem names the argument or spec field at fault.
 """
 
 from planexec.runs._answers import answer, check_edited_plan, pick_question, question_about, tell
-from planexec.runs._pickup import resume, still_waiting
+from planexec.runs._pickup import owning, resume, still_waiting
 from planexec.runs._receipts import (
     ApprovalReceipt,
     LoggedEvent,
@@ -48,6 +50,7 @@ from planexec.runs._stored import (
     read_run,
 )
 from planexec.runs._submit import give_back, held_by, requeue, submit, take_from_workers, worker_entry
+from planexec.runs._supervisor import Progress, Supervisor, Told
 
 __all__ = [
     "RULE_FLAGS",
@@ -60,6 +63,7 @@ __all__ = [
     "Check",
     "LoggedEvent",
     "PlanReceipt",
+    "Progress",
     "Receipt",
     "ReceiptOutcome",
     "Receipts",
@@ -67,6 +71,8 @@ __all__ = [
     "SessionReplay",
     "SessionSummary",
     "StoredRun",
+    "Supervisor",
+    "Told",
     "TurnReplay",
     "TurnStatus",
     "absolute_model_string",
@@ -83,6 +89,7 @@ __all__ = [
     "list_sessions",
     "load_run",
     "open_questions",
+    "owning",
     "parse_age",
     "pick_question",
     "question_about",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 
 from planexec.log import Event, RunStarted, RunState
@@ -14,7 +15,7 @@ from planexec.runs._stored import load_run
 from planexec.runtime import Agent, Approvals, Run
 from planexec.store import RunStore
 
-__all__ = ["resume", "still_waiting"]
+__all__ = ["owning", "rebuilt_for", "resume", "still_waiting"]
 
 
 def still_waiting(state: RunState) -> bool:
@@ -47,7 +48,29 @@ async def resume(
     ends or is suspended.
     """
     events = log if log is not None else await load_run(store, run_id)
-    first = events[0]
+    agent = await rebuilt_for(store, events, approvals=approvals, change=change, providers=providers, memory=memory)
+    try:
+        run = await agent.resume(run_id)
+    except BaseException:
+        await agent.aclose()
+        raise
+    owning(run, agent)
+    return run
+
+
+async def rebuilt_for(
+    store: RunStore,
+    log: list[Event],
+    *,
+    approvals: Approvals | None = None,
+    change: Callable[[AgentSpec], AgentSpec] | None = None,
+    providers: Providers | None = None,
+    memory: PlanMemory | None = None,
+) -> Agent:
+    """The agent a stored run recorded (its spec, turned by ``change``), rebuilt to go on with the
+    run whose events are ``log``: scripted models skip the replies the run used, the tools it used
+    must be there, and ``memory`` is told how it ends when the run was started with one."""
+    first = log[0]
     assert isinstance(first, RunStarted)
     recorded = await recorded_spec(store, first)
     spec = change(recorded.spec) if change is not None else recorded.spec
@@ -56,27 +79,26 @@ async def resume(
         store=store,
         approvals=approvals,
         recorded=recorded,
-        used=events,
+        used=log,
         needs_tools=first.tools,
         providers=providers,
     )
     if memory is not None and "memory" in first.config:
         agent.memory = memory
-    run = await agent.resume(run_id)
-    _close_when_done(run, agent)
-    return run
+    return agent
 
 
 _closing: set[asyncio.Task[None]] = set()
 
 
-def _close_when_done(run: Run, agent: Agent) -> None:
-    """The agent was built for this run alone: its MCP servers stop when the run ends (or is
-    suspended)."""
+def owning(run: Run, agent: Agent) -> None:
+    """``agent`` was built for ``run`` alone: close it (its MCP servers) when the run ends or is
+    suspended."""
 
     async def close() -> None:
         try:
-            await run.result()
+            with contextlib.suppress(Exception):  # detached: closed all the same
+                await run.result()
         finally:
             await agent.aclose()
 

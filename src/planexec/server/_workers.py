@@ -5,24 +5,22 @@ up what a crash or a stop left unfinished. Watchers of a run are woken at each e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planexec.errors import Problem, UsageError
-from planexec.log import Event, RunFinished, RunStarted, RunState, StopReason
-from planexec.runs import build_agent, load_run, recorded_spec, still_waiting
-from planexec.runs import resume as resume_stored
+from planexec.errors import UsageError
+from planexec.log import Event, RunStarted, RunState
+from planexec.runs import Supervisor, Told, build_agent, load_run, recorded_spec, still_waiting
 from planexec.runtime import Agent, Approvals, Run
 from planexec.server._agents import ServedAgent
-from planexec.store import AppendConflict, RunStore
+from planexec.store import RunStore
 
 __all__ = ["SERVE_KEY", "Pending", "Workers", "request_digest", "served_by"]
 
@@ -59,10 +57,6 @@ class Pending:
     digest: str
 
 
-def _problem(where: str, message: str, code: str) -> Problem:
-    return Problem(code=code, where=where, message=message)
-
-
 SETTLE_WAIT = 5.0
 """Seconds a request waits for a suspended run's task here to end before it says the run is busy."""
 FORK_WAIT = 10.0
@@ -90,33 +84,31 @@ class Workers:
         self._accepted_lines = 0
         self.agents = dict(agents)
         self.instance = instance
-        self._slots = asyncio.Semaphore(workers)
-        self.live: dict[str, Run] = {}
-        """Runs under way in this process."""
+        self.runs = Supervisor(store, slots=workers)
+        """The runs this server hosts, begun or waiting for a worker."""
         self.pending: dict[str, Pending] = {}
         """New runs waiting for a worker."""
-        self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._cancel: set[str] = set()
-        self._cancelled: dict[str, asyncio.Event] = {}
-        """Set when a run is cancelled: one waiting for a worker then begins without one."""
         self._keys: dict[str, asyncio.Lock] = {}
         self.failed_starts: dict[str, tuple[Pending, str]] = {}
         """New runs whose agent could not begin (e.g. an MCP server that would not start), and why."""
-        self._told: dict[str, list[tuple[str, bool, str]]] = {}
+        self._told: dict[str, list[Told]] = {}
         """What new runs were told while they waited for a worker: they hear it when they begin."""
 
     # -- watching ---------------------------------------------------------------------------------
 
+    @property
+    def live(self) -> Mapping[str, Run]:
+        """Runs under way in this process."""
+        return {run_id: run for run_id in self.runs.in_hand if (run := self.runs.live(run_id)) is not None}
+
     def busy(self, run_id: str) -> bool:
         """Whether this server runs ``run_id`` now (or is about to)."""
-        return run_id in self._tasks
+        return self.runs.busy(run_id)
 
     async def settle(self, run_id: str, wait: float = SETTLE_WAIT) -> None:
         """Wait (``wait`` seconds at most) for this server's part in ``run_id`` to end: a run whose
         log says it is suspended is left a moment after, when its task has closed its log."""
-        task = self._tasks.get(run_id)
-        if task is not None:
-            await asyncio.wait({task}, timeout=wait)
+        await self.runs.settle(run_id, wait)
 
     # -- starting ---------------------------------------------------------------------------------
 
@@ -164,18 +156,15 @@ class Workers:
         self.pending[run_id] = pending
 
         async def begin() -> Run:
-            await built.open()
-            run = built.start(goal, constraints=every, run_id=run_id, metadata=metadata)
-            for text, constraint, by in self._told.pop(run_id, ()):
-                run.tell(text, constraint=constraint, by=by)  # logged right after its first event
-            return run
+            told = self._told.pop(run_id, ())
+            return await self.runs.begin(built, goal, constraints=every, run_id=run_id, metadata=metadata, told=told)
 
         self._launch(run_id, begin, built)
         return pending
 
     def tell_pending(self, run_id: str, text: str, *, constraint: bool, by: str) -> None:
         """Tell a run that waits for a worker something new: it hears it when it begins."""
-        self._told.setdefault(run_id, []).append((text, constraint, by))
+        self._told.setdefault(run_id, []).append(Told(text=text, constraint=constraint, by=by))
 
     def resume(self, run_id: str, log: list[Event]) -> None:
         """Go on with a stored run here, with the agent it was started with (by name when this server
@@ -188,13 +177,13 @@ class Workers:
             built = agent.builder(self.store, run_id)
 
             async def again() -> Run:
-                return await built.resume(run_id)
+                return await self.runs.pick_up(run_id, agent=built)
 
             self._launch(run_id, again, built)
             return
 
         async def from_log() -> Run:
-            return await resume_stored(self.store, run_id, log=log)
+            return await self.runs.pick_up(run_id, log=log)
 
         self._launch(run_id, from_log, None)
 
@@ -235,7 +224,7 @@ class Workers:
             finally:
                 await built.aclose()
 
-        self._tasks[new_id] = asyncio.create_task(self._drive_replay(new_id, replayed), name=f"fork:{new_id}")
+        self.runs.launch_quiet(new_id, replayed)
         return new_id
 
     async def until_stored(self, run_id: str) -> None:
@@ -244,78 +233,27 @@ class Workers:
         seconds."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + FORK_WAIT
-        while run_id in self._tasks and (left := deadline - loop.time()) > 0:
+        while self.runs.busy(run_id) and (left := deadline - loop.time()) > 0:
             if await self.store.wait_for_events(run_id, after=0, within=min(left, UNTIL_STORED_CHECK)):
                 return
 
-    async def _drive_replay(self, run_id: str, replayed: Callable[[], Awaitable[None]]) -> None:
-        async with self._slots:
-            try:
-                await replayed()
-            except Exception:  # the fork's own log says how it ended, when it got that far
-                pass
-            finally:
-                self._tasks.pop(run_id, None)
-
     def _launch(self, run_id: str, begin: Callable[[], Awaitable[Run]], agent: Agent | None) -> None:
-        self._tasks[run_id] = asyncio.create_task(self._drive(run_id, begin, agent), name=f"serve:{run_id}")
+        def begun(seen: int) -> None:
+            if seen == 2:  # its first event has reached the store: it reads as any stored run
+                self.pending.pop(run_id, None)
 
-    @contextlib.asynccontextmanager
-    async def _slot(self, run_id: str) -> AsyncIterator[None]:
-        """A worker for run ``run_id``; none for a run cancelled while it waits for one, which then
-        begins at once only to be recorded as cancelled (no one waits for a worker to cancel it)."""
-        flag = self._cancelled.setdefault(run_id, asyncio.Event())
-        if run_id in self._cancel:
-            flag.set()
-        acquire = asyncio.ensure_future(self._slots.acquire())
-        cancelled = asyncio.ensure_future(flag.wait())
-        try:
-            await asyncio.wait({acquire, cancelled}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            cancelled.cancel()
-            acquire.cancel()
-            await asyncio.gather(acquire, cancelled, return_exceptions=True)
-        held = not acquire.cancelled() and acquire.exception() is None
-        try:
-            yield
-        finally:
-            if held:
-                self._slots.release()
+        def failed(error: Exception) -> None:  # e.g. an MCP server that would not start: it never began
+            pending = self.pending.get(run_id)
+            if pending is not None:
+                self.failed_starts[run_id] = (pending, f"{type(error).__name__}: {error}")
 
-    async def _drive(self, run_id: str, begin: Callable[[], Awaitable[Run]], agent: Agent | None) -> None:
-        try:
-            async with self._slot(run_id):
-                try:
-                    run = await begin()
-                except Exception as e:  # e.g. an MCP server that would not start: the run never began
-                    self._note_failed_start(run_id, e)
-                    return
-                self.live[run_id] = run
-                if run_id in self._cancel:
-                    run.cancel()
-                try:
-                    seen = 0
-                    async for _event in run.events():
-                        seen += 1
-                        if seen == 2:  # its first event has reached the store: it reads as any stored run
-                            self.pending.pop(run_id, None)
-                    with contextlib.suppress(UsageError):  # detached as the server stopped: left unfinished
-                        await run.result()
-                finally:
-                    self.live.pop(run_id, None)
-                    if agent is not None:
-                        await agent.aclose()
-        finally:
-            self._tasks.pop(run_id, None)
+        async def closing() -> None:
             self.pending.pop(run_id, None)
             self._told.pop(run_id, None)
-            self._cancel.discard(run_id)
-            self._cancelled.pop(run_id, None)
+            if agent is not None:
+                await agent.aclose()
 
-    def _note_failed_start(self, run_id: str, error: Exception) -> None:
-        pending = self.pending.get(run_id)
-        if pending is not None:
-            self.failed_starts[run_id] = (pending, f"{type(error).__name__}: {error}")
+        self.runs.launch(run_id, begin, on_event=begun, on_failed=failed, closing=closing)
 
     # -- stopping ---------------------------------------------------------------------------------
 
@@ -323,46 +261,7 @@ class Workers:
         """Cancel a run: one this server runs stops (its log says ``cancelled``); a waiting one is
         finished as cancelled. Raises :class:`~planexec.UsageError` (code ``finished``,
         ``elsewhere``) when neither can be done."""
-        if run_id in self._tasks:
-            self._cancel.add(run_id)
-            flag = self._cancelled.get(run_id)
-            if flag is not None:
-                flag.set()
-            live = self.live.get(run_id)
-            if live is not None:
-                live.cancel()
-            task = self._tasks.get(run_id)
-            if task is not None:
-                await asyncio.wait({task}, timeout=10)
-            return
-        for _ in range(5):
-            log = await load_run(self.store, run_id)
-            state = RunState.fold(log)
-            if state.finished:
-                raise UsageError(
-                    f"cannot cancel run {run_id!r}",
-                    [_problem("run_id", f"it has finished already ({state.stop})", "finished")],
-                )
-            if state.status != "waiting":
-                raise UsageError(
-                    f"cannot cancel run {run_id!r}",
-                    [
-                        _problem(
-                            "run_id",
-                            "it is running in another process: cancel it there (or resume it here first)",
-                            "elsewhere",
-                        )
-                    ],
-                )
-            stop = StopReason(kind="cancelled", detail="cancelled while waiting for a human")
-            try:
-                await self.store.append(run_id, [RunFinished(at=time.time(), stop=stop)], expected_seq=len(log))
-            except AppendConflict:
-                continue
-            return
-        raise UsageError(
-            f"cannot cancel run {run_id!r}", [_problem("run_id", "its log kept changing while it was written", "busy")]
-        )
+        await self.runs.cancel(run_id)
 
     # -- accepted, not begun ----------------------------------------------------------------------
 
@@ -426,7 +325,7 @@ class Workers:
         waiting: dict[str, dict[str, Any]] = {}
         for line in self._read_accepted():
             run_id = line["run_id"]
-            if run_id in self._tasks or run_id in waiting or await self.store.last_seq(run_id) > 0:
+            if self.runs.busy(run_id) or run_id in waiting or await self.store.last_seq(run_id) > 0:
                 continue
             agent = self.agents.get(str(line.get("agent")))
             if agent is None:  # no longer registered: nothing can run it
@@ -458,7 +357,7 @@ class Workers:
         picked: list[str] = []
         for status in ("running", "waiting"):
             for summary in await self.store.list_runs(status=status, limit=RECOVER_SCAN):
-                if summary.run_id in self._tasks:
+                if self.runs.busy(summary.run_id):
                     continue
                 try:
                     log = await load_run(self.store, summary.run_id)
@@ -477,16 +376,10 @@ class Workers:
 
     def under_way(self) -> int:
         """How many runs this server is still executing (forks replaying when it stops)."""
-        return len(self._tasks)
+        return len(self.runs.in_hand)
 
     async def close(self) -> None:
         """Leave every run under way here unfinished (detached, not cancelled: a cancelled run would
         be recorded as finished), for the next start to pick up; runs not begun yet are begun by the
-        next start (they are written down as they are accepted)."""
-        await asyncio.gather(*(run.detach() for run in list(self.live.values())), return_exceptions=True)
-        for run_id, task in list(self._tasks.items()):
-            if run_id in self.pending and run_id not in self.live:
-                task.cancel()
-        waiting = [t for rid, t in self._tasks.items() if rid in self.live or rid in self.pending]
-        if waiting:
-            await asyncio.wait(waiting, timeout=10)
+        next start (they are written down as they are accepted). Forks replaying go on."""
+        await self.runs.close(only=[r for r in self.runs.in_hand if r in self.pending or self.runs.live(r)])

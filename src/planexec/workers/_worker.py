@@ -35,12 +35,12 @@ import uuid
 from dataclasses import dataclass, field
 
 from planexec.errors import LogUnreadable, Problem, StoreError, UsageError
-from planexec.log import ErrorCode, Event, RunFinished, RunStarted, RunState, StopReason
+from planexec.log import ErrorCode, Event, RunStarted, RunState
 from planexec.memory import PlanMemory
 from planexec.models import Providers
-from planexec.runs import AgentSpec, build_agent, resume, still_waiting
+from planexec.runs import AgentSpec, Supervisor, Told, build_agent, still_waiting
 from planexec.runtime import Agent, Approvals, Run
-from planexec.store import AppendConflict, Claim, PostgresStore, QueueState, RunQueue
+from planexec.store import Claim, PostgresStore, QueueState, RunQueue
 
 __all__ = ["Worker", "WorkerFailed", "WorkerSettings", "WorkerStats"]
 
@@ -133,6 +133,8 @@ class Worker:
         self.queue = RunQueue(store)
         self.store = store
         self.providers = providers
+        self.runs = Supervisor(store, providers=providers)
+        """The runs in hand, as every host runs them."""
         self.id = self.settings.name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.stats = WorkerStats()
         self._held: dict[str, _Held] = {}
@@ -324,9 +326,7 @@ class Worker:
             if still_waiting(state):
                 return "waiting", None
             try:
-                run = await resume(
-                    self.store, claim.run_id, log=log, providers=self.providers, memory=self._plan_memory()
-                )
+                run = await self.runs.pick_up(claim.run_id, log=log, memory=self._plan_memory())
             except UsageError as e:
                 return await self._unbuildable(claim, log, e)
             self.stats.resumed += 1
@@ -342,12 +342,14 @@ class Worker:
                 if spec.memory:
                     agent.memory = self._plan_memory()
                 held.agent = agent
-                await agent.open()
-                run = agent.start(
-                    claim.goal, constraints=claim.constraints, run_id=claim.run_id, metadata=spec.metadata()
+                run = await self.runs.begin(
+                    agent,
+                    claim.goal,
+                    constraints=claim.constraints,
+                    run_id=claim.run_id,
+                    metadata=spec.metadata(),
+                    told=[Told(text=t.text, constraint=t.constraint, by=t.by) for t in claim.told],
                 )
-                for told in claim.told:  # what it was told while queued: logged right after its first event
-                    run.tell(told.text, constraint=told.constraint, by=told.by)
             except UsageError as e:
                 return await self._unbuildable(claim, log, e)
             except Exception as e:  # an MCP server that would not start, say
@@ -358,7 +360,7 @@ class Worker:
             await run.detach()
             return None, None
         try:
-            result = await run.result()
+            result = await self.runs.follow(run)
         except UsageError:  # detached: the lease was lost, or the worker stops
             return None, None
         if result.stop.kind == "waiting":
@@ -393,25 +395,19 @@ class Worker:
         self, claim: Claim, log: list[Event], code: ErrorCode, detail: str
     ) -> tuple[QueueState | None, str | None]:
         """End the run with an ``error`` stop of ``code`` (and its first event, when it has none)."""
-        now = time.time()
-        events: list[Event] = []
+        first = None
         if not log:
             spec = claim.spec if isinstance(claim.spec, dict) else {}
-            events.append(
-                RunStarted(
-                    at=now,
-                    run_id=claim.run_id,
-                    goal=claim.goal,
-                    constraints=claim.constraints,
-                    policy=str(spec.get("policy", "upfront")),
-                    replan=str(spec.get("replan", "on_failure")),
-                    budget={},
-                    config={"cli": dict(spec)},
-                )
+            first = RunStarted(
+                at=time.time(),
+                run_id=claim.run_id,
+                goal=claim.goal,
+                constraints=claim.constraints,
+                policy=str(spec.get("policy", "upfront")),
+                replan=str(spec.get("replan", "on_failure")),
+                budget={},
+                config={"cli": dict(spec)},
             )
-        events.append(RunFinished(at=now, stop=StopReason(kind="error", code=code, detail=detail[:4000])))
-        try:
-            await self.store.append(claim.run_id, events, expected_seq=len(log))
-        except AppendConflict:
+        if not await self.runs.end(claim.run_id, log, code=code, detail=detail, first=first):
             return None, None  # written meanwhile: look again
         return "done", detail[:1000]
