@@ -50,7 +50,7 @@ from planexec.runs._stored import (
     read_run,
 )
 from planexec.runs._submit import give_back, held_by, requeue, submit, take_from_workers, worker_entry
-from planexec.runs._supervisor import Progress, Supervisor, Told
+from planexec.runs._supervisor import Progress, Supervisor
 
 __all__ = [
     "RULE_FLAGS",
@@ -72,7 +72,6 @@ __all__ = [
     "SessionSummary",
     "StoredRun",
     "Supervisor",
-    "Told",
     "TurnReplay",
     "TurnStatus",
     "absolute_model_string",

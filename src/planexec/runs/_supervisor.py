@@ -36,9 +36,9 @@ from planexec.models import Providers
 from planexec.runs._pickup import owning, rebuilt_for
 from planexec.runs._stored import load_run
 from planexec.runtime import Agent, Approvals, Budget, Run
-from planexec.store import AppendConflict, RunStore
+from planexec.store import AppendConflict, RunStore, Told
 
-__all__ = ["Begin", "Progress", "Supervisor", "Told"]
+__all__ = ["Begin", "Progress", "Supervisor"]
 
 Begin = Callable[[], Awaitable[Run]]
 """What begins a launched run once it has a slot: starts, resumes or replays it."""
@@ -50,15 +50,6 @@ CANCEL_WAIT = 10.0
 """Seconds :meth:`Supervisor.cancel` waits for a run in hand to record that it was cancelled."""
 CANCEL_TRIES = 5
 """Times a cancellation in the store is tried again when the run's log changes meanwhile."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Told:
-    """Something a run was told before it began: it hears it right after its first event."""
-
-    text: str
-    constraint: bool = False
-    by: str = "user"
 
 
 @dataclass(eq=False, kw_only=True)

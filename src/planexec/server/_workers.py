@@ -17,10 +17,10 @@ from typing import Any
 
 from planexec.errors import UsageError
 from planexec.log import Event, RunStarted, RunState
-from planexec.runs import Supervisor, Told, build_agent, load_run, recorded_spec, still_waiting
+from planexec.runs import Supervisor, build_agent, load_run, recorded_spec, still_waiting
 from planexec.runtime import Agent, Approvals, Run
 from planexec.server._agents import ServedAgent
-from planexec.store import RunStore
+from planexec.store import RunStore, Told
 
 __all__ = ["SERVE_KEY", "Pending", "Workers", "request_digest", "served_by"]
 

@@ -38,7 +38,7 @@ from planexec.errors import LogUnreadable, Problem, StoreError, UsageError
 from planexec.log import ErrorCode, Event, RunStarted, RunState
 from planexec.memory import PlanMemory
 from planexec.models import Providers
-from planexec.runs import AgentSpec, Supervisor, Told, build_agent, still_waiting
+from planexec.runs import AgentSpec, Supervisor, build_agent, still_waiting
 from planexec.runtime import Agent, Approvals, Run
 from planexec.store import Claim, PostgresStore, QueueState, RunQueue
 
@@ -348,7 +348,7 @@ class Worker:
                     constraints=claim.constraints,
                     run_id=claim.run_id,
                     metadata=spec.metadata(),
-                    told=[Told(text=t.text, constraint=t.constraint, by=t.by) for t in claim.told],
+                    told=claim.told,
                 )
             except UsageError as e:
                 return await self._unbuildable(claim, log, e)
