@@ -96,15 +96,18 @@ async def test_a_run_waits_for_a_free_slot_and_hears_what_it_was_told(store: SQL
     runs.launch("first", begin_first, closing=first.aclose)
     runs.launch("second", begin_second, on_event=seen.append, closing=second.aclose)
     await _until(lambda: _true(world.calls == ["gate g"]), "the first run to hold the slot")
-    assert runs.busy("second") and runs.live("second") is None  # in hand, waiting for the slot
+    assert runs.busy("second")
+    assert runs.live("second") is None
     assert await store.last_seq("second") == 0
     world.open.set()
     await _until(lambda: _true(not runs.in_hand), "both runs to end")
     assert (await _stored(store, "first")).finished
     second_state = await _stored(store, "second")
-    assert second_state.stop is not None and second_state.stop.kind == "goal_met"
+    assert second_state.stop is not None
+    assert second_state.stop.kind == "goal_met"
     assert [(i.text, i.constraint) for i in second_state.information] == [("keep it short", True)]
-    assert seen == list(range(1, len(seen) + 1)) and len(seen) == second_state.events
+    assert seen == list(range(1, len(seen) + 1))
+    assert len(seen) == second_state.events
     assert world.calls == ["gate g", "note a", "note b"]
 
 
@@ -124,7 +127,8 @@ async def test_a_run_cancelled_while_it_waits_for_a_slot_is_recorded_cancelled_w
     await _until(lambda: _true(world.calls == ["gate g"]), "the holder to hold the slot")
     await runs.cancel("waiter")
     state = await _stored(store, "waiter")
-    assert state.stop is not None and state.stop.kind == "cancelled"
+    assert state.stop is not None
+    assert state.stop.kind == "cancelled"
     assert world.calls == ["gate g"]
     world.open.set()
     await _until(lambda: _true(not runs.in_hand), "the holder to end")
@@ -137,7 +141,8 @@ async def test_cancelling_a_stored_run_depends_on_where_it_is(store: SQLiteStore
     runs = Supervisor(store)
     await runs.cancel("asks")
     state = await _stored(store, "asks")
-    assert state.stop is not None and state.stop.kind == "cancelled"
+    assert state.stop is not None
+    assert state.stop.kind == "cancelled"
     with pytest.raises(UsageError) as finished:
         await runs.cancel("asks")
     assert [p.code for p in finished.value.problems] == ["finished"]
@@ -162,7 +167,8 @@ async def test_a_run_that_cannot_go_on_is_ended_with_a_typed_stop_once(store: SQ
     events = [s.event for s in await store.read("broken")]
     assert [type(e) for e in events] == [RunStarted, RunFinished]
     stop = RunState.fold(events).stop
-    assert stop is not None and (stop.kind, stop.code) == ("error", "usage")
+    assert stop is not None
+    assert (stop.kind, stop.code) == ("error", "usage")
     assert not await runs.end("broken", [], code="internal", detail="again, from a stale read", first=first)
     assert len(await store.read("broken")) == 2
 
@@ -180,7 +186,8 @@ async def test_closing_leaves_runs_unfinished_and_another_start_goes_on_with_the
     again = Supervisor(store)
     run = await again.pick_up("left", agent=agent)
     result = await again.follow(run)
-    assert result.ok and result.answer == "done"
+    assert result.ok
+    assert result.answer == "done"
     await agent.aclose()
 
 
@@ -205,7 +212,8 @@ async def test_following_reports_each_step_and_a_cancelled_caller_cancels_the_ru
     with pytest.raises(asyncio.CancelledError):
         await follower
     state = await _stored(store, "abandoned")
-    assert state.stop is not None and state.stop.kind == "cancelled"
+    assert state.stop is not None
+    assert state.stop.kind == "cancelled"
     assert not runs.busy("abandoned")
     await agent.aclose()
     await held.aclose()
