@@ -27,7 +27,7 @@ from planexec.log import (
     StepStarted,
     StepSucceeded,
 )
-from planexec.store import AppendConflict, Redactor, RunStore, RunSummary, StoredEvent, verify_chain
+from planexec.store import AppendConflict, Fresh, Redactor, RunStore, RunSummary, StoredEvent, verify_chain
 from tests.test_store_support import (
     BACKENDS,
     DURABLE,
@@ -885,6 +885,36 @@ async def test_a_follower_hears_another_processs_append(durable: Backend) -> Non
         assert not waiting.done()
         await writer.append("f", [_FINISHED], expected_seq=1)
         assert await asyncio.wait_for(waiting, 10) is True
+    finally:
+        await follower.close()
+        await writer.close()
+
+
+async def test_a_feed_hands_over_each_batch_as_it_was_stored(store: RunStore) -> None:
+    batches: list[list[Fresh]] = []
+    with store.feed("f") as feed:
+        await store.append("f", [_STARTED], expected_seq=0)
+        await store.append("f", [_FINISHED], expected_seq=1)
+        while len(batches) < 2:
+            got = await asyncio.wait_for(feed.next(10), 10)
+            assert got is not None
+            if got:  # an empty one asks for a read: PostgreSQL also hears its own appends' notifications
+                batches.append(got)
+        assert not await feed.next(0.05)  # nothing more
+    fed = [f for batch in batches for f in batch]
+    assert [len(b) for b in batches] == [1, 1]
+    assert [(f.seq, f.event) for f in fed] == [(1, _STARTED), (2, _FINISHED)]
+    raw = await store.read_raw("f")
+    assert [f.data.encode() for f in fed] == [e.data for e in raw.events]  # the very bytes stored
+
+
+async def test_a_feed_is_for_its_run_and_tells_of_another_processs_batch(durable: Backend) -> None:
+    follower, writer = durable.open(), durable.open()
+    try:
+        with follower.feed("f") as feed:
+            await follower.append("g", [_STARTED], expected_seq=0)  # another run: not in this feed
+            await writer.append("f", [_STARTED], expected_seq=0)  # another process: "read the store"
+            assert await asyncio.wait_for(feed.next(30), 10) == []  # "read the store", nothing of "g"
     finally:
         await follower.close()
         await writer.close()

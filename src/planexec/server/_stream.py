@@ -2,10 +2,11 @@
 line of JSON, in log order from any point, live until the run finishes; then ``event: end`` and the
 stream closes. A run waiting for a human says ``event: waiting`` and the stream stays open.
 
-The store is the source of truth: what is sent is read from it (so a reconnecting client that gives
-``Last-Event-ID`` gets exactly the events after that one), and the store wakes the stream as soon as
-a batch of the run is durable (:meth:`~planexec.store.RunStore.wait_for_events`) — whichever
-process wrote it, where the store can hear it."""
+The store is the source of truth: what is sent is what it stored (so a reconnecting client that gives
+``Last-Event-ID`` gets exactly the events after that one). The store hands the stream each batch of
+the run as soon as it is durable (:meth:`~planexec.store.RunStore.feed`), with the JSON it wrote, so
+an event is encoded once; a batch another process wrote is read from the store as soon as the store
+hears of it."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from starlette.responses import Response
 
 from planexec.errors import LogUnreadable
 from planexec.log import RunState, dump_event
-from planexec.store import RunStore
+from planexec.store import Fresh, RunStore, StoredEvent
 
 __all__ = ["PING_SECONDS", "STALL_SECONDS", "EventStream", "event_frames"]
 
@@ -31,40 +32,100 @@ reconnects with ``Last-Event-ID`` and loses nothing."""
 
 
 def _frame(seq: int | None, kind: str, data: Any) -> bytes:
+    return _framed(seq, kind, json.dumps(data, separators=(",", ":")))
+
+
+def _framed(seq: int | None, kind: str, text: str) -> bytes:
     head = f"id: {seq}\n" if seq is not None else ""
-    return f"{head}event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+    return f"{head}event: {kind}\ndata: {text}\n\n".encode()
+
+
+def _inner(envelope: str) -> str | None:
+    """The event's JSON inside a stored envelope (``{"v":N,"event":{…}}``), as it was written."""
+    start = envelope.find(',"event":')
+    if not envelope.startswith('{"v":') or start < 0 or not envelope.endswith("}"):
+        return None
+    return envelope[start + 9 : -1]
 
 
 async def event_frames(store: RunStore, run_id: str, after: int) -> AsyncIterator[bytes]:
-    """The frames of run ``run_id``'s events after event ``after``, live."""
-    state = RunState()
-    seq = 0
-    waiting_told = -1
-    last_sent = time.monotonic()
+    """The frames of run ``run_id``'s events after event ``after``, live: what is stored is read
+    once, then each batch comes from the store's feed as it was written (encoded once, by the
+    store); a batch written by another process, or one the feed missed, is read from the store."""
+    follower = _Follower(after)
     yield b"retry: 1000\n\n"
-    while True:
-        try:
-            stored = await store.read(run_id, after=seq)
-        except LogUnreadable as e:
-            yield _frame(None, "error", {"code": "unreadable", "message": str(e)})
-            return
+    with store.feed(run_id) as feed:
+        batch: list[Fresh] = []
+        while True:
+            if not batch or batch[0].seq > follower.seq + 1:  # nothing in hand, or a gap: read the store
+                try:
+                    stored = await store.read(run_id, after=follower.seq)
+                except LogUnreadable as e:
+                    yield _frame(None, "error", {"code": "unreadable", "message": str(e)})
+                    return
+                frames = follower.read(stored)
+            else:
+                frames = follower.fed(batch)
+            for frame in frames:
+                yield frame
+            for frame in follower.status():
+                yield frame
+            if follower.state.finished:
+                return
+            got = await feed.next(max(PING_SECONDS - (time.monotonic() - follower.last_sent), 0.0))
+            if got is None:
+                yield b": ping\n\n"
+                follower.last_sent = time.monotonic()
+            batch = got or []
+
+
+class _Follower:
+    """What one stream has sent: the run's state so far, the last seq, when it last sent."""
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        self.state = RunState()
+        self.seq = 0
+        self.last_sent = time.monotonic()
+        self._waiting_told = -1
+
+    def read(self, stored: list[StoredEvent]) -> list[bytes]:
+        frames = []
         for item in stored:
-            state.apply(item.event)
-            seq = item.seq
-            if seq > after:
-                yield _frame(seq, item.event.kind, dump_event(item.event)["event"])
-                last_sent = time.monotonic()
+            self.state.apply(item.event)
+            self.seq = item.seq
+            if item.seq > self.after:
+                frames.append(_frame(item.seq, item.event.kind, dump_event(item.event)["event"]))
+        return self._sent(frames)
+
+    def fed(self, batch: list[Fresh]) -> list[bytes]:
+        frames = []
+        for fresh in batch:
+            if fresh.seq <= self.seq:
+                continue  # read from the store already
+            self.state.apply(fresh.event)
+            self.seq = fresh.seq
+            if fresh.seq > self.after:
+                text = _inner(fresh.data)
+                if text is None:
+                    text = json.dumps(json.loads(fresh.data)["event"], separators=(",", ":"))
+                frames.append(_framed(fresh.seq, fresh.event.kind, text))
+        return self._sent(frames)
+
+    def status(self) -> list[bytes]:
+        state = self.state
         if state.finished:
-            yield _frame(None, "end", {"status": "finished", "stop": state.stop.kind if state.stop else None})
-            return
-        if state.status == "waiting" and waiting_told != seq and seq >= after:
-            waiting_told = seq
+            return [_frame(None, "end", {"status": "finished", "stop": state.stop.kind if state.stop else None})]
+        if state.status == "waiting" and self._waiting_told != self.seq and self.seq >= self.after:
+            self._waiting_told = self.seq
             pending = [r.approval_id for r in state.pending_approvals]
-            yield _frame(None, "waiting", {"status": "waiting", "questions": pending})
-        quiet = PING_SECONDS - (time.monotonic() - last_sent)
-        if quiet <= 0 or not await store.wait_for_events(run_id, after=seq, within=quiet):
-            yield b": ping\n\n"
-            last_sent = time.monotonic()
+            return self._sent([_frame(None, "waiting", {"status": "waiting", "questions": pending})])
+        return []
+
+    def _sent(self, frames: list[bytes]) -> list[bytes]:
+        if frames:
+            self.last_sent = time.monotonic()
+        return frames
 
 
 class EventStream(Response):

@@ -26,6 +26,7 @@ from planexec.store._memory import MemoryStore
 from planexec.store._postgres import PostgresStore
 from planexec.store._queue import Claim, QueueEntry, QueueState, RunQueue, Told
 from planexec.store._redact import PII_RULES, SECRET_RULES, SENSITIVE_FIELDS, RedactionRule, Redactor, luhn_valid
+from planexec.store._signals import Feed, Fresh
 from planexec.store._sqlite import SQLiteStore
 from planexec.store._url import default_store_path, open_store
 
@@ -38,6 +39,8 @@ __all__ = [
     "ChainProblem",
     "ChainReport",
     "Claim",
+    "Feed",
+    "Fresh",
     "MemoryStore",
     "PostgresStore",
     "QueueEntry",

@@ -31,6 +31,7 @@ PostgreSQL at most its ``connect_timeout`` plus its ``statement_timeout``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
@@ -39,6 +40,7 @@ from planexec.errors import PlanexecError
 if TYPE_CHECKING:  # the runtime imports this module: importing it back here would be a cycle
     from planexec.log import Event
     from planexec.store._chain import RawLog
+    from planexec.store._signals import Feed
 
 __all__ = ["AppendConflict", "RunStatus", "RunStore", "RunSummary", "StoredEvent"]
 
@@ -127,6 +129,13 @@ class RunStore(Protocol):
         and again. Woken as soon as a batch is durable — from this process, and from others where
         the store can hear them (PostgreSQL's ``LISTEN``/``NOTIFY``; a SQLite file written by
         another process is looked at every quarter of a second)."""
+        ...
+
+    def feed(self, run_id: str) -> AbstractContextManager[Feed]:
+        """The run's batches from now on, each as it was stored (:class:`Fresh`: the event and its
+        redacted JSON), for a follower that sends them on: open it, read what is stored already,
+        then take batches from it. An empty batch means one was stored that this process did not
+        write: read the store for it."""
         ...
 
     async def read_raw(self, run_id: str) -> RawLog:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Self, get_args
 
 from planexec.errors import Problem, UsageError
+from planexec.log import Event
 from planexec.store._base import RunStatus
+from planexec.store._codec import EncodedEvent
 from planexec.store._redact import Redactor
-from planexec.store._signals import AppendSignals
+from planexec.store._signals import AppendSignals, Feed, Fresh
 from planexec.store._summary import SUMMARY_COLUMNS
 
 __all__ = ["StoreBase", "check_list_args", "check_run_id", "check_schema_version", "list_runs_sql"]
@@ -84,9 +88,27 @@ class StoreBase:
         the store can hear them, other processes' batches); never misses a batch stored before it
         began to wait."""
         self._check_open()
+        self._hear_others()
         return await self._signals.wait(
             run_id, after=after, within=within, last_seq=self.last_seq, poll=self._FOLLOW_POLL
         )
+
+    def feed(self, run_id: str) -> contextlib.AbstractContextManager[Feed]:
+        """Run ``run_id``'s batches from now on, as this process stores them (see
+        :class:`~planexec.store.Feed`): read what is stored already after opening it, then take
+        each batch from the feed; an empty batch means "read the store"."""
+        self._check_open()
+        self._hear_others()
+        return self._signals.feed(run_id, poll=self._FOLLOW_POLL)
+
+    def _hear_others(self) -> None:
+        """Start hearing other processes' appends, where the store can (PostgreSQL)."""
+
+    def _stored(self, run_id: str, last: int, events: Sequence[Event], encoded: Sequence[EncodedEvent]) -> None:
+        """``events`` of ``run_id`` are durable, its last seq now ``last``: wake its followers."""
+        first = last - len(encoded) + 1
+        fresh = [Fresh(first + i, event, e.data) for i, (event, e) in enumerate(zip(events, encoded, strict=True))]
+        self._signals.appended(run_id, fresh)
 
     async def last_seq(self, run_id: str) -> int:
         """The run's last seq (0 for an unknown run)."""

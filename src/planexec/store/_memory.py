@@ -58,7 +58,7 @@ class MemoryStore(StoreBase):
         self._chains.setdefault(run_id, []).extend(hashes)
         self._heads[run_id] = hashes[-1][1]
         self._states[run_id] = state
-        self._signals.appended(run_id)
+        self._stored(run_id, state.summary.events, events, encoded)
         return state.summary.events
 
     async def read(self, run_id: str, *, after: int = 0) -> list[StoredEvent]:

@@ -342,14 +342,12 @@ class PostgresStore(StoreBase):
 
         last = await self._call(f"append to run {run_id!r}", write)
         if events:
-            self._signals.appended(run_id)
+            self._stored(run_id, last, events, encoded)
         return last
 
-    async def wait_for_events(self, run_id: str, *, after: int, within: float) -> bool:
-        self._check_open()
+    def _hear_others(self) -> None:
         if self._listener is None or self._listener.done():
             self._listener = asyncio.create_task(self._listen(), name="planexec-postgres-listen")
-        return await super().wait_for_events(run_id, after=after, within=within)
 
     async def _listen(self) -> None:
         """Hear other processes' appends (``LISTEN``): wake this process's waiters for each run

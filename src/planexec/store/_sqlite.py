@@ -304,7 +304,7 @@ class SQLiteStore(StoreBase):
         last = await self._run(f"append to run {run_id!r}", write, inline=True)
         self._after_write()
         if events:
-            self._signals.appended(run_id)
+            self._stored(run_id, last, events, encoded)
         return last
 
     def _append(
