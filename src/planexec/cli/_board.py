@@ -19,44 +19,18 @@ from rich.table import Table
 from rich.text import Text
 
 from planexec._util.plural import counted
+from planexec.cli._event_lines import cut, describe_event, seconds
 from planexec.cli._text import plain, redacted_events, shown
 from planexec.cli._watch import new_events
 from planexec.log import (
-    AnswerReviewed,
-    ApprovalDecided,
-    ApprovalRequested,
-    BudgetExhaustedEvent,
     Event,
-    InformationAdded,
-    ModelCalled,
-    PlanForecast,
-    PlannerOutputRejected,
-    PlanningStarted,
-    PlanProposed,
-    PlanRecalled,
-    RunFinished,
     RunResult,
-    RunResumed,
-    RunStarted,
     RunState,
-    RunSuspended,
-    StallDetected,
-    StepAttemptFailed,
-    StepCancelled,
-    StepFailed,
-    StepHeld,
     StepRecord,
-    StepRequeued,
-    StepStarted,
-    StepSucceeded,
-    ToolCalled,
-    ToolProgress,
-    ToolsChanged,
 )
 from planexec.plan import render_text
 from planexec.runtime import Run
 from planexec.store import Redactor, RunStore
-from planexec.views import forecast_view
 
 __all__ = [
     "Board",
@@ -78,15 +52,6 @@ STATUS = {
     "cancelled": ("cancelled", "yellow"),
     "dropped": ("dropped", "dim"),
 }
-
-
-def _cut(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.2f}s"
 
 
 def runs_on(rec: StepRecord) -> str:
@@ -152,8 +117,8 @@ class Board:
             text.append(f" · plan v{plan.version}", style="bold magenta")
             text.append(f" by {plan.author}")
             if plan.reason:
-                text.append(f": {plain(_cut(plan.reason, 160))}", style="italic")
-        text.append(f"\ngoal: {plain(_cut(state.goal, 200))}")
+                text.append(f": {plain(cut(plan.reason, 160))}", style="italic")
+        text.append(f"\ngoal: {plain(cut(state.goal, 200))}")
         activity = planner_activity(state)
         if activity:
             text.append(f"\n{activity}", style="yellow")
@@ -177,7 +142,7 @@ class Board:
                 shown(runs_on(rec)),
                 str(rec.attempts) if rec.attempts else "",
                 self._time(rec, now),
-                shown(_cut(_detail(rec, state, sid in asking), 400)),
+                shown(cut(_detail(rec, state, sid in asking), 400)),
             )
         return table
 
@@ -197,7 +162,7 @@ class Board:
         if rec.started_at is None:
             return ""
         end = rec.finished_at if rec.finished_at is not None else now
-        return _seconds(max(0.0, end - rec.started_at))
+        return seconds(max(0.0, end - rec.started_at))
 
     def _footer(self, state: RunState) -> RenderableType:
         end = state.finished_at if state.finished_at is not None else self._clock()
@@ -206,10 +171,10 @@ class Board:
         text.append(
             f"model calls {state.model_calls} · tokens {usage.input_tokens:,} in / {usage.output_tokens:,} out · "
             f"${state.cost:.4f} · tool calls {state.tool_calls} · replans {state.replans} · "
-            f"{_seconds(max(0.0, end - state.started_at))}"
+            f"{seconds(max(0.0, end - state.started_at))}"
         )
         if self._last:
-            text.append(f"\nlast: {plain(_cut(self._last, 160))}")
+            text.append(f"\nlast: {plain(cut(self._last, 160))}")
         return text
 
 
@@ -249,134 +214,6 @@ def _detail(rec: StepRecord, state: RunState, asking: bool) -> str:
         calls = f"{counted(len(rec.tool_calls), 'tool call')} · " if rec.tool_calls else ""
         return calls + render_text(rec.output)
     return rec.step.description
-
-
-# -- one line per event ---------------------------------------------------------------------
-
-
-def describe_event(event: Event, state: RunState) -> str:
-    """A one-line, human-readable account of ``event``."""
-    if isinstance(event, RunStarted):
-        caps = ", ".join(f"{k} {v}" for k, v in event.budget.items() if v is not None)
-        return f"run {event.run_id} started ({event.policy}, replan {event.replan}; budget: {caps}): {event.goal}"
-    if isinstance(event, ModelCalled):
-        head = f"{event.role} model {event.model} [{event.purpose}]"
-        if event.step_id:
-            head += f" for {event.step_id}"
-        if event.error is not None:
-            return f"{head} failed after {_seconds(event.duration)}: {event.error}"
-        u = event.usage
-        return (
-            f"{head}: {u.input_tokens:,} in / {u.output_tokens:,} out tokens, ${event.cost:.4f}, "
-            f"{_seconds(event.duration)}"
-        )
-    if isinstance(event, PlanningStarted):
-        return f"planner asked ({event.trigger}): {event.why}"
-    if isinstance(event, PlannerOutputRejected):
-        return f"planner output rejected (attempt {event.attempt}): " + "; ".join(map(str, event.problems))
-    if isinstance(event, PlanProposed):
-        plan = event.plan
-        line = f"plan v{plan.version} by {plan.author} ({event.trigger}), {counted(len(plan.steps), 'step')}"
-        if plan.reason:
-            line += f": {plan.reason}"
-        if event.cancelled:
-            line += f" [cancelled: {', '.join(event.cancelled)}]"
-        return line
-    if isinstance(event, ApprovalRequested):
-        if event.subject == "question":
-            return f"the planner asks the user: {event.reason} (id {event.approval_id})"
-        if event.subject == "escalation":
-            return f"escalated to a human ({event.code}): {event.reason} (id {event.approval_id})"
-        what = {
-            "step": f"step {event.step_id}",
-            "plan": f"plan v{event.plan_version}",
-            "effect": f"the effect of step {event.step_id}",
-            "review": f"a review of step {event.step_id}'s result",
-            "answer": "a review of the final answer",
-            "budget": f"raising the {event.budget} cap",
-        }.get(event.subject, event.subject)
-        return f"approval asked for {what}: {event.reason} (id {event.approval_id})"
-    if isinstance(event, ApprovalDecided):
-        verdict = "approved" if event.approved else "rejected"
-        if event.choice is not None:
-            verdict += f" ({event.choice})"
-        if event.edited_plan is not None:
-            verdict += " with an edited plan"
-        if event.text is not None:
-            verdict += f" with {event.text!r}"
-        if event.budget:
-            verdict += " raising " + ", ".join(
-                f"{k} to {'no cap' if v is None else f'{v:g}'}" for k, v in event.budget.items()
-            )
-        failed = [r.item for r in event.checklist if not r.passed]
-        if failed:
-            verdict += f" (failed: {', '.join(failed)})"
-        return f"approval {verdict} by {event.by}" + (f": {event.reason}" if event.reason else "")
-    if isinstance(event, InformationAdded):
-        return f"{'constraint' if event.constraint else 'information'} from {event.by}: {event.text}"
-    if isinstance(event, AnswerReviewed):
-        verdict = "passed" if event.passed else "refused: " + "; ".join(event.problems)
-        return f"final answer reviewed ({event.reviewer}): {verdict}"
-    if isinstance(event, StepRequeued):
-        return f"step {event.step_id} back in the queue: {event.reason}"
-    if isinstance(event, StepHeld):
-        return f"step {event.step_id} held for a human ({event.approval_id}): {event.reason}"
-    if isinstance(event, RunSuspended):
-        return f"run suspended, waiting for {', '.join(event.approvals) or 'a human'}: {event.reason}"
-    if isinstance(event, RunResumed):
-        return f"run resumed from its log ({counted(event.events, 'event')})"
-    if isinstance(event, StepStarted):
-        where = f"tool {event.tool}" if event.tool else f"executor {event.executor}"
-        return f"step {event.step_id} started ({where})"
-    if isinstance(event, StepAttemptFailed):
-        retry = f"; retry in {_seconds(event.retry_in)}" if event.retry_in is not None else ""
-        return f"step {event.step_id} attempt {event.attempt} failed: {event.error}{retry}"
-    if isinstance(event, ToolCalled):
-        outcome = f"failed: {event.error}" if event.error is not None else "ok"
-        args = _cut(render_text(event.args), 80)
-        return f"  {event.step_id} called {event.tool}({args}): {outcome} in {_seconds(event.duration)}"
-    if isinstance(event, StepSucceeded):
-        return f"step {event.step_id} done{_took(event.step_id, event.at, state)}" + _tries(event.attempts)
-    if isinstance(event, StepFailed):
-        return f"step {event.step_id} failed{_took(event.step_id, event.at, state)}: {event.error}"
-    if isinstance(event, StepCancelled):
-        return f"step {event.step_id} cancelled: {event.reason}"
-    if isinstance(event, BudgetExhaustedEvent):
-        return f"budget {event.budget} exhausted: used {event.used:g} of {event.limit:g}"
-    if isinstance(event, StallDetected):
-        return f"stalled ({event.rule}): {event.detail}"
-    if isinstance(event, PlanForecast):
-        view = forecast_view(event.forecast, event.over)
-        return f"plan v{event.plan_version} forecast: {view.summary if view is not None else ''}"
-    if isinstance(event, PlanRecalled):
-        how = "runs it as it is" if event.mode == "direct" else f"shows it to the planner ({event.why_not_direct})"
-        bound = f" with {', '.join(f'{a} → {b}' for a, b in event.bindings)}" if event.bindings else ""
-        return (
-            f"plan memory offers {event.entry_id} (similarity {event.similarity:.2f}){bound}: {how}; "
-            f"its goal: {_cut(event.goal, 80)}"
-        )
-    if isinstance(event, ToolsChanged):
-        new = ", ".join(str(t.get("name", "?")) for t in event.tools) or "none"
-        gone = ", ".join(event.removed) or "none"
-        return f"tools changed: new or redefined {new}; gone {gone}"
-    if isinstance(event, ToolProgress):
-        total = f" of {event.total:g}" if event.total is not None else ""
-        message = f": {event.message}" if event.message else ""
-        return f"  {event.step_id} progress {event.progress:g}{total}{message}"
-    if isinstance(event, RunFinished):
-        return f"run finished: {event.stop}"
-    return f"{event.kind}"
-
-
-def _took(step_id: str, at: float, state: RunState) -> str:
-    rec = state.steps.get(step_id)
-    if rec is None or rec.started_at is None:
-        return ""
-    return f" in {_seconds(max(0.0, at - rec.started_at))}"
-
-
-def _tries(attempts: int) -> str:
-    return f" after {attempts} attempts" if attempts > 1 else ""
 
 
 # -- displays -------------------------------------------------------------------------------

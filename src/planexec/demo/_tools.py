@@ -63,6 +63,12 @@ def _parse_error(lines: list[str]) -> dict[str, str] | None:
 def demo_tools(files: ScenarioFiles, pace: Pace) -> Toolset:
     """The scenario's tools, bound to the files in ``files.root``."""
     root = files.root
+    tools: list[Tool] = [*_reading_tools(root, pace), *_inspecting_tools(root, pace), *_fixing_tools(root, pace)]
+    return Toolset(*tools, name="support")
+
+
+def _reading_tools(root: Path, pace: Pace) -> list[Tool]:
+    """The workflow's definition and a run's log lines, current or archived."""
 
     @tool
     async def read_workflow() -> dict[str, Any]:
@@ -110,6 +116,12 @@ def demo_tools(files: ScenarioFiles, pace: Pace) -> Toolset:
             raise ToolError(f"no log lines for run {run_id!r} in {segment}")
         return {"run_id": run_id, "source": segment, "lines": lines, "error": _parse_error(lines)}
 
+    return [read_workflow, collect_logs, fetch_archived_logs]
+
+
+def _inspecting_tools(root: Path, pace: Pace) -> list[Tool]:
+    """The recent deploys, and a branch's steps and code."""
+
     @tool
     async def list_recent_changes(days: int = 7) -> list[dict[str, Any]]:
         """List the deploys of the last few days before the incident, newest first, with the files each changed.
@@ -145,6 +157,12 @@ def demo_tools(files: ScenarioFiles, pace: Pace) -> Toolset:
             "on_error": spec.get("on_error"),
             "source": numbered,
         }
+
+    return [list_recent_changes, inspect_branch]
+
+
+def _fixing_tools(root: Path, pace: Pace) -> list[Tool]:
+    """A fix drafted as a diff, and written for review."""
 
     @tool
     async def draft_fix(path: str, find: str, replace: str) -> dict[str, Any]:
@@ -188,13 +206,4 @@ def demo_tools(files: ScenarioFiles, pace: Pace) -> Toolset:
         path.write_text(header + patch, encoding="utf-8")
         return {"path": relative, "bytes": path.stat().st_size}
 
-    tools: list[Tool] = [
-        read_workflow,
-        collect_logs,
-        fetch_archived_logs,
-        list_recent_changes,
-        inspect_branch,
-        draft_fix,
-        write_fix,
-    ]
-    return Toolset(*tools, name="support")
+    return [draft_fix, write_fix]

@@ -4,13 +4,15 @@ Every decision and every outcome of a run is an :class:`Event` appended to its l
 else is folded from it — the run's state (:class:`RunState`, one :class:`StepRecord` per step),
 its stop reason (:class:`StopReason`) and its result (:class:`RunResult`). Events are typed,
 keyword-only and versioned; :func:`dump_event` and :func:`load_event` are their JSON codec, which
-reads every earlier schema version (``READABLE_VERSIONS``).
+reads every earlier schema version (``READABLE_VERSIONS``). ``EVENT_KINDS`` names every kind and
+its class: code that handles each kind, or lists them, derives from it rather than spelling kinds.
 
 The store writes the log, the runtime appends to it, and every view — the CLI's board, reports,
 replays — reads it; this package depends on neither.
 """
 
 from planexec.log._events import (
+    EVENT_KINDS,
     EVENT_SCHEMA_VERSION,
     READABLE_VERSIONS,
     AnswerReviewed,
@@ -56,6 +58,7 @@ from planexec.log._state import ApprovalRecord, RoleTally, RunState, StepRecord,
 from planexec.log._stop import BudgetName, ErrorCode, EscalationCode, StopKind, StopReason
 
 __all__ = [
+    "EVENT_KINDS",
     "EVENT_SCHEMA_VERSION",
     "READABLE_VERSIONS",
     "AnswerReviewed",

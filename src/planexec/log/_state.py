@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from planexec.executor import StepError, Verdict
 from planexec.log._events import (
+    EVENT_KINDS,
     AnswerReviewed,
     ApprovalDecided,
     ApprovalRequested,
@@ -571,3 +572,7 @@ _HANDLERS: dict[type, Callable[[RunState, Any], None]] = {
     AnswerReviewed: RunState._answer_reviewed,
     RunFinished: RunState._run_finished,
 }
+
+_UNFOLDED = [kind for kind, cls in EVENT_KINDS.items() if cls not in _HANDLERS]
+if _UNFOLDED:  # a kind added to the log without saying how it changes the state
+    raise TypeError(f"RunState has no handler for the event kinds {', '.join(_UNFOLDED)}")

@@ -12,38 +12,21 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind
 
 from planexec.log import (
-    AnswerReviewed,
-    ApprovalDecided,
-    ApprovalRequested,
-    BudgetExhaustedEvent,
     Event,
-    InformationAdded,
-    ModelAttemptFailed,
-    PlannerOutputRejected,
     PlanningStarted,
     PlanProposed,
-    PlanRecalled,
     RunFinished,
-    RunStarted,
     RunSuspended,
-    StallDetected,
-    StepAttemptFailed,
     StepCancelled,
     StepFailed,
-    StepHeld,
-    StepRequeued,
     StepStarted,
-    StepStreamed,
     StepSucceeded,
     ToolCalled,
-    ToolProgress,
-    ToolsChanged,
 )
+from planexec.telemetry._marks import MARKS, MAX_NAMES
 from planexec.telemetry._metrics import RunMeters
 from planexec.telemetry._names import (
     AGENT_NAME,
-    ERROR_TYPE,
-    INPUT_MESSAGES,
     INPUT_TOKENS,
     OPERATION,
     OUTPUT_MESSAGES,
@@ -60,10 +43,7 @@ if TYPE_CHECKING:
 
     from planexec.log import RunState
 
-__all__ = ["MAX_NAMES", "SpanFold", "StepSpan", "trust_attributes"]
-
-MAX_NAMES = 100
-"""The most names a list on a span holds (the tools an MCP server added or removed)."""
+__all__ = ["SpanFold", "StepSpan", "trust_attributes"]
 
 
 def trust_attributes(labels: Mapping[str, Provenance] | None, name: Callable[[str], str]) -> dict[str, Any]:
@@ -126,226 +106,15 @@ class SpanFold:
 
     def apply(self, event: Event) -> None:
         """Fold ``event``, just logged, into the spans and metrics."""
-        fold = self
-        run = fold.run
-        match event:
-            case StepStarted():
-                self._step_started(event)
-            case StepSucceeded():
-                rec = self._step_ended(event.step_id)
-                if rec is not None:
-                    span = rec.span
-                    if span.is_recording():
-                        ended: dict[str, Any] = {"planexec.step.status": "succeeded"}
-                        if event.attempts > 1:
-                            ended["planexec.step.attempts"] = event.attempts
-                        if event.verdict.checks:
-                            ended["planexec.step.verdict"] = "passed" if event.verdict.passed else "failed"
-                        if event.confidence is not None:
-                            ended["planexec.step.confidence"] = event.confidence
-                        if self.capture:
-                            ended["planexec.step.output"] = self.values.content(event.output)
-                        span.set_attributes(ended)
-                    span.end()
-                if self.instruments is not None:
-                    self._count_step(rec, "succeeded", event.at)
-            case StepFailed():
-                rec = self._step_ended(event.step_id)
-                if self.instruments is not None:
-                    self._count_step(rec, "failed", event.at)
-                failing = rec.span if rec is not None else self._unstarted(event.step_id)
-                if failing is not None and failing.is_recording():
-                    attributes: dict[str, Any] = {
-                        "planexec.step.status": "failed",
-                        "planexec.step.attempts": event.attempts,
-                    }
-                    if event.verdict is not None:
-                        attributes["planexec.step.verdict"] = "passed" if event.verdict.passed else "failed"
-                    failing.set_attributes(attributes)
-                    failed(failing, event.error.kind, self.values.text(event.error.message))
-                    fold.failures.append(failing)
-                    failing.end()
-            case StepCancelled():
-                rec = self._step_ended(event.step_id)
-                if self.instruments is not None:
-                    self._count_step(rec, "cancelled", event.at)
-                if rec is not None:
-                    if rec.span.is_recording():
-                        rec.span.set_attributes(
-                            {
-                                "planexec.step.status": "cancelled",
-                                "planexec.step.cancelled": self.values.text(event.reason),
-                            }
-                        )
-                    rec.span.end()
-            case StepAttemptFailed():
-                self._on_step(
-                    event.step_id,
-                    "planexec.retry",
-                    {
-                        "planexec.step.attempt": event.attempt,
-                        ERROR_TYPE: event.error.kind,
-                        "planexec.error": self.values.text(event.error.message),
-                        "planexec.retry_in": event.retry_in if event.retry_in is not None else -1.0,
-                    },
-                )
-            case ToolProgress():
-                attrs: dict[str, Any] = {"planexec.progress": event.progress}
-                if event.total is not None:
-                    attrs["planexec.progress.total"] = event.total
-                self._on_step(event.step_id, "planexec.progress", attrs)
-            case PlanningStarted():
-                self._round_started(event)
-            case PlanProposed():
-                self._plan_proposed(event)
-            case PlannerOutputRejected():
-                if fold.round is not None:
-                    problems = "; ".join(str(p) for p in event.problems)
-                    fold.round.add_event(
-                        "planexec.plan_refused",
-                        {"planexec.attempt": event.attempt, "planexec.problems": self.values.text(problems)},
-                    )
-            case StepStreamed():
-                if fold.round is not None:
-                    fold.round.add_event(
-                        "planexec.step_streamed", {"planexec.step.id": self.values.name(event.step.id)}
-                    )
-            case ToolCalled() if event.attempts == 0 and self.tracer is not None:
-                # a call refused before any attempt (an unknown tool, a gated one): a span of no length
-                name = self.values.name(event.tool)  # a model chose it: anything may be in it
-                refused = self.tracer.start_span(
-                    f"execute_tool {name}",
-                    attributes={
-                        OPERATION: "execute_tool",
-                        TOOL_NAME: name,
-                        TOOL_CALL_ID: self.values.name(event.call_id),
-                        "planexec.step.id": self.values.name(event.step_id),
-                        "planexec.tool.attempts": 0,
-                        SPAN_KIND_HINT: "TOOL",
-                        **trust_attributes(event.provenance, self.values.name),
-                    },
-                )
-                if event.violations:
-                    refused.set_attribute(
-                        "planexec.trust.violations",
-                        [self.values.text(str(v)) for v in event.violations[:MAX_NAMES]],
-                    )
-                if event.error is not None:
-                    failed(refused, event.error.kind, self.values.text(event.error.message))
-                refused.end()
-            case ModelAttemptFailed():
-                span = trace.get_current_span()  # the call's own span, in the task making the call
-                if span.is_recording():
-                    attrs = {"planexec.attempt": event.attempt, "planexec.error": self.values.text(event.error)}
-                    if event.status is not None:
-                        attrs["http.response.status_code"] = event.status
-                    if event.retry_in is not None:
-                        attrs["planexec.retry_in"] = event.retry_in
-                    span.add_event("planexec.model_retry", attrs)
-            case ApprovalRequested() if run is not None:
-                attrs = {"planexec.approval.id": event.approval_id, "planexec.approval.subject": event.subject}
-                if event.step_id is not None:
-                    attrs["planexec.step.id"] = self.values.name(event.step_id)
-                if event.reason:
-                    attrs["planexec.reason"] = self.values.text(event.reason)
-                run.add_event("planexec.approval.requested", attrs)
-            case ApprovalDecided() if run is not None:
-                attrs = {
-                    "planexec.approval.id": event.approval_id,
-                    "planexec.approval.approved": event.approved,
-                    "planexec.approval.by": self.values.text(event.by),
-                }
-                if event.choice is not None:
-                    attrs["planexec.approval.choice"] = event.choice
-                if event.reason:
-                    attrs["planexec.reason"] = self.values.text(event.reason)
-                run.add_event("planexec.approval.decided", attrs)
-            case BudgetExhaustedEvent() if run is not None:
-                run.add_event(
-                    "planexec.budget_exhausted",
-                    {
-                        "planexec.budget": event.budget,
-                        "planexec.budget.limit": float(event.limit),
-                        "planexec.budget.used": float(event.used),
-                        "planexec.budget.needed": float(event.needed),
-                    },
-                )
-            case StallDetected() if run is not None:
-                run.add_event(
-                    "planexec.stall",
-                    {"planexec.stall.rule": event.rule, "planexec.detail": self.values.text(event.detail)},
-                )
-            case PlanRecalled() if run is not None:
-                run.add_event(
-                    "planexec.plan_recalled",
-                    {
-                        "planexec.memory.entry": self.values.name(event.entry_id),
-                        "planexec.memory.mode": event.mode,
-                        "planexec.memory.similarity": float(event.similarity),
-                    },
-                )
-            case ToolsChanged() if run is not None:
-                added = [str(spec.get("name", "")) for spec in event.tools]
-                run.add_event(
-                    "planexec.tools_changed",
-                    {
-                        "planexec.tools.added": [self.values.name(n) for n in added[:MAX_NAMES]],
-                        "planexec.tools.removed": [self.values.name(n) for n in event.removed[:MAX_NAMES]],
-                    },
-                )
-            case InformationAdded() if run is not None:
-                run.add_event(
-                    "planexec.information",
-                    {"planexec.by": self.values.text(event.by), "planexec.constraint": event.constraint},
-                )
-            case AnswerReviewed() if run is not None:
-                run.add_event(
-                    "planexec.answer_reviewed", {"planexec.passed": event.passed, "planexec.reviewer": event.reviewer}
-                )
-            case StepHeld() if run is not None:
-                run.add_event(
-                    "planexec.step_held",
-                    {"planexec.step.id": self.values.name(event.step_id), "planexec.approval.id": event.approval_id},
-                )
-            case StepRequeued() if run is not None:
-                run.add_event(
-                    "planexec.step_requeued",
-                    {
-                        "planexec.step.id": self.values.name(event.step_id),
-                        "planexec.reason": self.values.text(event.reason),
-                    },
-                )
-            case RunStarted() if run is not None:
-                run.set_attributes(
-                    {
-                        "planexec.policy": event.policy,
-                        "planexec.replan": event.replan,
-                        "planexec.tools": list(event.tools),
-                    }
-                )
-                if self.capture:
-                    run.set_attribute(
-                        INPUT_MESSAGES,
-                        self.values.content([{"role": "user", "parts": [{"type": "text", "content": event.goal}]}]),
-                    )
-            case RunSuspended():
-                self._close_round()
-                if self.instruments is not None:
-                    self.instruments.flush()
-                if run is not None:
-                    run.add_event("planexec.suspended", {"planexec.approvals": list(event.approvals)})
-                    run.set_attribute("planexec.run.status", "suspended")
-                    run.end()
-                    fold.run = None
-            case RunFinished():
-                if run is not None and event.answer_provenance is not None:
-                    run.set_attribute("planexec.trust.answer_trusted", event.answer_provenance.trusted)
-                if run is not None and event.stop.violations:
-                    run.set_attribute(
-                        "planexec.trust.violations",
-                        [self.values.text(str(v)) for v in event.stop.violations[:MAX_NAMES]],
-                    )
-                self._run_finished(event)
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event)
+
+    def on_step(self, step_id: str, name: str, attributes: dict[str, Any]) -> None:
+        """Add the span event ``name`` to the span of the step, while it runs."""
+        rec = self.steps.get(step_id)
+        if rec is not None and rec.span.is_recording():
+            rec.span.add_event(name, attributes)
 
     # -- steps -------------------------------------------------------------------------------
 
@@ -381,6 +150,75 @@ class SpanFold:
     def _step_ended(self, step_id: str) -> StepSpan | None:
         return self.steps.pop(step_id, None)
 
+    def _step_succeeded(self, event: StepSucceeded) -> None:
+        rec = self._step_ended(event.step_id)
+        if rec is not None:
+            span = rec.span
+            if span.is_recording():
+                ended: dict[str, Any] = {"planexec.step.status": "succeeded"}
+                if event.attempts > 1:
+                    ended["planexec.step.attempts"] = event.attempts
+                if event.verdict.checks:
+                    ended["planexec.step.verdict"] = "passed" if event.verdict.passed else "failed"
+                if event.confidence is not None:
+                    ended["planexec.step.confidence"] = event.confidence
+                if self.capture:
+                    ended["planexec.step.output"] = self.values.content(event.output)
+                span.set_attributes(ended)
+            span.end()
+        if self.instruments is not None:
+            self._count_step(rec, "succeeded", event.at)
+
+    def _step_failed(self, event: StepFailed) -> None:
+        rec = self._step_ended(event.step_id)
+        if self.instruments is not None:
+            self._count_step(rec, "failed", event.at)
+        failing = rec.span if rec is not None else self._unstarted(event.step_id)
+        if failing is not None and failing.is_recording():
+            attributes: dict[str, Any] = {"planexec.step.status": "failed", "planexec.step.attempts": event.attempts}
+            if event.verdict is not None:
+                attributes["planexec.step.verdict"] = "passed" if event.verdict.passed else "failed"
+            failing.set_attributes(attributes)
+            failed(failing, event.error.kind, self.values.text(event.error.message))
+            self.failures.append(failing)
+            failing.end()
+
+    def _step_cancelled(self, event: StepCancelled) -> None:
+        rec = self._step_ended(event.step_id)
+        if self.instruments is not None:
+            self._count_step(rec, "cancelled", event.at)
+        if rec is not None:
+            if rec.span.is_recording():
+                rec.span.set_attributes(
+                    {"planexec.step.status": "cancelled", "planexec.step.cancelled": self.values.text(event.reason)}
+                )
+            rec.span.end()
+
+    def _tool_refused(self, event: ToolCalled) -> None:
+        """A call refused before any attempt (an unknown tool, a gated one): a span of no length."""
+        if event.attempts != 0 or self.tracer is None:
+            return
+        name = self.values.name(event.tool)  # a model chose it: anything may be in it
+        refused = self.tracer.start_span(
+            f"execute_tool {name}",
+            attributes={
+                OPERATION: "execute_tool",
+                TOOL_NAME: name,
+                TOOL_CALL_ID: self.values.name(event.call_id),
+                "planexec.step.id": self.values.name(event.step_id),
+                "planexec.tool.attempts": 0,
+                SPAN_KIND_HINT: "TOOL",
+                **trust_attributes(event.provenance, self.values.name),
+            },
+        )
+        if event.violations:
+            refused.set_attribute(
+                "planexec.trust.violations", [self.values.text(str(v)) for v in event.violations[:MAX_NAMES]]
+            )
+        if event.error is not None:
+            failed(refused, event.error.kind, self.values.text(event.error.message))
+        refused.end()
+
     def _count_step(self, rec: StepSpan | None, status: str, at: float) -> None:
         """Count a step that ended at ``at`` (the log's time, as its start's: right in replays too)."""
         assert self.instruments is not None
@@ -399,11 +237,6 @@ class SpanFold:
             context=self.run_context(),
             attributes={"planexec.step.id": step_id, "planexec.step.status": "failed", "planexec.step.started": False},
         )
-
-    def _on_step(self, step_id: str, name: str, attributes: dict[str, Any]) -> None:
-        rec = self.steps.get(step_id)
-        if rec is not None and rec.span.is_recording():
-            rec.span.add_event(name, attributes)
 
     # -- planning rounds ---------------------------------------------------------------------
 
@@ -465,8 +298,26 @@ class SpanFold:
 
     # -- the end -----------------------------------------------------------------------------
 
+    def _run_suspended(self, event: RunSuspended) -> None:
+        self._close_round()
+        if self.instruments is not None:
+            self.instruments.flush()
+        run = self.run
+        if run is not None:
+            run.add_event("planexec.suspended", {"planexec.approvals": list(event.approvals)})
+            run.set_attribute("planexec.run.status", "suspended")
+            run.end()
+            self.run = None
+
     def _run_finished(self, event: RunFinished) -> None:
         fold = self
+        run = fold.run
+        if run is not None and event.answer_provenance is not None:
+            run.set_attribute("planexec.trust.answer_trusted", event.answer_provenance.trusted)
+        if run is not None and event.stop.violations:
+            run.set_attribute(
+                "planexec.trust.violations", [self.values.text(str(v)) for v in event.stop.violations[:MAX_NAMES]]
+            )
         self._close_round()
         stop = event.stop
         if self.instruments is not None:
@@ -519,3 +370,20 @@ class SpanFold:
                 self.run.set_attribute("planexec.run.status", "left")
             self.run.end()
             self.run = None
+
+
+_SPANS: dict[type, Callable[[SpanFold, Any], None]] = {
+    StepStarted: SpanFold._step_started,
+    StepSucceeded: SpanFold._step_succeeded,
+    StepFailed: SpanFold._step_failed,
+    StepCancelled: SpanFold._step_cancelled,
+    ToolCalled: SpanFold._tool_refused,
+    PlanningStarted: SpanFold._round_started,
+    PlanProposed: SpanFold._plan_proposed,
+    RunSuspended: SpanFold._run_suspended,
+    RunFinished: SpanFold._run_finished,
+}
+"""The events that open or close spans (or count in metrics), each with its method; the marks
+others leave on open spans are in :data:`~planexec.telemetry._marks.MARKS`."""
+
+_HANDLERS: dict[type, Callable[[SpanFold, Any], None]] = {**MARKS, **_SPANS}

@@ -24,16 +24,19 @@ from typing import Any, TextIO
 
 from planexec._util.clip import clip
 from planexec.log import (
+    BudgetExhaustedEvent,
     Event,
     ModelAttemptFailed,
     ModelCalled,
     PlannerOutputRejected,
     PlanProposed,
     RunFinished,
+    StallDetected,
     StepAttemptFailed,
     StepFailed,
     StepHeld,
     StepStarted,
+    StepStreamed,
     StepSucceeded,
     ToolCalled,
     ToolProgress,
@@ -51,23 +54,24 @@ _CONTENT_FIELDS = frozenset({"goal", "args", "output", "response", "answer", "te
 """Fields of events that hold what the run was told and made: left out of records unless
 content capture is on."""
 
-_WARNING = frozenset(
+_WARNING: frozenset[type] = frozenset(
     {
-        "step_failed",
-        "step_attempt_failed",
-        "model_attempt_failed",
-        "planner_output_rejected",
-        "budget_exhausted",
-        "stall_detected",
-        "step_held",
+        StepFailed,
+        StepAttemptFailed,
+        ModelAttemptFailed,
+        PlannerOutputRejected,
+        BudgetExhaustedEvent,
+        StallDetected,
+        StepHeld,
     }
 )
-_DEBUG = frozenset({"step_started", "step_succeeded", "tool_progress", "model_called", "tool_called", "step_streamed"})
+"""Failures, refusals, budget stops and stalls."""
+_DEBUG: frozenset[type] = frozenset({StepStarted, StepSucceeded, ToolProgress, ModelCalled, ToolCalled, StepStreamed})
 """Every step's own events: at INFO a run says what it planned and how it ended, not each step."""
 
 
 def level_of(event: Event) -> int:
-    kind = event.kind
+    kind = type(event)
     if kind in _WARNING:
         return logging.WARNING
     if kind in _DEBUG:

@@ -18,7 +18,8 @@ import functools
 import inspect
 import re
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
@@ -27,7 +28,7 @@ from pydantic_core import to_jsonable_python
 from planexec._util.strict_json import json_problem
 from planexec.errors import Problem, ToolDefinitionError
 from planexec.tools._threads import run_in_thread
-from planexec.tools._tool import OutputNotJSON, RetryPolicy, Tool, ToolContext
+from planexec.tools._tool import ArgsValidator, OutputNotJSON, RetryPolicy, Tool, ToolContext
 from planexec.trust import ArgumentRule
 
 __all__ = ["tool"]
@@ -152,14 +153,8 @@ def _build(
 ) -> Tool:
     tool_name = name or fn.__name__
     where = f"tool {tool_name!r}"
-    try:
-        hints = get_type_hints(fn, include_extras=True)
-    except Exception as e:
-        raise ToolDefinitionError(
-            f"cannot read the type hints of {tool_name!r}",
-            [Problem(code="tool_hints", where=where, message=str(e))],
-        ) from e
-    summary, param_docs = _parse_docstring(fn.__doc__)
+    hints = _read_hints(fn, tool_name, where)  # 1
+    summary, param_docs = _parse_docstring(fn.__doc__)  # 2
     problems: list[Problem] = []
     if not (description or "").strip() and not summary:
         problems.append(
@@ -170,9 +165,59 @@ def _build(
                 "write a docstring that says what it does, or pass description=",
             )
         )
-    fields: dict[str, Any] = {}
-    context_param: str | None = None
-    positional: list[str] = []
+    params = _read_parameters(fn, hints, param_docs, where, problems)
+    output_adapter, output_schema = _read_output(hints.get("return", Any), where, problems)  # 4
+    args_model, parameters = _arguments_model(tool_name, where, params.fields, problems)  # 3, 4
+    if problems or args_model is None:
+        raise ToolDefinitionError(f"cannot make {tool_name!r} a tool", problems)
+    return Tool(
+        name=tool_name,
+        description=(description or "").strip() or summary,
+        parameters=parameters,
+        invoke=_invoker(fn, params),
+        output_schema=output_schema,
+        timeout=timeout,
+        retry=retry or RetryPolicy(),
+        max_concurrency=max_concurrency,
+        side_effect=side_effect,
+        sensitive=sensitive,
+        idempotent=idempotent,
+        requires_approval=requires_approval,
+        trusted=trusted,
+        argument_rules=argument_rules if argument_rules is not None else {},
+        validator=_validator(args_model, tuple(params.fields)),
+        output_validator=_output_check(output_adapter),
+    )
+
+
+def _read_hints(fn: Callable[..., Any], tool_name: str, where: str) -> dict[str, Any]:
+    """Step 1: the function's resolved type hints."""
+    try:
+        return get_type_hints(fn, include_extras=True)
+    except Exception as e:
+        raise ToolDefinitionError(
+            f"cannot read the type hints of {tool_name!r}",
+            [Problem(code="tool_hints", where=where, message=str(e))],
+        ) from e
+
+
+@dataclass(slots=True)
+class _Parameters:
+    """What the signature says: a field per argument, and how the function takes the rest."""
+
+    fields: dict[str, Any] = field(default_factory=dict)
+    """Each argument's annotation and pydantic ``Field``, by name."""
+    context: str | None = None
+    """The parameter that takes the ``ToolContext``, if one does."""
+    positional: list[str] = field(default_factory=list)
+    """The positional-only parameters, in order."""
+
+
+def _read_parameters(
+    fn: Callable[..., Any], hints: Mapping[str, Any], docs: Mapping[str, str], where: str, problems: list[Problem]
+) -> _Parameters:
+    """Step 3's fields: one per parameter (a ``ToolContext`` left out); what cannot be one is a problem."""
+    params = _Parameters()
     for pname, param in inspect.signature(fn).parameters.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             stars = "*" if param.kind is param.VAR_POSITIONAL else "**"
@@ -187,36 +232,46 @@ def _build(
             continue
         annotation = hints.get(pname)
         if annotation is ToolContext or ToolContext in typing.get_args(annotation):
-            context_param = pname
+            params.context = pname
             continue
         if param.kind is param.POSITIONAL_ONLY:
-            positional.append(pname)
+            params.positional.append(pname)
         if annotation is None:
             problems.append(
                 Problem(code="tool_signature", where=where, message=f"parameter {pname!r} needs a type hint")
             )
             continue
         default = ... if param.default is inspect.Parameter.empty else param.default
-        fields[pname] = (annotation, Field(default, description=param_docs.get(pname)))
+        params.fields[pname] = (annotation, Field(default, description=docs.get(pname)))
+    return params
 
-    returns = hints.get("return", Any)
-    output_adapter: TypeAdapter[Any] | None = None
-    output_schema: dict[str, Any] | None = None
-    if returns not in (Any, None, type(None)):
-        try:
-            output_adapter = TypeAdapter(returns)
-        except Exception:
-            problems.append(_type_problem(f"{where} return type", returns, "the tool's output cannot be checked"))
-        else:
-            try:
-                output_schema = output_adapter.json_schema()
-            except Exception:
-                output_schema = None
-    args_model: type[BaseModel] | None = None
-    parameters: dict[str, Any] = {}
+
+def _read_output(
+    returns: Any, where: str, problems: list[Problem]
+) -> tuple[TypeAdapter[Any] | None, dict[str, Any] | None]:
+    """Step 4, for the output: a type adapter of the return annotation and its JSON Schema (None
+    when the function returns anything, or the type has no schema)."""
+    if returns in (Any, None, type(None)):
+        return None, None
     try:
-        args_model = create_model(f"{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields)
-        parameters = args_model.model_json_schema()
+        adapter: TypeAdapter[Any] = TypeAdapter(returns)
+    except Exception:
+        problems.append(_type_problem(f"{where} return type", returns, "the tool's output cannot be checked"))
+        return None, None
+    try:
+        return adapter, adapter.json_schema()
+    except Exception:
+        return adapter, None
+
+
+def _arguments_model(
+    tool_name: str, where: str, fields: dict[str, Any], problems: list[Problem]
+) -> tuple[type[BaseModel] | None, dict[str, Any]]:
+    """Steps 3 and 4, for the arguments: the pydantic model that forbids unknown ones, and its JSON
+    Schema as the tool's ``parameters``."""
+    try:
+        model = create_model(f"{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields)
+        parameters = model.model_json_schema()
     except Exception as e:
         found = [
             _type_problem(f"{where} parameter {pname!r}", annotation, "the planner cannot be told what to pass")
@@ -226,11 +281,12 @@ def _build(
         problems += found or [
             Problem(code="tool_schema", where=where, message=f"its parameters have no JSON Schema: {_first_line(e)}")
         ]
-    if problems or args_model is None:
-        raise ToolDefinitionError(f"cannot make {tool_name!r} a tool", problems)
-    arguments: type[BaseModel] = args_model
+        return None, {}
     parameters.pop("title", None)
+    return model, parameters
 
+
+def _validator(arguments: type[BaseModel], names: tuple[str, ...]) -> ArgsValidator:
     def validate(args: Mapping[str, Any]) -> tuple[dict[str, Any] | None, list[Problem]]:
         try:
             model = arguments.model_validate(args)
@@ -243,8 +299,12 @@ def _build(
                 )
                 for err in e.errors(include_url=False)
             ]
-        return {k: getattr(model, k) for k in fields}, []
+        return {k: getattr(model, k) for k in names}, []
 
+    return validate
+
+
+def _output_check(output_adapter: TypeAdapter[Any] | None) -> Callable[[Any], Any]:
     def check_output(output: Any) -> Any:
         if output_adapter is None:
             return _to_json(output)
@@ -254,7 +314,13 @@ def _build(
             raise ValueError(str(e)) from None
         return _to_json(value)
 
+    return check_output
+
+
+def _invoker(fn: Callable[..., Any], params: _Parameters) -> Callable[[dict[str, Any], ToolContext], Awaitable[Any]]:
     is_async = inspect.iscoroutinefunction(fn)
+    context_param = params.context
+    positional = tuple(params.positional)
 
     async def invoke(args: dict[str, Any], ctx: ToolContext) -> Any:
         if is_async and context_param is None and not positional:
@@ -267,24 +333,7 @@ def _build(
             return await fn(*leading, **kwargs)
         return await run_in_thread(functools.partial(fn, *leading, **kwargs))  # in a copy of the context
 
-    return Tool(
-        name=tool_name,
-        description=(description or "").strip() or summary,
-        parameters=parameters,
-        invoke=invoke,
-        output_schema=output_schema,
-        timeout=timeout,
-        retry=retry or RetryPolicy(),
-        max_concurrency=max_concurrency,
-        side_effect=side_effect,
-        sensitive=sensitive,
-        idempotent=idempotent,
-        requires_approval=requires_approval,
-        trusted=trusted,
-        argument_rules=argument_rules if argument_rules is not None else {},
-        validator=validate,
-        output_validator=check_output,
-    )
+    return invoke
 
 
 @overload
