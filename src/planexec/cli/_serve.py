@@ -9,6 +9,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -121,19 +122,8 @@ def serve(
     Connections are held to timeouts and caps (the flags below): idle, half-sent and slow clients
     are closed, and those without the token never crowd out those with it.
     """
-    from planexec.server import require_server
-
     problems = Problems()
-    try:
-        require_server()
-    except UsageError as e:
-        problems.add_usage_error("", e)
-        problem_exit(ctx, problems)
-    if openapi:
-        from planexec.server import openapi_document
-
-        click.echo(json.dumps(openapi_document(), indent=2))
-        ctx.exit(0)
+    _check_server(ctx, problems, openapi=openapi)
     for origin in cors_origins:
         if not origin.startswith(("http://", "https://")) or origin.count("/") != 2:
             problems.add("--cors-origin", f"{origin!r} is not an origin: scheme://host[:port], no path")
@@ -146,35 +136,21 @@ def serve(
     flags.check(problems)
     loop = asyncio.new_event_loop()
     with exporting(flags, problems):
-        try:
-            left = loop.run_until_complete(
-                _serve(
-                    store_choice(ctx),
-                    host,
-                    port,
-                    token_file,
-                    folder,
-                    agents,
-                    cors_origins,
-                    (*LOOPBACK_HOSTS, *allowed_hosts) if allowed_hosts else None,
-                    workers,
-                    demo_pace,
-                    limits,
-                    problems,
-                )
-            )
-        except Refused as e:
-            loop.close()
-            problem_exit(ctx, e.problems)
-        except UsageError as e:
-            loop.close()
-            problems.add_usage_error("", e)
-            problem_exit(ctx, problems)
-        except StoreError as e:
-            loop.close()
-            problem_exit(ctx, [plain(str(e))])
-        except KeyboardInterrupt:
-            left = 0
+        served = _serve(
+            store_choice(ctx),
+            host,
+            port,
+            token_file,
+            folder,
+            agents,
+            cors_origins,
+            (*LOOPBACK_HOSTS, *allowed_hosts) if allowed_hosts else None,
+            workers,
+            demo_pace,
+            limits,
+            problems,
+        )
+        left = _until_stopped(ctx, loop, served, problems)
     if left:
         # Runs still under way are not cancelled (that would finish them): the next start goes on with them.
         _say(f"stopped; {counted(left, 'run')} under way go on when the server starts again")
@@ -183,6 +159,43 @@ def serve(
         os._exit(0)
     loop.close()
     ctx.exit(0)
+
+
+def _check_server(ctx: click.Context, problems: Problems, *, openapi: bool) -> None:
+    """Exit with the problem when the ``server`` extra is missing; with ``openapi``, print the
+    API's OpenAPI document and exit."""
+    from planexec.server import require_server
+
+    try:
+        require_server()
+    except UsageError as e:
+        problems.add_usage_error("", e)
+        problem_exit(ctx, problems)
+    if openapi:
+        from planexec.server import openapi_document
+
+        click.echo(json.dumps(openapi_document(), indent=2))
+        ctx.exit(0)
+
+
+def _until_stopped(
+    ctx: click.Context, loop: asyncio.AbstractEventLoop, served: Coroutine[Any, Any, int], problems: Problems
+) -> int:
+    """Serve on ``loop`` until stopped; how many runs were left under way. A refusal exits."""
+    try:
+        return loop.run_until_complete(served)
+    except Refused as e:
+        loop.close()
+        problem_exit(ctx, e.problems)
+    except UsageError as e:
+        loop.close()
+        problems.add_usage_error("", e)
+        problem_exit(ctx, problems)
+    except StoreError as e:
+        loop.close()
+        problem_exit(ctx, [plain(str(e))])
+    except KeyboardInterrupt:
+        return 0
 
 
 async def _serve(

@@ -39,7 +39,8 @@ from planexec.hosting._views import (
 from planexec.store import RunStore
 
 if TYPE_CHECKING:
-    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp.types import CallToolResult, ToolAnnotations
 
 __all__ = ["mcp_server", "require_mcp"]
 
@@ -113,36 +114,54 @@ def mcp_server(agent: AgentSource, store: RunStore, *, name: str = "planexec") -
     ``mcp.Client(server)`` to it in-process. Needs the ``mcp`` extra.
     """
     require_mcp()
-    from mcp.server.mcpserver import Context
-    from mcp.server.mcpserver.exceptions import ToolError
-    from mcp.types import CallToolResult, TextContent, ToolAnnotations
-
     host = RunHost(agent, store)
     server = strict_server_class()(name, instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+    _add_run_goal(server, host)
+    _add_readers(server, host)
+    _add_answer_question(server, host)
+    _add_resume_run(server, host)
+    return server
 
-    def result(view: BaseModel, text: str) -> CallToolResult:
-        return CallToolResult(
-            content=[TextContent(type="text", text=text)], structured_content=view.model_dump(mode="json")
-        )
 
-    @asynccontextmanager
-    async def refusals() -> AsyncIterator[None]:
-        """planexec's errors as the tool's error result (``is_error``), every problem listed."""
-        try:
-            yield
-        except (UsageError, StoreError) as e:
-            raise ToolError(str(e)) from None
+def _result(view: BaseModel, text: str) -> "CallToolResult":
+    """A tool's result: ``text`` for the model to read, ``view`` as its structured content."""
+    from mcp.types import CallToolResult, TextContent
 
-    def progress_of(ctx: Context[Any, Any]) -> Callable[[float, float | None, str], Any]:
-        async def report(progress: float, total: float | None, message: str) -> None:
-            await ctx.report_progress(progress, total, message)  # nothing is sent without a progress token
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=view.model_dump(mode="json")
+    )
 
-        return report
 
-    runs_agent = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False, openWorldHint=True)
-    reads = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
+@asynccontextmanager
+async def _refusals() -> AsyncIterator[None]:
+    """planexec's errors as the tool's error result (``is_error``), every problem listed."""
+    from mcp.server.mcpserver.exceptions import ToolError
 
-    @server.tool(name="run_goal", title="Run a goal", description=RUN_GOAL, annotations=runs_agent)
+    try:
+        yield
+    except (UsageError, StoreError) as e:
+        raise ToolError(str(e)) from None
+
+
+def _progress_of(ctx: "Context[Any, Any]") -> Callable[[float, float | None, str], Any]:
+    async def report(progress: float, total: float | None, message: str) -> None:
+        await ctx.report_progress(progress, total, message)  # nothing is sent without a progress token
+
+    return report
+
+
+def _runs_agent() -> "ToolAnnotations":
+    """What the tools that run the agent are: they act, may destroy and reach the world."""
+    from mcp.types import ToolAnnotations
+
+    return ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False, openWorldHint=True)
+
+
+def _add_run_goal(server: "MCPServer[Any]", host: RunHost) -> None:
+    from mcp.server.mcpserver import Context
+    from mcp.types import CallToolResult
+
+    @server.tool(name="run_goal", title="Run a goal", description=RUN_GOAL, annotations=_runs_agent())
     async def run_goal(
         goal: Annotated[str, Field(min_length=1, max_length=MAX_GOAL_CHARS, description="What to achieve, in words.")],
         ctx: Context[Any, Any],
@@ -151,9 +170,15 @@ def mcp_server(agent: AgentSource, store: RunStore, *, name: str = "planexec") -
             Field(max_length=MAX_CONSTRAINTS, description="Rules the plan and the answer must keep to."),
         ] = (),
     ) -> Annotated[CallToolResult, OutcomeView]:
-        async with refusals():
-            view = await host.run_goal(goal, constraints, progress_of(ctx))
-        return result(view, outcome_text(view))
+        async with _refusals():
+            view = await host.run_goal(goal, constraints, _progress_of(ctx))
+        return _result(view, outcome_text(view))
+
+
+def _add_readers(server: "MCPServer[Any]", host: RunHost) -> None:
+    from mcp.types import CallToolResult, ToolAnnotations
+
+    reads = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
 
     @server.tool(name="list_runs", title="List runs", description=LIST_RUNS, annotations=reads)
     async def list_runs(
@@ -163,15 +188,19 @@ def mcp_server(agent: AgentSource, store: RunStore, *, name: str = "planexec") -
         ] = None,
         limit: Annotated[int, Field(ge=1, le=MAX_LIST, description="At most this many runs.")] = 20,
     ) -> Annotated[CallToolResult, RunListView]:
-        async with refusals():
+        async with _refusals():
             view = await host.list_runs(status, limit)
-        return result(view, list_text(view))
+        return _result(view, list_text(view))
 
     @server.tool(name="show_run", title="Show a run", description=SHOW_RUN, annotations=reads)
     async def show_run(run_id: RunId) -> Annotated[CallToolResult, RunDetailView]:
-        async with refusals():
+        async with _refusals():
             view = await host.show_run(run_id)
-        return result(view, detail_text(view))
+        return _result(view, detail_text(view))
+
+
+def _add_answer_question(server: "MCPServer[Any]", host: RunHost) -> None:
+    from mcp.types import CallToolResult, ToolAnnotations
 
     @server.tool(
         name="answer_question",
@@ -213,14 +242,17 @@ def mcp_server(agent: AgentSource, store: RunStore, *, name: str = "planexec") -
             ),
         ] = None,
     ) -> Annotated[CallToolResult, AnswerView]:
-        async with refusals():
+        async with _refusals():
             view = await host.answer_question(run_id, question_id, decision, text, choice, budget)
-        return result(view, answer_text(view))
+        return _result(view, answer_text(view))
 
-    @server.tool(name="resume_run", title="Resume a run", description=RESUME_RUN, annotations=runs_agent)
+
+def _add_resume_run(server: "MCPServer[Any]", host: RunHost) -> None:
+    from mcp.server.mcpserver import Context
+    from mcp.types import CallToolResult
+
+    @server.tool(name="resume_run", title="Resume a run", description=RESUME_RUN, annotations=_runs_agent())
     async def resume_run(run_id: RunId, ctx: Context[Any, Any]) -> Annotated[CallToolResult, OutcomeView]:
-        async with refusals():
-            view = await host.resume_run(run_id, progress_of(ctx))
-        return result(view, outcome_text(view))
-
-    return server
+        async with _refusals():
+            view = await host.resume_run(run_id, _progress_of(ctx))
+        return _result(view, outcome_text(view))

@@ -1,25 +1,23 @@
-"""What the API says when it refuses a request — always ``{"error": {"code", "message", "problems"}}``
-— and the ASGI guards in front of it: the Host allow-list, and the refusal of a request body over
-the size limit before reading it."""
+"""The ASGI guards in front of the API: the Host allow-list, the refusal of a request body over
+the size limit before reading it, and the headers every response carries. Their refusals have the
+API's one error body (``{"error": {"code", "message", "problems"}}``, see ``_shared``)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from starlette.exceptions import HTTPException
 
-from planexec.errors import Problem
 from planexec.hosting import App
+from planexec.server._shared import error_body
 
 __all__ = [
     "MAX_BODY_BYTES",
     "BodyLimit",
     "HostAllowList",
     "SafeHeaders",
-    "_ApiError",
-    "error_body",
     "host_name",
 ]
 
@@ -36,27 +34,6 @@ DRAIN_BYTES = 64 * 1_048_576
 """How much of a refused body is taken off the socket (and dropped) after the 413 is sent, so that
 a client still sending it gets to read the answer; past this (or the server's body timeout), the
 connection is closed instead."""
-
-
-def error_body(code: str, message: str, problems: Sequence[Problem] = ()) -> dict[str, Any]:
-    return {
-        "error": {
-            "code": code,
-            "message": message,
-            "problems": [{"where": p.where, "message": p.message, "code": p.code} for p in problems],
-        }
-    }
-
-
-class _ApiError(Exception):
-    """A refusal: the HTTP status, a code programs can test, a message, and every problem found."""
-
-    def __init__(self, status: int, code: str, message: str, problems: Sequence[Problem] = ()) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.problems = tuple(problems)
 
 
 async def _drain(receive: Any) -> None:
