@@ -66,13 +66,21 @@ def _refused(run_id: str, code: str, message: str) -> UsageError:
 
 class Supervisor:
     """The runs this process hosts, over ``store``; at most ``slots`` under way at once (None: no
-    limit). ``providers`` resolve, charge and limit the models of agents rebuilt from a run's spec."""
+    limit). ``providers`` resolve, charge and limit the models of agents rebuilt from a run's spec.
+    Without a store, runs are begun and followed only (their agents keep no log to go back to)."""
 
-    def __init__(self, store: RunStore, *, slots: int | None = None, providers: Providers | None = None) -> None:
-        self.store = store
+    def __init__(self, store: RunStore | None, *, slots: int | None = None, providers: Providers | None = None) -> None:
+        self._store = store
         self.providers = providers
         self._slots = asyncio.Semaphore(slots) if slots is not None else None
         self._in_hand: dict[str, _InHand] = {}
+
+    @property
+    def store(self) -> RunStore:
+        """The store the runs are logged in."""
+        if self._store is None:
+            raise UsageError("these runs keep no log: give the supervisor a store to go back to them")
+        return self._store
 
     # -- what is in hand ----------------------------------------------------------------------------
 
