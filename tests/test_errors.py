@@ -114,6 +114,7 @@ INTERNAL_SIGNALS = {
     "planexec._util.strict_json.JSONRefused",
     "planexec._util.regex.PatternError",
     "planexec._util.json_schema.TooCostly",
+    "planexec.server._shared.ApiError",  # becomes the HTTP answer's error body
 }
 
 
