@@ -12,7 +12,7 @@ problem names the argument or spec field at fault.
 """
 
 from planexec.runs._answers import answer, check_edited_plan, pick_question, question_about, tell
-from planexec.runs._pickup import owning, resume, still_waiting
+from planexec.runs._pickup import resume, still_waiting
 from planexec.runs._receipts import (
     ApprovalReceipt,
     LoggedEvent,
@@ -50,7 +50,7 @@ from planexec.runs._stored import (
     read_run,
 )
 from planexec.runs._submit import give_back, held_by, requeue, submit, take_from_workers, worker_entry
-from planexec.runs._supervisor import Progress, Supervisor
+from planexec.runs._supervisor import Progress, Supervisor, owning
 
 __all__ = [
     "RULE_FLAGS",

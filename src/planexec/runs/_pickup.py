@@ -3,19 +3,17 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Callable
 
-from planexec.log import Event, RunStarted, RunState
+from planexec.log import Event, RunState
 from planexec.memory import PlanMemory
 from planexec.models import Providers
-from planexec.runs._spec import AgentSpec, build_agent, recorded_spec
-from planexec.runs._stored import load_run
-from planexec.runtime import Agent, Approvals, Run
+from planexec.runs._spec import AgentSpec
+from planexec.runs._supervisor import Supervisor
+from planexec.runtime import Approvals, Run
 from planexec.store import RunStore
 
-__all__ = ["owning", "rebuilt_for", "resume", "still_waiting"]
+__all__ = ["resume", "still_waiting"]
 
 
 def still_waiting(state: RunState) -> bool:
@@ -47,61 +45,5 @@ async def resume(
     built, tools the run used that are missing). The agent's MCP servers are stopped when the run
     ends or is suspended.
     """
-    events = log if log is not None else await load_run(store, run_id)
-    agent = await rebuilt_for(store, events, approvals=approvals, change=change, providers=providers, memory=memory)
-    try:
-        run = await agent.resume(run_id)
-    except BaseException:
-        await agent.aclose()
-        raise
-    owning(run, agent)
-    return run
-
-
-async def rebuilt_for(
-    store: RunStore,
-    log: list[Event],
-    *,
-    approvals: Approvals | None = None,
-    change: Callable[[AgentSpec], AgentSpec] | None = None,
-    providers: Providers | None = None,
-    memory: PlanMemory | None = None,
-) -> Agent:
-    """The agent a stored run recorded (its spec, turned by ``change``), rebuilt to go on with the
-    run whose events are ``log``: scripted models skip the replies the run used, the tools it used
-    must be there, and ``memory`` is told how it ends when the run was started with one."""
-    first = log[0]
-    assert isinstance(first, RunStarted)
-    recorded = await recorded_spec(store, first)
-    spec = change(recorded.spec) if change is not None else recorded.spec
-    agent = build_agent(
-        spec,
-        store=store,
-        approvals=approvals,
-        recorded=recorded,
-        used=log,
-        needs_tools=first.tools,
-        providers=providers,
-    )
-    if memory is not None and "memory" in first.config:
-        agent.memory = memory
-    return agent
-
-
-_closing: set[asyncio.Task[None]] = set()
-
-
-def owning(run: Run, agent: Agent) -> None:
-    """``agent`` was built for ``run`` alone: close it (its MCP servers) when the run ends or is
-    suspended."""
-
-    async def close() -> None:
-        try:
-            with contextlib.suppress(Exception):  # detached: closed all the same
-                await run.result()
-        finally:
-            await agent.aclose()
-
-    task = asyncio.create_task(close(), name=f"close:{run.run_id}")
-    _closing.add(task)
-    task.add_done_callback(_closing.discard)
+    supervisor = Supervisor(store, providers=providers)
+    return await supervisor.pick_up(run_id, log=log, approvals=approvals, change=change, memory=memory)

@@ -33,12 +33,12 @@ from planexec.log import (
 )
 from planexec.memory import PlanMemory
 from planexec.models import Providers
-from planexec.runs._pickup import owning, rebuilt_for
+from planexec.runs._spec import AgentSpec, build_agent, recorded_spec
 from planexec.runs._stored import load_run
 from planexec.runtime import Agent, Approvals, Budget, Run
 from planexec.store import AppendConflict, RunStore, Told
 
-__all__ = ["Begin", "Progress", "Supervisor"]
+__all__ = ["Begin", "Progress", "Supervisor", "owning", "rebuilt_for"]
 
 Begin = Callable[[], Awaitable[Run]]
 """What begins a launched run once it has a slot: starts, resumes or replays it."""
@@ -143,15 +143,18 @@ class Supervisor:
         log: list[Event] | None = None,
         agent: Agent | None = None,
         approvals: Approvals | None = None,
+        change: Callable[[AgentSpec], AgentSpec] | None = None,
         memory: PlanMemory | None = None,
     ) -> Run:
         """Go on with stored run ``run_id``: with ``agent`` when given, else with the agent rebuilt
-        from the spec the run recorded (closed when the run ends or is suspended). Raises
-        :class:`~planexec.UsageError` listing every problem."""
+        from the spec the run recorded (see :func:`rebuilt_for`; closed when the run ends or is
+        suspended). Raises :class:`~planexec.UsageError` listing every problem."""
         if agent is not None:
             return await agent.resume(run_id)
         events = log if log is not None else await load_run(self.store, run_id)
-        built = await rebuilt_for(self.store, events, approvals=approvals, providers=self.providers, memory=memory)
+        built = await rebuilt_for(
+            self.store, events, approvals=approvals, change=change, providers=self.providers, memory=memory
+        )
         try:
             run = await built.resume(run_id)
         except BaseException:
@@ -362,3 +365,52 @@ async def _settle(run: Run) -> None:
 
     with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_WAIT), contextlib.suppress(Exception):
         await run.result()  # a detached run has no result here
+
+
+async def rebuilt_for(
+    store: RunStore,
+    log: list[Event],
+    *,
+    approvals: Approvals | None = None,
+    change: Callable[[AgentSpec], AgentSpec] | None = None,
+    providers: Providers | None = None,
+    memory: PlanMemory | None = None,
+) -> Agent:
+    """The agent a stored run recorded (its spec, turned by ``change``), rebuilt to go on with the
+    run whose events are ``log``: scripted models skip the replies the run used, the tools it used
+    must be there, and ``memory`` is told how it ends when the run was started with one."""
+    first = log[0]
+    assert isinstance(first, RunStarted)
+    recorded = await recorded_spec(store, first)
+    spec = change(recorded.spec) if change is not None else recorded.spec
+    agent = build_agent(
+        spec,
+        store=store,
+        approvals=approvals,
+        recorded=recorded,
+        used=log,
+        needs_tools=first.tools,
+        providers=providers,
+    )
+    if memory is not None and "memory" in first.config:
+        agent.memory = memory
+    return agent
+
+
+_closing: set[asyncio.Task[None]] = set()
+
+
+def owning(run: Run, agent: Agent) -> None:
+    """``agent`` was built for ``run`` alone: close it (its MCP servers) when the run ends or is
+    suspended."""
+
+    async def close() -> None:
+        try:
+            with contextlib.suppress(Exception):  # detached: closed all the same
+                await run.result()
+        finally:
+            await agent.aclose()
+
+    task = asyncio.create_task(close(), name=f"close:{run.run_id}")
+    _closing.add(task)
+    task.add_done_callback(_closing.discard)
