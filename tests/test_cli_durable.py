@@ -404,6 +404,7 @@ def test_an_uncertain_effect_is_answered_with_a_choice(cli: Cli) -> None:
 @pytest.fixture
 def at_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("planexec.cli._terminal_approver.is_interactive", lambda console: True)
+    monkeypatch.setattr("planexec.cli._resume.is_interactive", lambda console: True)
 
 
 @pytest.mark.usefixtures("at_a_terminal")
