@@ -380,7 +380,7 @@ class AnthropicWire(Wire):
     def _opening(self, answer: Answer, gate: threading.Event | None) -> list[Event]:
         start = {**self._message(answer, []), "stop_reason": None, "usage": {**self._usage(answer), "output_tokens": 1}}
         start.pop("stop_details", None)
-        events = [Event({"type": "message_start", "message": start}, name="message_start")]
+        events = [Event({"type": "message_start", "message": start}, name="message_start"), self._event("ping")]
         if answer.text:
             block = {"type": "text", "text": ""}
             events.append(self._event("content_block_start", index=0, content_block=block))
