@@ -24,7 +24,8 @@
   and ``retry-after-ms`` honoured), server errors, timeouts and dropped connections are retried
   with backoff and jitter within the limits of the ``Providers`` in effect. A stream is retried
   only while nothing has been passed on to the caller, and holds the provider's concurrency slot
-  from its request to its last chunk.
+  from its request to its last chunk (see :mod:`planexec.models._streams`). What this adapter
+  shares with the Responses API's is in :mod:`planexec.models._openai_common`.
 * Keys: ``api_key``, else the ``api_key_env`` variable, read when the first request is made. OpenAI
   itself needs one (``require_key``): ``missing_keys()`` names the variable, and a request without
   a key raises :class:`UsageError` (see :mod:`planexec.models._keys`); other servers get a

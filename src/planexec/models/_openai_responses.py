@@ -2,9 +2,10 @@
 
 :class:`OpenAIResponsesModel` is an :class:`~planexec.models._openai.OpenAIModel` that speaks the
 Responses API instead of chat completions. Keys, one client per event loop, profiles, prices,
-retries, limits, the mapping of SDK errors to :class:`ModelCallError`, the choice of structured
-output and the reading of tool-call arguments and structured replies are the chat adapter's own;
-what differs is the wire format.
+retries, limits, the reading of tool-call arguments and structured replies are the chat
+adapter's own; the mapping of SDK errors to :class:`ModelCallError`, the reading of the SDK's
+streams and the choice of structured output are shared with it
+(:mod:`planexec.models._openai_common`); what differs is the wire format.
 
 * Neutral → wire: system and user messages become input messages of those roles; an assistant's
   text an assistant message, and each of its tool calls a ``function_call`` item (``call_id``,
