@@ -73,6 +73,8 @@ class FakeServer:
         """Streams being answered right now."""
         self.most_open_streams = 0
         """The most streams that were being answered at once."""
+        self.open_connections = 0
+        """Client connections open right now (kept alive between requests, or being answered)."""
         self._counting = threading.Lock()
         self._replies: queue.Queue[Reply] = queue.Queue()
         self._hangs: list[Hang] = []
@@ -83,6 +85,16 @@ class FakeServer:
 
             def log_message(self, format: str, *args: Any) -> None:
                 return
+
+            def setup(self) -> None:
+                super().setup()
+                with server._counting:
+                    server.open_connections += 1
+
+            def finish(self) -> None:
+                with server._counting:
+                    server.open_connections -= 1
+                super().finish()
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
@@ -160,6 +172,16 @@ class FakeServer:
     def reply(self, *replies: Reply) -> None:
         for r in replies:
             self._replies.put(r)
+
+    def reset(self) -> None:
+        """Forget the requests and the replies left over, and let hanging requests end: as new."""
+        for h in self._hangs:
+            h.release.set()
+        self._hangs.clear()
+        self.requests.clear()
+        while not self._replies.empty():
+            self._replies.get_nowait()
+        self.most_open_streams = self.open_streams
 
     def close(self) -> None:
         for h in self._hangs:

@@ -7,7 +7,6 @@ import contextlib
 import inspect
 import json
 import queue
-import socket
 import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -21,24 +20,21 @@ from planexec.models import (
     AnthropicModel,
     Message,
     Model,
-    ModelCallError,
     ModelRequest,
     ModelResponse,
     ModelRetryPolicy,
     ModelSettings,
     OutputSpec,
-    Price,
     StreamDelta,
     StreamingModel,
     ToolCall,
     ToolSpec,
     Usage,
     allow_model_requests,
-    cost_of,
     price_for,
     resolve_model,
 )
-from tests.http_fake import Event, FakeServer, Hang, Json, Reply, Sse, serve
+from tests.http_fake import Event, FakeServer, Json, Reply, Sse, serve
 
 MODEL = "claude-sonnet-4-6"
 KEY = "sk-ant-test"
@@ -460,26 +456,6 @@ async def test_extras_win_over_the_settings_planexec_sends(server: FakeServer, m
     assert sent(server)["max_tokens"] == 200
 
 
-async def test_usage_with_cache_reads_and_cost(server: FakeServer, model: AnthropicModel) -> None:
-    usage = {"input_tokens": 100, "cache_read_input_tokens": 900, "cache_creation_input_tokens": 0, "output_tokens": 50}
-    server.reply(Json(message(text("ok"), usage=usage)), Json(message(text("ok"), usage=usage)))
-
-    response = await model.request(ask())
-
-    assert response.usage == Usage(input_tokens=1000, output_tokens=50, cached_input_tokens=900, requests=1)
-    price = price_for(MODEL)
-    assert price is not None
-    assert response.cost == pytest.approx(
-        (100 * price.input + 900 * (price.cached_input or 0) + 50 * price.output) / 1e6
-    )
-    assert response.cost == cost_of(response.usage, price)
-
-    priced = AnthropicModel(MODEL, base_url=model.base_url, api_key=KEY, price=Price(input=1.0, output=2.0))
-    async with priced:
-        response = await priced.request(ask())
-    assert response.cost == pytest.approx((1000 * 1.0 + 50 * 2.0) / 1e6)
-
-
 async def test_cache_writes_are_counted_and_priced_at_their_own_rate(server: FakeServer, model: AnthropicModel) -> None:
     usage = {"input_tokens": 40, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 2000, "output_tokens": 10}
     server.reply(Json(message(text("ok"), usage=usage)))
@@ -507,16 +483,12 @@ async def test_stop_reasons(server: FakeServer, model: AnthropicModel, stop_reas
     assert (response.finish_reason, response.refusal) == (finish, None)
 
 
-async def test_a_refusal(server: FakeServer, model: AnthropicModel) -> None:
-    details = {"type": "refusal", "category": "cyber", "explanation": "This could enable harm."}
-    server.reply(Json(message(stop_reason="refusal", stop_details=details)), Json(message(stop_reason="refusal")))
-
-    response = await model.request(ask(output=OutputSpec(name="plandraft", json_schema=PLAN_SCHEMA)))
-    assert (response.finish_reason, response.refusal, response.parsed) == ("refusal", "This could enable harm.", None)
-
+async def test_a_refusal_without_an_explanation_says_the_model_declined(
+    server: FakeServer, model: AnthropicModel
+) -> None:
+    server.reply(Json(message(stop_reason="refusal")))
     response = await model.request(ask())
-    assert response.finish_reason == "refusal"
-    assert response.refusal
+    assert (response.finish_reason, response.refusal) == ("refusal", "the model declined to answer")
 
 
 # -- failures and retries ---------------------------------------------------------------------------
@@ -525,70 +497,6 @@ async def test_a_refusal(server: FakeServer, model: AnthropicModel) -> None:
 def api_error(kind: str, status: int, headers: dict[str, str] | None = None) -> Json:
     body = {"type": "error", "error": {"type": kind, "message": f"{kind} happened"}}
     return Json(body, status=status, headers=headers or {})
-
-
-async def test_rate_limit_then_success(server: FakeServer, model: AnthropicModel) -> None:
-    server.reply(api_error("rate_limit_error", 429, {"retry-after": "0"}), Json(message(text("ok"))))
-    assert (await model.request(ask())).text == "ok"
-    assert len(server.requests) == 2
-
-
-@pytest.mark.parametrize(
-    ("headers", "seconds"), [({"retry-after": "7"}, 7.0), ({"retry-after-ms": "1500", "retry-after": "2"}, 1.5)]
-)
-async def test_a_rate_limit_carries_the_wait_asked_for(
-    server: FakeServer, live: None, headers: dict[str, str], seconds: float
-) -> None:
-    server.reply(api_error("rate_limit_error", 429, headers))
-    once = ModelRetryPolicy(max_attempts=1)
-    async with AnthropicModel(MODEL, base_url=server.url, api_key=KEY, retry=once) as model:
-        with pytest.raises(ModelCallError) as info:
-            await model.request(ask())
-    error = info.value
-    assert (error.provider, error.status, error.retryable, error.retry_after) == ("anthropic", 429, True, seconds)
-    assert "rate_limit_error" in str(error)
-
-
-@pytest.mark.parametrize(("kind", "status"), [("api_error", 500), ("overloaded_error", 529)])
-async def test_server_errors_then_success(server: FakeServer, model: AnthropicModel, kind: str, status: int) -> None:
-    server.reply(api_error(kind, status), api_error(kind, status), Json(message(text("ok"))))
-    assert (await model.request(ask())).text == "ok"
-    assert len(server.requests) == 3
-
-
-@pytest.mark.parametrize(
-    ("kind", "status"), [("invalid_request_error", 400), ("authentication_error", 401), ("not_found_error", 404)]
-)
-async def test_other_client_errors_are_not_retried(
-    server: FakeServer, model: AnthropicModel, kind: str, status: int
-) -> None:
-    server.reply(api_error(kind, status), Json(message(text("never sent"))))
-    with pytest.raises(ModelCallError) as info:
-        await model.request(ask())
-    assert (info.value.status, info.value.retryable) == (status, False)
-    assert kind in str(info.value)
-    assert len(server.requests) == 1
-
-
-async def test_a_timeout_is_retried_then_reported(server: FakeServer, live: None) -> None:
-    server.reply(Hang(), Hang())
-    retry = ModelRetryPolicy(max_attempts=2, initial_delay=0, max_delay=0.01)
-    async with AnthropicModel(MODEL, base_url=server.url, api_key=KEY, retry=retry, timeout=0.2) as model:
-        with pytest.raises(ModelCallError, match="anthropic:claude-sonnet-4-6: the request timed out") as info:
-            await model.request(ask())
-    assert info.value.retryable
-    assert len(server.requests) == 2
-
-
-async def test_a_server_that_is_not_there(live: None) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    retry = ModelRetryPolicy(max_attempts=2, initial_delay=0, max_delay=0.01)
-    async with AnthropicModel(MODEL, base_url=f"http://127.0.0.1:{port}", api_key=KEY, retry=retry) as model:
-        with pytest.raises(ModelCallError, match="cannot reach") as info:
-            await model.request(ask())
-    assert info.value.retryable
 
 
 # -- keys, the request switch, model strings, the extra ---------------------------------------------
@@ -610,15 +518,6 @@ async def test_the_key_from_the_environment(server: FakeServer, live: None, monk
     async with AnthropicModel(MODEL, base_url=server.url) as model:
         await model.request(ask())
     assert server.requests[0].headers["x-api-key"] == "sk-ant-from-env"
-
-
-async def test_requests_are_blocked_unless_allowed(server: FakeServer) -> None:
-    async with AnthropicModel(MODEL, base_url=server.url, api_key=KEY) as model:
-        with pytest.raises(UsageError, match="blocked"):
-            await model.request(ask())
-        with pytest.raises(UsageError, match="blocked"):
-            await collect(model.stream(ask()), [])
-    assert server.requests == []
 
 
 async def test_a_model_string(server: FakeServer, live: None, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -645,39 +544,7 @@ def test_settings_are_checked() -> None:
     assert len(info.value.problems) == 3
 
 
-async def test_a_client_passed_in_is_used_and_left_open(server: FakeServer, live: None) -> None:
-    client = anthropic.AsyncAnthropic(api_key="sk-ant-own", base_url=server.url)  # the SDK would retry twice
-    server.reply(api_error("api_error", 500), Json(message(text("one"))), Json(message(text("two"))))
-    once = ModelRetryPolicy(max_attempts=1)
-    async with AnthropicModel(MODEL, client=client, retry=once) as model:
-        with pytest.raises(ModelCallError):
-            await model.request(ask())
-        assert (await model.request(ask())).text == "one"
-    assert (await client.messages.create(model=MODEL, max_tokens=5, messages=[])).content
-    await client.close()
-    for r in server.requests:  # the client's own way of sending its key
-        assert "sk-ant-own" in r.headers.get("x-api-key", "") + r.headers.get("authorization", "")
-
-
 # -- streaming ----------------------------------------------------------------------------------------
-
-
-async def test_streamed_text_then_the_whole_response(server: FakeServer, model: AnthropicModel) -> None:
-    body = message(text("Hello there, planner."), usage={"input_tokens": 30, "output_tokens": 9})
-    events = stream_events(body)
-    events.insert(2, Event({"type": "ping"}, name="ping"))
-    server.reply(Sse(events))
-
-    items: list[StreamDelta | ModelResponse] = []
-    await collect(model.stream(ask()), items)
-
-    *deltas, last = items
-    assert deltas == [StreamDelta(text=p) for p in pieces("Hello there, planner.")]
-    assert isinstance(last, ModelResponse)
-    assert last.text == "Hello there, planner."
-    assert last.usage == Usage(input_tokens=30, output_tokens=9, requests=1)
-    assert last.cost == cost_of(last.usage, price_for(MODEL))
-    assert sent(server)["stream"] is True
 
 
 async def test_streamed_structured_output_arrives_as_json_pieces(server: FakeServer, model: AnthropicModel) -> None:
@@ -698,74 +565,6 @@ async def test_streamed_structured_output_arrives_as_json_pieces(server: FakeSer
     assert sent(server)["tool_choice"] == {"type": "tool", "name": "plandraft"}
 
 
-async def test_streamed_tool_calls(server: FakeServer, model: AnthropicModel) -> None:
-    body = message(
-        text("Looking."),
-        tool_use("find", {"q": "paris"}, "toolu_a"),
-        tool_use("find", {"q": "rome"}, "toolu_b"),
-        stop_reason="tool_use",
-    )
-    server.reply(Sse(stream_events(body, size=4)))
-
-    items: list[StreamDelta | ModelResponse] = []
-    await collect(model.stream(ask(tools=(FIND,))), items)
-
-    *deltas, last = items
-    assert deltas == [StreamDelta(text="Look"), StreamDelta(text="ing.")]  # tool input is not text
-    assert isinstance(last, ModelResponse)
-    assert last.finish_reason == "tool_calls"
-    assert last.tool_calls == (
-        ToolCall(id="toolu_a", name="find", arguments={"q": "paris"}),
-        ToolCall(id="toolu_b", name="find", arguments={"q": "rome"}),
-    )
-
-
-async def test_a_streamed_refusal(server: FakeServer, model: AnthropicModel) -> None:
-    details = {"type": "refusal", "category": None, "explanation": "Not this one."}
-    server.reply(Sse(stream_events(message(text("I can't"), stop_reason="refusal", stop_details=details))))
-    items: list[StreamDelta | ModelResponse] = []
-    await collect(model.stream(ask()), items)
-    last = items[-1]
-    assert isinstance(last, ModelResponse)
-    assert (last.finish_reason, last.refusal) == ("refusal", "Not this one.")
-
-
-async def test_a_stream_that_fails_before_its_first_delta_is_retried(server: FakeServer, model: AnthropicModel) -> None:
-    events = stream_events(message(text("ok")))
-    server.reply(api_error("overloaded_error", 529), Sse(events[:1]), Sse(events))
-
-    items: list[StreamDelta | ModelResponse] = []
-    await collect(model.stream(ask()), items)
-
-    assert items[0] == StreamDelta(text="ok")
-    assert isinstance(items[-1], ModelResponse)
-    assert len(server.requests) == 3
-    assert all(sent(server, i)["stream"] is True for i in range(3))
-
-
-async def test_a_stream_that_fails_after_a_delta_is_not_retried(server: FakeServer, model: AnthropicModel) -> None:
-    events = stream_events(message(text("Hello there")), size=5)
-    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
-    server.reply(Sse([*events[:3], Event(overloaded, name="error")]), Json(message(text("never sent"))))
-
-    items: list[StreamDelta | ModelResponse] = []
-    with pytest.raises(ModelCallError, match="overloaded_error") as info:
-        await collect(model.stream(ask()), items)
-
-    assert items == [StreamDelta(text="Hello")]
-    assert info.value.retryable  # a caller may start again; the stream itself cannot continue
-    assert len(server.requests) == 1
-
-
-async def test_a_stream_cut_short(server: FakeServer, model: AnthropicModel) -> None:
-    events = stream_events(message(text("Hello there")), size=5)
-    server.reply(Sse(events[:4]))
-    items: list[StreamDelta | ModelResponse] = []
-    with pytest.raises(ModelCallError, match="message_stop"):
-        await collect(model.stream(ask()), items)
-    assert items == [StreamDelta(text="Hello"), StreamDelta(text=" ther")]
-
-
 async def test_broken_streamed_json_is_passed_on_for_a_repair(server: FakeServer, model: AnthropicModel) -> None:
     events = stream_events(message(tool_use("plandraft", {}), stop_reason="tool_use"))
     broken = {"type": "input_json_delta", "partial_json": '{"steps": [{"id": '}
@@ -778,16 +577,6 @@ async def test_broken_streamed_json_is_passed_on_for_a_repair(server: FakeServer
     last = items[-1]
     assert isinstance(last, ModelResponse)
     assert (last.parsed, last.text) == (None, '{"steps": [{"id": ')  # the planner reports it and asks again
-
-
-async def test_a_streamed_tool_call_with_broken_arguments(server: FakeServer, model: AnthropicModel) -> None:
-    events = stream_events(message(tool_use("find", {}), stop_reason="tool_use"))
-    broken = {"type": "input_json_delta", "partial_json": '{"q": '}
-    events[2] = Event({"type": "content_block_delta", "index": 0, "delta": broken}, name="content_block_delta")
-    server.reply(Sse(events))
-    with pytest.raises(ModelCallError, match="not valid JSON") as info:
-        await collect(model.stream(ask(tools=(FIND,))), [])
-    assert not info.value.retryable
 
 
 async def test_tool_names_fit_the_api(server: FakeServer, model: AnthropicModel) -> None:

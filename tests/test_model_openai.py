@@ -7,8 +7,6 @@ with ``data: [DONE]``).
 
 from __future__ import annotations
 
-import asyncio
-import gc
 import json
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -40,7 +38,7 @@ from planexec.models import (
     unsupported_settings,
 )
 from planexec.models._profiles import COMPATIBLE, ModelProfile
-from tests.http_fake import Event, FakeServer, Hang, Json, Raw, Recorded, Sse, serve
+from tests.http_fake import Event, FakeServer, Json, Raw, Recorded, Sse, serve
 
 FAST = ModelRetryPolicy(max_attempts=3, initial_delay=0, max_delay=0.01, jitter=0)
 
@@ -465,21 +463,10 @@ def test_unset_settings_are_never_reported_as_dropped() -> None:
 # -- tool calls --------------------------------------------------------------------------------
 
 
-async def test_tool_calls(server: FakeServer, make: Make) -> None:
-    server.reply(
-        completion(
-            None,
-            tool_calls=[function_call("call_1", "search", '{"q": "paris"}'), function_call("call_2", "search", "")],
-            finish="tool_calls",
-        )
-    )
+async def test_empty_tool_arguments_mean_an_empty_object(server: FakeServer, make: Make) -> None:
+    server.reply(completion(None, tool_calls=[function_call("call_2", "search", "")], finish="tool_calls"))
     response = await make().request(ask(tools=(SEARCH,)))
-    assert response.tool_calls == (
-        ToolCall(id="call_1", name="search", arguments={"q": "paris"}),
-        ToolCall(id="call_2", name="search", arguments={}),
-    )
-    assert response.finish_reason == "tool_calls"
-    assert response.text == ""
+    assert response.tool_calls == (ToolCall(id="call_2", name="search", arguments={}),)
 
 
 async def test_tool_calls_after_a_stop_finish_still_count_as_tool_calls(server: FakeServer, make: Make) -> None:
@@ -488,55 +475,7 @@ async def test_tool_calls_after_a_stop_finish_still_count_as_tool_calls(server: 
     assert response.finish_reason == "tool_calls"
 
 
-@pytest.mark.parametrize("arguments", ['{"q": "par', "[1, 2]"])
-async def test_malformed_tool_arguments_fail_the_call(server: FakeServer, make: Make, arguments: str) -> None:
-    server.reply(completion(None, tool_calls=[function_call("call_1", "search", arguments)], finish="tool_calls"))
-    with pytest.raises(ModelCallError) as info:
-        await make().request(ask(tools=(SEARCH,)))
-    assert not info.value.retryable
-    assert "tool 'search'" in str(info.value)
-    assert arguments in str(info.value)
-    assert len(server.requests) == 1
-
-
 # -- streaming ---------------------------------------------------------------------------------
-
-
-async def test_streamed_text_arrives_in_order_then_the_whole_response(server: FakeServer, make: Make) -> None:
-    gate = threading.Event()
-    server.reply(
-        Sse(
-            [
-                chunk({"role": "assistant", "content": ""}),
-                chunk({"content": "Hel"}),
-                chunk({"content": "lo, "}, wait=gate),  # sent only once the first piece has been seen
-                chunk({"content": "world"}),
-                chunk({}, "stop"),
-                usage_chunk(30, 3, 10),
-                DONE,
-            ]
-        )
-    )
-    # A short client timeout: were the stream buffered, the gated chunk would never be read in time.
-    model = make(timeout=5.0)
-    items: list[StreamDelta | ModelResponse] = []
-    async for item in model.stream(ask()):
-        if not items:
-            assert isinstance(item, StreamDelta)
-            gate.set()
-        items.append(item)
-
-    *deltas, last = items
-    assert deltas == [StreamDelta(text="Hel"), StreamDelta(text="lo, "), StreamDelta(text="world")]
-    assert isinstance(last, ModelResponse)
-    assert last.text == "Hello, world"
-    assert last.finish_reason == "stop"
-    assert last.usage == Usage(input_tokens=30, output_tokens=3, cached_input_tokens=10, requests=1)
-    assert last.cost == cost_of(last.usage, price_for("gpt-4o-mini"))
-
-    wire = body(server.requests[0])
-    assert wire["stream"] is True
-    assert wire["stream_options"] == {"include_usage": True}
 
 
 async def test_streamed_structured_output_is_parsed_at_the_end(server: FakeServer, make: Make) -> None:
@@ -547,40 +486,6 @@ async def test_streamed_structured_output_is_parsed_at_the_end(server: FakeServe
     assert isinstance(last, ModelResponse)
     assert last.parsed == {"answer": "42", "sources": []}
     assert body(server.requests[0])["response_format"]["json_schema"]["strict"] is True
-
-
-async def test_streamed_tool_calls_are_put_together_from_fragments(server: FakeServer, make: Make) -> None:
-    def fragment(index: int, **fields: Any) -> Event:
-        function = {k: v for k, v in fields.items() if k in ("name", "arguments")}
-        piece: dict[str, Any] = {"index": index, "function": function}
-        if "id" in fields:
-            piece |= {"id": fields["id"], "type": "function"}
-        return chunk({"tool_calls": [piece]})
-
-    server.reply(
-        Sse(
-            [
-                chunk({"role": "assistant", "content": None}),
-                fragment(0, id="call_p", name="search", arguments=""),
-                fragment(0, arguments='{"q": '),
-                fragment(1, id="call_r", name="search", arguments='{"q": "ro'),
-                fragment(0, arguments='"paris"}'),
-                fragment(1, arguments='me"}'),
-                chunk({}, "tool_calls"),
-                usage_chunk(50, 20),
-                DONE,
-            ]
-        )
-    )
-    items = [item async for item in make().stream(ask(tools=(SEARCH,)))]
-    [last] = items  # no text: the whole response only
-    assert isinstance(last, ModelResponse)
-    assert last.tool_calls == (
-        ToolCall(id="call_p", name="search", arguments={"q": "paris"}),
-        ToolCall(id="call_r", name="search", arguments={"q": "rome"}),
-    )
-    assert last.finish_reason == "tool_calls"
-    assert last.usage.total_tokens == 70
 
 
 async def test_a_compatible_server_without_streamed_usage(server: FakeServer, make: Make) -> None:
@@ -594,66 +499,7 @@ async def test_a_compatible_server_without_streamed_usage(server: FakeServer, ma
     assert last.usage == Usage(input_tokens=estimate_tokens(sent), output_tokens=1, requests=1)  # none was streamed
 
 
-async def test_a_stream_is_retried_before_anything_was_passed_on(server: FakeServer, make: Make) -> None:
-    server.reply(error(429, "slow down", {"retry-after": "0"}), error(503, "busy"), text_stream("ok"))
-    items = [item async for item in make().stream(ask())]
-    assert [type(i).__name__ for i in items] == ["StreamDelta", "ModelResponse"]
-    assert len(server.requests) == 3
-
-
-async def test_a_stream_that_fails_midway_is_not_retried(server: FakeServer, make: Make) -> None:
-    broken = {"error": {"message": "the server fell over", "type": "server_error", "code": None}}
-    server.reply(Sse([chunk({"content": "Hel"}), Event(broken)]), text_stream("never sent"))
-    seen: list[StreamDelta | ModelResponse] = []
-
-    async def consume() -> None:
-        async for item in make().stream(ask()):
-            seen.append(item)
-
-    with pytest.raises(ModelCallError, match="the server fell over"):
-        await consume()
-    assert seen == [StreamDelta(text="Hel")]
-    assert len(server.requests) == 1
-
-
-async def test_a_stream_cut_off_before_its_end_is_an_error(server: FakeServer, make: Make) -> None:
-    server.reply(Sse([]), Sse([chunk({"content": "Hel"})]), text_stream("never sent"))
-    seen: list[StreamDelta | ModelResponse] = []
-
-    async def consume() -> None:
-        async for item in make().stream(ask()):
-            seen.append(item)
-
-    with pytest.raises(ModelCallError, match="ended before the reply was finished") as info:
-        await consume()
-    assert info.value.retryable
-    assert seen == [StreamDelta(text="Hel")]
-    assert len(server.requests) == 2  # the empty stream was retried; the cut one had passed text on
-
-
 # -- failures and retries ----------------------------------------------------------------------
-
-
-async def test_rate_limit_with_retry_after_then_success(server: FakeServer, make: Make) -> None:
-    server.reply(error(429, "Rate limit reached", {"retry-after": "0"}), completion("done"))
-    response = await make().request(ask())
-    assert response.text == "done"
-    assert len(server.requests) == 2
-    assert body(server.requests[0]) == body(server.requests[1])
-
-
-@pytest.mark.parametrize(
-    ("headers", "expected"),
-    [({"retry-after": "7"}, 7.0), ({"retry-after-ms": "1500", "retry-after": "2"}, 1.5), ({}, None)],
-)
-async def test_rate_limit_reports_how_long_to_wait(
-    server: FakeServer, make: Make, headers: dict[str, str], expected: float | None
-) -> None:
-    server.reply(error(429, "Rate limit reached", headers))
-    with pytest.raises(ModelCallError) as info:
-        await make(retry=ModelRetryPolicy(max_attempts=1)).request(ask())
-    e = info.value
-    assert (e.status, e.retryable, e.retry_after, e.provider) == (429, True, expected, "openai")
 
 
 async def test_exhausted_quota_is_not_retried(server: FakeServer, make: Make) -> None:
@@ -664,72 +510,7 @@ async def test_exhausted_quota_is_not_retried(server: FakeServer, make: Make) ->
     assert len(server.requests) == 1
 
 
-async def test_server_error_then_success(server: FakeServer, make: Make) -> None:
-    server.reply(error(500, "internal error"), completion("recovered"))
-    assert (await make().request(ask())).text == "recovered"
-    assert len(server.requests) == 2
-
-
-async def test_retries_give_up_after_the_policys_attempts(server: FakeServer, make: Make) -> None:
-    server.reply(error(502, "bad gateway"), error(502, "bad gateway"), error(502, "bad gateway"))
-    with pytest.raises(ModelCallError) as info:
-        await make().request(ask())
-    assert (info.value.status, info.value.retryable) == (502, True)
-    assert "502" in str(info.value)
-    assert len(server.requests) == 3
-
-
-async def test_a_bad_request_is_not_retried(server: FakeServer, make: Make) -> None:
-    server.reply(error(400, "Invalid schema for response_format"))
-    with pytest.raises(ModelCallError) as info:
-        await make().request(ask())
-    assert (info.value.status, info.value.retryable) == (400, False)
-    assert "Invalid schema" in str(info.value)
-    assert len(server.requests) == 1
-
-
-async def test_a_rejected_key_says_so(server: FakeServer, make: Make) -> None:
-    server.reply(error(401, "Incorrect API key provided"))
-    with pytest.raises(ModelCallError, match="check the API key") as info:
-        await make().request(ask())
-    assert not info.value.retryable
-
-
-async def test_a_timeout_is_retried_then_reported(server: FakeServer, make: Make) -> None:
-    server.reply(Hang(), Hang())
-    model = make(timeout=0.2, retry=ModelRetryPolicy(max_attempts=2, initial_delay=0, max_delay=0.01))
-    with pytest.raises(ModelCallError, match="timed out") as info:
-        await model.request(ask())
-    assert info.value.retryable
-    assert info.value.status is None
-    assert len(server.requests) == 2
-
-
-async def test_a_per_call_timeout_overrides_the_models(server: FakeServer, make: Make) -> None:
-    server.reply(Hang())
-    request = ModelRequest(messages=(Message(role="user", content="hi"),), settings=ModelSettings(timeout=0.2))
-    with pytest.raises(ModelCallError, match="timed out"):
-        await make(timeout=60.0, retry=ModelRetryPolicy(max_attempts=1)).request(request)
-
-
-async def test_a_refused_connection_is_retryable(make: Make) -> None:
-    dead = FakeServer()
-    url = dead.url
-    dead.close()
-    with pytest.raises(ModelCallError, match="cannot connect") as info:
-        await make(base_url=url + "/v1", retry=ModelRetryPolicy(max_attempts=1)).request(ask())
-    assert info.value.retryable
-
-
 # -- refusals ----------------------------------------------------------------------------------
-
-
-async def test_a_refusal(server: FakeServer, make: Make) -> None:
-    server.reply(completion(None, refusal="I can't help with that."))
-    response = await make().request(ask(output=ANSWER))
-    assert response.refusal == "I can't help with that."
-    assert response.finish_reason == "refusal"
-    assert response.parsed is None
 
 
 async def test_a_content_filter_stop_reads_as_a_refusal(server: FakeServer, make: Make) -> None:
@@ -738,14 +519,6 @@ async def test_a_content_filter_stop_reads_as_a_refusal(server: FakeServer, make
     assert response.finish_reason == "refusal"
     assert response.refusal is not None
     assert "content filter" in response.refusal
-
-
-async def test_a_streamed_refusal(server: FakeServer, make: Make) -> None:
-    server.reply(Sse([chunk({"refusal": "I can't "}), chunk({"refusal": "help."}), chunk({}, "stop"), DONE]))
-    items = [item async for item in make().stream(ask(output=ANSWER))]
-    last = items[-1]
-    assert isinstance(last, ModelResponse)
-    assert (last.refusal, last.finish_reason, last.parsed) == ("I can't help.", "refusal", None)
 
 
 # -- keys and the switch that blocks real requests ----------------------------------------------
@@ -773,47 +546,6 @@ async def test_the_key_comes_from_the_environment(
     server.reply(completion("ok"))
     await make(api_key=None).request(ask())
     assert server.requests[0].headers["authorization"] == "Bearer sk-from-env"
-
-
-async def test_blocked_requests_never_reach_the_server(server: FakeServer, make: Make) -> None:
-    model = make()
-    allow_model_requests(False)
-    with pytest.raises(UsageError, match="blocked"):
-        await model.request(ask())
-    with pytest.raises(UsageError, match="blocked"):
-        [item async for item in model.stream(ask())]
-    assert server.requests == []
-
-
-async def test_a_client_passed_in_is_used_with_its_retries_off(server: FakeServer) -> None:
-    import openai
-
-    client = openai.AsyncOpenAI(api_key="sk-mine", base_url=server.url + "/v1", max_retries=5)
-    server.reply(error(500, "boom"))
-    try:
-        model = OpenAIModel("gpt-4o-mini", client=client, retry=ModelRetryPolicy(max_attempts=1))
-        with pytest.raises(ModelCallError):
-            await model.request(ask())
-        await model.aclose()  # not its client: left open
-        assert not client.is_closed()
-    finally:
-        await client.close()
-    assert len(server.requests) == 1
-    assert server.requests[0].headers["authorization"] == "Bearer sk-mine"
-
-
-def test_one_model_serves_several_event_loops(server: FakeServer) -> None:
-    """As with ``Agent.run_sync`` called twice: each loop gets its own client, closed as the loop ends
-    (an unclosed connection would surface here as a ResourceWarning, an error in this suite)."""
-    server.reply(completion("one"), completion("two"))
-    model = OpenAIModel("gpt-4o-mini", api_key="sk-test", base_url=server.url + "/v1", retry=FAST)
-
-    async def once() -> str:
-        return (await model.request(ask())).text
-
-    assert asyncio.run(once()) == "one"
-    assert asyncio.run(once()) == "two"
-    gc.collect()
 
 
 @pytest.mark.parametrize(

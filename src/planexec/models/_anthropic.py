@@ -4,7 +4,8 @@ Neutral → wire: system messages become the ``system`` parameter; assistant too
 ``tool_use`` blocks; tool results become ``tool_result`` blocks of the next user turn (results in a
 row share one turn). Structured output travels through tool use: the output spec is offered as a
 tool whose ``input_schema`` is the JSON Schema, forced with ``tool_choice`` when no other tool is
-offered; its input comes back as ``parsed`` and its JSON as ``text``.
+offered; its input comes back as ``parsed`` and its JSON as ``text``. The request is built in
+:mod:`planexec.models._anthropic_wire`.
 
 Settings → wire: ``max_tokens`` (the model's own default when unset), ``temperature`` and
 ``top_p`` where this SDK release's ``messages.create`` has them (the API takes temperatures from
@@ -20,7 +21,7 @@ The SDK is imported when a model is built, so ``planexec.models`` imports withou
 retries are off: every call goes through :func:`call_with_retries` under the provider name
 ``anthropic`` (rate limits with ``retry-after``, 5xx and 529 overloaded, timeouts and dropped
 connections are retryable ``ModelCallError``\\ s; other 4xx are not). A stream is retried only when
-it fails before its first delta.
+it fails before its first delta (see :mod:`planexec.models._streams`).
 
 Token counts: Anthropic reports ``input_tokens`` without cache reads and cache writes; the neutral
 ``input_tokens`` is the sum of all three, and ``cached_input_tokens`` the cache reads.
@@ -29,12 +30,10 @@ Token counts: Anthropic reports ``input_tokens`` without cache reads and cache w
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import json
 import os
-import re
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -42,9 +41,9 @@ from planexec._util.clip import clip
 from planexec._util.extras import install_hint
 from planexec._util.strict_json import loads as strict_loads
 from planexec.errors import ModelNotFound, Problem, UsageError
+from planexec.models._anthropic_wire import AnthropicRequest, OutputTool, sdk_takes
 from planexec.models._base import (
     FinishReason,
-    Message,
     ModelCallError,
     ModelRequest,
     ModelResponse,
@@ -58,7 +57,8 @@ from planexec.models._http_status import retry_after, status_error
 from planexec.models._keys import missing_key, missing_keys_error
 from planexec.models._loop_clients import LoopClients
 from planexec.models._prices import Price, cost_of, price_for
-from planexec.models._resilience import ModelRetryPolicy, call_with_retries, open_with_retries
+from planexec.models._resilience import ModelRetryPolicy, call_with_retries
+from planexec.models._streams import open_stream, relay
 
 if TYPE_CHECKING:
     import anthropic
@@ -80,7 +80,6 @@ _FINISH: dict[str, FinishReason] = {
     "refusal": "refusal",
 }
 _RETRYABLE_ERROR_TYPES = frozenset({"overloaded_error", "rate_limit_error", "api_error", "timeout_error"})
-_TOOL_NAME = re.compile(r"[^A-Za-z0-9_-]")
 _DEFAULT_RETRY = ModelRetryPolicy()
 
 
@@ -148,7 +147,7 @@ class AnthropicModel:
         given = settings.as_dict()
         found: dict[str, str] = {}
         for name in ("temperature", "top_p"):
-            if name in given and not _sdk_takes(name):
+            if name in given and not sdk_takes(name):
                 found[name] = (
                     f"{self.name}: this anthropic SDK release's messages.create has no {name}; not sent "
                     f"(extra={{{name!r}: ...}} sends it anyway)"
@@ -158,7 +157,7 @@ class AnthropicModel:
         effort = settings.reasoning_effort
         if effort is not None:
             parameter = "thinking" if effort == "none" else "output_config"
-            if not _sdk_takes(parameter):
+            if not sdk_takes(parameter):
                 found["reasoning_effort"] = (
                     f"{self.name}: this anthropic SDK release's messages.create has no {parameter}; not sent"
                 )
@@ -167,7 +166,7 @@ class AnthropicModel:
     async def request(self, request: ModelRequest) -> ModelResponse:
         check_model_requests_allowed(self.name)
         client = await self._client()
-        wire = _Wire.build(request, max_tokens=self.max_tokens, dropped=self.unsupported_settings(request.settings))
+        wire = self._wire(request)
         timeout = request.settings.timeout or self.timeout
 
         async def attempt() -> ModelResponse:
@@ -183,40 +182,21 @@ class AnthropicModel:
         """Text deltas (and the output tool's JSON as it is written), then the whole response."""
         check_model_requests_allowed(self.name)
         client = await self._client()
-        wire = _Wire.build(request, max_tokens=self.max_tokens, dropped=self.unsupported_settings(request.settings))
+        wire = self._wire(request)
         timeout = request.settings.timeout or self.timeout
 
-        async def open_stream() -> tuple[AsyncStream[RawMessageStreamEvent], _StreamReader, list[StreamDelta]]:
+        async def open_() -> _StreamReader:
             with _translated_errors(self.name, self.api_key_env):
                 events = await client.messages.create(
                     model=self.model, **wire.params, extra_body=wire.extra_body, stream=True, timeout=timeout
                 )
-            reader = _StreamReader(wire.output)
-            try:
-                while (event := await _next_event(events)) is not None:
-                    if deltas := reader.feed(event):
-                        return events, reader, deltas
-                reader.check_complete()
-            except BaseException:
-                await events.close()
-                raise
-            return events, reader, []
+            return _StreamReader(events, wire.output)
 
-        held = await open_with_retries(self.limits_key, open_stream, self.retry)
-        events, reader, first = held.value
-        try:
-            for delta in first:
+        opened = await open_stream(self.limits_key, self.retry, open_)
+        async with aclosing(relay(opened)) as deltas:
+            async for delta in deltas:
                 yield delta
-            while (event := await _next_event(events)) is not None:
-                for delta in reader.feed(event):
-                    yield delta
-            reader.check_complete()
-        finally:
-            try:
-                await events.close()
-            finally:
-                held.release()
-        yield reader.response(self._price())
+        yield opened.value[0].response(self._price())
 
     async def aclose(self) -> None:
         """Close the HTTP client this model opened for the running event loop (a client passed in
@@ -234,6 +214,10 @@ class AnthropicModel:
         if self._given_client is not None or self._api_key or os.environ.get(self.api_key_env):
             return ()
         return (missing_key(self.name, self.api_key_env),)
+
+    def _wire(self, request: ModelRequest) -> AnthropicRequest:
+        dropped = self.unsupported_settings(request.settings)
+        return AnthropicRequest.build(request, max_tokens=self.max_tokens, dropped=dropped)
 
     def _price(self) -> Price | None:
         return self.price or price_for(self.model)
@@ -266,159 +250,6 @@ def _require_sdk() -> None:
         raise ModelNotFound(f"Anthropic models need the anthropic package: {INSTALL_HINT}") from e
 
 
-# -- neutral → wire ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _OutputTool:
-    """The tool that carries structured output. ``wrapped``: the schema is not an object, so the
-    answer travels as ``{"value": ...}``."""
-
-    name: str
-    wrapped: bool
-
-
-_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh", "max": "max"}
-"""Neutral reasoning efforts → ``output_config.effort`` (which has no ``minimal``)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _Wire:
-    params: dict[str, Any]
-    output: _OutputTool | None = None
-    extra_body: dict[str, Any] | None = None
-
-    @classmethod
-    def build(cls, request: ModelRequest, *, max_tokens: int, dropped: Mapping[str, str]) -> _Wire:
-        system, turns = _turns(request.messages)
-        tools: list[dict[str, Any]] = [
-            {"name": t.name, "description": t.description, "input_schema": {"type": "object", **t.parameters}}
-            for t in request.tools
-        ]
-        settings = request.settings
-        params: dict[str, Any] = {"max_tokens": settings.max_tokens or max_tokens, "messages": turns}
-        if settings.temperature is not None and "temperature" not in dropped:
-            params["temperature"] = settings.temperature
-        if settings.top_p is not None and "top_p" not in dropped:
-            params["top_p"] = settings.top_p
-        if settings.stop:
-            params["stop_sequences"] = list(settings.stop)
-        effort = settings.reasoning_effort
-        if effort is not None and "reasoning_effort" not in dropped:
-            if effort == "none":
-                params["thinking"] = {"type": "disabled"}
-            else:
-                params["output_config"] = {"effort": _EFFORT[effort]}
-        extra = dict(settings.extra)
-        output = None
-        if request.output is not None:
-            name = _output_tool_name(request.output.name, {t.name for t in request.tools})
-            schema, wrapped = _object_schema(request.output.json_schema)
-            output = _OutputTool(name=name, wrapped=wrapped)
-            tools.append(
-                {
-                    "name": name,
-                    "description": "Give the final answer with this tool: its input is the answer, "
-                    "JSON that fits the schema.",
-                    "input_schema": schema,
-                }
-            )
-            if request.tools or _thinks(extra):
-                params["tool_choice"] = {"type": "auto"}
-                note = f"When you have the final answer, give it by calling the tool {name!r}, not as text."
-                system = f"{system}\n\n{note}" if system else note
-            else:
-                params["tool_choice"] = {"type": "tool", "name": name}
-        if tools:
-            params["tools"] = tools
-        if system:
-            # A cache breakpoint after the system text: tools and system, which do not change within
-            # a run, are the stable prefix the API caches (it ignores a prefix too short to cache).
-            params["system"] = [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]
-        return cls(params=params, output=output, extra_body=extra or None)
-
-
-def _thinks(extra: Mapping[str, Any]) -> bool:
-    """Whether the extras turn thinking on (a forced tool choice is then refused by the API)."""
-    thinking = extra.get("thinking")
-    return isinstance(thinking, Mapping) and thinking.get("type") not in (None, "disabled")
-
-
-@functools.cache
-def _create_parameters() -> frozenset[str]:
-    from anthropic.resources.messages import AsyncMessages
-
-    return frozenset(inspect.signature(AsyncMessages.create).parameters)
-
-
-def _sdk_takes(parameter: str) -> bool:
-    """Whether this SDK release's ``messages.create`` has ``parameter`` (recent ones have no temperature)."""
-    return parameter in _create_parameters()
-
-
-def _turns(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
-    """The system text, and the user/assistant turns (adjacent turns of one role merged), a cache
-    breakpoint after each message that ends a stable prefix."""
-    system: list[str] = []
-    turns: list[dict[str, Any]] = []
-    marked: list[dict[str, Any]] = []
-    for m in messages:
-        if m.role == "system":
-            if m.content:
-                system.append(m.content)
-            continue
-        role, blocks = _blocks(m)
-        if not blocks:
-            continue
-        if m.cache_point:
-            marked.append(blocks[-1])
-        if turns and turns[-1]["role"] == role:
-            turns[-1]["content"].extend(blocks)
-        else:
-            turns.append({"role": role, "content": blocks})
-    # The API takes at most four cache breakpoints: the system text has one, the last three
-    # messages marked as the end of a stable prefix get the others.
-    for block in marked[-(_BREAKPOINTS - 1) :]:
-        block["cache_control"] = {"type": "ephemeral"}
-    return "\n\n".join(system), turns
-
-
-_BREAKPOINTS = 4
-
-
-def _blocks(m: Message) -> tuple[str, list[dict[str, Any]]]:
-    if m.role == "tool":
-        if not m.tool_call_id:
-            raise UsageError(
-                "a tool result needs the id of the call it answers",
-                [Problem(code="message", where="tool_call_id", message="set it on every role='tool' message")],
-            )
-        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id}
-        if m.content:
-            result["content"] = m.content
-        return "user", [result]
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
-    if m.role == "assistant":
-        blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in m.tool_calls]
-    return m.role, blocks
-
-
-def _object_schema(schema: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
-    """Tool input must be an object: other schemas are wrapped as ``{"value": schema}``."""
-    result = dict(schema)
-    if result.get("type") == "object":
-        return result, False
-    if "type" not in result and "properties" in result:
-        return {"type": "object", **result}, False
-    defs: dict[str, Any] = {key: result.pop(key) for key in ("$defs", "definitions") if key in result}
-    return {"type": "object", "properties": {"value": result}, "required": ["value"], **defs}, True
-
-
-def _output_tool_name(name: str, taken: set[str]) -> str:
-    base = _TOOL_NAME.sub("_", name)[:56] or "output"
-    return base if base not in taken else f"{base}_answer"
-
-
 # -- wire → neutral ---------------------------------------------------------------------------
 
 
@@ -438,7 +269,7 @@ class _Reply:
     cache_write: int = 0
     output_tokens: int = 0
 
-    def add_tool_use(self, *, call_id: str, name: str, arguments: Any, output: _OutputTool | None) -> None:
+    def add_tool_use(self, *, call_id: str, name: str, arguments: Any, output: OutputTool | None) -> None:
         if output is not None and name == output.name:
             value = arguments
             if output.wrapped:
@@ -482,7 +313,7 @@ class _Reply:
         )
 
 
-def _from_message(message: anthropic.types.Message, output: _OutputTool | None, price: Price | None) -> ModelResponse:
+def _from_message(message: anthropic.types.Message, output: OutputTool | None, price: Price | None) -> ModelResponse:
     u = message.usage
     reply = _Reply(
         model=message.model,
@@ -516,13 +347,29 @@ class _Block:
 
 
 class _StreamReader:
-    """Folds stream events into a reply; ``feed`` returns the deltas to pass on."""
+    """Folds the stream's events into a reply; ``feed`` returns the deltas to pass on. As a
+    :class:`~planexec.models._streams.StreamReader`, it reads the events itself."""
 
-    def __init__(self, output: _OutputTool | None) -> None:
+    def __init__(self, events: AsyncStream[RawMessageStreamEvent], output: OutputTool | None) -> None:
+        self._events = events
+        self._ended = False
         self._output = output
         self._blocks: dict[int, _Block] = {}
         self._reply = _Reply()
         self._stopped = False
+
+    async def next(self) -> list[StreamDelta] | None:
+        if self._ended:
+            return None
+        event = await _next_event(self._events)
+        if event is None:
+            self.check_complete()
+            self._ended = True
+            return None
+        return self.feed(event)
+
+    async def aclose(self) -> None:
+        await self._events.close()
 
     def feed(self, event: RawMessageStreamEvent) -> list[StreamDelta]:
         reply = self._reply

@@ -24,7 +24,8 @@
   and ``retry-after-ms`` honoured), server errors, timeouts and dropped connections are retried
   with backoff and jitter within the limits of the ``Providers`` in effect. A stream is retried
   only while nothing has been passed on to the caller, and holds the provider's concurrency slot
-  from its request to its last chunk.
+  from its request to its last chunk (see :mod:`planexec.models._streams`). What this adapter
+  shares with the Responses API's is in :mod:`planexec.models._openai_common`.
 * Keys: ``api_key``, else the ``api_key_env`` variable, read when the first request is made. OpenAI
   itself needs one (``require_key``): ``missing_keys()`` names the variable, and a request without
   a key raises :class:`UsageError` (see :mod:`planexec.models._keys`); other servers get a
@@ -36,11 +37,11 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
 
-import openai
 from openai import AsyncOpenAI, AsyncStream, NotGiven, Omit, not_given, omit
 from openai.types.chat import (
     ChatCompletion,
@@ -51,7 +52,6 @@ from openai.types.chat import (
     ChatCompletionStreamOptionsParam,
 )
 from openai.types.chat.completion_create_params import ResponseFormat
-from openai.types.completion_usage import CompletionUsage
 
 from planexec._util.clip import clip
 from planexec._util.strict_json import loads as strict_loads
@@ -64,7 +64,6 @@ from planexec.models._base import (
     ModelResponse,
     ModelSettings,
     NotSupported,
-    OutputSpec,
     StreamDelta,
     ToolCall,
     ToolSpec,
@@ -72,20 +71,28 @@ from planexec.models._base import (
     estimate_tokens,
 )
 from planexec.models._guard import check_model_requests_allowed
-from planexec.models._http_status import status_error
 from planexec.models._keys import missing_key, missing_keys_error
 from planexec.models._loop_clients import LoopClients
+from planexec.models._openai_common import (
+    PendingCall,
+    PendingReply,
+    SdkStreamReader,
+    kept,
+    response_format,
+    sdk_errors,
+    with_schema_instruction,
+)
 from planexec.models._prices import Price, cost_of, price_for
-from planexec.models._profiles import ModelProfile, local_server, profile_for, strict_json_schema
-from planexec.models._resilience import ModelRetryPolicy, call_with_retries, open_with_retries
+from planexec.models._profiles import ModelProfile, local_server, profile_for
+from planexec.models._resilience import ModelRetryPolicy, call_with_retries
 from planexec.models._settings import ReasoningEffort
+from planexec.models._streams import open_stream, relay
 
 __all__ = ["OpenAIModel", "model_from_string"]
 
 _NO_KEY = "unused"
 """Sent to servers that need no key: the SDK insists on one."""
 _DEFAULT_RETRY = ModelRetryPolicy()
-T = TypeVar("T")
 
 
 class OpenAIModel:
@@ -193,45 +200,36 @@ class OpenAIModel:
         async def attempt() -> ChatCompletion:
             check_model_requests_allowed(self.name)
             try:
-                return await client.chat.completions.create(
-                    model=self.model,
-                    messages=wire.messages,
-                    tools=wire.tools,
-                    response_format=wire.response_format,
-                    temperature=wire.temperature,
-                    top_p=wire.top_p,
-                    stop=wire.stop,
-                    seed=wire.seed,
-                    reasoning_effort=wire.reasoning_effort,
-                    prompt_cache_key=wire.prompt_cache_key,
-                    max_completion_tokens=wire.max_completion_tokens,
-                    max_tokens=wire.max_tokens,
-                    timeout=wire.timeout,
-                    extra_body=wire.extra_body,
-                )
-            except openai.APIError as e:
-                raise _call_error(e, self.provider, self.name, self.api_key_env) from e
+                with sdk_errors(self.provider, self.name, self.api_key_env):
+                    completion: ChatCompletion = await client.chat.completions.create(model=self.model, **wire.params())
+                    return completion
             except ValueError as e:  # a body that is not JSON: the SDK lets json.loads' error through
                 raise self._malformed(f"a body that is not JSON ({e})") from e
 
         completion = await call_with_retries(self.limits_key, attempt, self.retry)
+        return self._response(self._read(completion), request, wire.sent())
+
+    def _read(self, completion: ChatCompletion) -> PendingReply:
+        """A whole completion, in the terms a response is built from."""
         try:
             choices = completion.choices
             if not choices:
                 raise ModelCallError(f"{self.name} answered without a choice", provider=self.provider, retryable=False)
             choice = choices[0]
             message = choice.message
-            state = _Reply(model=completion.model or self.model, finish=choice.finish_reason, usage=completion.usage)
-            state.text.append(message.content or "")
+            reply = PendingReply(
+                model=completion.model or self.model, finish=choice.finish_reason, usage=completion.usage
+            )
+            reply.text.append(message.content or "")
             if message.refusal:
-                state.refusal.append(message.refusal)
+                reply.refusal.append(message.refusal)
             for i, call in enumerate(message.tool_calls or ()):
                 if call.type == "function":
-                    pending = _PendingCall(id=call.id, name=call.function.name, arguments=[call.function.arguments])
-                    state.calls[i] = pending
+                    pending = PendingCall(id=call.id, name=call.function.name, arguments=[call.function.arguments])
+                    reply.calls[i] = pending
         except (AttributeError, TypeError, IndexError) as e:  # a body that is JSON, not a completion
             raise self._malformed(f"a body that is not a chat completion ({type(e).__name__}: {e})") from e
-        return self._response(state, request, wire.sent())
+        return reply
 
     def _malformed(self, what: str) -> ModelCallError:
         return ModelCallError(f"{self.name} answered {what}", provider=self.provider, retryable=False)
@@ -241,78 +239,40 @@ class OpenAIModel:
         wire = self._wire(request)
         client = await self._sdk()
 
-        async def start() -> tuple[AsyncStream[ChatCompletionChunk], _Reply, list[StreamDelta]]:
+        async def start() -> SdkStreamReader[ChatCompletionChunk]:
             check_model_requests_allowed(self.name)
-            try:
+            with sdk_errors(self.provider, self.name, self.api_key_env):
                 chunks = await client.chat.completions.create(
-                    model=self.model,
-                    messages=wire.messages,
-                    tools=wire.tools,
-                    response_format=wire.response_format,
-                    temperature=wire.temperature,
-                    top_p=wire.top_p,
-                    stop=wire.stop,
-                    seed=wire.seed,
-                    reasoning_effort=wire.reasoning_effort,
-                    prompt_cache_key=wire.prompt_cache_key,
-                    max_completion_tokens=wire.max_completion_tokens,
-                    max_tokens=wire.max_tokens,
-                    timeout=wire.timeout,
-                    extra_body=wire.extra_body,
-                    stream=True,
-                    stream_options=wire.stream_options,
+                    model=self.model, **wire.params(), stream=True, stream_options=wire.stream_options
                 )
-            except openai.APIError as e:
-                raise _call_error(e, self.provider, self.name, self.api_key_env) from e
-            state = _Reply(model=self.model)
-            try:
-                first = await self._read_until_output(chunks, state)
-            except BaseException:
-                await chunks.close()
-                raise
-            return chunks, state, first
+            return self._chunks(chunks)
 
-        held = await open_with_retries(self.limits_key, start, self.retry)
-        chunks, state, first = held.value
-        try:
-            for delta in first:
+        opened = await open_stream(self.limits_key, self.retry, start)
+        async with aclosing(relay(opened)) as deltas:
+            async for delta in deltas:
                 yield delta
-            while not state.ended:
-                for delta in await self._next(chunks, state):
-                    yield delta
-        finally:
-            try:
-                await chunks.close()
-            finally:
-                held.release()
-        yield self._response(state, request, wire.sent())
+        yield self._response(opened.value[0].reply, request, wire.sent())
 
-    async def _read_until_output(self, chunks: AsyncStream[ChatCompletionChunk], state: _Reply) -> list[StreamDelta]:
-        while not state.ended:
-            deltas = await self._next(chunks, state)
-            if deltas:
-                return deltas
-        return []
+    def _chunks(self, chunks: AsyncStream[ChatCompletionChunk]) -> SdkStreamReader[ChatCompletionChunk]:
+        reply = PendingReply(model=self.model)
 
-    async def _next(self, chunks: AsyncStream[ChatCompletionChunk], state: _Reply) -> list[StreamDelta]:
-        try:
-            chunk = await chunks.__anext__()
-        except StopAsyncIteration:
-            state.ended = True
-            if state.finish is None:  # the connection closed mid-reply: what came is not the whole answer
+        def at_end() -> list[StreamDelta]:
+            reply.ended = True
+            if reply.finish is None:  # the connection closed mid-reply: what came is not the whole answer
                 raise ModelCallError(
                     f"{self.name}: the stream ended before the reply was finished",
                     provider=self.provider,
                     retryable=True,
                 ) from None
             return []
-        except openai.APIError as e:
-            raise _call_error(e, self.provider, self.name, self.api_key_env) from e
-        except ValueError as e:  # a chunk whose data is not JSON: the SDK lets json.loads' error through
-            raise ModelCallError(
+
+        def unreadable(e: Exception) -> ModelCallError:  # a chunk whose data is not JSON
+            return ModelCallError(
                 f"{self.name}: a malformed chunk in the response stream: {e}", provider=self.provider, retryable=False
-            ) from e
-        return state.add(chunk)
+            )
+
+        who = (self.provider, self.name, self.api_key_env)
+        return SdkStreamReader(items=chunks, reply=reply, take=reply.add, at_end=at_end, unreadable=unreadable, who=who)
 
     # -- neutral ↔ wire --------------------------------------------------------------------
 
@@ -321,11 +281,11 @@ class OpenAIModel:
         if request.tools and not profile.tools:
             raise NotSupported(f"tool calling is not supported by {self.name} (see its ModelProfile)")
         messages = list(request.messages)
-        response_format: ResponseFormat | Omit = omit
+        output_format: ResponseFormat | Omit = omit
         if request.output is not None:
-            response_format, in_prompt = _response_format(profile, request.output)
+            output_format, in_prompt = response_format(profile, request.output)
             if in_prompt:
-                messages = _with_schema_instruction(messages, request.output)
+                messages = with_schema_instruction(messages, request.output)
         settings = request.settings
         dropped = self.unsupported_settings(settings)
         cap = settings.max_tokens if settings.max_tokens is not None else omit
@@ -335,12 +295,12 @@ class OpenAIModel:
         return _Wire(
             messages=[_wire_message(m) for m in messages],
             tools=[_wire_tool(t) for t in request.tools] if request.tools else omit,
-            response_format=response_format,
-            temperature=_kept(settings.temperature, "temperature", dropped),
-            top_p=_kept(settings.top_p, "top_p", dropped),
+            response_format=output_format,
+            temperature=kept(settings.temperature, "temperature", dropped),
+            top_p=kept(settings.top_p, "top_p", dropped),
             stop=list(settings.stop) if settings.stop and "stop" not in dropped else omit,
-            seed=_kept(settings.seed, "seed", dropped),
-            reasoning_effort=_kept(settings.reasoning_effort, "reasoning_effort", dropped),
+            seed=kept(settings.seed, "seed", dropped),
+            reasoning_effort=kept(settings.reasoning_effort, "reasoning_effort", dropped),
             prompt_cache_key=request.cache_key if request.cache_key and profile.prompt_cache_key else omit,
             max_completion_tokens=cap if profile.max_tokens_param == "max_completion_tokens" else omit,
             max_tokens=cap if profile.max_tokens_param == "max_tokens" else omit,
@@ -366,7 +326,7 @@ class OpenAIModel:
             if name in given and not ok
         }
 
-    def _response(self, state: _Reply, request: ModelRequest, sent: list[Any]) -> ModelResponse:
+    def _response(self, state: PendingReply, request: ModelRequest, sent: list[Any]) -> ModelResponse:
         text = "".join(state.text)
         calls = tuple(_tool_call(i, pending, self) for i, pending in sorted(state.calls.items()))
         refusal = "".join(state.refusal) or None
@@ -399,53 +359,6 @@ class OpenAIModel:
         )
 
 
-# -- the reply as it accumulates ---------------------------------------------------------------
-
-
-@dataclass(kw_only=True, slots=True)
-class _PendingCall:
-    id: str = ""
-    name: str = ""
-    arguments: list[str] = field(default_factory=list)
-
-
-@dataclass(kw_only=True, slots=True)
-class _Reply:
-    """A reply being put together, from one completion or from a stream's chunks."""
-
-    model: str
-    finish: str | None = None
-    usage: CompletionUsage | None = None
-    text: list[str] = field(default_factory=list)
-    refusal: list[str] = field(default_factory=list)
-    calls: dict[int, _PendingCall] = field(default_factory=dict)
-    ended: bool = False
-
-    def add(self, chunk: ChatCompletionChunk) -> list[StreamDelta]:
-        """Take in one chunk; return the text deltas to pass on."""
-        if chunk.model:
-            self.model = chunk.model
-        if chunk.usage is not None:
-            self.usage = chunk.usage
-        deltas: list[StreamDelta] = []
-        for choice in chunk.choices[:1]:
-            delta = choice.delta
-            if delta.content:
-                self.text.append(delta.content)
-                deltas.append(StreamDelta(text=delta.content))
-            if delta.refusal:
-                self.refusal.append(delta.refusal)
-            for piece in delta.tool_calls or ():
-                pending = self.calls.setdefault(piece.index, _PendingCall())
-                pending.id = pending.id or (piece.id or "")
-                if piece.function is not None:
-                    pending.name += piece.function.name or ""
-                    pending.arguments.append(piece.function.arguments or "")
-            if choice.finish_reason is not None:
-                self.finish = choice.finish_reason
-        return deltas
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Wire:
     messages: list[ChatCompletionMessageParam]
@@ -464,14 +377,27 @@ class _Wire:
     extra_body: dict[str, Any] | None
     """Provider extras, merged into the request body last by the SDK."""
 
+    def params(self) -> dict[str, Any]:
+        """The fields a request and a stream both send (the model aside)."""
+        return {
+            "messages": self.messages,
+            "tools": self.tools,
+            "response_format": self.response_format,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "stop": self.stop,
+            "seed": self.seed,
+            "reasoning_effort": self.reasoning_effort,
+            "prompt_cache_key": self.prompt_cache_key,
+            "max_completion_tokens": self.max_completion_tokens,
+            "max_tokens": self.max_tokens,
+            "timeout": self.timeout,
+            "extra_body": self.extra_body,
+        }
+
     def sent(self) -> list[Any]:
         """What costs input tokens: the messages, and the tools and response format when given."""
         return [self.messages, *(p for p in (self.tools, self.response_format) if not isinstance(p, Omit))]
-
-
-def _kept(value: T | None, name: str, dropped: Mapping[str, str]) -> T | Omit:
-    """``value`` to send, or omit it when it is unset or the model does not take it."""
-    return omit if value is None or name in dropped else value
 
 
 # -- conversions -----------------------------------------------------------------------------
@@ -502,32 +428,7 @@ def _wire_tool(tool: ToolSpec) -> ChatCompletionFunctionToolParam:
     }
 
 
-def _response_format(profile: ModelProfile, spec: OutputSpec) -> tuple[ResponseFormat | Omit, bool]:
-    """The ``response_format`` for ``spec``, and whether the schema must also go in the prompt."""
-    name = re.sub(r"[^A-Za-z0-9_-]", "_", spec.name)[:64] or "output"
-    if profile.strict_json_schema and spec.strict:
-        strict = strict_json_schema(spec.json_schema)
-        if strict is not None:
-            return {"type": "json_schema", "json_schema": {"name": name, "schema": strict, "strict": True}}, False
-    if profile.json_schema:
-        schema = dict(spec.json_schema)
-        return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": False}}, False
-    if profile.json_mode:
-        return {"type": "json_object"}, True
-    return omit, True
-
-
-def _with_schema_instruction(messages: list[Message], spec: OutputSpec) -> list[Message]:
-    instruction = "Reply with one JSON object and nothing else. It must fit this JSON Schema:\n" + json.dumps(
-        spec.json_schema, separators=(",", ":"), ensure_ascii=False
-    )
-    if messages and messages[0].role == "system":
-        first = messages[0]
-        return [Message(role="system", content=f"{first.content}\n\n{instruction}"), *messages[1:]]
-    return [Message(role="system", content=instruction), *messages]
-
-
-def _tool_call(index: int, pending: _PendingCall, model: OpenAIModel) -> ToolCall:
+def _tool_call(index: int, pending: PendingCall, model: OpenAIModel) -> ToolCall:
     raw = "".join(pending.arguments).strip()
     try:
         arguments = strict_loads(raw) if raw else {}
@@ -566,30 +467,6 @@ def _finish_reason(reason: str | None, has_calls: bool, refusal: str | None) -> 
     if has_calls:
         return "tool_calls"  # some compatible servers say "stop" after tool calls
     return "length" if reason == "length" else "stop"
-
-
-# -- errors and keys ---------------------------------------------------------------------------
-
-
-def _call_error(error: openai.APIError, provider: str, name: str, key_env: str | None = None) -> ModelCallError:
-    if isinstance(error, openai.APITimeoutError):
-        return ModelCallError(f"{name}: the request timed out", provider=provider, retryable=True)
-    if isinstance(error, openai.APIConnectionError):
-        return ModelCallError(f"{name}: cannot connect ({error.message})", provider=provider, retryable=True)
-    if isinstance(error, openai.APIStatusError):
-        status = error.status_code
-        return status_error(
-            name,
-            provider=provider,
-            status=status,
-            detail=error.message,
-            key_env=key_env,
-            headers=error.response.headers,
-            # waiting does not add credit
-            retryable=False if status == 429 and error.code == "insufficient_quota" else None,
-        )
-    retryable = error.type == "server_error" or error.code in ("server_error", "rate_limit_exceeded")
-    return ModelCallError(f"{name} reported an error: {error.message}", provider=provider, retryable=retryable)
 
 
 # -- model strings -----------------------------------------------------------------------------

@@ -2,9 +2,10 @@
 
 :class:`OpenAIResponsesModel` is an :class:`~planexec.models._openai.OpenAIModel` that speaks the
 Responses API instead of chat completions. Keys, one client per event loop, profiles, prices,
-retries, limits, the mapping of SDK errors to :class:`ModelCallError`, the choice of structured
-output and the reading of tool-call arguments and structured replies are the chat adapter's own;
-what differs is the wire format.
+retries, limits, the reading of tool-call arguments and structured replies are the chat
+adapter's own; the mapping of SDK errors to :class:`ModelCallError`, the reading of the SDK's
+streams and the choice of structured output are shared with it
+(:mod:`planexec.models._openai_common`); what differs is the wire format.
 
 * Neutral → wire: system and user messages become input messages of those roles; an assistant's
   text an assistant message, and each of its tool calls a ``function_call`` item (``call_id``,
@@ -51,6 +52,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -82,17 +84,20 @@ from planexec.models._base import (
     ToolSpec,
 )
 from planexec.models._guard import check_model_requests_allowed
-from planexec.models._openai import (
-    OpenAIModel,
-    _call_error,
-    _kept,
-    _PendingCall,
-    _Reply,
-    _response_format,
-    _with_schema_instruction,
+from planexec.models._openai import OpenAIModel
+from planexec.models._openai_common import (
+    PendingCall,
+    PendingReply,
+    SdkStreamReader,
+    call_error,
+    kept,
+    response_format,
+    sdk_errors,
+    with_schema_instruction,
 )
-from planexec.models._resilience import call_with_retries, open_with_retries
+from planexec.models._resilience import call_with_retries
 from planexec.models._settings import ReasoningEffort
+from planexec.models._streams import open_stream, relay
 
 __all__ = ["OpenAIResponsesModel"]
 
@@ -133,7 +138,7 @@ class OpenAIResponsesModel(OpenAIModel):
         wire = self._responses_wire(request)
         client = await self._sdk()
 
-        async def attempt() -> _Reply:
+        async def attempt() -> PendingReply:
             answer = await self._create(client, wire, stream=False)
             if not isinstance(answer, Response):
                 raise self._malformed(f"a {type(answer).__name__} where a response belongs")
@@ -146,79 +151,66 @@ class OpenAIResponsesModel(OpenAIModel):
         wire = self._responses_wire(request)
         client = await self._sdk()
 
-        async def start() -> tuple[AsyncStream[ResponseStreamEvent], _Events, list[StreamDelta]]:
+        async def start() -> SdkStreamReader[ResponseStreamEvent]:
             events = await self._create(client, wire, stream=True)
             if not isinstance(events, AsyncStream):
                 raise self._malformed("a whole response where a stream of events was asked for")
             if events.response.headers.get("content-type", "").startswith("application/json"):
                 await events.close()  # a server that does not stream answered with one JSON body
                 raise self._malformed("a JSON body where a stream of events was asked for")
-            state = _Events(model=self, client=client, reply=_Reply(model=self.model))
-            try:
-                first = await self._read_until_text(events, state)
-            except BaseException:
-                await events.close()
-                raise
-            return events, state, first
+            return self._events(events, client)
 
-        held = await open_with_retries(self.limits_key, start, self.retry)
-        events, state, first = held.value
-        try:
-            for delta in first:
+        opened = await open_stream(self.limits_key, self.retry, start)
+        async with aclosing(relay(opened)) as deltas:
+            async for delta in deltas:
                 yield delta
-            while not state.reply.ended:
-                for delta in await self._next_event(events, state):
-                    yield delta
-        finally:
-            try:
-                await events.close()
-            finally:
-                held.release()
-        yield self._response(state.reply, request, wire.sent())
+        yield self._response(opened.value[0].reply, request, wire.sent())
 
     async def _create(self, client: AsyncOpenAI, wire: _Wire, *, stream: bool) -> object:
         """What the SDK made of the answer: a response, a stream of events, or whatever the body held."""
         check_model_requests_allowed(self.name)
         try:
-            return await client.responses.create(
-                model=self.model,
-                input=wire.input,
-                tools=wire.tools,
-                text=wire.text,
-                reasoning=wire.reasoning,
-                prompt_cache_key=wire.prompt_cache_key,
-                temperature=wire.temperature,
-                top_p=wire.top_p,
-                max_output_tokens=wire.max_output_tokens,
-                store=False,
-                stream=stream,
-                timeout=wire.timeout,
-                extra_body=wire.extra_body,
-            )
-        except openai.APIError as e:
-            raise _call_error(e, self.provider, self.name, self.api_key_env) from e
+            with sdk_errors(self.provider, self.name, self.api_key_env):
+                return await client.responses.create(
+                    model=self.model,
+                    input=wire.input,
+                    tools=wire.tools,
+                    text=wire.text,
+                    reasoning=wire.reasoning,
+                    prompt_cache_key=wire.prompt_cache_key,
+                    temperature=wire.temperature,
+                    top_p=wire.top_p,
+                    max_output_tokens=wire.max_output_tokens,
+                    store=False,
+                    stream=stream,
+                    timeout=wire.timeout,
+                    extra_body=wire.extra_body,
+                )
         except (ValueError, RecursionError) as e:  # a body the SDK cannot read (not JSON, nested too deep)
             raise self._malformed(f"a body that cannot be read ({clip(str(e), 200)})") from e
 
-    async def _read_until_text(self, events: AsyncStream[ResponseStreamEvent], state: _Events) -> list[StreamDelta]:
-        while not state.reply.ended:
-            deltas = await self._next_event(events, state)
-            if deltas:
-                return deltas
-        return []
+    def _events(
+        self, events: AsyncStream[ResponseStreamEvent], client: AsyncOpenAI
+    ) -> SdkStreamReader[ResponseStreamEvent]:
+        state = _Events(model=self, client=client, reply=PendingReply(model=self.model))
 
-    async def _next_event(self, events: AsyncStream[ResponseStreamEvent], state: _Events) -> list[StreamDelta]:
-        try:
-            event = await events.__anext__()
-        except StopAsyncIteration:  # the connection closed mid-reply: what came is not the whole answer
+        def at_end() -> list[StreamDelta]:  # the connection closed mid-reply: what came is not the whole answer
             raise ModelCallError(
                 f"{self.name}: the stream ended before the reply was finished", provider=self.provider, retryable=True
             ) from None
-        except openai.APIError as e:
-            raise _call_error(e, self.provider, self.name, self.api_key_env) from e
-        except (ValueError, RecursionError) as e:
-            raise self._malformed(f"streamed data that cannot be read ({clip(str(e), 200)})") from e
-        return state.add(event)
+
+        def unreadable(e: Exception) -> ModelCallError:
+            return self._malformed(f"streamed data that cannot be read ({clip(str(e), 200)})")
+
+        return SdkStreamReader(
+            items=events,
+            reply=state.reply,
+            take=state.add,
+            at_end=at_end,
+            unreadable=unreadable,
+            unreadable_types=(ValueError, RecursionError),
+            who=(self.provider, self.name, self.api_key_env),
+        )
 
     # -- neutral ↔ wire --------------------------------------------------------------------
 
@@ -228,14 +220,14 @@ class OpenAIResponsesModel(OpenAIModel):
         messages = list(request.messages)
         text: ResponseTextConfigParam | Omit = omit
         if request.output is not None:
-            chat_format, in_prompt = _response_format(self.profile, request.output)
+            chat_format, in_prompt = response_format(self.profile, request.output)
             if in_prompt:
-                messages = _with_schema_instruction(messages, request.output)
+                messages = with_schema_instruction(messages, request.output)
             if not isinstance(chat_format, Omit):
                 text = {"format": _text_format(chat_format)}
         settings = request.settings
         dropped = self.unsupported_settings(settings)
-        effort: ReasoningEffort | Omit = _kept(settings.reasoning_effort, "reasoning_effort", dropped)
+        effort: ReasoningEffort | Omit = kept(settings.reasoning_effort, "reasoning_effort", dropped)
         reasoning: Reasoning | Omit = omit
         if not isinstance(effort, Omit):
             reasoning = {"effort": effort}
@@ -245,20 +237,20 @@ class OpenAIResponsesModel(OpenAIModel):
             text=text,
             reasoning=reasoning,
             prompt_cache_key=request.cache_key if request.cache_key and self.profile.prompt_cache_key else omit,
-            temperature=_kept(settings.temperature, "temperature", dropped),
-            top_p=_kept(settings.top_p, "top_p", dropped),
+            temperature=kept(settings.temperature, "temperature", dropped),
+            top_p=kept(settings.top_p, "top_p", dropped),
             max_output_tokens=settings.max_tokens if settings.max_tokens is not None else omit,
             timeout=settings.timeout if settings.timeout is not None else not_given,
             extra_body=dict(settings.extra) if settings.extra else None,
         )
 
-    def _reply(self, response: Response, client: AsyncOpenAI) -> _Reply:
+    def _reply(self, response: Response, client: AsyncOpenAI) -> PendingReply:
         """A whole response, in the terms the chat adapter builds its :class:`ModelResponse` from."""
         status = getattr(response, "status", None)
         if status == "failed":
             self._raise_reported(getattr(response, "error", None), client, "the response failed")
         model = getattr(response, "model", None)
-        reply = _Reply(model=model if isinstance(model, str) and model else self.model)
+        reply = PendingReply(model=model if isinstance(model, str) and model else self.model)
         output = getattr(response, "output", None)
         if output is None:
             output = []
@@ -289,7 +281,7 @@ class OpenAIResponsesModel(OpenAIModel):
         reply.ended = True
         return reply
 
-    def _call(self, item: object) -> _PendingCall:
+    def _call(self, item: object) -> PendingCall:
         name = getattr(item, "name", None)
         if not isinstance(name, str) or not name:
             raise self._malformed("a function call without a name")
@@ -297,7 +289,7 @@ class OpenAIResponsesModel(OpenAIModel):
         arguments = getattr(item, "arguments", None)
         if arguments is not None and not isinstance(arguments, str):
             raise self._malformed(f"arguments to {name!r} that are not JSON text")
-        return _PendingCall(id=call_id if isinstance(call_id, str) else "", name=name, arguments=[arguments or ""])
+        return PendingCall(id=call_id if isinstance(call_id, str) else "", name=name, arguments=[arguments or ""])
 
     def _usage(self, usage: object) -> CompletionUsage | None:
         """Responses usage in chat completions terms (None when the server reported none)."""
@@ -340,7 +332,7 @@ class OpenAIResponsesModel(OpenAIModel):
         }
         sent = httpx2.Request("POST", f"{client.base_url}responses")
         reported = openai.APIError(str(body["message"]), sent, body=body)
-        raise _call_error(reported, self.provider, self.name, self.api_key_env)
+        raise call_error(reported, self.provider, self.name, self.api_key_env)
 
     def _malformed(self, what: str) -> ModelCallError:
         return ModelCallError(f"{self.name} answered with {what}", provider=self.provider, retryable=False)
@@ -355,7 +347,7 @@ class _Events:
 
     model: OpenAIResponsesModel
     client: AsyncOpenAI
-    reply: _Reply
+    reply: PendingReply
 
     def add(self, event: object) -> list[StreamDelta]:
         """Take in one event; return the text deltas to pass on. Unknown event types are skipped."""
@@ -374,15 +366,15 @@ class _Events:
             if getattr(item, "type", None) == "function_call":
                 index = self._index(event)
                 call = model._call(item)
-                pending = reply.calls.setdefault(index, _PendingCall())
+                pending = reply.calls.setdefault(index, PendingCall())
                 pending.id, pending.name = call.id or pending.id, call.name
                 if kind == "response.output_item.done" or call.arguments != [""]:
                     pending.arguments = call.arguments
         elif kind == "response.function_call_arguments.delta":
-            pending = reply.calls.setdefault(self._index(event), _PendingCall())
+            pending = reply.calls.setdefault(self._index(event), PendingCall())
             pending.arguments.append(model._text(event, "delta", "an arguments delta"))
         elif kind == "response.function_call_arguments.done":
-            pending = reply.calls.setdefault(self._index(event), _PendingCall())
+            pending = reply.calls.setdefault(self._index(event), PendingCall())
             pending.arguments = [model._text(event, "arguments", "arguments")]
         elif kind in ("response.completed", "response.incomplete", "response.failed"):
             response = getattr(event, "response", None)
@@ -399,7 +391,7 @@ class _Events:
             raise self.model._malformed(f"an output index of {clip(repr(index), 40)}")
         return index
 
-    def _finish(self, final: _Reply) -> None:
+    def _finish(self, final: PendingReply) -> None:
         """The last event's response: its status, usage and model; its content where none streamed."""
         reply = self.reply
         reply.model, reply.finish, reply.usage, reply.ended = final.model, final.finish, final.usage, True
