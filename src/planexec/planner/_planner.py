@@ -36,10 +36,10 @@ from planexec.models import (
     StreamingModel,
     resolve_model,
 )
-from planexec.plan import FinalAnswer, PlanDraft, Step, Turn, capped, check_steps, template_problems
+from planexec.plan import FinalAnswer, PlanDraft, Step, Turn
+from planexec.planner._answer_checks import draft_problems, turn_problems
 from planexec.planner._context import PlanningContext
 from planexec.planner._ensemble import Ensemble
-from planexec.planner._handoff import take_handoff
 from planexec.planner._policies import PLANNER_POLICIES, PlannerPolicy, PolicyName, Upfront
 from planexec.planner._prompt import (
     FINISH,
@@ -147,11 +147,9 @@ class Planner:
             add("ensemble", "must be an Ensemble(...) or None")
         if not isinstance(self.sealed, bool):
             add("sealed", "must be True or False")
-        elif self.sealed and self.policy in PLANNER_POLICIES:
-            conflict = PLANNER_POLICIES.get(self.policy).sealed_conflict
-            if conflict is not None:
-                give = " or ".join(f"policy={p.name!r}" for p in PLANNER_POLICIES.sealable())
-                add("sealed", f"a sealed planner plans {PLANNER_POLICIES.how_sealed()}: {conflict} (give {give})")
+        elif self.sealed and (conflict := PLANNER_POLICIES.unsealable(self.policy)) is not None:
+            give = " or ".join(f"policy={p.name!r}" for p in PLANNER_POLICIES.sealable())
+            add("sealed", f"a sealed planner plans {PLANNER_POLICIES.how_sealed()}: {conflict} (give {give})")
         extractor = self.extractor
         if extractor is not None:
             if not self.sealed:
@@ -231,7 +229,7 @@ class Planner:
         """The next step, or stop (step-by-step policy). A turn that stops without the answer (none,
         or empty) has ``answer`` None: the run then asks for it with :meth:`finish`."""
         extra = [ctx.record_text(self.record_chars, self.record_window)] if ctx.state.steps else []
-        return await self._ask(ctx, self._turn_system, extra, Turn, self._check_turn, "planner.turn")
+        return await self._ask(ctx, self._turn_system, extra, Turn, turn_problems, "planner.turn")
 
     async def finish(self, ctx: PlanningContext) -> str:
         """The final answer from the finished record. Under the step-by-step policy it is asked for
@@ -250,6 +248,9 @@ class Planner:
         extra = [ctx.record_text(self.record_chars), instruction]
         answer = await self._ask(ctx, system, extra, FinalAnswer, lambda _a, _c: [], "planner.finish")
         return answer.answer
+
+    def _check_draft(self, draft: PlanDraft, ctx: PlanningContext) -> list[Problem]:
+        return draft_problems(draft, ctx, sealed=self.sealed)
 
     @property
     def _turn_system(self) -> str:
@@ -466,93 +467,6 @@ class Planner:
                 continue  # a turn's step is gated on its confidence: wait for the whole turn
             ctx.on_step(step)
 
-    def _check_draft(self, draft: PlanDraft, ctx: PlanningContext) -> list[Problem]:
-        answer = self._answer_problems(draft, ctx) if self.sealed else []
-        handoff = take_handoff(draft, ctx.checks, ctx.state)
-        if handoff:
-            return capped([*handoff, *answer, *check_steps(draft.steps, ctx.current_checks())])
-        if answer:
-            return capped([*answer, *check_steps(draft.steps, ctx.current_checks())])
-        if draft.question is not None or draft.give_up is not None:
-            if draft.steps:
-                return [Problem(code="plan", where="steps", message="a question or giving up comes with no steps")]
-            return []
-        if not draft.steps and not _work_done(ctx):
-            return [_EMPTY]
-        problems = check_steps(draft.steps, ctx.current_checks())
-        if not problems and draft.steps and ctx.plan_problems is not None:
-            problems = ctx.plan_problems(draft.steps)
-        return problems
-
-    def _answer_problems(self, draft: PlanDraft, ctx: PlanningContext) -> list[Problem]:
-        """A sealed answer's problems: its answer template (or, for a patch that gives none, the
-        plan's, which it keeps) must name only steps of the new plan version or finished ones; a
-        hand-off gives the answer itself."""
-        if draft.question is not None or draft.give_up is not None:
-            return []
-        if draft.handoff is not None:
-            if draft.answer is None:
-                return []
-            message = "a hand-off's output is the final answer: give no answer template with it"
-            return [Problem(code="answer_template", where="answer", message=message)]
-        template, kept = draft.answer, False
-        if template is None:
-            plan = ctx.state.plan
-            template, kept = (plan.answer if plan is not None else None), True
-        if template is None:
-            return []
-        checks = ctx.current_checks()
-        known = {*(s.id for s in draft.steps), *checks.finished, *checks.running}
-        problems = template_problems(template, known)
-        if kept:
-            problems = [
-                Problem(
-                    code=p.code,
-                    where=p.where,
-                    message=f"{p.message}: the plan's answer template is kept when a patch gives none; "
-                    "give answer again",
-                )
-                for p in problems
-            ]
-        return problems
-
-    def _check_turn(self, turn: Turn, ctx: PlanningContext) -> list[Problem]:
-        if turn.question is not None or turn.give_up is not None:
-            if turn.stop or turn.step is not None:
-                what = "a question" if turn.question is not None else "giving up"
-                return [Problem(code="turn", where="turn", message=f"{what} comes with no step and no stop")]
-            return []
-        if turn.stop:
-            # Stop wins over a step given with it (the step is not run); with no answer (none, or
-            # empty), the run asks the planner for it (``finish``).
-            if turn.answer is not None and not turn.answer.strip():
-                turn.answer = None
-            if not _work_done(ctx):
-                return [_EMPTY]
-            return []
-        if turn.step is None:
-            return [Problem(code="turn", where="step", message="stop is false, so a step is required")]
-        step = turn.step
-        if turn.confidence is None and step.confidence is None:
-            return [Problem(code="turn", where="confidence", message="a turn with a step needs a confidence (0 to 1)")]
-        if step.confidence is None or step.thought is None:
-            step = step.model_copy(
-                update={
-                    "confidence": turn.confidence if step.confidence is None else step.confidence,
-                    "thought": turn.thought if step.thought is None else step.thought,
-                }
-            )
-            turn.step = step
-        return check_steps([step], ctx.current_checks())
-
-
-_EMPTY = Problem(
-    code="empty_plan",
-    where="steps",
-    message="no step has been tried: plan the work that meets the goal (an answer with no work done "
-    "is accepted only when the run reviews its final answer)",
-)
-
 
 @dataclass(kw_only=True)
 class _Asking:
@@ -597,8 +511,3 @@ class _Feedback:
 
 def _guided(guidance: str | None) -> str:
     return f"\nGuidance from a human: {guidance}" if guidance else "\nA human lets you try again."
-
-
-def _work_done(ctx: PlanningContext) -> bool:
-    """Whether an answer may come with no more steps: some step was tried, or answers are reviewed."""
-    return ctx.empty_plan_ok or bool(ctx.state.steps)

@@ -172,6 +172,12 @@ class PolicyRegistry:
         """How a sealed planner plans, in words ("upfront")."""
         return " or ".join(p.plans for p in self.sealable())
 
+    def unsealable(self, name: object) -> str | None:
+        """Why a sealed planner cannot follow the policy called ``name`` (None: it can, or no
+        policy is called that)."""
+        policy = self._policies.get(name) if isinstance(name, str) else None
+        return None if policy is None else policy.sealed_conflict
+
 
 PLANNER_POLICIES = PolicyRegistry()
 """Every planner policy, by name: the one place that knows which there are."""
