@@ -137,8 +137,7 @@ def forecast_steps(
         replans_left = max(0, budget.replans - state.replans)
     elif replan != "never":
         replans_left = 3
-    by_turns = PLANNER_POLICIES.get(policy).turns
-    if by_turns:
+    if by_turns := PLANNER_POLICIES.get(policy).turns:
         low_calls = float(finish)
         steps_left = budget.steps - state.steps_started if budget.steps is not None else 10
         high_calls = float(finish + max(0, steps_left))
