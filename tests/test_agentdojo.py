@@ -292,7 +292,7 @@ def test_bad_settings_are_listed_all_at_once() -> None:
             attack="no-such-attack",
             user_tasks=["user_task_0", "user_task_99"],
             injection_tasks=["injection_task_42"],
-            policy="sideways",  # type: ignore[arg-type]
+            policy="sideways",
             concurrency=0,
         ),
     )

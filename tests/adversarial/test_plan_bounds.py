@@ -41,7 +41,7 @@ from planexec.plan._checks import MAX_PROBLEMS_PER_CODE
 from planexec.plan._graph import MAX_CYCLES
 from planexec.plan._plan import PlanDraft
 from planexec.plan._schemas import MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES, schema_errors
-from planexec.planner._planner import _parse as parse_reply
+from planexec.planner._reply import parse_reply
 from planexec.planner._stream import StreamedSteps
 from planexec.store import MemoryStore
 from planexec.testing import ScriptedModel

@@ -359,7 +359,7 @@ def test_a_planner_with_wrong_settings_lists_every_problem() -> None:
     with pytest.raises(UsageError) as caught:
         Planner(
             model=ScriptedModel([]),
-            policy="greedy",  # type: ignore[arg-type]
+            policy="greedy",
             replan=None,  # type: ignore[arg-type]
             turn_format="yaml",  # type: ignore[arg-type]
             max_repairs=-1,

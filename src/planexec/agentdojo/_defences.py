@@ -42,7 +42,7 @@ from typing import Literal, Protocol
 from planexec.agentdojo._sealed import EXTRACTOR
 from planexec.executor import Executor, Extractor, ModelExecutor
 from planexec.models import Model
-from planexec.planner import Planner, PolicyName
+from planexec.planner import PLANNER_POLICIES, Planner, PolicyName, StepByStep, Upfront
 from planexec.runtime import Agent, ApprovalDecision, ApprovalRequest, Approvals, Budget, RunContext
 from planexec.tools import Tool
 from planexec.trust import TrustPolicy
@@ -144,11 +144,14 @@ class Defence:
 
 
 def _none(ctx: DefenceContext) -> AgentOptions:
-    policy = ctx.policy or "step"
+    policy = ctx.policy or StepByStep.name
+    # Undefended, the planner reads every output: a policy that is not asked for turns (each of
+    # which reads the record) replans after each step.
+    turns = policy in PLANNER_POLICIES and PLANNER_POLICIES.get(policy).turns
     planner = Planner(
         model=ctx.planner,
         policy=policy,
-        replan="after_each_step" if policy == "upfront" else "on_failure",
+        replan="on_failure" if turns else "after_each_step",
         record_chars=FULL_RECORD,
         record_window=None,
     )
@@ -185,7 +188,7 @@ def _policies(ctx: DefenceContext) -> AgentOptions:
 def _sealed(ctx: DefenceContext) -> AgentOptions:
     planner = Planner(
         model=ctx.sealed_planner,
-        policy="upfront",
+        policy=Upfront.name,
         sealed=True,
         extractor=Extractor(model=ctx.extractor, name=EXTRACTOR, max_turns=1),
     )

@@ -20,7 +20,7 @@ from planexec.agentdojo._world import DojoWorld
 from planexec.errors import Problem, UsageError
 from planexec.log import ApprovalDecided, ApprovalRequested, Event, ModelCalled
 from planexec.models import Model, resolve_model
-from planexec.planner import PolicyName
+from planexec.planner import PLANNER_POLICIES, PolicyName
 from planexec.runtime import Budget
 
 __all__ = [
@@ -118,8 +118,9 @@ def settings_problems(suite: object, settings: DojoSettings) -> list[Problem]:
             )
     if settings.defences is not None and not settings.defences:
         problems.append(Problem(code="agentdojo", where="defences", message="names no defence setting"))
-    if settings.policy is not None and settings.policy not in ("upfront", "step"):
-        problems.append(Problem(code="agentdojo", where="policy", message=f"{settings.policy!r}: upfront or step"))
+    if settings.policy is not None and settings.policy not in PLANNER_POLICIES:
+        choices = " or ".join(PLANNER_POLICIES.names())
+        problems.append(Problem(code="agentdojo", where="policy", message=f"{settings.policy!r}: {choices}"))
     for field_name, value, low, high in (
         ("limit", settings.limit, 1, None),
         ("concurrency", settings.concurrency, 1, MAX_CONCURRENCY),

@@ -23,7 +23,7 @@ from planexec.errors import Problem, UsageError
 from planexec.faults import FaultProfile
 from planexec.log import Event, ModelCalled, RunResult
 from planexec.models import Message, Model
-from planexec.planner import Planner
+from planexec.planner import PLANNER_POLICIES, Planner, PolicyName, Upfront
 from planexec.react import ReactAgent, ReactResult
 from planexec.runtime import Agent, AnswerReview, Budget, Session
 from planexec.store import RunStore
@@ -32,7 +32,8 @@ from planexec.tools import RetryPolicy, Tool
 __all__ = ["REACT_TURNS", "AgentKind", "Policy", "TaskOutcome", "TaskRun", "run_task"]
 
 AgentKind = Literal["planexec", "react"]
-Policy = Literal["upfront", "step"]
+Policy = PolicyName
+"""The planner's policy: the name of a registered one (see ``planexec.planner.PLANNER_POLICIES``)."""
 
 REACT_TURNS = 50
 """The ReAct baseline's most model calls per BFCL turn: a turn of BFCL's makes up to 34 calls, and
@@ -154,7 +155,7 @@ async def run_task(
     *,
     planner: Model | str | None = None,
     agent: AgentKind = "planexec",
-    policy: Policy = "upfront",
+    policy: Policy = Upfront.name,
     store: RunStore | None = None,
     budget: Budget | None = None,
     fail_one: int | None = None,
@@ -170,8 +171,9 @@ async def run_task(
     problems = []
     if agent not in ("planexec", "react"):
         problems.append(Problem(code="bfcl", where="agent", message=f"{agent!r}: planexec or react"))
-    if policy not in ("upfront", "step"):
-        problems.append(Problem(code="bfcl", where="policy", message=f"{policy!r}: upfront or step"))
+    if policy not in PLANNER_POLICIES:
+        choices = " or ".join(PLANNER_POLICIES.names())
+        problems.append(Problem(code="bfcl", where="policy", message=f"{policy!r}: {choices}"))
     if problems:
         raise UsageError("invalid BFCL run", problems)
     run = TaskRun(task, fail_one=fail_one, retry=retry)

@@ -53,7 +53,7 @@ from planexec.eval import (
     run_suite,
     suite_from_mapping,
 )
-from planexec.planner import ENSEMBLE_TRIGGERS
+from planexec.planner import ENSEMBLE_TRIGGERS, PLANNER_POLICIES, Upfront
 from planexec.store import Redactor, RunStore
 
 __all__ = ["eval_command"]
@@ -132,7 +132,9 @@ def _tolerance(maximum: float) -> Callable[[click.Context, click.Parameter, floa
     "--react-model", metavar="MODEL", help="bfcl: suites with --agent react: the model (default: the oracle)."
 )
 @click.option(
-    "--policy", type=click.Choice(["upfront", "step"]), help="bfcl: suites: the planner's policy (default: upfront)."
+    "--policy",
+    type=click.Choice(PLANNER_POLICIES.names()),
+    help=f"bfcl: suites: the planner's policy (default: {Upfront.name}).",
 )
 @click.option(
     "--escalate-to",
@@ -172,37 +174,7 @@ def _tolerance(maximum: float) -> Callable[[click.Context, click.Parameter, floa
 @click.option("--no-live", is_flag=True, help="Print a line per finished run instead of a progress bar.")
 @global_options(store=False)
 @click.pass_context
-def eval_command(
-    ctx: click.Context,
-    /,
-    suite_path: Path,
-    concurrency: int | None,
-    json_out: str | None,
-    baseline: Path | None,
-    faults: str | None,
-    seed: int | None,
-    agent: str,
-    store_url: str | None,
-    tolerance_pass_rate: float | None,
-    tolerance_cost: float | None,
-    tolerance_latency: float | None,
-    fail_on_task_failure: bool,
-    sealed: bool,
-    planner: str | None,
-    executor: str | None,
-    react_model: str | None,
-    policy: str | None,
-    escalate_to: tuple[str, ...],
-    escalate_on: tuple[str, ...],
-    confidence_below: str | None,
-    limit: int | None,
-    ids: str | None,
-    fail_one: int | None,
-    defence: tuple[str, ...],
-    attack: str | None,
-    injection_ids: str | None,
-    no_live: bool,
-) -> None:
+def eval_command(ctx: click.Context, /, suite_path: Path, **given: Any) -> None:
     """Evaluate an agent on a suite of golden tasks (a YAML file, bfcl:CATEGORY or agentdojo:SUITE).
 
     bfcl:CATEGORY runs BFCL's multi-turn tasks (bfcl:multi_turn_base, bfcl:multi_turn_miss_func,
@@ -228,84 +200,63 @@ def eval_command(
     as an absolute drop; cost and latency as a relative rise of the mean per run.
     """
     if str(suite_path).startswith(AGENTDOJO_PREFIX):
-        agentdojo_eval(
-            ctx,
-            str(suite_path).removeprefix(AGENTDOJO_PREFIX),
-            {
-                "concurrency": concurrency,
-                "json_out": json_out,
-                "baseline": baseline,
-                "faults": faults,
-                "seed": seed,
-                "agent": agent,
-                "store_url": store_url,
-                "tolerance_pass_rate": tolerance_pass_rate,
-                "tolerance_cost": tolerance_cost,
-                "tolerance_latency": tolerance_latency,
-                "fail_on_task_failure": fail_on_task_failure,
-                "planner": planner,
-                "executor": executor,
-                "react_model": react_model,
-                "policy": policy,
-                "escalate_to": escalate_to,
-                "escalate_on": escalate_on,
-                "confidence_below": confidence_below,
-                "limit": limit,
-                "ids": ids,
-                "fail_one": fail_one,
-                "defence": defence,
-                "attack": attack,
-                "injection_ids": injection_ids,
-                "no_live": no_live,
-            },
-        )
-    given = {"pass_rate": tolerance_pass_rate, "cost": tolerance_cost, "latency": tolerance_latency}
-    options = _Options(
-        suite_path=suite_path,
-        settings=EvalSettings(
-            agent=cast(AgentKind, agent),
-            concurrency=concurrency,
-            seed=seed,
-            redactor=Redactor(pii=store_choice(ctx).pii),
-            sealed=True if sealed else None,
-        ),
-        faults=faults,
-        json_out=json_out,
-        baseline=baseline,
-        tolerances={k: v for k, v in given.items() if v is not None},
-        fail_on_task_failure=fail_on_task_failure,
-        no_live=no_live,
-        store=_store(ctx, store_url),
-        bfcl={
-            "planner": planner,
-            "executor": executor,
-            "react_model": react_model,
-            "policy": policy,
-            "escalate_to": escalate_to or None,
-            "escalate_on": escalate_on or None,
-            "confidence_below": confidence_below,
-            "limit": limit,
-            "ids": ids,
-            "fail_one": fail_one,
-        },
-        agentdojo_only=tuple(
-            flag
-            for flag, value in (("--defence", defence), ("--attack", attack), ("--injection-ids", injection_ids))
-            if value
-        ),
-    )
+        agentdojo_eval(ctx, str(suite_path).removeprefix(AGENTDOJO_PREFIX), given)
+    options = _options(ctx, suite_path, given)
     suite, fault_spec, base = _prepare(ctx, options)
     settings = replace(options.settings, faults=fault_spec)
-    console = make_console(as_json=json_out == "-")
+    console = make_console(as_json=options.json_out == "-")
     if options.store is not None and settings.agent == "react":
         click.echo("note: ReAct runs are not logged in a store; --store is ignored", err=True)
     try:
-        report = asyncio.run(_run(suite, settings, options.store, console, no_live=no_live))
+        report = asyncio.run(_run(suite, settings, options.store, console, no_live=options.no_live))
     except Refused as e:
         problem_exit(ctx, e.problems)
     except SuiteInvalid as e:  # its MCP servers cannot start, or their tools do not fit the tasks
         problem_exit(ctx, _suite_problems(options.suite_path, e))
     ctx.exit(_finish(report, suite, base, options, console))
+
+
+_BFCL_OPTIONS = (
+    "planner",
+    "executor",
+    "react_model",
+    "policy",
+    "escalate_to",
+    "escalate_on",
+    "confidence_below",
+    "limit",
+    "ids",
+    "fail_one",
+)
+"""The options that shape a ``bfcl:`` suite."""
+
+
+def _options(ctx: click.Context, suite_path: Path, given: dict[str, Any]) -> _Options:
+    """What the command line asked for, from its options (None, or empty: not given)."""
+    tolerances = {key: given[f"tolerance_{key}"] for key in ("pass_rate", "cost", "latency")}
+    return _Options(
+        suite_path=suite_path,
+        settings=EvalSettings(
+            agent=cast(AgentKind, given["agent"]),
+            concurrency=given["concurrency"],
+            seed=given["seed"],
+            redactor=Redactor(pii=store_choice(ctx).pii),
+            sealed=True if given["sealed"] else None,
+        ),
+        faults=given["faults"],
+        json_out=given["json_out"],
+        baseline=given["baseline"],
+        tolerances={k: v for k, v in tolerances.items() if v is not None},
+        fail_on_task_failure=given["fail_on_task_failure"],
+        no_live=given["no_live"],
+        store=_store(ctx, given["store_url"]),
+        bfcl={key: None if given[key] == () else given[key] for key in _BFCL_OPTIONS},
+        agentdojo_only=tuple(
+            flag
+            for flag, key in (("--defence", "defence"), ("--attack", "attack"), ("--injection-ids", "injection_ids"))
+            if given[key]
+        ),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -347,8 +298,10 @@ def _prepare(ctx: click.Context, options: _Options) -> tuple[Suite, FaultSpec | 
         problems.add("--json", f"{options.json_out} is a folder")
     if suite is not None and options.settings.sealed and options.settings.agent == "planexec":
         for task in suite.tasks:
-            if task.policy == "step":
-                problems.add("--sealed", f"task {task.id!r} plans step by step; a sealed planner plans upfront")
+            if PLANNER_POLICIES.unsealable(task.policy) is not None:
+                plans = PLANNER_POLICIES.get(task.policy).plans
+                sealed = PLANNER_POLICIES.how_sealed()
+                problems.add("--sealed", f"task {task.id!r} plans {plans}; a sealed planner plans {sealed}")
     if problems or suite is None:
         problem_exit(ctx, problems)
     return suite, faults, base

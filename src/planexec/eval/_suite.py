@@ -21,7 +21,7 @@ from planexec.eval._limits import (
     shown,
 )
 from planexec.models import Model, ModelSettings
-from planexec.planner import ENSEMBLE_TRIGGERS, EnsembleTrigger
+from planexec.planner import ENSEMBLE_TRIGGERS, EnsembleTrigger, PolicyName, Upfront
 from planexec.runtime import AnswerCheck, Budget, Escalation, Limits
 from planexec.tools import Toolset
 
@@ -156,7 +156,7 @@ class Task:
     executor: ModelSpec | None = None
     judge: ModelSpec | None = None
     react_model: ModelSpec | None = None
-    policy: Literal["upfront", "step"] = "upfront"
+    policy: PolicyName = Upfront.name
     replan: Literal["on_failure", "after_each_step", "never"] = "on_failure"
     budget: Budget = field(default_factory=Budget)
     limits: Limits = field(default_factory=Limits)

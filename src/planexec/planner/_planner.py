@@ -9,25 +9,20 @@ signatures and output schemas, the budget and the plan's structure (see :mod:`._
 plans upfront, writes the final answer as a template with the plan, and pulls values out of
 outputs only through quarantined extractor steps (:class:`~planexec.executor.Extractor`).
 
-The answer is hostile input: it is parsed as strict JSON (``NaN`` and ``Infinity`` are
-``invalid_json``), and an answer nested deeper than the plan allows (``REPLY_DEPTH``) is a
-``too_deep`` problem, never a ``RecursionError``.
+How a planner plans is its policy (see :mod:`._policies`): the planner asks it whether it is
+asked for turns or for plans, and whether a sealed planner can follow it. Replies are read in
+:mod:`._reply`.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from planexec._util.clip import clip
-from planexec._util.strict_json import MAX_DEPTH, JSONRefused, loads
-from planexec._util.values import replaced
 from planexec.errors import PlannerEscalated, PlannerGaveUp, Problem, UsageError
 from planexec.executor import Extractor
 from planexec.models import (
@@ -41,182 +36,53 @@ from planexec.models import (
     StreamingModel,
     resolve_model,
 )
-from planexec.plan import (
-    FLAT_KEYS,
-    CheckContext,
-    FinalAnswer,
-    FlatTurn,
-    PlanDraft,
-    Step,
-    Turn,
-    capped,
-    changes_world,
-    check_steps,
-    template_problems,
+from planexec.plan import FinalAnswer, PlanDraft, Step, Turn
+from planexec.planner._answer_checks import draft_problems, turn_problems
+from planexec.planner._context import PlanningContext
+from planexec.planner._ensemble import Ensemble
+from planexec.planner._policies import PLANNER_POLICIES, PlannerPolicy, PolicyName, Upfront
+from planexec.planner._prompt import (
+    FINISH,
+    FINISH_TURN,
+    PATCH,
+    PATCH_SEALED,
+    STEP_BY_STEP,
+    STEP_BY_STEP_FLAT,
+    UPFRONT,
+    describe_budget,
+    describe_goal,
+    describe_record,
+    describe_sealed_record,
+    describe_tools,
+    sealed_instructions,
+    sealed_why,
 )
-from planexec.planner import _prompt
-from planexec.planner._handoff import take_handoff
+from planexec.planner._reply import FLAT_SPEC, PLAN_SPEC, TURN_SPEC, cache_key, confidence_of, parse_reply
 from planexec.planner._stream import StreamedSteps
-from planexec.planner._wire import FLAT_TURN_SCHEMA, PLAN_SCHEMA, TURN_SCHEMA, unwire_handoff, unwire_step, unwire_turn
-from planexec.tools import Toolset
+from planexec.planner._wire import unwire_step
 
 if TYPE_CHECKING:
     from planexec.log import RunState
 
-__all__ = [
-    "ENSEMBLE_TRIGGERS",
-    "Ensemble",
-    "EnsembleTrigger",
-    "Planner",
-    "PlannerEscalated",
-    "PlannerGaveUp",
-    "PlanningContext",
-    "PolicyName",
-    "ReplanPolicy",
-    "TurnFormat",
-]
+__all__ = ["Planner", "ReplanPolicy", "TurnFormat"]
 
-PolicyName = Literal["upfront", "step"]
 ReplanPolicy = Literal["on_failure", "after_each_step", "never"]
 TurnFormat = Literal["nested", "flat"]
 """The JSON Schema a step-by-step planner is sent: ``nested`` (a ``step`` object inside the turn)
 or ``flat`` (``thought, next_step, tool, arguments, stop, confidence``). Either answer is accepted."""
 
-EnsembleTrigger = Literal["repair_failed", "low_confidence", "replan", "acceptance_failed"]
-"""When an ensemble hands planning to its next model: ``repair_failed`` (an answer still fails its
-checks after every repair), ``low_confidence`` (an answer's confidence is under the ensemble's
-``confidence_below``), ``replan`` (a patch after a failure), ``acceptance_failed`` (a patch after a
-step's result failed its acceptance checks)."""
-
-ENSEMBLE_TRIGGERS: tuple[EnsembleTrigger, ...] = ("repair_failed", "low_confidence", "replan", "acceptance_failed")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Ensemble:
-    """The models a planner escalates to, in order, after its own ``model`` (the cheap, fast one).
-
-    ``escalate_to``: the next models, strongest last. ``escalate_on``: the triggers that hand a
-    request to the next model (see :data:`EnsembleTrigger`); all of them by default.
-    ``confidence_below``: the confidence under which ``low_confidence`` escalates.
-
-    A request starts with the planner's own model, or, for a patch after a failure, one model further
-    for each replan (``replan``) or each step that failed acceptance (``acceptance_failed``) so far;
-    within a request, ``repair_failed`` and ``low_confidence`` move on to the next model. The last
-    model behaves as a single planner does: it gives up after its repairs, and its low confidence
-    goes to the run's own confidence floor.
-    """
-
-    escalate_to: Sequence[Model | str]
-    escalate_on: Sequence[EnsembleTrigger] = ENSEMBLE_TRIGGERS
-    confidence_below: float = 0.5
-
-    def __post_init__(self) -> None:
-        problems: list[Problem] = []
-
-        def add(where: str, message: str) -> None:
-            problems.append(Problem(code="ensemble", where=where, message=message))
-
-        models = self.escalate_to
-        if isinstance(models, str) or not isinstance(models, Sequence):
-            add("escalate_to", "must be a list of models or model strings")
-        else:
-            if not models:
-                add("escalate_to", "names no model: give at least one model to escalate to")
-            for i, m in enumerate(models):
-                if not isinstance(m, str) and not callable(getattr(m, "request", None)):
-                    add(f"escalate_to.{i}", f"{type(m).__name__} is not a model (nothing with a request method)")
-                elif isinstance(m, str) and not m.strip():
-                    add(f"escalate_to.{i}", "an empty model string")
-        triggers = self.escalate_on
-        if isinstance(triggers, str) or not isinstance(triggers, Sequence | frozenset | set):
-            add("escalate_on", f"must be a list of triggers among {', '.join(ENSEMBLE_TRIGGERS)}")
-        else:
-            for t in triggers:
-                if t not in ENSEMBLE_TRIGGERS:
-                    add("escalate_on", f"{t!r} is not one of {', '.join(ENSEMBLE_TRIGGERS)}")
-        c = self.confidence_below
-        if isinstance(c, bool) or not isinstance(c, int | float) or not 0 <= c <= 1:
-            add("confidence_below", "must be a number from 0 to 1")
-        if problems:
-            raise UsageError("invalid planner ensemble", problems)
-        object.__setattr__(self, "escalate_to", tuple(models))
-        object.__setattr__(self, "escalate_on", tuple(dict.fromkeys(triggers)))
-
-    def on(self, trigger: EnsembleTrigger) -> bool:
-        return trigger in self.escalate_on
-
+T = TypeVar("T", bound=BaseModel)
 
 ESCALATING = frozenset({"unknown_tool", "unknown_allowed_tool"})
 """Problems that escalate to a human, when one can be asked, instead of using up repairs."""
-
-T = TypeVar("T", bound=BaseModel)
-
-REPLY_DEPTH = MAX_DEPTH + 5
-"""How deep a planner's answer may nest: a step's arguments or schemas may be ``MAX_DEPTH`` levels
-deep, inside the answer, its list of steps, a step, its checks and a check."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class PlanningContext:
-    """What the run gives the planner for one planning round."""
-
-    goal: str
-    constraints: tuple[str, ...]
-    state: RunState
-    tools: Toolset
-    executors: Mapping[str, str]
-    checks: CheckContext
-    """What plans are checked against; steps that have finished by the time an answer is checked
-    are added to it then (``current_checks``)."""
-    step_budget: int | None = None
-    """The run's step cap, if any."""
-    budget_left: Mapping[str, Any]
-    call: Callable[[Model, ModelRequest], Awaitable[ModelResponse]]
-    rejected: Callable[[int, list[Problem]], None]
-    record: str | None = None
-    """The execution record as text, when taken at the start of the round (else read from ``state``)."""
-    call_stream: Callable[[Model, ModelRequest, Callable[[str], None]], Awaitable[ModelResponse]] | None = None
-    """Call a streaming model, passing each piece of text on as it arrives."""
-    on_step: Callable[[Step], None] | None = None
-    """Receives each step of a streaming answer the moment it is complete (streaming dispatch)."""
-    escalate: Callable[[str, str], Awaitable[str | None]] | None = None
-    """Ask a human about an output that cannot be acted on (reason code, detail): returns guidance
-    text, or None to let the planner try again; raises :class:`PlannerEscalated` to stop. None:
-    nobody can be asked."""
-    ask_user: Callable[[str], Awaitable[str]] | None = None
-    """Ask the user a clarifying question and wait for the answer. None: nobody can be asked."""
-    confidence_floor: float | None = None
-    low_confidence_stops: bool = False
-    """Under ``confidence_floor``: stop at once rather than ask a human."""
-    empty_plan_ok: bool = False
-    """Whether a plan with no steps (or a stop before any step) may end the run: only when some
-    work has been done, or the final answer passes a review."""
-    new_step_id: Callable[[], str] | None = None
-    """The id of the next step of a flat turn."""
-    heard: str | None = None
-    """What people told the run (information, answers, guidance, refused answers), as text."""
-    conversation: str | None = None
-    """For a session's turn: the record of the turns before it (fixed for the run)."""
-    example: str | None = None
-    """A remembered plan for a similar goal, shown as a worked example (plan memory's guided reuse)."""
-    plan_problems: Callable[[Sequence[Step]], list[Problem]] | None = None
-    """The run's own checks of a plan that passed its static checks (its cost forecast against the
-    budget): problems the planner repairs like any other."""
-
-    def current_checks(self) -> CheckContext:
-        """The check context as of now: the steps finished so far, and the steps the budget still allows."""
-        left = None if self.step_budget is None else self.step_budget - self.state.steps_started
-        return with_finished(self.checks, self.state, left)
-
-    def record_text(self, limit: int, window: int | None = None) -> str:
-        return self.record if self.record is not None else _prompt.describe_record(self.state, limit, window)
 
 
 @dataclass(kw_only=True)
 class Planner:
     """A planning model and how it plans.
 
-    ``policy``: ``upfront`` (the whole DAG at once) or ``step`` (one next step per turn).
+    ``policy``: the name of a registered policy (see :data:`PLANNER_POLICIES`): ``upfront`` (the
+    whole DAG at once) or ``step`` (one next step per turn), or one of your own.
     ``replan``: when the plan is patched — ``on_failure`` (default), ``after_each_step``, ``never``.
     ``record_chars``: how much of each step's output the planner sees in the record.
     ``record_window``: under the step-by-step policy, how many finished steps the record shows in
@@ -233,7 +99,7 @@ class Planner:
     """
 
     model: Model | str
-    policy: PolicyName = "upfront"
+    policy: PolicyName = Upfront.name
     replan: ReplanPolicy = "on_failure"
     max_repairs: int = 2
     stream: bool = True
@@ -259,7 +125,7 @@ class Planner:
             problems.append(Problem(code="planner", where=where, message=message))
 
         for name, choices in (
-            ("policy", ("upfront", "step")),
+            ("policy", PLANNER_POLICIES.names()),
             ("replan", ("on_failure", "after_each_step", "never")),
             ("turn_format", ("nested", "flat")),
         ):
@@ -281,12 +147,9 @@ class Planner:
             add("ensemble", "must be an Ensemble(...) or None")
         if not isinstance(self.sealed, bool):
             add("sealed", "must be True or False")
-        elif self.sealed and self.policy == "step":
-            add(
-                "sealed",
-                "a sealed planner plans upfront: the step-by-step policy chooses each next step from the results "
-                "it reads, and a sealed planner reads none (give policy='upfront')",
-            )
+        elif self.sealed and (conflict := PLANNER_POLICIES.unsealable(self.policy)) is not None:
+            give = " or ".join(f"policy={p.name!r}" for p in PLANNER_POLICIES.sealable())
+            add("sealed", f"a sealed planner plans {PLANNER_POLICIES.how_sealed()}: {conflict} (give {give})")
         extractor = self.extractor
         if extractor is not None:
             if not self.sealed:
@@ -300,6 +163,11 @@ class Planner:
             raise UsageError("invalid planner", problems)
         if extractor is not None and not isinstance(extractor, Extractor):
             self.extractor = Extractor(model=extractor)
+
+    @property
+    def policy_kind(self) -> type[PlannerPolicy]:
+        """The registered policy the planner follows (its class)."""
+        return PLANNER_POLICIES.get(self.policy)
 
     @property
     def extractor_name(self) -> str | None:
@@ -329,18 +197,18 @@ class Planner:
     def describe(self, state: RunState) -> str:
         """The execution record as this planner shows it (taken by the run at the start of a round)."""
         if self.sealed:
-            return _prompt.describe_sealed_record(state)
-        window = self.record_window if self.policy == "step" else None
-        return _prompt.describe_record(state, self.record_chars, window)
+            return describe_sealed_record(state)
+        window = self.record_window if self.policy_kind.turns else None
+        return describe_record(state, self.record_chars, window)
 
     def _record(self, ctx: PlanningContext) -> str:
         if self.sealed:
-            return ctx.record if ctx.record is not None else _prompt.describe_sealed_record(ctx.state)
+            return ctx.record if ctx.record is not None else describe_sealed_record(ctx.state)
         return ctx.record_text(self.record_chars)
 
     @property
     def _upfront_system(self) -> str:
-        return _prompt.sealed_instructions(self.extractor_name) if self.sealed else _prompt.UPFRONT
+        return sealed_instructions(self.extractor_name) if self.sealed else UPFRONT
 
     # -- the four planning requests --------------------------------------------------------
 
@@ -352,16 +220,16 @@ class Planner:
         """A new list of unfinished steps, after ``why`` (a failure, or a finished step). A sealed
         planner is told why in planexec's own words, never ``why`` (it may quote an error)."""
         if self.sealed:
-            extra = [self._record(ctx), f"Why a new plan: {_prompt.sealed_why(ctx.state)}\n{_prompt.PATCH_SEALED}"]
+            extra = [self._record(ctx), f"Why a new plan: {sealed_why(ctx.state)}\n{PATCH_SEALED}"]
         else:
-            extra = [self._record(ctx), f"Why a new plan: {why}\n{_prompt.PATCH}"]
+            extra = [self._record(ctx), f"Why a new plan: {why}\n{PATCH}"]
         return await self._ask(ctx, self._upfront_system, extra, PlanDraft, self._check_draft, "planner.patch")
 
     async def turn(self, ctx: PlanningContext) -> Turn:
         """The next step, or stop (step-by-step policy). A turn that stops without the answer (none,
         or empty) has ``answer`` None: the run then asks for it with :meth:`finish`."""
         extra = [ctx.record_text(self.record_chars, self.record_window)] if ctx.state.steps else []
-        return await self._ask(ctx, self._turn_system, extra, Turn, self._check_turn, "planner.turn")
+        return await self._ask(ctx, self._turn_system, extra, Turn, turn_problems, "planner.turn")
 
     async def finish(self, ctx: PlanningContext) -> str:
         """The final answer from the finished record. Under the step-by-step policy it is asked for
@@ -373,17 +241,20 @@ class Planner:
                 "a sealed planner is never asked for the final answer",
                 [Problem(code="planner", where="finish", message="the plan's answer template gives it")],
             )
-        if self.policy == "step":
-            system, instruction = self._turn_system, _prompt.FINISH_TURN
+        if self.policy_kind.turns:
+            system, instruction = self._turn_system, FINISH_TURN
         else:
-            system, instruction = _prompt.UPFRONT, _prompt.FINISH
+            system, instruction = UPFRONT, FINISH
         extra = [ctx.record_text(self.record_chars), instruction]
         answer = await self._ask(ctx, system, extra, FinalAnswer, lambda _a, _c: [], "planner.finish")
         return answer.answer
 
+    def _check_draft(self, draft: PlanDraft, ctx: PlanningContext) -> list[Problem]:
+        return draft_problems(draft, ctx, sealed=self.sealed)
+
     @property
     def _turn_system(self) -> str:
-        return _prompt.STEP_BY_STEP_FLAT if self.turn_format == "flat" else _prompt.STEP_BY_STEP
+        return STEP_BY_STEP_FLAT if self.turn_format == "flat" else STEP_BY_STEP
 
     # -- the shared loop: ask, parse, validate, check, repair --------------------------------
 
@@ -397,14 +268,44 @@ class Planner:
         purpose: str,
     ) -> T:
         models = self.resolved_models()
-        level = self._start_level(ctx, purpose, len(models) - 1)
-        model = models[level]
         system_text = system + (f"\n{self.instructions}" if self.instructions else "")
-        # What changes least comes first, each part ending at a cache point: the instructions and
-        # the tools (the same in every run of the agent), the goal (the same within a run); then
-        # what changes (the record, the budget, what people said, the instruction of this request).
-        tools = _prompt.describe_tools(ctx.tools, ctx.executors, ctx.checks.workflows, outputs=self.sealed)
-        budget = [_prompt.describe_budget(ctx.budget_left)] if purpose != "planner.finish" else []
+        asked, tools = self._messages(ctx, system_text, extra, purpose)
+        spec = self._spec(output)
+        key = cache_key(spec, system_text, tools)
+        at = _Asking(models=models, level=self._start_level(ctx, purpose, len(models) - 1), asked=asked)
+        while True:
+            request = ModelRequest(
+                messages=tuple(at.messages), output=spec, settings=self.settings, purpose=purpose, cache_key=key
+            )
+            response = await self._send(at.model, request, ctx, output)
+            value, problems = parse_reply(response, output, ctx, sealed=self.sealed)
+            if value is not None:
+                problems = check(value, ctx)
+                if not problems:
+                    if at.can_escalate and self._unsure(value):
+                        at.escalate()
+                        continue
+                    feedback = await self._act_on(value, ctx, at.unaided)
+                    if feedback is None:
+                        return value
+                    if feedback.unaided:
+                        at.unaided += 1
+                    at.reply(response.text, feedback.text)
+                    continue
+            listing = await self._repair(ctx, problems, at)
+            if listing is not None:
+                at.reply(response.text, listing + "\nReply again with the whole corrected JSON.")
+
+    def _messages(
+        self, ctx: PlanningContext, system_text: str, extra: list[str], purpose: str
+    ) -> tuple[list[Message], str]:
+        """A request's messages, and the tools' description among them.
+
+        What changes least comes first, each part ending at a cache point: the instructions and
+        the tools (the same in every run of the agent), the goal (the same within a run); then
+        what changes (the record, the budget, what people said, the instruction of this request)."""
+        tools = describe_tools(ctx.tools, ctx.executors, ctx.checks.workflows, outputs=self.sealed)
+        budget = [describe_budget(ctx.budget_left)] if purpose != "planner.finish" else []
         changing = [*extra[:1], *budget, *([ctx.heard] if ctx.heard else []), *extra[1:]]
         # A sealed planner is shown no remembered plan: its values may have been read from untrusted text.
         example = None if self.sealed else ctx.example
@@ -412,63 +313,45 @@ class Planner:
             Message(role="system", content=system_text, cache_point=True),
             Message(role="user", content=tools, cache_point=True),
             *([Message(role="user", content=ctx.conversation, cache_point=True)] if ctx.conversation else []),
-            Message(role="user", content=_prompt.describe_goal(ctx.goal, ctx.constraints), cache_point=True),
+            Message(role="user", content=describe_goal(ctx.goal, ctx.constraints), cache_point=True),
             *([Message(role="user", content=example)] if example else []),
             Message(role="user", content="\n\n".join(changing)),
         ]
-        asked = list(messages)
-        spec = self._spec(output)
-        cache_key = _cache_key(spec, system_text, tools)
-        attempt = 0
-        repairs = 0
-        unaided = 0
-        """Escalations answered by one repair because nobody could be asked."""
-        while True:
-            request = ModelRequest(
-                messages=tuple(messages), output=spec, settings=self.settings, purpose=purpose, cache_key=cache_key
-            )
-            if self._streams(model, ctx, output):
-                assert ctx.call_stream is not None
-                reader = StreamedSteps("step" if output is Turn else "steps")
-                on_text = functools.partial(self._early_steps, reader, ctx=ctx)
-                response = await ctx.call_stream(model, request, on_text)
-            else:
-                response = await ctx.call(model, request)
-            value, problems = _parse(response, output, ctx, sealed=self.sealed)
-            if value is not None:
-                problems = check(value, ctx)
-                if not problems:
-                    if level < len(models) - 1 and self._unsure(value):
-                        level, model, repairs, messages = level + 1, models[level + 1], 0, list(asked)
-                        continue
-                    feedback = await self._act_on(value, ctx, unaided)
-                    if feedback is None:
-                        return value
-                    if feedback.unaided:
-                        unaided += 1
-                    messages.append(Message(role="assistant", content=response.text))
-                    messages.append(Message(role="user", content=feedback.text))
-                    continue
-            attempt += 1
-            ctx.rejected(attempt, problems)
-            escalating = [p for p in problems if p.code in ESCALATING]
-            listing = "Your reply has these problems:\n" + "\n".join(f"- {p}" for p in problems)
-            if escalating:
-                detail = "; ".join(map(str, escalating))
-                guidance = await self._escalate(ctx, "unknown_tool", detail, unaided)
-                if ctx.escalate is None:
-                    unaided += 1
-                listing += _guided(guidance)
-            else:
-                repairs += 1
-                if repairs > self.max_repairs:
-                    ensemble = self.ensemble
-                    if ensemble is not None and ensemble.on("repair_failed") and level < len(models) - 1:
-                        level, model, repairs, messages = level + 1, models[level + 1], 0, list(asked)
-                        continue
-                    raise PlannerGaveUp(problems)
-            messages.append(Message(role="assistant", content=response.text))
-            messages.append(Message(role="user", content=listing + "\nReply again with the whole corrected JSON."))
+        return messages, tools
+
+    async def _send(
+        self, model: Model, request: ModelRequest, ctx: PlanningContext, output: type[BaseModel]
+    ) -> ModelResponse:
+        """Send ``request`` to ``model``, streamed (its steps handed on as they come) when it can be."""
+        if self._streams(model, ctx, output):
+            assert ctx.call_stream is not None
+            reader = StreamedSteps("step" if output is Turn else "steps")
+            on_text = functools.partial(self._early_steps, reader, ctx=ctx)
+            return await ctx.call_stream(model, request, on_text)
+        return await ctx.call(model, request)
+
+    async def _repair(self, ctx: PlanningContext, problems: list[Problem], at: _Asking) -> str | None:
+        """The message that sends a rejected answer's problems back (with a human's guidance on
+        those that escalate); None: the ensemble's next model takes the request over. Raises
+        :class:`PlannerGaveUp` when the repairs are used up."""
+        at.attempt += 1
+        ctx.rejected(at.attempt, problems)
+        escalating = [p for p in problems if p.code in ESCALATING]
+        listing = "Your reply has these problems:\n" + "\n".join(f"- {p}" for p in problems)
+        if escalating:
+            detail = "; ".join(map(str, escalating))
+            guidance = await self._escalate(ctx, "unknown_tool", detail, at.unaided)
+            if ctx.escalate is None:
+                at.unaided += 1
+            return listing + _guided(guidance)
+        at.repairs += 1
+        if at.repairs > self.max_repairs:
+            ensemble = self.ensemble
+            if ensemble is not None and ensemble.on("repair_failed") and at.can_escalate:
+                at.escalate()
+                return None
+            raise PlannerGaveUp(problems)
+        return listing
 
     def _start_level(self, ctx: PlanningContext, purpose: str, last: int) -> int:
         """Which model of the ensemble a request starts with: a pure function of the run's record,
@@ -493,7 +376,7 @@ class Planner:
             return False
         if getattr(value, "question", None) is not None or getattr(value, "give_up", None) is not None:
             return False
-        confidence = _confidence_of(value)
+        confidence = confidence_of(value)
         return confidence is not None and confidence < ensemble.confidence_below
 
     async def _escalate(self, ctx: PlanningContext, code: str, detail: str, unaided: int) -> str | None:
@@ -528,7 +411,7 @@ class Planner:
                 unaided=True,
             )
         floor = ctx.confidence_floor
-        confidence = _confidence_of(value)
+        confidence = confidence_of(value)
         if floor is not None and confidence is not None and confidence < floor:
             detail = f"the planner's confidence {confidence:.2f} is under the run's floor of {floor:.2f}"
             if ctx.escalate is None or ctx.low_confidence_stops:
@@ -556,9 +439,9 @@ class Planner:
 
     def _spec(self, output: type[BaseModel]) -> OutputSpec:
         """One output schema for every request of the policy, so that it is part of the stable prefix."""
-        if self.policy == "step" or output is Turn:
-            return _FLAT_SPEC if self.turn_format == "flat" else _TURN_SPEC
-        return _PLAN_SPEC
+        if self.policy_kind.turns or output is Turn:
+            return FLAT_SPEC if self.turn_format == "flat" else TURN_SPEC
+        return PLAN_SPEC
 
     def _early_steps(self, reader: StreamedSteps, text: str, *, ctx: PlanningContext) -> None:
         assert ctx.on_step is not None
@@ -584,109 +467,40 @@ class Planner:
                 continue  # a turn's step is gated on its confidence: wait for the whole turn
             ctx.on_step(step)
 
-    def _check_draft(self, draft: PlanDraft, ctx: PlanningContext) -> list[Problem]:
-        answer = self._answer_problems(draft, ctx) if self.sealed else []
-        handoff = take_handoff(draft, ctx.checks, ctx.state)
-        if handoff:
-            return capped([*handoff, *answer, *check_steps(draft.steps, ctx.current_checks())])
-        if answer:
-            return capped([*answer, *check_steps(draft.steps, ctx.current_checks())])
-        if draft.question is not None or draft.give_up is not None:
-            if draft.steps:
-                return [Problem(code="plan", where="steps", message="a question or giving up comes with no steps")]
-            return []
-        if not draft.steps and not _work_done(ctx):
-            return [_EMPTY]
-        problems = check_steps(draft.steps, ctx.current_checks())
-        if not problems and draft.steps and ctx.plan_problems is not None:
-            problems = ctx.plan_problems(draft.steps)
-        return problems
 
-    def _answer_problems(self, draft: PlanDraft, ctx: PlanningContext) -> list[Problem]:
-        """A sealed answer's problems: its answer template (or, for a patch that gives none, the
-        plan's, which it keeps) must name only steps of the new plan version or finished ones; a
-        hand-off gives the answer itself."""
-        if draft.question is not None or draft.give_up is not None:
-            return []
-        if draft.handoff is not None:
-            if draft.answer is None:
-                return []
-            message = "a hand-off's output is the final answer: give no answer template with it"
-            return [Problem(code="answer_template", where="answer", message=message)]
-        template, kept = draft.answer, False
-        if template is None:
-            plan = ctx.state.plan
-            template, kept = (plan.answer if plan is not None else None), True
-        if template is None:
-            return []
-        checks = ctx.current_checks()
-        known = {*(s.id for s in draft.steps), *checks.finished, *checks.running}
-        problems = template_problems(template, known)
-        if kept:
-            problems = [
-                Problem(
-                    code=p.code,
-                    where=p.where,
-                    message=f"{p.message}: the plan's answer template is kept when a patch gives none; "
-                    "give answer again",
-                )
-                for p in problems
-            ]
-        return problems
+@dataclass(kw_only=True)
+class _Asking:
+    """Where one request stands: the model asked (its place in the ensemble), the messages so far,
+    and the attempts, repairs and unaided escalations used."""
 
-    def _check_turn(self, turn: Turn, ctx: PlanningContext) -> list[Problem]:
-        if turn.question is not None or turn.give_up is not None:
-            if turn.stop or turn.step is not None:
-                what = "a question" if turn.question is not None else "giving up"
-                return [Problem(code="turn", where="turn", message=f"{what} comes with no step and no stop")]
-            return []
-        if turn.stop:
-            # Stop wins over a step given with it (the step is not run); with no answer (none, or
-            # empty), the run asks the planner for it (``finish``).
-            if turn.answer is not None and not turn.answer.strip():
-                turn.answer = None
-            if not _work_done(ctx):
-                return [_EMPTY]
-            return []
-        if turn.step is None:
-            return [Problem(code="turn", where="step", message="stop is false, so a step is required")]
-        step = turn.step
-        if turn.confidence is None and step.confidence is None:
-            return [Problem(code="turn", where="confidence", message="a turn with a step needs a confidence (0 to 1)")]
-        if step.confidence is None or step.thought is None:
-            step = step.model_copy(
-                update={
-                    "confidence": turn.confidence if step.confidence is None else step.confidence,
-                    "thought": turn.thought if step.thought is None else step.thought,
-                }
-            )
-            turn.step = step
-        return check_steps([step], ctx.current_checks())
+    models: tuple[Model, ...]
+    level: int
+    asked: list[Message]
+    """The request's first messages: a model the request is handed on to starts from them."""
+    messages: list[Message] = field(init=False)
+    attempt: int = 0
+    repairs: int = 0
+    unaided: int = 0
+    """Escalations answered by one repair because nobody could be asked."""
 
+    def __post_init__(self) -> None:
+        self.messages = list(self.asked)
 
-def _cache_key(spec: OutputSpec, system: str, tools: str) -> str:
-    """One key for every planner request that starts the same way (the agent's schema,
-    instructions and tools), in any run: a provider that routes by key finds its cached prefix."""
-    return _key_of(_SCHEMA_TEXT.get(id(spec)) or json.dumps(spec.json_schema, sort_keys=True), system, tools)
+    @property
+    def model(self) -> Model:
+        return self.models[self.level]
 
+    @property
+    def can_escalate(self) -> bool:
+        return self.level < len(self.models) - 1
 
-@functools.lru_cache(maxsize=64)
-def _key_of(schema: str, system: str, tools: str) -> str:
-    digest = hashlib.sha256("\0".join((schema, system, tools)).encode()).hexdigest()
-    return f"planexec/planner/{digest[:24]}"
+    def escalate(self) -> None:
+        """Hand the request on to the ensemble's next model, from its first messages."""
+        self.level, self.repairs, self.messages = self.level + 1, 0, list(self.asked)
 
-
-_PLAN_SPEC = OutputSpec(name="plan", json_schema=PLAN_SCHEMA)
-_TURN_SPEC = OutputSpec(name="turn", json_schema=TURN_SCHEMA)
-_FLAT_SPEC = OutputSpec(name="turn", json_schema=FLAT_TURN_SCHEMA)
-_SCHEMA_TEXT = {id(spec): json.dumps(spec.json_schema, sort_keys=True) for spec in (_PLAN_SPEC, _TURN_SPEC, _FLAT_SPEC)}
-
-_EMPTY = Problem(
-    code="empty_plan",
-    where="steps",
-    message="no step has been tried: plan the work that meets the goal (an answer with no work done "
-    "is accepted only when the run reviews its final answer)",
-)
+    def reply(self, answer: str, text: str) -> None:
+        self.messages.append(Message(role="assistant", content=answer))
+        self.messages.append(Message(role="user", content=text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -697,146 +511,3 @@ class _Feedback:
 
 def _guided(guidance: str | None) -> str:
     return f"\nGuidance from a human: {guidance}" if guidance else "\nA human lets you try again."
-
-
-def _work_done(ctx: PlanningContext) -> bool:
-    """Whether an answer may come with no more steps: some step was tried, or answers are reviewed."""
-    return ctx.empty_plan_ok or bool(ctx.state.steps)
-
-
-def _confidence_of(value: BaseModel) -> float | None:
-    """A turn's confidence, or a plan's: its own, else the lowest its steps give."""
-    if isinstance(value, Turn):
-        if value.stop:
-            return value.confidence
-        step_confidence = value.step.confidence if value.step is not None else None
-        return value.confidence if value.confidence is not None else step_confidence
-    if isinstance(value, PlanDraft):
-        if value.confidence is not None:
-            return value.confidence
-        given = [s.confidence for s in value.steps if s.confidence is not None]
-        return min(given) if given else None
-    return None
-
-
-def _unfenced(text: str) -> str:
-    """The text inside a Markdown code fence (```json ... ```), or the text itself when it is not
-    fenced. Plain string operations: a regex for this backtracks for minutes on a reply that opens
-    a fence over a long run of spaces and never closes it."""
-    stripped = text.strip()
-    if len(stripped) < 6 or not stripped.startswith("```") or not stripped.endswith("```"):
-        return text
-    inner = stripped[3:-3]
-    if inner.startswith("json"):
-        inner = inner[4:]
-    return inner.strip()
-
-
-def _parse(
-    response: ModelResponse, output: type[T], ctx: PlanningContext | None = None, *, sealed: bool = False
-) -> tuple[T | None, list[Problem]]:
-    if response.refusal is not None:
-        return None, [Problem(code="refusal", where="reply", message=f"the model refused: {response.refusal}")]
-    # Structured output reaches the planner only as strict JSON data: a run keeps a reply's parsed
-    # output only when it is (see planexec.runtime), else the text is parsed here, strictly.
-    data = response.parsed
-    if data is None:
-        text = _unfenced(response.text)
-        try:
-            data = loads(text, max_depth=REPLY_DEPTH)
-        except JSONRefused as e:
-            if not text.lstrip().startswith(("{", "[")):
-                return None, [_prose_problem(text)]
-            return None, [_reply_problem(e.problem)]
-    data, problems = _unwired(data, output, sealed=sealed)
-    try:
-        if output is Turn and isinstance(data, dict) and "step" not in data and not FLAT_KEYS.isdisjoint(data):
-            flat = FlatTurn.model_validate(data)
-            if problems:
-                return None, capped(problems)
-            step_id = ctx.new_step_id() if ctx is not None and ctx.new_step_id is not None else "s1"
-            return flat.as_turn(step_id), []  # type: ignore[return-value]
-        value = output.model_validate(data)
-        return (None, capped(problems)) if problems else (value, [])
-    except ValidationError as e:
-        return None, capped(
-            [
-                *problems,
-                *(
-                    Problem(
-                        code="invalid_output",
-                        where=".".join(str(p) for p in err["loc"]) or "reply",
-                        message=err["msg"],
-                    )
-                    for err in e.errors(include_url=False)
-                ),
-            ]
-        )
-
-
-def _unwired(data: Any, output: type[BaseModel], *, sealed: bool = False) -> tuple[Any, list[Problem]]:
-    """An answer in the wire form (see :mod:`planexec.planner._wire`) in the form of ``output``.
-    ``sealed``: a plan's ``answer`` is its answer template."""
-    problems: list[Problem] = []
-    if not isinstance(data, dict):
-        return data, problems
-    if output is Turn:
-        return unwire_turn(data, problems), problems
-    data = dict(data)
-    answer = data.pop("answer", None)
-    if output is FinalAnswer:
-        if answer is None and data.get("stop") is True and data.get("tool") is None:
-            answer = data.get("next_step")  # a flat turn's answer, asked for under the step-by-step policy
-        if not isinstance(answer, str):
-            problems.append(Problem(code="invalid_output", where="answer", message="give the final answer as text"))
-        elif not answer.strip():
-            problems.append(Problem(code="invalid_output", where="answer", message="the final answer is empty"))
-        return {"answer": answer if isinstance(answer, str) else ""}, problems
-    if sealed:
-        if answer is not None and not (isinstance(answer, str) and not answer.strip()):
-            data["answer"] = answer  # a sealed plan's answer template (blank: none, as a strict reply gives it)
-    elif answer is not None:
-        problems.append(
-            Problem(
-                code="invalid_output",
-                where="answer",
-                message="an answer is given only when the final answer is asked for: plan the steps first",
-            )
-        )
-    steps = data.get("steps")
-    if isinstance(steps, list):
-        data["steps"] = [unwire_step(s, f"steps.{i}", problems) for i, s in enumerate(steps)]
-    if "handoff" in data:
-        data["handoff"] = unwire_handoff(data["handoff"], problems)
-    return data, problems
-
-
-def _prose_problem(text: str) -> Problem:
-    """A reply in words where structured output was asked for (a model that wrote text instead of
-    calling the output tool it was told to call, or that ignored the response format)."""
-    said = clip(" ".join(text.split()), 160) or "nothing"
-    asked = "the structured output asked for"
-    return Problem(
-        code="invalid_json",
-        where="reply",
-        message=f"not valid JSON: the model answered in text rather than with {asked}: {said!r}",
-    )
-
-
-def _reply_problem(problem: Problem) -> Problem:
-    where = f"reply{problem.where}" if problem.where else "reply"
-    if problem.code in ("too_deep", "too_large"):
-        return Problem(code=problem.code, where=where, message=f"the reply is {problem.message}")
-    return Problem(code="invalid_json", where=where, message=f"not valid JSON: {problem.message}")
-
-
-def with_finished(checks: CheckContext, state: RunState, max_steps: int | None) -> CheckContext:
-    """The check context for a planning round: finished steps known, running steps that cannot be
-    stopped kept, the step budget applied."""
-    finished = {sid: rec.step for sid, rec in state.steps.items() if rec.status == "succeeded"}
-    running = {
-        sid: rec.step
-        for sid, rec in state.steps.items()
-        if rec.status == "running" and changes_world(rec.step, checks.tools)
-    }
-    return replaced(checks, finished=tuple(finished), finished_steps=finished, running=running, max_steps=max_steps)

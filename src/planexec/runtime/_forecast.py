@@ -20,6 +20,7 @@ from planexec.executor import ModelExecutor
 from planexec.log import BudgetName, Forecast, RoleTally, RunState
 from planexec.models import Model, Price, Providers
 from planexec.plan import Step
+from planexec.planner import PLANNER_POLICIES
 from planexec.runtime._budget import Budget
 from planexec.runtime._core import EngineConfig
 from planexec.runtime._model_calls import answerers
@@ -136,7 +137,7 @@ def forecast_steps(
         replans_left = max(0, budget.replans - state.replans)
     elif replan != "never":
         replans_left = 3
-    if policy == "step":
+    if by_turns := PLANNER_POLICIES.get(policy).turns:
         low_calls = float(finish)
         steps_left = budget.steps - state.steps_started if budget.steps is not None else 10
         high_calls = float(finish + max(0, steps_left))
@@ -164,7 +165,7 @@ def forecast_steps(
         )
     else:
         basis.append(f"planner ({planner_model.name}): requests estimated from the goal and the tools")
-    what = "a turn for each step the step cap allows" if policy == "step" else f"{replans_left} patches at most"
+    what = "a turn for each step the step cap allows" if by_turns else f"{replans_left} patches at most"
     basis.append(f"planner calls: the final answer ({finish}), then up to {what}")
 
     # -- the executors: each model-driven step, one call to its executor's turns at most ----------
