@@ -137,7 +137,7 @@ def test_a_policy_is_registered_only_when_it_is_whole() -> None:
 SOURCE = Path(planexec.__file__).parent
 
 SPELLED_ON_PURPOSE = {
-    "log/_events.py": "RunStarted.policy defaults to 'upfront' for logs written before runs recorded their "
+    "log/_run_events.py": "RunStarted.policy defaults to 'upfront' for logs written before runs recorded their "
     "policy; the log sits below the planner, and old logs must read the same whatever is registered",
     "runs/_spec.py": "the agent spec's policy field, its default and choices, until the spec is typed and "
     "reads PLANNER_POLICIES",
