@@ -9,7 +9,8 @@ from collections.abc import Callable
 from planexec.log import Event, RunStarted, RunState
 from planexec.memory import PlanMemory
 from planexec.models import Providers
-from planexec.runs._spec import AgentSpec, build_agent, recorded_spec
+from planexec.runs._build import build_agent
+from planexec.runs._spec import AgentSpec, recorded_spec
 from planexec.runs._stored import load_run
 from planexec.runtime import Agent, Approvals, Run
 from planexec.store import RunStore
