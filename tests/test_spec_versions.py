@@ -137,6 +137,7 @@ def test_the_recorded_form_is_typed() -> None:
 def test_texts_and_typed_values_build_the_same_spec() -> None:
     texts = AgentSpec(
         planner="scripted:/srv/agent/planner.json",
+        executor="openai:gpt-4.1-mini",
         tools=("billing.tools:TOOLS",),
         budget={"steps": "12", "cost": "none"},
         planner_settings=("temperature=0.2",),
@@ -145,6 +146,7 @@ def test_texts_and_typed_values_build_the_same_spec() -> None:
     )
     typed = AgentSpec(
         planner=ModelRef("scripted:/srv/agent/planner.json"),
+        executor=ModelRef("openai:gpt-4.1-mini"),
         tools=(ImportRef("billing.tools", "TOOLS"),),
         budget={"steps": 12, "cost": None},
         planner_settings=ModelSettings(temperature=0.2),

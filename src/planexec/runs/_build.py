@@ -19,7 +19,7 @@ from planexec.runs._loading import importable, load_checks, load_executors, load
 from planexec.runs._problems import Problems
 from planexec.runs._scripted import calls_made, rest_of_script
 from planexec.runs._spec import AgentSpec, Recorded
-from planexec.runs._spec_texts import VARIABLE, read_headers, read_mcp_text
+from planexec.runs._spec_texts import APPLIES_TO_ENSEMBLE, APPLIES_TO_EXECUTOR, VARIABLE, read_mcp_text
 from planexec.runs._spec_values import MCPHeader, MCPServerRef, MCPUrl, ModelRef, Rules, TrustRule
 from planexec.runtime import Agent, AnswerReview, Approvals, Budget, Limits
 from planexec.store import RunStore
@@ -47,7 +47,7 @@ def build_agent(
     ``recorded``: what the run recorded, when picking a run up; a scripted model it names skips
     the replies the events ``used`` show it gave. ``needs_tools``: tools the run used.
     """
-    problems = Problems(recorded.problems if recorded is not None else ())
+    problems = _Once(recorded.problems if recorded is not None else ())
     problems += [p for p in spec.problems if p not in problems]
     if spec.cwd:
         importable(spec.cwd)
@@ -79,6 +79,14 @@ def build_agent(
     except UsageError as e:
         problems.add_usage_error("", e)
         raise UsageError(summary, list(problems)) from None
+
+
+class _Once(Problems):
+    """Problems, each listed once (the spec's values may have said it already)."""
+
+    def add(self, where: str, message: str, *, code: str = "invalid") -> None:
+        if Problem(code=code, where=where, message=message) not in self:
+            super().add(where, message, code=code)
 
 
 @dataclass(kw_only=True)
@@ -115,7 +123,7 @@ class _Builder:
                 ("step_timeout", spec.step_timeout is not None),
             ):
                 if given:
-                    self.problems.add(where, "applies to the executor: name the executor's model too")
+                    self.problems.add(where, APPLIES_TO_EXECUTOR)
         models = self.ensemble()
         model = None
         if spec.planner is None:
@@ -159,7 +167,7 @@ class _Builder:
         if not rule.escalate_to:
             for key, given in (("escalate_on", rule.escalate_on), ("confidence_below", rule.confidence_below)):
                 if given is not None:
-                    self.problems.add(key, "applies to the planner's ensemble: name a model to escalate to too")
+                    self.problems.add(key, APPLIES_TO_ENSEMBLE)
         own = self.own.rules.ensemble if self.own is not None else None
         recorded = own.escalate_to if own is not None else ()
         models = [
@@ -274,15 +282,12 @@ def _header_values(headers: Sequence[MCPHeader], problems: Problems) -> dict[str
     return sent
 
 
-def read_mcp_servers(
-    servers: Sequence[str], cwd: str | None, *, headers: Sequence[str] = ()
-) -> tuple[list[MCPToolset], list[Problem]]:
-    """A toolset for each MCP server written as text (a command line, or an ``http://`` or
-    ``https://`` URL), and every problem found (none: all of them are made)."""
+def read_mcp_servers(servers: Sequence[str], cwd: str | None) -> tuple[list[MCPToolset], list[Problem]]:
+    """The toolsets of MCP servers given as texts (a command line, or an http:// or https:// URL),
+    not yet open; and every problem with the texts, each under ``mcp 'TEXT'``."""
     problems = Problems()
     refs = [read_mcp_text(server, problems) for server in servers]
-    read = read_headers(headers, problems)
-    toolsets = mcp_toolsets([r for r in refs if r is not None], cwd, problems, headers=read)
+    toolsets = mcp_toolsets([r for r in refs if r is not None], cwd, problems)
     return toolsets, list(problems)
 
 

@@ -21,7 +21,7 @@ from planexec.log import RunStarted
 from planexec.models import ModelSettings
 from planexec.planner import PolicyName, ReplanPolicy
 from planexec.runs._problems import Problems
-from planexec.runs._spec_texts import read_fields
+from planexec.runs._spec_texts import RULE_FLAGS, RULE_LISTS, RULE_TEXTS, read_fields
 from planexec.runs._spec_values import (
     ImportRef,
     MCPHeader,
@@ -29,7 +29,7 @@ from planexec.runs._spec_values import (
     ModelRef,
     Rules,
     read_mcp_server,
-    read_rules,
+    read_recorded_rules,
 )
 from planexec.store import RunStore
 
@@ -180,7 +180,7 @@ class AgentSpec:
         found = Problems(problems)
         for name, value in read_fields(given, _DEFAULTS, found).items():
             object.__setattr__(self, name, value)
-        object.__setattr__(self, "problems", tuple(found))
+        object.__setattr__(self, "problems", tuple(dict.fromkeys(found)))  # a value read again says nothing new
 
     def with_texts(self, texts: Mapping[str, Any]) -> AgentSpec:
         """This spec with ``texts`` (values by field, typed or as text) over it, as a command
@@ -291,8 +291,6 @@ def _texts(data: Mapping[str, Any], where: str, problems: Problems, bad: list[st
 
 
 def _rule_texts(rules: Mapping[str, Any], bad: list[str]) -> dict[str, Any]:
-    from planexec.runs._spec_texts import RULE_FLAGS, RULE_LISTS, RULE_TEXTS
-
     given: dict[str, Any] = {}
     for key, value in rules.items():
         if key in RULE_TEXTS and isinstance(value, str):
@@ -349,7 +347,7 @@ def _read_typed(key: str, value: Any, where: str, problems: Problems) -> Any:
             return ModelSettings.from_dict(value, where=key)
         except Exception:
             return _UNREADABLE
-    return read_rules(value, where, problems)
+    return read_recorded_rules(value, where, problems)
 
 
 def _number(value: Any) -> bool:

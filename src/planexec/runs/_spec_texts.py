@@ -33,6 +33,8 @@ from planexec.runs._spec_values import (
 from planexec.runtime import Budget, Escalation
 
 __all__ = [
+    "APPLIES_TO_ENSEMBLE",
+    "APPLIES_TO_EXECUTOR",
     "BUDGET_FIELDS",
     "POLICIES",
     "REPLANS",
@@ -40,8 +42,11 @@ __all__ = [
     "RULE_LISTS",
     "RULE_TEXTS",
     "UNBOUNDED",
+    "VARIABLE",
     "read_fields",
+    "read_headers",
     "read_mcp_text",
+    "rule_texts",
 ]
 
 BUDGET_FIELDS: Mapping[str, Literal["int", "float"]] = {
@@ -354,7 +359,12 @@ def read_rules(texts: Any, base: Rules, problems: Problems) -> Rules:
         rules = replace(rules, sealed=given["sealed"])
     if "extractor" in given:
         rules = replace(rules, extractor=read_model("extractor", given["extractor"], problems))
-    return _rule_groups(given, rules, problems)
+    rules = _rule_groups(given, rules, problems)
+    if rules.ensemble is not None and not rules.ensemble.escalate_to:
+        for key in ("escalate_on", "confidence_below"):
+            if key in given:
+                problems.add(key, APPLIES_TO_ENSEMBLE)
+    return rules
 
 
 def rule_texts(rules: Rules) -> dict[str, Any]:
@@ -484,7 +494,8 @@ def _ensemble(given: Mapping[str, Any], base: EnsembleRule | None, problems: Pro
         for trigger in triggers:
             if trigger not in ENSEMBLE_TRIGGERS:
                 problems.add("escalate_on", f"{trigger!r} is not one of {', '.join(ENSEMBLE_TRIGGERS)}")
-        now = replace(now, escalate_on=cast(tuple[EnsembleTrigger, ...], triggers) if triggers else None)
+        known = cast(tuple[EnsembleTrigger, ...], tuple(t for t in triggers if t in ENSEMBLE_TRIGGERS))
+        now = replace(now, escalate_on=known or None)
     if "confidence_below" in given:
         now = replace(now, confidence_below=read_fraction("confidence_below", given["confidence_below"], problems))
     return now
@@ -499,7 +510,18 @@ def read_fields(given: Mapping[str, Any], base: Mapping[str, Any], problems: Pro
     for key in _ORDER:
         if key in given:
             fields[key] = _READERS[key](given[key], fields[key], problems)
+    if fields["executor"] is None:
+        settings = given.get("executor_settings")
+        typed = isinstance(settings, ModelSettings)
+        if (settings != base["executor_settings"]) if typed else bool(settings):
+            problems.add("executor_settings", APPLIES_TO_EXECUTOR)
+        if "step_timeout" in given and fields["step_timeout"] is not None:
+            problems.add("step_timeout", APPLIES_TO_EXECUTOR)
     return fields
+
+
+APPLIES_TO_EXECUTOR = "applies to the executor: name the executor's model too"
+APPLIES_TO_ENSEMBLE = "applies to the planner's ensemble: name a model to escalate to too"
 
 
 def _flag(key: str) -> Callable[[Any, Any, Problems], Any]:

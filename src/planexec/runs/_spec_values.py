@@ -29,6 +29,8 @@ __all__ = [
     "ReviewRule",
     "Rules",
     "TrustRule",
+    "read_mcp_server",
+    "read_recorded_rules",
 ]
 
 
@@ -252,7 +254,7 @@ _GROUPS: Mapping[str, type] = {
 }
 
 
-def read_rules(data: Any, where: str, problems: Problems) -> Rules:
+def read_recorded_rules(data: Any, where: str, problems: Problems) -> Rules:
     """Rules from their recorded form (:meth:`Rules.record`); each value that cannot be read is a
     problem and reads as unset. The values' own checks (a choice, a fraction) are the builder's."""
     if not isinstance(data, Mapping):
