@@ -21,6 +21,7 @@ from click.testing import Result
 
 from planexec import Agent, Approvals
 from planexec.log import ApprovalDecided, Event, RunStarted, StepStarted
+from planexec.runs import SPEC_VERSION
 from planexec.store import open_store
 from planexec.testing import ScriptedModel
 from tests.cli_support import invoke, write_runs, write_script, write_tools_module
@@ -205,11 +206,12 @@ def test_the_run_records_how_to_rebuild_its_agent(cli: Cli) -> None:
     run_id, _ = waiting_run(cli.run([SUM_THEN_PUBLISH], "--max-steps", "5", "--constraint", "be careful"))
     first = cli.log(run_id)[0]
     assert isinstance(first, RunStarted)
-    recorded = first.config["cli"]
+    recorded = first.config["agent_spec"]
+    assert recorded["version"] == SPEC_VERSION
     assert recorded["planner"] == f"scripted:{cli.tmp / 'planner.json'}"
-    assert recorded["tools"] == [f"{cli.tools}:TOOLS"]
+    assert recorded["tools"] == [{"module": cli.tools, "attr": "TOOLS"}]
     assert (recorded["policy"], recorded["replan"]) == ("upfront", "on_failure")
-    assert recorded["budget"] == {"steps": "5"}
+    assert recorded["budget"] == {"steps": 5}
     assert recorded["constraints"] == ["be careful"]
     assert recorded["approve_plan"] is False
 
@@ -726,7 +728,8 @@ def test_a_low_confidence_plan_is_escalated_and_resumed_with_guidance(cli: Cli) 
     assert (question["kind"], question["code"]) == ("escalation", "low_confidence")
     meta = cli.log(data["run_id"])[0]
     assert isinstance(meta, RunStarted)
-    assert meta.config["cli"]["rules"] == {"confidence_floor": "0.6"}
+    escalation = {"confidence_floor": 0.6, "on_low_confidence": "ask", "on_fail": "patch", "retries": 1}
+    assert meta.config["agent_spec"]["rules"] == {"escalation": escalation}
     done = cli("approve", data["run_id"], question["question_id"], "--choice", "guidance", "--text", "add 2 and 3")
     assert done.exit_code == 0, done.output
 

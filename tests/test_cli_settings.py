@@ -118,15 +118,15 @@ def test_settings_reach_each_role_and_are_recorded(cli: Cli) -> None:
     assert noted(cli) == [("planner.propose", PLANNING), ("executor", {"max_tokens": 64})]
     first = cli.log(run_id)[0]
     assert isinstance(first, RunStarted)
-    recorded = first.config["cli"]
-    assert recorded["planner_settings"] == [
-        "temperature=0",
-        "reasoning_effort=high",
-        "stop=END",
-        "extra.service_tier=flex",
-    ]
-    assert recorded["executor_settings"] == ["max_tokens=64"]
-    assert recorded["step_timeout"] == "30"
+    recorded = first.config["agent_spec"]
+    assert recorded["planner_settings"] == {
+        "temperature": 0,
+        "reasoning_effort": "high",
+        "stop": ["END"],
+        "extra": {"service_tier": "flex"},
+    }
+    assert recorded["executor_settings"] == {"max_tokens": 64}
+    assert recorded["step_timeout"] == 30
     assert first.config["planner"]["settings"] == PLANNING
     assert first.config["model_executors"]["model"]["step_timeout"] == 30.0
 

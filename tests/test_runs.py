@@ -19,6 +19,7 @@ from planexec.log import ApprovalDecided, InformationAdded, RunState, load_event
 from planexec.runs import (
     SPEC_VERSION,
     AgentSpec,
+    ImportRef,
     answer,
     build_agent,
     export_lines,
@@ -350,7 +351,7 @@ async def test_a_spec_routes_steps_to_the_executors_it_names(
     assert getattr(agent.executors["fast"], "description", None) == "quick lookups"
     result = await agent.start("publish").result()
     assert result.stop.kind == "goal_met", result.stop
-    twice = replace(spec, executors=(f"{module}:EXECUTORS", f"{module}:ONE"))
+    twice = replace(spec, executors=(ImportRef(module, "EXECUTORS"), ImportRef(module, "ONE")))
     with pytest.raises(UsageError) as caught:
         build_agent(twice, store=store)
     assert [p.message for p in caught.value.problems] == ["two executors are named 'fast'"]

@@ -85,7 +85,7 @@ def test_a_sealed_run_from_the_command_line_is_recorded_resumed_shown_and_replay
     assert "replayed exactly" in replayed.output
     log = _first_event(store, data["run_id"])
     assert log.config["planner"]["sealed"] is True
-    rules = log.config["cli"]["rules"]
+    rules = log.config["agent_spec"]["rules"]
     assert rules["sealed"] is True
     assert rules["extractor"].endswith("extractor.json")
 

@@ -42,7 +42,7 @@ from planexec.log import (
     StepStarted,
     StepSucceeded,
 )
-from planexec.runs import AgentSpec, give_back, held_by, submit
+from planexec.runs import AgentSpec, LimitRule, Rules, give_back, held_by, submit
 from planexec.store import MemoryStore, PostgresStore, QueueEntry, RunQueue
 
 from .serve_support import Server
@@ -601,7 +601,7 @@ async def test_a_run_that_reached_its_cap_on_a_worker_is_raised_and_a_worker_goe
     store = PostgresStore(setup.url, pool_size=2)
     queue = RunQueue(store)
     try:
-        spec = replace(setup.spec(), budget={"tool_calls": "1"}, rules={"on_budget": "ask"})
+        spec = replace(setup.spec(), budget={"tool_calls": 1}, rules=Rules(limits=LimitRule(on_budget="ask")))
         run_id = await submit(store, spec, "apply both", check=False)
         setup.start_worker("w0")
 

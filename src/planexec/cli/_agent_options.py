@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import click
@@ -14,15 +14,7 @@ from planexec.cli._options import BUDGET_FLAGS, Problems, Refused
 from planexec.errors import UsageError
 from planexec.log import Event
 from planexec.planner import ENSEMBLE_TRIGGERS
-from planexec.runs import (
-    RULE_FLAGS,
-    RULE_LISTS,
-    RULE_TEXTS,
-    AgentSpec,
-    Recorded,
-    absolute_model_string,
-    build_agent,
-)
+from planexec.runs import RULE_FLAGS, RULE_LISTS, RULE_TEXTS, AgentSpec, ModelRef, Recorded, build_agent
 from planexec.runtime import DEFAULT_CAPS, Agent, Approvals
 from planexec.store import RunStore
 
@@ -185,57 +177,43 @@ class AgentFlags:
 
     def spec_for_run(self, constraints: Sequence[str]) -> AgentSpec:
         """The spec ``planexec run`` records: these flags, with their defaults."""
-        return AgentSpec(
-            rules=self._rules(),
-            planner=self.planner,
-            executor=self.executor,
-            tools=self.tools,
-            executors=self.executors,
-            mcp=self.mcp,
-            mcp_headers=self.mcp_headers,
-            policy=self.policy or "upfront",
-            replan=self.replan or "on_failure",
-            budget=dict(self.budget),
-            approve_plan=bool(self.approve_plan),
-            constraints=tuple(constraints),
-            cwd=os.getcwd(),
-            planner_settings=self.planner_settings,
-            executor_settings=self.executor_settings,
-            step_timeout=self.step_timeout,
-        ).recorded()
+        return AgentSpec(constraints=tuple(constraints), cwd=os.getcwd()).with_texts(self.texts()).recorded()
 
     def applied_to(self, spec: AgentSpec) -> AgentSpec:
         """``spec`` with what these flags say instead (budget flags one by one, settings after the
         recorded ones, rules key by key)."""
-        return replace(
-            spec,
-            planner=absolute_model_string(self.planner) if self.planner is not None else spec.planner,
-            executor=absolute_model_string(self.executor) if self.executor is not None else spec.executor,
-            tools=self.tools or spec.tools,
-            executors=self.executors or spec.executors,
-            mcp=self.mcp or spec.mcp,
-            mcp_headers=self.mcp_headers or spec.mcp_headers,
-            policy=self.policy if self.policy is not None else spec.policy,
-            replan=self.replan if self.replan is not None else spec.replan,
-            budget={**spec.budget, **self.budget},
-            approve_plan=self.approve_plan if self.approve_plan is not None else spec.approve_plan,
-            planner_settings=spec.planner_settings + self.planner_settings,
-            executor_settings=spec.executor_settings + self.executor_settings,
-            step_timeout=self.step_timeout if self.step_timeout is not None else spec.step_timeout,
-            rules={**spec.rules, **self._rules()},
-        )
+        return spec.with_texts(self.texts())
+
+    def texts(self) -> dict[str, Any]:
+        """What these flags say, by spec field, read into the spec's typed values by
+        :meth:`AgentSpec.with_texts` (every problem kept for the build to list)."""
+        given: dict[str, Any] = {
+            "budget": dict(self.budget),
+            "planner_settings": self.planner_settings,
+            "executor_settings": self.executor_settings,
+            "rules": self._rules(),
+        }
+        for key in ("planner", "executor"):
+            if getattr(self, key) is not None:
+                given[key] = ModelRef(getattr(self, key)).absolute()
+        for key in ("tools", "executors", "mcp", "mcp_headers"):
+            if getattr(self, key):
+                given[key] = getattr(self, key)
+        for key in ("policy", "replan", "approve_plan", "step_timeout"):
+            if getattr(self, key) is not None:
+                given[key] = getattr(self, key)
+        return given
 
     def _rules(self) -> dict[str, Any]:
         """The rule flags that were given (a list flag only when given at least once)."""
         given: dict[str, Any] = {key: getattr(self, key) for key in RULE_TEXTS if getattr(self, key) is not None}
         given |= {key: tuple(getattr(self, key)) for key in RULE_LISTS if getattr(self, key)}
         given |= {key: getattr(self, key) for key in RULE_FLAGS if getattr(self, key) is not None}
-        if self.judge is not None:
-            given["judge"] = absolute_model_string(self.judge)
-        if self.extractor is not None:
-            given["extractor"] = absolute_model_string(self.extractor)
+        for key in ("judge", "extractor"):
+            if getattr(self, key) is not None:
+                given[key] = ModelRef(getattr(self, key)).absolute()
         if self.escalate_to:
-            given["escalate_to"] = tuple(absolute_model_string(m) for m in self.escalate_to)
+            given["escalate_to"] = tuple(ModelRef(m).absolute() for m in self.escalate_to)
         return given
 
 
@@ -268,68 +246,111 @@ def agent_options(*, for_run: bool) -> Callable[[F], F]:
     """The model, tool, policy and budget options. For ``run`` they have defaults; elsewhere every
     one is optional and overrides what the run recorded."""
     later = "" if for_run else " Default: as the run recorded it."
+    options = [
+        *_model_options(later),
+        *_planning_options(for_run, later),
+        *_setting_options(for_run, later),
+        *_rule_options(for_run=for_run, later=later),
+        *_budget_options(for_run, later),
+    ]
 
     def apply(fn: F) -> F:
-        for flag in reversed(BUDGET_FLAGS):
-            metavar, text = _BUDGET_HELP[flag.field]
-            if for_run:
-                cap = DEFAULT_CAPS.get(flag.field)
-                text += f" Default: {cap:g}; 'none' lifts the cap." if cap is not None else " Default: no cap."
-            fn = click.option(flag.flag, flag.field, metavar=metavar, default=None, help=text + later)(fn)
-        fn = _rule_options(fn, for_run=for_run, later=later)
-        fn = click.option(
-            "--step-timeout",
-            metavar="SECONDS",
-            default=None,
-            help="Seconds a whole model-driven step may take (every model turn and tool call in it); past "
-            "it the step fails as a timeout. 'none' lifts it." + (" Default: none." if for_run else later),
-        )(fn)
-        fn = click.option(
-            "--executor-setting",
-            "executor_settings",
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+
+    return apply
+
+
+def _budget_options(for_run: bool, later: str) -> list[Callable[[F], F]]:
+    """A cap of the run's budget each."""
+    options = []
+    for flag in BUDGET_FLAGS:
+        metavar, text = _BUDGET_HELP[flag.field]
+        if for_run:
+            cap = DEFAULT_CAPS.get(flag.field)
+            text += f" Default: {cap:g}; 'none' lifts the cap." if cap is not None else " Default: no cap."
+        options.append(click.option(flag.flag, flag.field, metavar=metavar, default=None, help=text + later))
+    return options
+
+
+def _model_options(later: str) -> list[Callable[[F], F]]:
+    """The models, tools, executors and MCP servers."""
+    return [
+        click.option(
+            "--planner", "planner_spec", metavar="MODEL", help="The planning model, e.g. scripted:replies.json." + later
+        ),
+        click.option(
+            "--executor", "executor_spec", metavar="MODEL", help="The model for steps that name no tool." + later
+        ),
+        click.option(
+            "--tools",
+            "tool_refs",
             multiple=True,
-            metavar="KEY=VALUE",
-            help="A model setting of the executor, KEY=VALUE " + SETTING_HELP + later,
-        )(fn)
-        fn = click.option(
-            "--planner-setting",
-            "planner_settings",
+            metavar="MODULE:ATTR",
+            help="A Tool, a Toolset or a list of tools to import (repeatable)." + later,
+        ),
+        click.option(
+            "--executors",
+            "executor_refs",
             multiple=True,
-            metavar="KEY=VALUE",
-            help="A model setting of the planner, KEY=VALUE " + SETTING_HELP + later,
-        )(fn)
-        fn = click.option(
-            "--replan",
-            default="on_failure" if for_run else None,
+            metavar="MODULE:ATTR",
+            help="An executor, or a list of executors, that steps may be routed to, e.g. a RayExecutor named "
+            "'tools' that runs every tool step on a Ray cluster (repeatable)." + later,
+        ),
+        click.option(
+            "--mcp",
+            "mcp_commands",
+            multiple=True,
+            metavar='"COMMAND ARGS…"',
+            help="An MCP server to start (a command line, quoted) whose tools the agent may use, over stdio "
+            "(repeatable)." + later,
+        ),
+        click.option(
+            "--mcp-header",
+            "mcp_headers",
+            multiple=True,
+            metavar='"NAME: VALUE"',
+            help="A header sent to every --mcp-url server (repeatable); ${VAR} in VALUE is read from the "
+            "environment, and a credential (Authorization, a key or token) must be given that way." + later,
+        ),
+        click.option(
+            "--mcp-url",
+            "mcp_urls",
+            multiple=True,
+            metavar="URL",
+            help="An MCP server over streamable HTTP whose tools the agent may use (repeatable)." + later,
+        ),
+    ]
+
+
+def _planning_options(for_run: bool, later: str) -> list[Callable[[F], F]]:
+    """How the planner plans, and what untrusted values may do."""
+    return [
+        click.option(
+            "--policy",
+            default="upfront" if for_run else None,
             show_default=for_run,
-            metavar="[on_failure|after_each_step|never]",
-            help="When the plan is patched." + later,
-        )(fn)
-        fn = click.option(
-            "--extractor",
-            "extractor_spec",
-            metavar="MODEL",
+            metavar="[upfront|step]",
+            help="The whole plan at once, or a step per turn." + later,
+        ),
+        click.option(
+            "--turn-format",
             default=None,
-            help="With --sealed: the model of the quarantined extractor, which pulls values out of steps' outputs "
-            "for later steps (no tools; its reply must fit the step's output schema)." + later,
-        )(fn)
-        fn = click.option(
-            "--trusted-tool",
-            "trusted_tools",
-            multiple=True,
-            metavar="NAME",
-            help="A tool whose output is trusted (repeatable): values it returns may steer effects without a "
-            "human's yes. By default a tool's output is not trusted." + later,
-        )(fn)
-        fn = click.option(
-            "--untrusted-effects/--no-untrusted-effects",
-            "untrusted_effects",
+            metavar="[nested|flat]",
+            help="The turn schema sent to a step-by-step planner: nested ({thought, step, stop, answer}) or the "
+            "flat {thought, next_step, tool, arguments, stop, confidence}; answers in either form are accepted."
+            + (" Default: nested." if for_run else later),
+        ),
+        click.option(
+            "--sealed/--no-sealed",
+            "sealed",
             default=None,
-            help="Ask a human before a call that changes the world takes a value that came from untrusted text "
-            "(a tool's output, a model that read it), or that the planner wrote after reading such text."
-            + (" Default: on (questions are asked when a human can answer them)." if for_run else later),
-        )(fn)
-        fn = click.option(
+            help="Sealed planning: the planner never reads a tool's or a model's output nor an error's text; it "
+            "plans upfront, results flow by bindings and an answer template."
+            + (" Default: off." if for_run else later),
+        ),
+        click.option(
             "--untrusted-answer",
             "untrusted_answer",
             metavar="[label|ask|withhold]",
@@ -338,85 +359,75 @@ def agent_options(*, for_run: bool) -> Callable[[F], F]:
             "after reading one): returned with its label, shown to a human first (a no, or nobody to ask, "
             "withholds its untrusted parts), or returned with its untrusted parts withheld."
             + (" Default: label." if for_run else later),
-        )(fn)
-        fn = click.option(
-            "--sealed/--no-sealed",
-            "sealed",
+        ),
+        click.option(
+            "--untrusted-effects/--no-untrusted-effects",
+            "untrusted_effects",
             default=None,
-            help="Sealed planning: the planner never reads a tool's or a model's output nor an error's text; it "
-            "plans upfront, results flow by bindings and an answer template."
-            + (" Default: off." if for_run else later),
-        )(fn)
-        fn = click.option(
-            "--turn-format",
+            help="Ask a human before a call that changes the world takes a value that came from untrusted text "
+            "(a tool's output, a model that read it), or that the planner wrote after reading such text."
+            + (" Default: on (questions are asked when a human can answer them)." if for_run else later),
+        ),
+        click.option(
+            "--trusted-tool",
+            "trusted_tools",
+            multiple=True,
+            metavar="NAME",
+            help="A tool whose output is trusted (repeatable): values it returns may steer effects without a "
+            "human's yes. By default a tool's output is not trusted." + later,
+        ),
+        click.option(
+            "--extractor",
+            "extractor_spec",
+            metavar="MODEL",
             default=None,
-            metavar="[nested|flat]",
-            help="The turn schema sent to a step-by-step planner: nested ({thought, step, stop, answer}) or the "
-            "flat {thought, next_step, tool, arguments, stop, confidence}; answers in either form are accepted."
-            + (" Default: nested." if for_run else later),
-        )(fn)
-        fn = click.option(
-            "--policy",
-            default="upfront" if for_run else None,
+            help="With --sealed: the model of the quarantined extractor, which pulls values out of steps' outputs "
+            "for later steps (no tools; its reply must fit the step's output schema)." + later,
+        ),
+        click.option(
+            "--replan",
+            default="on_failure" if for_run else None,
             show_default=for_run,
-            metavar="[upfront|step]",
-            help="The whole plan at once, or a step per turn." + later,
-        )(fn)
-        fn = click.option(
-            "--mcp-url",
-            "mcp_urls",
-            multiple=True,
-            metavar="URL",
-            help="An MCP server over streamable HTTP whose tools the agent may use (repeatable)." + later,
-        )(fn)
-        fn = click.option(
-            "--mcp-header",
-            "mcp_headers",
-            multiple=True,
-            metavar='"NAME: VALUE"',
-            help="A header sent to every --mcp-url server (repeatable); ${VAR} in VALUE is read from the "
-            "environment, and a credential (Authorization, a key or token) must be given that way." + later,
-        )(fn)
-        fn = click.option(
-            "--mcp",
-            "mcp_commands",
-            multiple=True,
-            metavar='"COMMAND ARGS…"',
-            help="An MCP server to start (a command line, quoted) whose tools the agent may use, over stdio "
-            "(repeatable)." + later,
-        )(fn)
-        fn = click.option(
-            "--executors",
-            "executor_refs",
-            multiple=True,
-            metavar="MODULE:ATTR",
-            help="An executor, or a list of executors, that steps may be routed to, e.g. a RayExecutor named "
-            "'tools' that runs every tool step on a Ray cluster (repeatable)." + later,
-        )(fn)
-        fn = click.option(
-            "--tools",
-            "tool_refs",
-            multiple=True,
-            metavar="MODULE:ATTR",
-            help="A Tool, a Toolset or a list of tools to import (repeatable)." + later,
-        )(fn)
-        fn = click.option(
-            "--executor", "executor_spec", metavar="MODEL", help="The model for steps that name no tool." + later
-        )(fn)
-        return click.option(
-            "--planner", "planner_spec", metavar="MODEL", help="The planning model, e.g. scripted:replies.json." + later
-        )(fn)
-
-    return apply
+            metavar="[on_failure|after_each_step|never]",
+            help="When the plan is patched." + later,
+        ),
+    ]
 
 
-def _rule_options(fn: F, *, for_run: bool, later: str) -> F:
+def _setting_options(for_run: bool, later: str) -> list[Callable[[F], F]]:
+    """The models' settings and the executor's step timeout."""
+    return [
+        click.option(
+            "--planner-setting",
+            "planner_settings",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="A model setting of the planner, KEY=VALUE " + SETTING_HELP + later,
+        ),
+        click.option(
+            "--executor-setting",
+            "executor_settings",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="A model setting of the executor, KEY=VALUE " + SETTING_HELP + later,
+        ),
+        click.option(
+            "--step-timeout",
+            metavar="SECONDS",
+            default=None,
+            help="Seconds a whole model-driven step may take (every model turn and tool call in it); past "
+            "it the step fails as a timeout. 'none' lifts it." + (" Default: none." if for_run else later),
+        ),
+    ]
+
+
+def _rule_options(*, for_run: bool, later: str) -> list[Callable[[F], F]]:
     """The pattern's rules: escalation when the planner cannot go on, and the final answer's review."""
 
     def default(text: str) -> str:
         return f" Default: {text}." if for_run else later
 
-    options = [
+    options: list[Callable[[F], F]] = [
         click.option(
             "--confidence-floor",
             metavar="0..1",
@@ -459,6 +470,13 @@ def _rule_options(fn: F, *, for_run: bool, later: str) -> F:
             default=None,
             help="How often --on-fail retry runs a step again." + default("1"),
         ),
+    ]
+    return [*options, *_review_options(later, default), *_ensemble_options(later)]
+
+
+def _review_options(later: str, default: Callable[[str], str]) -> list[Callable[[F], F]]:
+    """The final answer's review: checks, a judge's rubric, a human's checklist, rounds."""
+    return [
         click.option(
             "--review-check",
             "review_checks",
@@ -492,10 +510,6 @@ def _rule_options(fn: F, *, for_run: bool, later: str) -> F:
             + default("2"),
         ),
     ]
-    options += _ensemble_options(later)
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
 
 
 def _ensemble_options(later: str) -> list[Callable[[F], F]]:

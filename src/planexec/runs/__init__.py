@@ -12,6 +12,7 @@ problem names the argument or spec field at fault.
 """
 
 from planexec.runs._answers import answer, check_edited_plan, pick_question, question_about, tell
+from planexec.runs._build import build_agent, dropped_settings, read_mcp_servers
 from planexec.runs._pickup import resume, still_waiting
 from planexec.runs._receipts import (
     ApprovalReceipt,
@@ -26,17 +27,20 @@ from planexec.runs._receipts import (
 from planexec.runs._scripted import absolute_model_string
 from planexec.runs._session_replays import Check, SessionReplay, TurnReplay, TurnStatus, replay_session
 from planexec.runs._sessions import SessionSummary, list_sessions, session_turns
-from planexec.runs._spec import (
-    RULE_FLAGS,
-    RULE_LISTS,
-    RULE_TEXTS,
-    SPEC_VERSION,
-    AgentSpec,
-    Recorded,
-    build_agent,
-    dropped_settings,
-    read_mcp_servers,
-    recorded_spec,
+from planexec.runs._spec import SPEC_VERSION, AgentSpec, Recorded, recorded_spec
+from planexec.runs._spec_texts import RULE_FLAGS, RULE_LISTS, RULE_TEXTS
+from planexec.runs._spec_values import (
+    EnsembleRule,
+    ImportRef,
+    LimitRule,
+    MCPCommand,
+    MCPHeader,
+    MCPServerRef,
+    MCPUrl,
+    ModelRef,
+    ReviewRule,
+    Rules,
+    TrustRule,
 )
 from planexec.runs._stored import (
     STATUSES,
@@ -61,17 +65,28 @@ __all__ = [
     "AgentSpec",
     "ApprovalReceipt",
     "Check",
+    "EnsembleRule",
+    "ImportRef",
+    "LimitRule",
     "LoggedEvent",
+    "MCPCommand",
+    "MCPHeader",
+    "MCPServerRef",
+    "MCPUrl",
+    "ModelRef",
     "PlanReceipt",
     "Progress",
     "Receipt",
     "ReceiptOutcome",
     "Receipts",
     "Recorded",
+    "ReviewRule",
+    "Rules",
     "SessionReplay",
     "SessionSummary",
     "StoredRun",
     "Supervisor",
+    "TrustRule",
     "TurnReplay",
     "TurnStatus",
     "absolute_model_string",

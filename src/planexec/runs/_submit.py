@@ -9,9 +9,10 @@ from collections.abc import Sequence
 
 from planexec.errors import UsageError
 from planexec.log import RunState
+from planexec.runs._build import build_agent
 from planexec.runs._pickup import still_waiting
 from planexec.runs._problems import Problems
-from planexec.runs._spec import AgentSpec, build_agent
+from planexec.runs._spec import AgentSpec
 from planexec.runs._stored import check_run_id
 from planexec.store import PostgresStore, QueueEntry, RunQueue, RunStore
 

@@ -33,7 +33,8 @@ from planexec.log import (
 )
 from planexec.memory import PlanMemory
 from planexec.models import Providers
-from planexec.runs._spec import AgentSpec, build_agent, recorded_spec
+from planexec.runs._build import build_agent
+from planexec.runs._spec import AgentSpec, recorded_spec
 from planexec.runs._stored import load_run
 from planexec.runtime import Agent, Approvals, Budget, Run
 from planexec.store import AppendConflict, RunStore, Told

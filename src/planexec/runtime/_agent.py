@@ -1,57 +1,52 @@
-"""The Python API: an Agent runs goals; a Run streams its events and yields its result."""
+"""The Python API: an Agent runs goals (each a :class:`Run`, which streams its events and yields its result)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from planexec._util.clip import clip
 from planexec._util.sync import run_sync
 from planexec.errors import Problem, ToolDefinitionError, UsageError
 from planexec.executor import (
     Acceptance,
     Executor,
-    Extractor,
     ModelExecutor,
-    RayExecutor,
-    ToolExecutor,
-    executor_profile,
 )
 from planexec.log import (
-    ChecklistResult,
-    EffectChoice,
-    Event,
-    RunFinished,
     RunResult,
     RunStarted,
     RunState,
-    RunSuspended,
 )
 from planexec.mcp import MCPToolset
 from planexec.memory import PlanMemory
 from planexec.models import (
     Model,
-    ModelSettings,
     Providers,
-    StreamingModel,
     missing_keys,
     resolve_model,
-    unsupported_settings,
 )
-from planexec.plan import Plan
 from planexec.planner import Planner
 from planexec.runtime._budget import Budget
 from planexec.runtime._core import EngineConfig
+from planexec.runtime._description import (
+    approvals_record,
+    bound,
+    executors_record,
+    judge_record,
+    model_executors_record,
+    planner_record,
+    review_record,
+)
 from planexec.runtime._engine import Engine
+from planexec.runtime._parts import assemble, split_servers
 from planexec.runtime._recorded_world import Fault
 from planexec.runtime._replays import ReplayReport, replay_log
+from planexec.runtime._run import Run
 from planexec.runtime._session import Session, check_session_id
-from planexec.runtime._settings import AnswerReview, ApprovalDecision, Approvals, Escalation, Limits, RunContext
+from planexec.runtime._settings import AnswerReview, Approvals, Escalation, Limits, RunContext
 from planexec.runtime._tool_specs import tool_spec
 from planexec.runtime._turns import RECORD_CHARS, SessionRecord, session_record
 from planexec.runtime._workflows import WorkflowSet
@@ -64,152 +59,6 @@ if TYPE_CHECKING:
     from planexec.faults import FaultProfile
 
 __all__ = ["Agent", "Run"]
-
-
-class Run:
-    """One running goal. ``await run.result()`` for the outcome; ``async for e in run.events()``
-    to watch it; ``run.cancel()`` to stop it (the result then says ``cancelled``)."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        self._watchers: list[asyncio.Queue[Event | None]] = []
-        self._task: asyncio.Task[RunState] = asyncio.create_task(engine.run(), name=f"run:{engine.run_id}")
-        self._task.add_done_callback(self._closed)
-
-    def _closed(self, task: asyncio.Task[RunState]) -> None:
-        if task.cancelled() and not self._engine.state.finished and not self._engine.detaching:
-            self._engine.finish_unstarted()  # cancelled before its loop started
-
-    @property
-    def run_id(self) -> str:
-        return self._engine.run_id
-
-    @property
-    def state(self) -> RunState:
-        """The state so far (folded from the events so far)."""
-        return self._engine.state
-
-    async def events(self) -> AsyncIterator[Event]:
-        """Every event of the run, from the first, live until the run finishes."""
-        queue: asyncio.Queue[Event | None] = asyncio.Queue()
-        for e in self._engine.events:
-            queue.put_nowait(e)
-        if self._engine.detaching and self._task.done():
-            queue.put_nowait(None)
-        self._engine.subscribe(queue.put_nowait)
-        self._watchers.append(queue)
-        earlier = self._engine.history_length  # a resumed run's log holds earlier suspensions
-        try:
-            seen = 0
-            while True:
-                event = await queue.get()
-                if event is None:  # detached: no more events in this process
-                    return
-                seen += 1
-                yield event
-                if isinstance(event, RunFinished) or (isinstance(event, RunSuspended) and seen > earlier):
-                    return
-        finally:
-            self._engine.unsubscribe(queue.put_nowait)
-            self._watchers.remove(queue)
-
-    async def result(self) -> RunResult:
-        try:
-            await asyncio.shield(self._task)
-        except asyncio.CancelledError:
-            if not self._task.done():
-                raise  # the caller was cancelled, not the run
-        state = self._engine.state
-        if self._engine.detaching and not state.finished and state.suspended is None:
-            raise UsageError(f"run {self.run_id} was detached from this process unfinished: resume it to go on")
-        if self._task.cancelled() and not state.finished:
-            self._engine.finish_unstarted()
-        return RunResult.from_state(state, self._engine.events)
-
-    def cancel(self) -> None:
-        """Cancel the run: its log ends ``cancelled``. Asking again changes nothing: a second
-        cancellation landing while the run writes the end of its log could cut that end off."""
-        if not self._task.done() and not self._task.cancelling():
-            self._task.cancel()
-
-    async def detach(self) -> None:
-        """Stop working on the run in this process and leave it unfinished, as a process that
-        stops would: steps under way are cancelled without an outcome and nothing more is logged
-        (what was logged is saved first). Any process can ``resume`` it later; steps that were
-        under way are then handled as after a crash — re-run when that is safe (a read, an
-        idempotent call with the same key), otherwise asked about. A finished run is left as it
-        is. For a server that shuts down with runs under way, and a restart that picks them up."""
-        if self._task.done():
-            return
-        self._engine.detaching = True
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        for queue in self._watchers:
-            queue.put_nowait(None)
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            raise asyncio.CancelledError
-
-    def decide(
-        self,
-        approval_id: str,
-        *,
-        approved: bool,
-        reason: str = "",
-        by: str = "human",
-        choice: EffectChoice | None = None,
-        output: Any = None,
-        edited_plan: Plan | None = None,
-        text: str | None = None,
-        checklist: Sequence[ChecklistResult] = (),
-    ) -> None:
-        """Answer one of the run's open questions (see ``state.pending_approvals``): approve or
-        refuse it, with what its subject needs (see :class:`ApprovalDecision`)."""
-        self._engine.decide(
-            approval_id,
-            ApprovalDecision(
-                approved=approved,
-                reason=reason,
-                by=by,
-                choice=choice,
-                output=output,
-                edited_plan=edited_plan,
-                text=text,
-                checklist=tuple(checklist),
-            ),
-        )
-
-    def answer(self, question_id: str, text: str, *, by: str = "user") -> None:
-        """Answer the planner's question ``question_id`` with ``text`` (or, for an escalation, give
-        ``text`` as guidance). The planner hears it at once and goes on."""
-        record = self._engine.state.approvals.get(question_id)
-        if record is not None and record.subject == "escalation":
-            self.decide(question_id, approved=True, by=by, choice="guidance", text=text)
-        elif record is not None and record.subject != "question":
-            raise UsageError(
-                f"approval {question_id} is about a {record.subject}, not a question: use decide(...) to answer it"
-            )
-        else:
-            self.decide(question_id, approved=True, by=by, text=text)
-
-    def tell(self, text: str, *, constraint: bool = False, by: str = "user") -> None:
-        """Tell the running run something new (``constraint=True``: a constraint the plan must meet
-        from now on). It is logged at once; the planner replans with it at the next safe point,
-        keeping the work already done."""
-        self._engine.tell(text, by=by, constraint=constraint)
-
-    @property
-    def done(self) -> bool:
-        return self._task.done()
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Parts:
-    planner: Planner
-    tools: Toolset
-    executors: dict[str, Executor] = field(default_factory=dict)
-    default_executor: str | None = None
 
 
 class Agent:
@@ -255,9 +104,9 @@ class Agent:
         workflows: Sequence[Workflow] = (),
         trust: TrustPolicy | None = None,
     ) -> None:
-        own, self._mcp = _split_servers([tools] if isinstance(tools, Toolset) else list(tools))
+        own, self._mcp = split_servers([tools] if isinstance(tools, Toolset) else list(tools))
         """MCP servers' toolsets: opened by ``open`` (or the first run), closed by ``aclose``."""
-        self._parts = _assemble(planner, own, executor, executors)
+        self._parts = assemble(planner, own, executor, executors)
         self._own_tools = self._parts.tools
         self._mcp_listed: tuple[tuple[Tool, ...], ...] = ()
         self._opened: list[MCPToolset] = []
@@ -326,7 +175,7 @@ class Agent:
         if isinstance(tools, str | bytes) or not isinstance(tools, Toolset | Iterable):
             problem = Problem(code="agent", where="tools", message="must be a list of tools or a Toolset")
             raise UsageError("tools cannot be changed this way", [problem])
-        given, servers = _split_servers([tools] if isinstance(tools, Toolset) else list(tools))
+        given, servers = split_servers([tools] if isinstance(tools, Toolset) else list(tools))
         problems = [
             Problem(code="agent", where=f"tools: MCP server {t.label}", message="is given when the agent is made")
             for t in servers
@@ -412,17 +261,17 @@ class Agent:
         if budget is None and turn is not None and turn.budget is not None:
             budget = turn.budget  # a session's turn keeps the budget it was given, resumed or forked
         return EngineConfig(
-            planner=_bound(parts.planner, self.providers),
+            planner=bound(parts.planner, self.providers),
             tools=self._workflows.with_tools(parts.tools),
             workflows=self._workflows.names,
-            executors={name: _bound(e, self.providers) for name, e in parts.executors.items()},
+            executors={name: bound(e, self.providers) for name, e in parts.executors.items()},
             default_executor=parts.default_executor,
             budget=self.budget if budget is None else budget,
             limits=self.limits,
             acceptance=self.acceptance,
             approvals=self.approvals,
             context=self.context,
-            metadata={**self._description(), **metadata},
+            metadata={**self.description(), **metadata},
             escalation=self.escalation,
             review=self.review,
             providers=self.providers,
@@ -441,69 +290,28 @@ class Agent:
         self._sync_tools()
         return self._parts.tools
 
-    def _description(self) -> dict[str, Any]:
-        """``_describe``, made once: an agent's set-up does not change between its runs."""
+    def description(self) -> dict[str, Any]:
+        """What this agent's runs record about its set-up (data only; no code): its tools,
+        executors, planner, rules and approvals, as each run's first event keeps them. Made once
+        (until its tools change): an agent's set-up does not change between its runs."""
         if self._described is None:
             self._described = self._describe()
-        return self._described
+        return dict(self._described)
 
     def _describe(self) -> dict[str, Any]:
-        """What the log records about this agent's set-up (data only; no code)."""
-        parts = self._parts
-        planner = _bound(parts.planner, self.providers)
+        parts, providers, store = self._parts, self.providers, self.store
         return {
             "tools": [tool_spec(t) for t in self._workflows.with_tools(parts.tools)],
             **({"workflows": sorted(self._workflows.names)} if self._workflows.workflows else {}),
-            "executors": {name: e.kind for name, e in parts.executors.items()},
-            "executor_profiles": {
-                name: executor_profile(_bound(e, self.providers)).record() for name, e in parts.executors.items()
-            },
+            **executors_record(parts.executors, providers),
             "default_executor": parts.default_executor,
-            "planner": {
-                "model": planner.resolved_model().name,
-                "policy": planner.policy,
-                "replan": planner.replan,
-                "max_repairs": planner.max_repairs,
-                "streams": planner.stream and planner.model_streams,
-                "turn_format": planner.turn_format,
-                **({"sealed": True, "extractor": planner.extractor_name} if planner.sealed else {}),
-                **_settings_record(planner.resolved_model(), planner.settings),
-                **_ensemble_record(planner),
-            },
+            "planner": planner_record(parts.planner, providers),
             "escalation": dataclasses.asdict(self.escalation),
-            "review": None
-            if self.review is None
-            else {
-                "checks": [getattr(c, "__name__", type(c).__name__) for c in self.review.checks],
-                "rubric": self.review.rubric,
-                "judge": None
-                if self.review.judge is None
-                else str(getattr(self.review.judge, "name", self.review.judge)),
-                "checklist": list(self.review.checklist),
-                "max_rounds": self.review.max_rounds,
-                "judge_settings": self.review.judge_settings.as_dict(),
-            },
-            "model_executors": {
-                name: {
-                    "model": e.resolved_model(self.providers).name,
-                    "max_turns": e.max_turns,
-                    "step_timeout": e.step_timeout,
-                    **_settings_record(e.resolved_model(self.providers), e.settings),
-                }
-                for name, e in parts.executors.items()
-                if isinstance(e, ModelExecutor)
-            },
-            **self._judge_record(),
+            "review": review_record(self.review),
+            "model_executors": model_executors_record(parts.executors, providers),
+            **judge_record(self.acceptance, providers),
             "limits": dataclasses.asdict(self.limits),
-            "approvals": {
-                "plan": self.approvals.plan,
-                "steps": self.approvals.steps,
-                "ask": self.approvals.approver is not None or (self.approvals.deferred and self.store is not None),
-                "suspends": self.store is not None
-                and self.approvals.approver is None
-                and self.approvals.when_waiting == "suspend",
-                "raises": self._raises(),
-            },
+            "approvals": approvals_record(self.approvals, has_store=store is not None, raises=self._raises()),
             "predicates": sorted(self.acceptance.predicates),
             **({"memory": self.memory.describe()} if self.memory is not None else {}),
             "trust": self.trust.record(),
@@ -523,13 +331,6 @@ class Agent:
 
     def _can_ask(self) -> bool:
         return self.approvals.approver is not None or (self.approvals.deferred and self.store is not None)
-
-    def _judge_record(self) -> dict[str, Any]:
-        judge = self.acceptance.judge
-        if judge is None:
-            return {}
-        model = resolve_model(judge, providers=self.providers)
-        return {"judge": {"model": model.name, **_settings_record(model, self.acceptance.judge_settings)}}
 
     def start(
         self,
@@ -727,101 +528,3 @@ class Agent:
             call="Agent.run_sync()",
             instead="agent.run(...)",
         )
-
-
-def _split_servers(items: Iterable[Any]) -> tuple[list[Any], list[MCPToolset]]:
-    """``items`` without the MCP servers' toolsets (at any depth of nested lists), and those."""
-    own: list[Any] = []
-    servers: list[MCPToolset] = []
-    for item in items:
-        if isinstance(item, MCPToolset):
-            servers.append(item)
-        elif isinstance(item, list | tuple):
-            inner, found = _split_servers(item)
-            own.append(inner)
-            servers += found
-        else:
-            own.append(item)
-    return own, servers
-
-
-_Bound = TypeVar("_Bound", Planner, Executor)
-
-
-def _bound(part: _Bound, providers: Providers) -> _Bound:
-    """``part`` as a run uses it: a planner or model executor whose model is a string gets a copy
-    holding the model that string resolves to through ``providers`` (the part's own resolution,
-    so the part and the run share one model object)."""
-    if isinstance(part, Planner) and part.ensemble is not None:
-        first, *rest = part.resolved_models(providers)
-        return dataclasses.replace(part, model=first, ensemble=dataclasses.replace(part.ensemble, escalate_to=rest))
-    if isinstance(part, Planner | ModelExecutor) and isinstance(part.model, str):
-        return dataclasses.replace(part, model=part.resolved_model(providers))
-    return part
-
-
-def _ensemble_record(planner: Planner) -> dict[str, Any]:
-    """A planner ensemble as the log keeps it: its models' names, whether each streams, its triggers."""
-    ensemble = planner.ensemble
-    if ensemble is None:
-        return {}
-    rest = planner.resolved_models()[1:]
-    return {
-        "ensemble": {
-            "models": [m.name for m in rest],
-            "streams": [isinstance(m, StreamingModel) for m in rest],
-            "escalate_on": list(ensemble.escalate_on),
-            "confidence_below": ensemble.confidence_below,
-        }
-    }
-
-
-def _settings_record(model: Model, settings: ModelSettings) -> dict[str, Any]:
-    """A role's settings as the log keeps them, and the ones its model does not send (with why)."""
-    record: dict[str, Any] = {"settings": settings.as_dict()}
-    dropped = unsupported_settings(model, settings)
-    if dropped:
-        record["dropped_settings"] = dropped
-    return record
-
-
-def _assemble(
-    planner: Planner | Model | str,
-    tools: Sequence[Tool | Toolset] | Toolset,
-    executor: Model | str | ModelExecutor | None,
-    executors: Sequence[Executor],
-) -> _Parts:
-    problems: list[Problem] = []
-    the_planner = planner if isinstance(planner, Planner) else Planner(model=planner)
-    toolset = tools if isinstance(tools, Toolset) else Toolset(*tools)
-    by_name: dict[str, Executor] = {"tools": ToolExecutor()}
-    default: str | None = None
-    extra: list[Executor] = list(executors)
-    if isinstance(the_planner.extractor, Extractor):  # a sealed planner's quarantined extractor
-        extra.append(the_planner.extractor)
-    if executor is not None:
-        default_exec = executor if isinstance(executor, ModelExecutor) else ModelExecutor(model=executor)
-        extra.insert(0, default_exec)
-        default = default_exec.name
-    for e in extra:
-        if not isinstance(e, Executor):
-            problems.append(Problem(code="executor", where=clip(repr(e), 60), message="is not an executor"))
-            continue
-        if not isinstance(e.name, str) or not e.name.strip():
-            message = f"has the name {clip(repr(e.name), 60)}: an executor's name must be non-empty text"
-            problems.append(Problem(code="executor", where=clip(repr(e), 60), message=message))
-            continue
-        if e.name == "tools" and not (isinstance(e, ToolExecutor | RayExecutor) and e.kind == "tools"):
-            message = "the name 'tools' is the built-in tool executor's (or a RayExecutor that runs tool steps)"
-            problems.append(Problem(code="executor", where="tools", message=message))
-            continue
-        if e.name in by_name and e.name != "tools":
-            problems.append(Problem(code="executor", where=e.name, message="two executors have this name"))
-        try:
-            executor_profile(e)  # a custom executor's description and capabilities, checked now
-        except UsageError as error:
-            problems += [dataclasses.replace(p, where=f"{e.name}.{p.where}") for p in error.problems]
-        by_name[e.name] = e
-    if problems:
-        raise UsageError("invalid agent", problems)
-    return _Parts(planner=the_planner, tools=toolset, executors=by_name, default_executor=default)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from planexec.errors import Problem, UsageError
-from planexec.runs import AgentSpec, build_agent
+from planexec.runs import AgentSpec, ModelRef, build_agent
 from planexec.runtime import Agent, Approvals, Budget
 from planexec.store import RunStore
 
@@ -60,10 +60,7 @@ class ServedAgent:
         """The agent for run ``run_id``, every constraint the run has, and what the run records so
         that any process can pick it up. Raises :class:`~planexec.UsageError` listing every problem."""
         if self.spec is not None:
-            raw = {name: "none" if value is None else repr(value) for name, value in budget.items()}
-            spec = replace(
-                self.spec, constraints=(*self.spec.constraints, *constraints), budget={**self.spec.budget, **raw}
-            )
+            spec = self.spec.with_texts({"constraints": (*self.spec.constraints, *constraints), "budget": budget})
             agent = build_agent(spec, store=store, approvals=Approvals(deferred=True, plan=spec.approve_plan))
             return agent, spec.constraints, spec.recorded().metadata()
         assert self.builder is not None
@@ -84,28 +81,27 @@ class ServedAgent:
         return agent, (*self.constraints, *constraints), {}
 
     def describe(self, store: RunStore) -> dict[str, Any]:
-        """Its name, models, tools, policy and whether plans wait for approval (built once to see)."""
+        """Its name, models, tools, policy and whether plans wait for approval, as the agent
+        describes itself to its runs (built once to see)."""
         if not self._described:
             agent, _, _ = self.build(store, "describe")
-            planner = agent.planner
-            executors = agent.executors
-            self._described.update(
-                name=self.name,
-                planner=planner.resolved_model(agent.providers).name,
-                executor=next(
-                    (
-                        e.resolved_model(agent.providers).name
-                        for e in executors.values()
-                        if hasattr(e, "resolved_model")
-                    ),
-                    None,
-                ),
-                tools=sorted(agent.tools.names),
-                policy=planner.policy,
-                approve_plan=bool(getattr(agent.approvals, "plan", False)),
-                example=self.example,
-            )
-        return dict(self._described)
+            self._described.update(agent.description())
+        return _summary(self.name, self._described, example=self.example)
+
+
+def _summary(name: str, description: Mapping[str, Any], *, example: str | None = None) -> dict[str, Any]:
+    """What a list of agents shows of one, from :meth:`~planexec.Agent.description`."""
+    workflows = set(description.get("workflows", ()))
+    executors = description["model_executors"]
+    return {
+        "name": name,
+        "planner": description["planner"]["model"],
+        "executor": next((e["model"] for e in executors.values()), None),
+        "tools": sorted(t["name"] for t in description["tools"] if t["name"] not in workflows),
+        "policy": description["planner"]["policy"],
+        "approve_plan": bool(description["approvals"]["plan"]),
+        "example": example,
+    }
 
 
 def check_budget(budget: Mapping[str, Any]) -> list[Problem]:
@@ -157,12 +153,12 @@ def _from_file(name: str, path: Path, where: str) -> ServedAgent:
     )
 
 
-def _beside(model: str | None, folder: Path) -> str | None:
-    """A ``scripted:FILE`` model string with a relative FILE read beside the spec file."""
-    if model is None or not model.startswith("scripted:"):
+def _beside(model: ModelRef | None, folder: Path) -> ModelRef | None:
+    """A ``scripted:FILE`` model with a relative FILE read beside the spec file."""
+    file = model.script if model is not None else None
+    if model is None or file is None:
         return model
-    file = model.removeprefix("scripted:")
-    return model if os.path.isabs(file) else f"scripted:{folder / file}"
+    return model if os.path.isabs(file) else ModelRef(f"scripted:{folder / file}")
 
 
 def _from_reference(name: str, ref: str, where: str) -> ServedAgent:
