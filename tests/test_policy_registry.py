@@ -139,12 +139,6 @@ SOURCE = Path(planexec.__file__).parent
 SPELLED_ON_PURPOSE = {
     "log/_run_events.py": "RunStarted.policy defaults to 'upfront' for logs written before runs recorded their "
     "policy; the log sits below the planner, and old logs must read the same whatever is registered",
-    "runs/_spec.py": "the agent spec's policy field, its default and choices, until the spec is typed and "
-    "reads PLANNER_POLICIES",
-    "cli/_agent_options.py": "the --policy option of run, resume and the others, until it is made from the "
-    "typed agent spec (and so from PLANNER_POLICIES)",
-    "workers/_worker.py": "the policy a worker logs for a submitted run's spec that names none, until it "
-    "takes the typed spec's default",
 }
 """Modules that still spell a policy's name, and why."""
 

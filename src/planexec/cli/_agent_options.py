@@ -13,7 +13,7 @@ import click
 from planexec.cli._options import BUDGET_FLAGS, Problems, Refused
 from planexec.errors import UsageError
 from planexec.log import Event
-from planexec.planner import ENSEMBLE_TRIGGERS
+from planexec.planner import ENSEMBLE_TRIGGERS, PLANNER_POLICIES, Upfront
 from planexec.runs import RULE_FLAGS, RULE_LISTS, RULE_TEXTS, AgentSpec, ModelRef, Recorded, build_agent
 from planexec.runtime import DEFAULT_CAPS, Agent, Approvals
 from planexec.store import RunStore
@@ -329,9 +329,9 @@ def _planning_options(for_run: bool, later: str) -> list[Callable[[F], F]]:
     return [
         click.option(
             "--policy",
-            default="upfront" if for_run else None,
+            default=Upfront.name if for_run else None,
             show_default=for_run,
-            metavar="[upfront|step]",
+            metavar="[" + "|".join(PLANNER_POLICIES.names()) + "]",
             help="The whole plan at once, or a step per turn." + later,
         ),
         click.option(

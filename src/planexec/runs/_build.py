@@ -14,7 +14,7 @@ from planexec.executor import Executor, ModelExecutor
 from planexec.log import Event
 from planexec.mcp import MCPHttp, MCPStdio, MCPToolset
 from planexec.models import Model, ModelSettings, Providers, missing_keys, unsupported_settings
-from planexec.planner import Ensemble, Planner
+from planexec.planner import PLANNER_POLICIES, Ensemble, Planner
 from planexec.runs._loading import importable, load_checks, load_executors, load_model, load_tools
 from planexec.runs._problems import Problems
 from planexec.runs._scripted import calls_made, rest_of_script
@@ -115,7 +115,7 @@ class _Builder:
         """What makes the planner once every problem is known (its model, ensemble and extractor
         are loaded now)."""
         spec, rules, own = self.spec, self.spec.rules, self.own
-        if rules.sealed and spec.policy == "step":
+        if rules.sealed and PLANNER_POLICIES.unsealable(spec.policy) is not None:
             self.problems.add("sealed", "a sealed planner plans upfront: it reads no result to choose a next step from")
         if spec.executor is None:
             for where, given in (

@@ -19,7 +19,7 @@ from typing import Any
 from planexec.errors import Problem
 from planexec.log import RunStarted
 from planexec.models import ModelSettings
-from planexec.planner import PolicyName, ReplanPolicy
+from planexec.planner import PolicyName, ReplanPolicy, Upfront
 from planexec.runs._problems import Problems
 from planexec.runs._spec_texts import RULE_FLAGS, RULE_LISTS, RULE_TEXTS, read_fields
 from planexec.runs._spec_values import (
@@ -78,7 +78,7 @@ _DEFAULTS: Mapping[str, Any] = {
     "mcp_headers": (),
     "executors": (),
     "memory": False,
-    "policy": "upfront",
+    "policy": Upfront.name,
     "replan": "on_failure",
     "budget": {},
     "approve_plan": False,
@@ -146,7 +146,7 @@ class AgentSpec:
         mcp_headers: Sequence[MCPHeader | str] = (),
         executors: Sequence[ImportRef | str] = (),
         memory: bool = False,
-        policy: str = "upfront",
+        policy: str = Upfront.name,
         replan: str = "on_failure",
         budget: Mapping[str, int | float | str | None] | None = None,
         approve_plan: bool = False,

@@ -15,7 +15,7 @@ from typing import Any, Literal, cast
 from planexec._util.strict_json import loads as strict_loads
 from planexec.errors import UsageError
 from planexec.models import ModelSettings
-from planexec.planner import ENSEMBLE_TRIGGERS, EnsembleTrigger
+from planexec.planner import ENSEMBLE_TRIGGERS, PLANNER_POLICIES, EnsembleTrigger
 from planexec.runs._problems import Problems
 from planexec.runs._spec_values import (
     EnsembleRule,
@@ -36,7 +36,6 @@ __all__ = [
     "APPLIES_TO_ENSEMBLE",
     "APPLIES_TO_EXECUTOR",
     "BUDGET_FIELDS",
-    "POLICIES",
     "REPLANS",
     "RULE_FLAGS",
     "RULE_LISTS",
@@ -64,7 +63,6 @@ BUDGET_FIELDS: Mapping[str, Literal["int", "float"]] = {
 UNBOUNDED = "none"
 """What a budget value takes to lift its cap (``steps: "none"``)."""
 
-POLICIES = ("upfront", "step")
 REPLANS = ("on_failure", "after_each_step", "never")
 TURN_FORMATS = ("nested", "flat")
 LOW_CONFIDENCE = ("ask", "stop")
@@ -552,7 +550,7 @@ def _optional_text(key: str) -> Callable[[Any, Any, Problems], Any]:
 
 
 _READERS: Mapping[str, Callable[[Any, Any, Problems], Any]] = {
-    "policy": lambda raw, old, p: read_choice("policy", raw, POLICIES, p, old),
+    "policy": lambda raw, old, p: read_choice("policy", raw, PLANNER_POLICIES.names(), p, old),
     "replan": lambda raw, old, p: read_choice("replan", raw, REPLANS, p, old),
     "budget": read_budget,
     "planner_settings": lambda raw, old, p: read_settings("planner_settings", raw, old, p),

@@ -38,6 +38,7 @@ from planexec.errors import LogUnreadable, Problem, StoreError, UsageError
 from planexec.log import ErrorCode, Event, RunStarted, RunState
 from planexec.memory import PlanMemory
 from planexec.models import Providers
+from planexec.planner import Upfront
 from planexec.runs import AgentSpec, Supervisor, build_agent, still_waiting
 from planexec.runtime import Agent, Approvals, Run
 from planexec.store import Claim, PostgresStore, QueueState, RunQueue
@@ -403,10 +404,10 @@ class Worker:
                 run_id=claim.run_id,
                 goal=claim.goal,
                 constraints=claim.constraints,
-                policy=str(spec.get("policy", "upfront")),
+                policy=str(spec.get("policy", Upfront.name)),
                 replan=str(spec.get("replan", "on_failure")),
                 budget={},
-                config={"cli": dict(spec)},
+                config={"agent_spec": dict(spec)},
             )
         if not await self.runs.end(claim.run_id, log, code=code, detail=detail, first=first):
             return None, None  # written meanwhile: look again
