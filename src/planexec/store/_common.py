@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Self, get_args
+from typing import TYPE_CHECKING, Any, Self, get_args
 
 from planexec.errors import Problem, UsageError
 from planexec.store._base import RunStatus
 from planexec.store._redact import Redactor
 from planexec.store._signals import AppendSignals
 from planexec.store._summary import SUMMARY_COLUMNS
+
+if TYPE_CHECKING:
+    from planexec.store._queue import RunQueue
 
 __all__ = ["StoreBase", "check_list_args", "check_run_id", "check_schema_version", "list_runs_sql"]
 
@@ -91,6 +94,11 @@ class StoreBase:
     async def last_seq(self, run_id: str) -> int:
         """The run's last seq (0 for an unknown run)."""
         raise NotImplementedError
+
+    def queue(self) -> RunQueue | None:
+        """No workers' queue: runs cannot be submitted to workers here (a backend that has one
+        says so)."""
+        return None
 
     @property
     def closed(self) -> bool:

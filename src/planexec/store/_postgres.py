@@ -61,6 +61,8 @@ from planexec.store._codec import decode_log, encode_events
 from planexec.store._common import StoreBase, check_list_args, check_run_id, check_schema_version, list_runs_sql
 from planexec.store._failures import Damaged, Secrets, describe, store_failure
 from planexec.store._pgconn import Pool, TimedOut, guarded, seconds, statement_timeout_of, url_seconds
+from planexec.store._plan_memory import PostgresPlanMemory
+from planexec.store._queue import RunQueue
 from planexec.store._redact import Redactor
 from planexec.store._summary import SUMMARY_COLUMNS, state_from_row, summarize, summary_row
 
@@ -235,6 +237,22 @@ class PostgresStore(StoreBase):
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._secrets.show_url(self.url)!r})"
+
+    @property
+    def durable(self) -> bool:
+        return True
+
+    def queue(self) -> RunQueue:
+        return RunQueue(self)
+
+    def plan_memory(self) -> PostgresPlanMemory:
+        """The entries in this store's database, over a connection of their own (same timeouts)."""
+        return PostgresPlanMemory(
+            self.url,
+            shown=self._secrets.show_url(self.url),
+            connect_timeout=self.connect_timeout,
+            statement_timeout=self.statement_timeout,
+        )
 
     def _clean(self, text: str) -> str:
         """Summary text, redacted (the summary makes it storable in a text column)."""

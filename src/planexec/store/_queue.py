@@ -127,6 +127,23 @@ class RunQueue:
             )
         self.store = store
 
+    def with_connections(self, size: int) -> RunQueue:
+        """This queue over a new store on the same database — the same redactor and timeouts — with
+        up to ``size`` connections at once (a worker's runs, its renewals and its claims). Close
+        its ``store`` when done; this one's stays as it is."""
+        from planexec.store._postgres import PostgresStore
+
+        store = self.store
+        return RunQueue(
+            PostgresStore(
+                store.url,
+                redactor=store.redactor,
+                pool_size=size,
+                connect_timeout=store.connect_timeout,
+                statement_timeout=store.statement_timeout,
+            )
+        )
+
     async def submit(
         self, run_id: str, *, goal: str, constraints: Sequence[str], spec: Mapping[str, Any], note: str | None = None
     ) -> bool:

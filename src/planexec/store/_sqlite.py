@@ -56,6 +56,7 @@ from planexec.store._chain import RawLog, chain_hashes, genesis, raw_events, sto
 from planexec.store._codec import EncodedEvent, decode_log, encode_events
 from planexec.store._common import StoreBase, check_list_args, check_run_id, check_schema_version, list_runs_sql
 from planexec.store._failures import Damaged, describe, store_failure
+from planexec.store._plan_memory import SQLitePlanMemory
 from planexec.store._redact import Redactor
 from planexec.store._summary import SUMMARY_COLUMNS, state_from_row, summarize, summary_row
 
@@ -200,6 +201,14 @@ class SQLiteStore(StoreBase):
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
+
+    @property
+    def durable(self) -> bool:
+        return True
+
+    def plan_memory(self) -> SQLitePlanMemory:
+        """The entries in this store's file, over a connection of their own (same ``busy_timeout``)."""
+        return SQLitePlanMemory(self.path, busy_timeout=self.busy_timeout)
 
     # -- connections ------------------------------------------------------------------------
 
