@@ -49,9 +49,8 @@ def _backend_for(where: RunStore | str | os.PathLike[str]) -> tuple[PlanMemoryBa
         try:
             return plan_memory_at(where), None
         except UsageError as e:
-            if any(p.code == "store_url" for p in e.problems):
-                shown = safe_url(where) if isinstance(where, str) else os.fspath(where)
-                raise UsageError(f"cannot keep plan memory in {shown!r}: {_WHERE}") from None
+            if isinstance(where, str) and any(p.code == "store_url" for p in e.problems):
+                raise UsageError(f"cannot keep plan memory in {safe_url(where)!r}: {_WHERE}") from None
             raise
     if isinstance(where, RunStore):
         return where.plan_memory(), where.redactor
