@@ -13,7 +13,11 @@ PUBLIC = [
     "ChainProblem",
     "ChainReport",
     "Claim",
+    "EntryChange",
+    "Feed",
+    "Fresh",
     "MemoryStore",
+    "PlanMemoryBackend",
     "PostgresStore",
     "QueueEntry",
     "QueueState",
@@ -32,6 +36,7 @@ PUBLIC = [
     "default_store_path",
     "luhn_valid",
     "open_store",
+    "plan_memory_at",
     "safe_url",
     "verify_chain",
 ]
@@ -47,6 +52,7 @@ def test_public_names_are_pinned() -> None:
 
 def test_every_backend_is_a_run_store() -> None:
     for cls in (planexec.store.MemoryStore, planexec.store.SQLiteStore, planexec.store.PostgresStore):
-        for method in ("append", "read", "read_raw", "last_seq", "get_run", "list_runs", "delete", "expire", "close"):
+        methods = ("append", "read", "read_raw", "last_seq", "get_run", "list_runs", "delete", "expire", "close")
+        for method in (*methods, "queue", "plan_memory"):
             assert callable(getattr(cls, method)), f"{cls.__name__}.{method}"
     assert issubclass(planexec.store.AppendConflict, planexec.PlanexecError)

@@ -58,6 +58,9 @@ from planexec.store import MemoryStore, PostgresStore, Redactor, RunStore, SQLit
 
 BACKENDS = ("memory", "sqlite", "postgres")
 DURABLE = ("sqlite", "postgres")
+"""The backends whose runs outlive the store (``RunStore.durable``)."""
+QUEUED = ("postgres",)
+"""The backends with a workers' queue (``RunStore.queue()``)."""
 
 
 # -- events ---------------------------------------------------------------------------------------
@@ -306,6 +309,21 @@ def rewrite_events(backend: Backend, store: RunStore, run_id: str, rows: dict[in
             for seq, data in rows.items():
                 text = data if isinstance(data, str) else data.decode("utf-8", "replace")
                 pg.execute("UPDATE planexec_events SET data = %s WHERE run_id = %s AND seq = %s", (text, run_id, seq))
+
+
+def run_sql(backend: Backend, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    """Run one statement on a durable backend's database behind the store's back; its rows."""
+    if backend.kind == "sqlite":
+        assert backend.path is not None
+        with closing(sqlite3.connect(backend.path, isolation_level=None)) as conn:
+            return conn.execute(sql, params).fetchall()
+    import psycopg
+
+    assert backend.kind == "postgres"
+    assert backend.url is not None
+    with psycopg.connect(backend.url, autocommit=True) as pg:
+        cur = pg.execute(sql.encode(), params)
+        return cur.fetchall() if cur.description else []
 
 
 def stored_text(backend: Backend, store: RunStore, run_id: str, seq: int) -> str:

@@ -326,7 +326,7 @@ async def test_a_statement_blocked_by_a_lock_fails_within_the_statement_timeout(
                 row = await cur.fetchone()
                 return str(row[0])
 
-            assert await store._call("show the setting", server_setting) == "200ms", "the server enforces it too"
+            assert await store.call("show the setting", server_setting) == "200ms", "the server enforces it too"
             async with await psycopg.AsyncConnection.connect(url) as holder:
                 await holder.execute("LOCK TABLE planexec_runs, planexec_events IN ACCESS EXCLUSIVE MODE")
                 results = await asyncio.gather(*(_timed(call(store)) for call in CALLS.values()))

@@ -13,7 +13,7 @@ from planexec.cli._globals import STORE_HELP, StoreChoice, remember_store, store
 from planexec.cli._options import Problems, Refused
 from planexec.cli._text import plain
 from planexec.errors import UsageError
-from planexec.store import MemoryStore, RunStore, open_store, safe_url
+from planexec.store import RunStore, open_store, safe_url
 
 __all__ = ["STORE_HELP", "StoreChoice", "is_memory", "remember_store", "store_choice", "store_flag", "using_store"]
 
@@ -50,4 +50,4 @@ async def using_store(choice: StoreChoice, problems: Problems | None = None) -> 
 
 def is_memory(store: RunStore) -> bool:
     """Whether runs in ``store`` end with the process (they cannot be resumed from another one)."""
-    return isinstance(store, MemoryStore)
+    return not store.durable

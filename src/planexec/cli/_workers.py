@@ -19,7 +19,7 @@ from planexec.cli._options import Problems, Refused
 from planexec.cli._store_options import StoreChoice, store_choice, using_store
 from planexec.cli._text import plain
 from planexec.errors import StoreError, UsageError
-from planexec.store import PostgresStore, safe_url
+from planexec.store import safe_url
 
 __all__ = ["queue", "submit", "worker"]
 
@@ -77,7 +77,7 @@ async def _submit(goal: str, spec: Any, run_id: str | None, check: bool, choice:
     if not goal.strip():
         problems.add("GOAL", "the goal is empty")
     async with using_store(choice, problems) as store:
-        if not isinstance(store, PostgresStore):
+        if store.queue() is None:
             problems.add("--store", POSTGRES_ONLY)
         if problems:
             raise Refused(problems)
@@ -169,17 +169,12 @@ async def _work(settings: Any, choice: StoreChoice) -> int:
 
     problems = Problems()
     async with using_store(choice, problems) as opened:
-        if not isinstance(opened, PostgresStore):
+        opened_queue = opened.queue()
+        if opened_queue is None:
             problems.add("--store", POSTGRES_ONLY)
             raise Refused(problems)
-        # a pool large enough for every run in hand, the heartbeat and the claims
-        store = PostgresStore(
-            opened.url,
-            redactor=opened.redactor,
-            pool_size=settings.concurrency + 2,
-            connect_timeout=opened.connect_timeout,
-            statement_timeout=opened.statement_timeout,
-        )
+        # connections enough for every run in hand, the heartbeat and the claims
+        store = opened_queue.with_connections(settings.concurrency + 2).store
         try:
             try:
                 the_worker = Worker(store, settings)
@@ -190,7 +185,7 @@ async def _work(settings: Any, choice: StoreChoice) -> int:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.add_signal_handler(sig, the_worker.drain)
-            shown = plain(safe_url(opened.url))
+            shown = plain(safe_url(store.url))
             click.echo(
                 f"worker {the_worker.id}: taking runs from {shown} "
                 f"(concurrency {settings.concurrency}, lease {settings.lease_seconds:g} s)",
@@ -236,15 +231,14 @@ def queue(ctx: click.Context, /, state: str | None, limit: int, as_json: bool) -
 
 
 async def _queue(state: str | None, limit: int, as_json: bool, choice: StoreChoice) -> int:
-    from planexec.store import RunQueue
-
     problems = Problems()
     async with using_store(choice, problems) as store:
-        if not isinstance(store, PostgresStore):
+        queue = store.queue()
+        if queue is None:
             problems.add("--store", POSTGRES_ONLY)
             raise Refused(problems)
         chosen: Any = state
-        rows = await RunQueue(store).entries(state=chosen, limit=limit)
+        rows = await queue.entries(state=chosen, limit=limit)
     if as_json:
         click.echo(json.dumps([dataclasses.asdict(row) for row in rows], indent=2))
         return 0

@@ -21,17 +21,15 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from planexec.errors import Problem, UsageError
-from planexec.memory._backends import Backend, InProcess, PostgresBackend, SQLiteBackend
 from planexec.memory._embed import Embedder, LexicalEmbedder
 from planexec.memory._entry import MemoryEntry, Recall, tools_of
 from planexec.memory._index import GoalIndex, goal_key
 from planexec.memory._rebind import answer_template, rebind
 from planexec.plan import Step
-from planexec.store import MemoryStore, PostgresStore, Redactor, RunStore, SQLiteStore, safe_url
+from planexec.store import PlanMemoryBackend, Redactor, RunStore, plan_memory_at, safe_url
 
 __all__ = ["PlanMemory"]
 
@@ -42,37 +40,20 @@ MAX_GOAL_CHARS = 20_000
 """Longer goals are neither remembered nor looked up (their similarity says little)."""
 
 
-def _backend_for(where: RunStore | str | os.PathLike[str]) -> tuple[Backend, Redactor | None]:
-    if isinstance(where, SQLiteStore):
-        return SQLiteBackend(where.path, busy_timeout=where.busy_timeout), where.redactor
-    if isinstance(where, PostgresStore):
-        return (
-            PostgresBackend(
-                where.url,
-                shown=safe_url(where.url),
-                connect_timeout=where.connect_timeout,
-                statement_timeout=where.statement_timeout,
-            ),
-            where.redactor,
-        )
-    if isinstance(where, MemoryStore):
-        return InProcess(), where.redactor
-    if isinstance(where, os.PathLike):
-        return SQLiteBackend(Path(where)), None
-    if isinstance(where, str):
-        if where in ("memory://", "memory:"):
-            return InProcess(), None
-        if where.startswith("sqlite://"):
-            path = where.removeprefix("sqlite://")
-            if not path:
-                raise UsageError("a sqlite:// memory URL needs a path: sqlite:///path/to/plans.db")
-            return SQLiteBackend(Path(path)), None
-        if where.startswith(("postgresql://", "postgres://")):
-            return PostgresBackend(where, shown=safe_url(where)), None
-        raise UsageError(
-            f"cannot keep plan memory in {safe_url(where)!r}: give a run store, a path, "
-            "sqlite:///path, postgresql://… or memory://"
-        )
+_WHERE = "give a run store, a path, sqlite:///path, postgresql://… or memory://"
+
+
+def _backend_for(where: RunStore | str | os.PathLike[str]) -> tuple[PlanMemoryBackend, Redactor | None]:
+    """Where the entries live, and the redactor of the store they live beside (None: no store's)."""
+    if isinstance(where, str | os.PathLike):
+        try:
+            return plan_memory_at(where), None
+        except UsageError as e:
+            if isinstance(where, str) and any(p.code == "store_url" for p in e.problems):
+                raise UsageError(f"cannot keep plan memory in {safe_url(where)!r}: {_WHERE}") from None
+            raise
+    if isinstance(where, RunStore):
+        return where.plan_memory(), where.redactor
     raise UsageError(f"cannot keep plan memory in a {type(where).__name__}: give a run store, a path or a URL")
 
 
@@ -117,7 +98,7 @@ class PlanMemory:
             add("embedder", "must be an embedder: a name, a kind ('sparse' or 'dense') and an async embed method")
         if redactor is not None and not isinstance(redactor, Redactor):
             add("redactor", "must be a Redactor")
-        backend: Backend | None = None
+        backend: PlanMemoryBackend | None = None
         store_redactor: Redactor | None = None
         try:
             backend, store_redactor = _backend_for(where)

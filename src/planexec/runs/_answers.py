@@ -15,7 +15,7 @@ from planexec.plan import CheckContext, Plan, check_steps, template_problems
 from planexec.runs._problems import Problems
 from planexec.runs._stored import check_run_id, load_run
 from planexec.runtime import ApprovalDecision, Limits, check_decision, decided_event
-from planexec.store import AppendConflict, PostgresStore, RunQueue, RunStore, Told
+from planexec.store import AppendConflict, RunStore, Told
 from planexec.tools import Tool, ToolContext, Toolset
 from planexec.views import about
 
@@ -235,9 +235,10 @@ async def _tell_queued(store: RunStore, run_id: str, text: str, *, constraint: b
     """A run submitted to workers that none has begun keeps what it is told in its queue row: the
     worker that begins it has it heard first. Its state then (running, nothing logged yet), or None
     when the run has a log, or is not such a run."""
-    if not isinstance(store, PostgresStore) or await store.last_seq(run_id) > 0:
+    queue = store.queue()
+    if queue is None or await store.last_seq(run_id) > 0:
         return None
-    if not await RunQueue(store).tell(run_id, Told(text=text, constraint=constraint, by=by)):
+    if not await queue.tell(run_id, Told(text=text, constraint=constraint, by=by)):
         return None
     return RunState(run_id=run_id)
 
@@ -252,9 +253,10 @@ async def _log_once_begun(store: RunStore, run_id: str) -> list[Event]:
     try:
         return await load_run(store, run_id)
     except UsageError as e:
-        if not isinstance(store, PostgresStore) or not any(p.code == "unknown_run" for p in e.problems):
+        queue = store.queue()
+        if queue is None or not any(p.code == "unknown_run" for p in e.problems):
             raise
-        entry = await RunQueue(store).entry(run_id)
+        entry = await queue.entry(run_id)
         if entry is None or entry.state != "leased":
             raise
         await store.wait_for_events(run_id, after=0, within=BEGIN_WAIT)  # another process writes it

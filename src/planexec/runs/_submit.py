@@ -14,7 +14,7 @@ from planexec.runs._pickup import still_waiting
 from planexec.runs._problems import Problems
 from planexec.runs._spec import AgentSpec
 from planexec.runs._stored import check_run_id
-from planexec.store import PostgresStore, QueueEntry, RunQueue, RunStore
+from planexec.store import QueueEntry, RunStore
 
 __all__ = ["give_back", "held_by", "requeue", "submit", "take_from_workers", "worker_entry"]
 
@@ -28,8 +28,8 @@ async def submit(
     run_id: str | None = None,
     check: bool = True,
 ) -> str:
-    """Queue ``goal`` for the workers sharing ``store`` (a :class:`~planexec.store.PostgresStore`)
-    and return the run's id (``run_id``, else a new one).
+    """Queue ``goal`` for the workers sharing ``store`` (one with a workers' queue, ``store.queue()``:
+    a :class:`~planexec.store.PostgresStore`) and return the run's id (``run_id``, else a new one).
 
     ``spec`` is recorded as :meth:`AgentSpec.recorded` makes it (scripted model files absolute,
     ``cwd`` filled in): workers import its tool references from ``cwd``. ``check`` builds the
@@ -40,7 +40,8 @@ async def submit(
     problems = Problems()
     if not isinstance(goal, str) or not goal.strip():
         problems.add("goal", "the goal is empty", code="goal")
-    if not isinstance(store, PostgresStore):
+    queue = store.queue()
+    if queue is None:
         problems.add(
             "store",
             f"is a {type(store).__name__}: runs are submitted to workers through a PostgreSQL store (postgresql://…)",
@@ -54,7 +55,7 @@ async def submit(
                 problems.add(p.where, p.message, code=p.code)
     recorded = spec.recorded()
     every = (*recorded.constraints, *constraints)
-    if check and isinstance(store, PostgresStore):
+    if check and queue is not None:
         try:
             agent = build_agent(recorded, store=store)
         except UsageError as e:
@@ -62,9 +63,9 @@ async def submit(
         else:
             await agent.aclose()
     problems.raise_if_any("cannot submit the run")
-    assert isinstance(store, PostgresStore)
+    assert queue is not None  # raise_if_any raised otherwise
     chosen = run_id if run_id is not None else uuid.uuid4().hex[:16]
-    queued = await RunQueue(store).submit(chosen, goal=goal, constraints=every, spec=recorded.to_dict())
+    queued = await queue.submit(chosen, goal=goal, constraints=every, spec=recorded.to_dict())
     if not queued:
         problems.add("run_id", f"a run {chosen!r} was submitted or stored already", code="run_id")
         problems.raise_if_any("cannot submit the run")
@@ -74,10 +75,11 @@ async def submit(
 async def requeue(store: RunStore, run_id: str) -> bool:
     """Queue a submitted run again for the workers — one that was suspended for a human's answer
     and has been answered since; False when it is not waiting (queued, held or finished)."""
-    if not isinstance(store, PostgresStore):
+    queue = store.queue()
+    if queue is None:
         raise UsageError(f"runs are queued for workers in PostgreSQL, not in a {type(store).__name__}")
     check_run_id(run_id)
-    return await RunQueue(store).requeue(run_id)
+    return await queue.requeue(run_id)
 
 
 async def give_back(store: RunStore, run_id: str) -> bool:
@@ -85,10 +87,10 @@ async def give_back(store: RunStore, run_id: str) -> bool:
     human and every question it asked has been answered since; False for any other run — not
     submitted, not waiting, still waiting for an answer, finished, or in a store that is not
     PostgreSQL — which whoever answered it may resume itself (:func:`take_from_workers` first)."""
-    if not isinstance(store, PostgresStore):
+    queue = store.queue()
+    if queue is None:
         return False
     check_run_id(run_id)
-    queue = RunQueue(store)
     entry = await queue.entry(run_id)
     if entry is None or entry.state != "waiting":
         return False
@@ -101,10 +103,11 @@ async def give_back(store: RunStore, run_id: str) -> bool:
 async def worker_entry(store: RunStore, run_id: str) -> QueueEntry | None:
     """The run's row in the workers' queue while it is in their hands (queued, leased or waiting
     for a human); None when it is not a submitted run, is done, or the store is not PostgreSQL."""
-    if not isinstance(store, PostgresStore):
+    queue = store.queue()
+    if queue is None:
         return None
     check_run_id(run_id)
-    entry = await RunQueue(store).entry(run_id)
+    entry = await queue.entry(run_id)
     return entry if entry is not None and entry.state != "done" else None
 
 
@@ -113,10 +116,10 @@ async def take_from_workers(store: RunStore, run_id: str) -> str | None:
     submitted run that a worker holds, or that is queued for them, is theirs; one they left
     waiting for a human is taken out of their queue (its row ``done``), so that no worker takes
     it up as well. Always None for a store that is not PostgreSQL."""
-    if not isinstance(store, PostgresStore):
+    queue = store.queue()
+    if queue is None:
         return None
     check_run_id(run_id)
-    queue = RunQueue(store)
     entry = await queue.entry(run_id)
     if entry is None or entry.state == "done":
         return None
@@ -132,7 +135,8 @@ async def held_by(store: RunStore, run_id: str) -> str | None:
     """The worker that runs ``run_id`` now — whose lease on it is live — or None (always None
     for a store that is not PostgreSQL: no worker runs runs there). Resume a run only when this
     is None: a worker holding it would otherwise run it in two places."""
-    if not isinstance(store, PostgresStore):
+    queue = store.queue()
+    if queue is None:
         return None
     check_run_id(run_id)
-    return await RunQueue(store).holder(run_id)
+    return await queue.holder(run_id)

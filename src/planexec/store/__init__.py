@@ -5,7 +5,10 @@
     open_store("postgresql://…")       # PostgresStore: needs the postgres extra
     open_store("memory://")            # MemoryStore: for tests
 
-Every backend implements :class:`RunStore` and passes the same conformance suite.
+Every backend implements :class:`RunStore` and passes the same conformance suite. Besides the
+logs, a store says what it offers — ``durable``, ``queue()`` (the workers' :class:`RunQueue`,
+PostgreSQL only) and ``plan_memory()`` (where plan memory keeps its entries:
+:class:`PlanMemoryBackend`) — so that nothing outside this package asks which class it is.
 
 Every stored event carries the hash of the log before it, a chain computed by the store as it
 appends, over the bytes it writes (after redaction): :func:`verify_chain` checks a run's chain and
@@ -23,12 +26,13 @@ from planexec.store._base import AppendConflict, RunStatus, RunStore, RunSummary
 from planexec.store._chain import ChainBreak, ChainProblem, ChainReport, RawEvent, RawLog, check_chain, verify_chain
 from planexec.store._failures import safe_url
 from planexec.store._memory import MemoryStore
+from planexec.store._plan_memory import EntryChange, PlanMemoryBackend
 from planexec.store._postgres import PostgresStore
 from planexec.store._queue import Claim, QueueEntry, QueueState, RunQueue, Told
 from planexec.store._redact import PII_RULES, SECRET_RULES, SENSITIVE_FIELDS, RedactionRule, Redactor, luhn_valid
 from planexec.store._signals import Feed, Fresh
 from planexec.store._sqlite import SQLiteStore
-from planexec.store._url import default_store_path, open_store
+from planexec.store._url import default_store_path, open_store, plan_memory_at
 
 __all__ = [
     "PII_RULES",
@@ -39,9 +43,11 @@ __all__ = [
     "ChainProblem",
     "ChainReport",
     "Claim",
+    "EntryChange",
     "Feed",
     "Fresh",
     "MemoryStore",
+    "PlanMemoryBackend",
     "PostgresStore",
     "QueueEntry",
     "QueueState",
@@ -60,6 +66,7 @@ __all__ = [
     "default_store_path",
     "luhn_valid",
     "open_store",
+    "plan_memory_at",
     "safe_url",
     "verify_chain",
 ]

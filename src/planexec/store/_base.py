@@ -26,6 +26,16 @@ What a caller of any store can get besides results (every backend, every method)
 
 No call waits without a limit: SQLite waits at most its ``busy_timeout`` for a lock held elsewhere;
 PostgreSQL at most its ``connect_timeout`` plus its ``statement_timeout``.
+
+Besides the logs, a store says what it offers, so that nobody above it asks which class it is:
+
+    redactor       what is hidden before anything is written (the command line and the
+                   telemetry hide the same)
+    durable        whether its runs outlive this process (False: they cannot be resumed elsewhere)
+    queue()        the workers' queue of submitted runs in its database, or None when runs cannot
+                   be submitted to workers there (see :class:`~planexec.store.RunQueue`)
+    plan_memory()  where plan memory keeps its entries beside the run logs (see
+                   :class:`~planexec.store.PlanMemoryBackend`)
 """
 
 from __future__ import annotations
@@ -40,6 +50,9 @@ from planexec.errors import PlanexecError
 if TYPE_CHECKING:  # the runtime imports this module: importing it back here would be a cycle
     from planexec.log import Event
     from planexec.store._chain import RawLog
+    from planexec.store._plan_memory import PlanMemoryBackend
+    from planexec.store._queue import RunQueue
+    from planexec.store._redact import Redactor
     from planexec.store._signals import Feed
 
 __all__ = ["AppendConflict", "RunStatus", "RunStore", "RunSummary", "StoredEvent"]
@@ -100,6 +113,26 @@ class AppendConflict(PlanexecError):
 @runtime_checkable
 class RunStore(Protocol):
     """Where run logs live. All methods are safe to call from several tasks at once."""
+
+    redactor: Redactor
+    """Applied to every event (and the summary's text) before it is written."""
+
+    @property
+    def durable(self) -> bool:
+        """Whether runs kept here outlive this process, so that another process can read, answer
+        and resume them (False for a store in memory)."""
+        ...
+
+    def queue(self) -> RunQueue | None:
+        """The queue through which workers share runs submitted to this store (see
+        :func:`planexec.runs.submit`), or None when this store has none (only PostgreSQL has)."""
+        ...
+
+    def plan_memory(self) -> PlanMemoryBackend:
+        """A new handle on the plan memory entries kept beside the run logs, in the store's own
+        database (in this process, for a store in memory: each handle its own entries). The caller
+        closes it; it needs the store neither open nor closed."""
+        ...
 
     async def append(self, run_id: str, events: Sequence[Event], *, expected_seq: int) -> int:
         """Append ``events`` after event ``expected_seq`` (0: the run is new); return the new last seq.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, Self, get_args
+from typing import TYPE_CHECKING, Any, Self, get_args
 
 from planexec.errors import Problem, UsageError
 from planexec.log import Event
@@ -14,6 +14,9 @@ from planexec.store._codec import EncodedEvent
 from planexec.store._redact import Redactor
 from planexec.store._signals import AppendSignals, Feed, Fresh
 from planexec.store._summary import SUMMARY_COLUMNS
+
+if TYPE_CHECKING:
+    from planexec.store._queue import RunQueue
 
 __all__ = ["StoreBase", "check_list_args", "check_run_id", "check_schema_version", "list_runs_sql"]
 
@@ -113,6 +116,11 @@ class StoreBase:
     async def last_seq(self, run_id: str) -> int:
         """The run's last seq (0 for an unknown run)."""
         raise NotImplementedError
+
+    def queue(self) -> RunQueue | None:
+        """No workers' queue: runs cannot be submitted to workers here (a backend that has one
+        says so)."""
+        return None
 
     @property
     def closed(self) -> bool:

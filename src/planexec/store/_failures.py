@@ -16,7 +16,7 @@ from urllib.parse import unquote
 from planexec.errors import StoreError
 from planexec.store._redact import Redactor
 
-__all__ = ["HIDDEN", "Secrets", "describe", "hide_url_password", "safe_url", "store_failure"]
+__all__ = ["HIDDEN", "Damaged", "Secrets", "describe", "hide_url_password", "safe_url", "store_failure"]
 
 HIDDEN = "[REDACTED:password]"
 """What a password becomes: the placeholder the redactor's ``url_password`` rule writes, so the
@@ -29,7 +29,7 @@ _REDACTOR = Redactor()
 _KEYWORD_PASSWORD = re.compile(r"(?:^|\s)(?:ssl)?password\s*=\s*(?:'((?:[^'\\]|\\.)*)'|(\S+))", re.IGNORECASE)
 
 
-class _Damaged(Exception):
+class Damaged(Exception):
     """A row of a store's own tables could not be understood (the store is damaged)."""
 
 

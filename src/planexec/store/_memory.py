@@ -20,6 +20,7 @@ from planexec.store._base import AppendConflict, RunStatus, RunSummary, StoredEv
 from planexec.store._chain import RawEvent, RawLog, chain_hashes, genesis
 from planexec.store._codec import decode_log, encode_events
 from planexec.store._common import StoreBase, check_list_args, check_run_id
+from planexec.store._plan_memory import InProcessPlanMemory
 from planexec.store._redact import Redactor
 from planexec.store._summary import SummaryState, summarize
 
@@ -39,6 +40,13 @@ class MemoryStore(StoreBase):
 
     def __repr__(self) -> str:
         return f"MemoryStore(runs={len(self._logs)})"
+
+    @property
+    def durable(self) -> bool:
+        return False
+
+    def plan_memory(self) -> InProcessPlanMemory:
+        return InProcessPlanMemory()
 
     async def append(self, run_id: str, events: Sequence[Event], *, expected_seq: int) -> int:
         self._check_open()

@@ -26,12 +26,12 @@ from planexec.errors import UsageError
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
-__all__ = ["Pool", "guarded", "seconds", "statement_timeout_of", "url_seconds"]
+__all__ = ["Pool", "TimedOut", "guarded", "seconds", "statement_timeout_of", "url_seconds"]
 
 T = TypeVar("T")
 
 
-class _TimedOut(Exception):
+class TimedOut(Exception):
     """A call ran out of time; the message says which timeout and what was waited for."""
 
 
@@ -143,7 +143,7 @@ async def guarded(
     conn: AsyncConnection[Any], deadline: float, work: Callable[[AsyncConnection[Any]], Awaitable[T]], limit: str
 ) -> T:
     """Run ``work(conn)``, cutting ``conn`` at ``deadline`` (event-loop time) or when the caller is
-    cancelled. Raises ``_TimedOut`` (saying ``limit``) when the deadline cut it."""
+    cancelled. Raises ``TimedOut`` (saying ``limit``) when the deadline cut it."""
     loop = asyncio.get_running_loop()
     cut = _Cut(conn)
     timer = loop.call_at(deadline, cut)
@@ -164,7 +164,7 @@ async def guarded(
     except Exception:
         if cut.done:
             await _discard(conn)  # the driver may not know yet that its socket is gone: never reuse it
-            raise _TimedOut(f"the database did not answer within {limit}") from None
+            raise TimedOut(f"the database did not answer within {limit}") from None
         raise
     finally:
         timer.cancel()
@@ -193,7 +193,7 @@ class Pool:
     @asynccontextmanager
     async def connection(self, connect_timeout: float, give_up_at: float) -> AsyncIterator[AsyncConnection[Any]]:
         """A connection, waiting for a free one until ``give_up_at`` (event-loop time) and for a new
-        one to open for at most ``connect_timeout`` seconds; raises ``_TimedOut`` otherwise."""
+        one to open for at most ``connect_timeout`` seconds; raises ``TimedOut`` otherwise."""
         waiting = asyncio.timeout_at(give_up_at)
         try:
             async with waiting:
@@ -201,7 +201,7 @@ class Pool:
         except TimeoutError:
             if not waiting.expired():
                 raise
-            raise _TimedOut(
+            raise TimedOut(
                 "no pooled connection came free in time (each is busy, and a call may take up to "
                 "connect_timeout + statement_timeout)"
             ) from None
@@ -231,7 +231,7 @@ class Pool:
                 raise
         # Raised here, not in the handler above: the timeout's chain holds the abandoned attempt,
         # whose socket closes as soon as nothing refers to it any more.
-        raise _TimedOut(
+        raise TimedOut(
             f"no connection was made within connect_timeout={connect_timeout:g} s "
             "(the server did not accept it, or did not answer while it was being set up)"
         )

@@ -59,8 +59,10 @@ from planexec.store._base import AppendConflict, RunStatus, RunSummary, StoredEv
 from planexec.store._chain import RawLog, chain_hashes, genesis, raw_events, stored_head, unchained_head
 from planexec.store._codec import decode_log, encode_events
 from planexec.store._common import StoreBase, check_list_args, check_run_id, check_schema_version, list_runs_sql
-from planexec.store._failures import Secrets, _Damaged, describe, store_failure
-from planexec.store._pgconn import Pool, _TimedOut, guarded, seconds, statement_timeout_of, url_seconds
+from planexec.store._failures import Damaged, Secrets, describe, store_failure
+from planexec.store._pgconn import Pool, TimedOut, guarded, seconds, statement_timeout_of, url_seconds
+from planexec.store._plan_memory import PostgresPlanMemory
+from planexec.store._queue import RunQueue
 from planexec.store._redact import Redactor
 from planexec.store._summary import SUMMARY_COLUMNS, state_from_row, summarize, summary_row
 
@@ -236,15 +238,33 @@ class PostgresStore(StoreBase):
     def __repr__(self) -> str:
         return f"PostgresStore({self._secrets.show_url(self.url)!r})"
 
+    @property
+    def durable(self) -> bool:
+        return True
+
+    def queue(self) -> RunQueue:
+        return RunQueue(self)
+
+    def plan_memory(self) -> PostgresPlanMemory:
+        """The entries in this store's database, over a connection of their own (same timeouts)."""
+        return PostgresPlanMemory(
+            self.url,
+            shown=self._secrets.show_url(self.url),
+            connect_timeout=self.connect_timeout,
+            statement_timeout=self.statement_timeout,
+        )
+
     def _clean(self, text: str) -> str:
         """Summary text, redacted (the summary makes it storable in a text column)."""
         return self.redactor.redact_text(text)
 
     # -- one call: a connection, its set-up, the work, all within the timeouts ----------------------
 
-    async def _call(self, doing: str, work: Callable[[AsyncConnection[Any]], Awaitable[T]]) -> T:
+    async def call(self, doing: str, work: Callable[[AsyncConnection[Any]], Awaitable[T]]) -> T:
         """Run ``work`` on a pooled connection within the store's timeouts. Every failure of the
-        server, the network or psycopg becomes a :class:`~planexec.StoreError` saying ``doing``."""
+        server, the network or psycopg becomes a :class:`~planexec.StoreError` saying ``doing``.
+        The store's own methods and its workers' queue (:class:`~planexec.store.RunQueue`) call
+        the database through it."""
         import psycopg
 
         self._check_open()
@@ -261,12 +281,12 @@ class PostgresStore(StoreBase):
                     return await work(conn)
 
                 return await guarded(conn, deadline, prepared, limit)
-        except _TimedOut as e:
+        except TimedOut as e:
             raise self._failure(doing, str(e)) from None
         except psycopg.errors.QueryCanceled as e:
             raise self._failure(doing, f"the server cancelled a statement ({limit}): {describe(e)}") from None
-        except (psycopg.Error, OSError, _Damaged) as e:
-            raise self._failure(doing, str(e) if isinstance(e, _Damaged) else describe(e)) from None
+        except (psycopg.Error, OSError, Damaged) as e:
+            raise self._failure(doing, str(e) if isinstance(e, Damaged) else describe(e)) from None
 
     async def _prepare(self, conn: AsyncConnection[Any], deadline: float, limit: str) -> None:
         """Set a new connection's server-side statement_timeout; create the tables on first use."""
@@ -284,7 +304,7 @@ class PostgresStore(StoreBase):
         except TimeoutError:
             if not waiting.expired():
                 raise
-            raise _TimedOut(f"another call was still creating the tables after {limit}") from None
+            raise TimedOut(f"another call was still creating the tables after {limit}") from None
         try:
             if not self._ready:
                 await _migrate(conn)
@@ -340,7 +360,7 @@ class PostgresStore(StoreBase):
             except (errors.UniqueViolation, errors.LockNotAvailable):
                 raise AppendConflict(run_id, expected_seq, await _last_seq(conn, run_id)) from None
 
-        last = await self._call(f"append to run {run_id!r}", write)
+        last = await self.call(f"append to run {run_id!r}", write)
         if events:
             self._stored(run_id, last, events, encoded)
         return last
@@ -381,7 +401,7 @@ class PostgresStore(StoreBase):
             )
             return last, await cur.fetchall()
 
-        last, rows = await self._call(f"read run {run_id!r}", select)
+        last, rows = await self.call(f"read run {run_id!r}", select)
         return decode_log(run_id, rows, after=after, last=last)
 
     async def read_raw(self, run_id: str) -> RawLog:
@@ -389,7 +409,7 @@ class PostgresStore(StoreBase):
             cur = await conn.execute(_READ_RAW, (run_id,))
             return await cur.fetchall()
 
-        rows = await self._call(f"read the stored log of run {run_id!r}", select)
+        rows = await self.call(f"read the stored log of run {run_id!r}", select)
         if not rows:
             return RawLog(run_id=run_id, events=(), last_seq=0, head=None)
         last, head = int(rows[0][0]), rows[0][1]
@@ -397,7 +417,7 @@ class PostgresStore(StoreBase):
         return RawLog(run_id=run_id, events=events, last_seq=last, head=None if head is None else bytes(head))
 
     async def last_seq(self, run_id: str) -> int:
-        return await self._call(f"read the last seq of run {run_id!r}", lambda conn: _last_seq(conn, run_id))
+        return await self.call(f"read the last seq of run {run_id!r}", lambda conn: _last_seq(conn, run_id))
 
     async def get_run(self, run_id: str) -> RunSummary | None:
         async def get(conn: AsyncConnection[Any]) -> RunSummary | None:
@@ -405,7 +425,7 @@ class PostgresStore(StoreBase):
             row = await cur.fetchone()
             return None if row is None else state_from_row(run_id, row[1:]).summary
 
-        return await self._call(f"read the summary of run {run_id!r}", get)
+        return await self.call(f"read the summary of run {run_id!r}", get)
 
     async def list_runs(
         self,
@@ -422,7 +442,7 @@ class PostgresStore(StoreBase):
             cur = await conn.execute(sql, params)
             return [state_from_row(row[0], row[1:]).summary for row in await cur.fetchall()]
 
-        return await self._call("list runs", select)
+        return await self.call("list runs", select)
 
     async def delete(self, run_id: str) -> bool:
         async def delete(conn: AsyncConnection[Any]) -> bool:
@@ -431,7 +451,7 @@ class PostgresStore(StoreBase):
             await conn.execute("DELETE FROM planexec_queue WHERE run_id = %s AND state = 'done'", (run_id,))
             return deleted
 
-        return await self._call(f"delete run {run_id!r}", delete)
+        return await self.call(f"delete run {run_id!r}", delete)
 
     async def expire(self, *, older_than: float) -> list[str]:
         async def expire(conn: AsyncConnection[Any]) -> list[str]:
@@ -440,7 +460,7 @@ class PostgresStore(StoreBase):
             await conn.execute("DELETE FROM planexec_queue WHERE state = 'done' AND updated_at < %s", (older_than,))
             return gone
 
-        return await self._call("expire runs", expire)
+        return await self.call("expire runs", expire)
 
     async def close(self) -> None:
         if self._closed:

@@ -127,6 +127,23 @@ class RunQueue:
             )
         self.store = store
 
+    def with_connections(self, size: int) -> RunQueue:
+        """This queue over a new store on the same database — the same redactor and timeouts — with
+        up to ``size`` connections at once (a worker's runs, its renewals and its claims). Close
+        its ``store`` when done; this one's stays as it is."""
+        from planexec.store._postgres import PostgresStore
+
+        store = self.store
+        return RunQueue(
+            PostgresStore(
+                store.url,
+                redactor=store.redactor,
+                pool_size=size,
+                connect_timeout=store.connect_timeout,
+                statement_timeout=store.statement_timeout,
+            )
+        )
+
     async def submit(
         self, run_id: str, *, goal: str, constraints: Sequence[str], spec: Mapping[str, Any], note: str | None = None
     ) -> bool:
@@ -148,7 +165,7 @@ class RunQueue:
                 )
                 return await cur.fetchone() is not None
 
-        return await self.store._call(f"queue run {run_id!r}", insert)
+        return await self.store.call(f"queue run {run_id!r}", insert)
 
     async def tell(self, run_id: str, told: Told) -> bool:
         """Keep ``told`` for a submitted run no worker has begun (queued, never claimed): the
@@ -166,7 +183,7 @@ class RunQueue:
             )
             return await cur.fetchone() is not None
 
-        return await self.store._call(f"tell queued run {run_id!r}", tell)
+        return await self.store.call(f"tell queued run {run_id!r}", tell)
 
     async def claim(self, owner: str, *, limit: int, lease_seconds: float) -> list[Claim]:
         """Claim up to ``limit`` runs for ``owner`` for ``lease_seconds``: the oldest queued ones,
@@ -190,7 +207,7 @@ class RunQueue:
 
         if limit < 1:
             return []
-        return await self.store._call("claim queued runs", claim)
+        return await self.store.call("claim queued runs", claim)
 
     async def renew(self, owner: str, leases: Mapping[str, int], *, lease_seconds: float) -> set[str]:
         """Extend ``owner``'s leases (run id → lease number) by ``lease_seconds`` from now; return
@@ -210,7 +227,7 @@ class RunQueue:
             )
             return {row[0] for row in await cur.fetchall()}
 
-        return await self.store._call("renew leases", renew)
+        return await self.store.call("renew leases", renew)
 
     async def release(self, run_id: str, *, owner: str, lease: int, state: QueueState, note: str | None = None) -> bool:
         """Give the lease up, leaving the run ``state`` (``queued``: for another worker at once);
@@ -225,7 +242,7 @@ class RunQueue:
             )
             return await cur.fetchone() is not None
 
-        return await self.store._call(f"release the lease of run {run_id!r}", release)
+        return await self.store.call(f"release the lease of run {run_id!r}", release)
 
     async def requeue(self, run_id: str) -> bool:
         """Queue a run that waited for a human (or was left ``done`` unfinished) again, its claims
@@ -240,7 +257,7 @@ class RunQueue:
             )
             return await cur.fetchone() is not None
 
-        return await self.store._call(f"requeue run {run_id!r}", requeue)
+        return await self.store.call(f"requeue run {run_id!r}", requeue)
 
     async def withdraw(self, run_id: str, *, note: str) -> bool:
         """Take a run the workers left ``waiting`` out of their hands (``done``, with ``note``), to
@@ -254,7 +271,7 @@ class RunQueue:
             )
             return await cur.fetchone() is not None
 
-        return await self.store._call(f"withdraw run {run_id!r}", withdraw)
+        return await self.store.call(f"withdraw run {run_id!r}", withdraw)
 
     async def holder(self, run_id: str) -> str | None:
         """The worker whose lease on run ``run_id`` is live now (database clock), or None."""
@@ -267,7 +284,7 @@ class RunQueue:
             row = await cur.fetchone()
             return None if row is None else str(row[0])
 
-        return await self.store._call(f"read the lease of run {run_id!r}", select)
+        return await self.store.call(f"read the lease of run {run_id!r}", select)
 
     async def entries(self, *, state: QueueState | None = None, limit: int = 1000) -> list[QueueEntry]:
         """The queue's rows, oldest first (only ``state`` when given)."""
@@ -280,7 +297,7 @@ class RunQueue:
             )
             return [_entry(row) for row in await cur.fetchall()]
 
-        return await self.store._call("list the queue", select)
+        return await self.store.call("list the queue", select)
 
     async def entry(self, run_id: str) -> QueueEntry | None:
         """Run ``run_id``'s row, or None when it was never queued."""
@@ -290,7 +307,7 @@ class RunQueue:
             row = await cur.fetchone()
             return None if row is None else _entry(row)
 
-        return await self.store._call(f"read the queue row of run {run_id!r}", select)
+        return await self.store.call(f"read the queue row of run {run_id!r}", select)
 
 
 def _entry(row: Sequence[Any]) -> QueueEntry:

@@ -55,7 +55,8 @@ from planexec.store._base import AppendConflict, RunStatus, RunSummary, StoredEv
 from planexec.store._chain import RawLog, chain_hashes, genesis, raw_events, stored_head, unchained_head
 from planexec.store._codec import EncodedEvent, decode_log, encode_events
 from planexec.store._common import StoreBase, check_list_args, check_run_id, check_schema_version, list_runs_sql
-from planexec.store._failures import _Damaged, describe, store_failure
+from planexec.store._failures import Damaged, describe, store_failure
+from planexec.store._plan_memory import SQLitePlanMemory
 from planexec.store._redact import Redactor
 from planexec.store._summary import SUMMARY_COLUMNS, state_from_row, summarize, summary_row
 
@@ -201,6 +202,14 @@ class SQLiteStore(StoreBase):
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
 
+    @property
+    def durable(self) -> bool:
+        return True
+
+    def plan_memory(self) -> SQLitePlanMemory:
+        """The entries in this store's file, over a connection of their own (same ``busy_timeout``)."""
+        return SQLitePlanMemory(self.path, busy_timeout=self.busy_timeout)
+
     # -- connections ------------------------------------------------------------------------
 
     def _connect(self, timeout: float) -> sqlite3.Connection:
@@ -284,11 +293,11 @@ class SQLiteStore(StoreBase):
         try:
             await self._ensure_open()
             return await (self._on_loop_or_worker(fn) if inline else self._in_worker(fn))
-        except (sqlite3.Error, OSError, _Damaged) as e:
+        except (sqlite3.Error, OSError, Damaged) as e:
             raise self._failure(doing, e) from None
 
     def _failure(self, doing: str, error: BaseException) -> Exception:
-        what = str(error) if isinstance(error, _Damaged) else describe(error)
+        what = str(error) if isinstance(error, Damaged) else describe(error)
         if isinstance(error, sqlite3.OperationalError) and _busy(error):
             what += f"; another connection held the file's lock for longer than busy_timeout={self.busy_timeout:g} s"
         return store_failure(self._name, doing, what)

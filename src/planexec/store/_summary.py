@@ -26,7 +26,7 @@ from planexec.log import (
     RunSuspended,
 )
 from planexec.store._base import RunStatus, RunSummary
-from planexec.store._failures import _Damaged
+from planexec.store._failures import Damaged
 
 __all__ = [
     "MAX_SESSION_ID",
@@ -221,11 +221,11 @@ def summary_row(state: SummaryState) -> SummaryRow:
 
 
 def state_from_row(run_id: str, row: Sequence[Any]) -> SummaryState:
-    """The inverse of :func:`summary_row`. Raises ``_Damaged`` for a row that makes no sense."""
+    """The inverse of :func:`summary_row`. Raises ``Damaged`` for a row that makes no sense."""
     try:
         return _state_from_row(run_id, row)
     except (TypeError, ValueError) as e:  # json.JSONDecodeError is a ValueError
-        raise _Damaged(f"the summary row of run {run_id!r} is damaged: {' '.join(str(e).split())}") from None
+        raise Damaged(f"the summary row of run {run_id!r} is damaged: {' '.join(str(e).split())}") from None
 
 
 def _state_from_row(run_id: str, row: Sequence[Any]) -> SummaryState:

@@ -11,11 +11,12 @@ from planexec.errors import Problem, UsageError
 from planexec.store._base import RunStore
 from planexec.store._failures import Secrets
 from planexec.store._memory import MemoryStore
+from planexec.store._plan_memory import PlanMemoryBackend
 from planexec.store._postgres import PostgresStore
 from planexec.store._redact import Redactor
 from planexec.store._sqlite import SQLiteStore
 
-__all__ = ["ENV_VAR", "PII_ENV_VAR", "SUPPORTED_URLS", "default_store_path", "open_store"]
+__all__ = ["ENV_VAR", "PII_ENV_VAR", "SUPPORTED_URLS", "default_store_path", "open_store", "plan_memory_at", "store_at"]
 
 ENV_VAR = "PLANEXEC_STORE"
 
@@ -62,6 +63,12 @@ def open_store(url: str | None = None, *, redactor: Redactor | None = None, pii:
         path = default_store_path()
         path.parent.mkdir(parents=True, exist_ok=True)
         return SQLiteStore(path, redactor=redactor)
+    return store_at(url, redactor=redactor)
+
+
+def store_at(url: str, *, redactor: Redactor) -> RunStore:
+    """The store ``url`` names (any form :func:`open_store` takes): the one reading of store URLs.
+    A backend's URL scheme is one branch here."""
     scheme, sep, rest = url.partition(":")
     scheme = scheme.lower()
     if sep and scheme == "memory" and rest in ("", "//"):
@@ -73,6 +80,18 @@ def open_store(url: str | None = None, *, redactor: Redactor | None = None, pii:
     if _is_path(url):
         return SQLiteStore(_file_path(url), redactor=redactor)
     raise _unsupported(url, "unknown store URL")
+
+
+def plan_memory_at(where: str | os.PathLike[str]) -> PlanMemoryBackend:
+    """The plan memory entries of the store ``where`` names — a URL or path as :func:`open_store`
+    takes them, or a path object (an SQLite file, taken as it is) — without the store's run logs.
+
+    Raises :class:`~planexec.UsageError` as :func:`open_store` does; a URL it does not know has a
+    problem whose code is ``store_url``.
+    """
+    if isinstance(where, os.PathLike):
+        return SQLiteStore(Path(where)).plan_memory()
+    return store_at(where, redactor=Redactor()).plan_memory()
 
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:")

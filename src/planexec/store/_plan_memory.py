@@ -1,10 +1,14 @@
-"""Where plan memory keeps its entries: beside the run logs in the run store's own database
-(SQLite file or PostgreSQL), or in this process.
+"""Where plan memory (:class:`~planexec.memory.PlanMemory`) keeps its entries: beside the run
+logs in a store's own database (SQLite file or PostgreSQL), or in this process. Each store gives
+its own with ``RunStore.plan_memory()``; :func:`~planexec.store.plan_memory_at` gives the one a
+store URL names.
 
 Each backend holds one row per entry (its JSON record) and a change counter that every write
 bumps, so a memory in another process notices a change with one small query and reloads. An
 entry is changed in one transaction (read, changed, written), so that changes made at once by
-several processes — two runs counting a use of one entry — are never lost.
+several processes — two runs counting a use of one entry — are never lost. The tables
+(``plan_memory`` and ``plan_memory_changes``) are created on first use, in the run logs'
+database, and have not changed since plan memory began.
 """
 
 from __future__ import annotations
@@ -19,34 +23,41 @@ from typing import Any, Protocol
 
 from planexec.errors import StoreError, UsageError
 
-__all__ = ["Backend", "InProcess", "PostgresBackend", "SQLiteBackend"]
+__all__ = ["EntryChange", "InProcessPlanMemory", "PlanMemoryBackend", "PostgresPlanMemory", "SQLitePlanMemory"]
 
 
-Change = Callable[[dict[str, Any] | None], dict[str, Any] | None]
+EntryChange = Callable[[dict[str, Any] | None], dict[str, Any] | None]
 """Given an entry's stored record (None: there is none, or it is no JSON object), the record to
 write in its place (None: leave it as it is)."""
 
 
-class Backend(Protocol):
-    name: str
+class PlanMemoryBackend(Protocol):
+    """The rows of plan memory's entries, as a store keeps them."""
 
-    async def version(self) -> int: ...
+    name: str
+    """What the memory is shown as (``plan memory in SQLite file '…'``): in reprs and errors."""
+
+    async def version(self) -> int:
+        """The change counter: different after any write, by anyone."""
+        ...
 
     async def load(self) -> list[tuple[str, str]]:
         """Every row, as (entry id, record as stored): a record is read by the memory, which
         skips the ones it cannot read."""
         ...
 
-    async def update(self, entry_id: str, change: Change) -> int:
+    async def update(self, entry_id: str, change: EntryChange) -> int:
         """Apply ``change`` to entry ``entry_id`` in one transaction; the change counter after it."""
         ...
 
-    async def delete(self, entry_id: str) -> bool: ...
+    async def delete(self, entry_id: str) -> bool:
+        """Delete entry ``entry_id``; False when there was none."""
+        ...
 
     async def close(self) -> None: ...
 
 
-class InProcess:
+class InProcessPlanMemory:
     """Entries in this process only (a memory store, tests)."""
 
     def __init__(self) -> None:
@@ -60,7 +71,7 @@ class InProcess:
     async def load(self) -> list[tuple[str, str]]:
         return list(self._rows.items())
 
-    async def update(self, entry_id: str, change: Change) -> int:
+    async def update(self, entry_id: str, change: EntryChange) -> int:
         record = change(_decoded(self._rows.get(entry_id)))
         if record is not None:
             self._rows[entry_id] = _encode(record, self.name)
@@ -101,7 +112,7 @@ _SQLITE_SCHEMA = (
 )
 
 
-class SQLiteBackend:
+class SQLitePlanMemory:
     """Entries in a SQLite file (the run store's own file by default), used from one worker thread."""
 
     def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
@@ -151,7 +162,7 @@ class SQLiteBackend:
         rows = await self._do(lambda c: c.execute("SELECT id, record FROM plan_memory").fetchall())
         return [(str(r[0]), str(r[1])) for r in rows]
 
-    async def update(self, entry_id: str, change: Change) -> int:
+    async def update(self, entry_id: str, change: EntryChange) -> int:
         def write(c: sqlite3.Connection) -> int:
             c.execute("BEGIN IMMEDIATE")
             try:
@@ -210,7 +221,7 @@ _PG_SCHEMA = (
 )
 
 
-class PostgresBackend:
+class PostgresPlanMemory:
     """Entries in a PostgreSQL database (the run store's own by default), over one connection."""
 
     def __init__(self, url: str, *, shown: str, connect_timeout: float = 10.0, statement_timeout: float = 30.0) -> None:
@@ -275,7 +286,7 @@ class PostgresBackend:
         result: list[tuple[str, str]] = await self._do(read)
         return result
 
-    async def update(self, entry_id: str, change: Change) -> int:
+    async def update(self, entry_id: str, change: EntryChange) -> int:
         async def write(c: Any) -> int:
             async with c.transaction():
                 # The counter's row, locked first, makes every change wait for the one before it.
