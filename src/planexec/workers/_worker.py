@@ -41,7 +41,7 @@ from planexec.models import Providers
 from planexec.planner import Upfront
 from planexec.runs import AgentSpec, Supervisor, build_agent, still_waiting
 from planexec.runtime import Agent, Approvals, Run
-from planexec.store import Claim, PostgresStore, QueueState, RunQueue
+from planexec.store import Claim, QueueState, RunStore
 
 __all__ = ["Worker", "WorkerFailed", "WorkerSettings", "WorkerStats"]
 
@@ -127,11 +127,19 @@ class Worker:
     other worker on the same database. ``await worker.run()`` until :meth:`drain`."""
 
     def __init__(
-        self, store: PostgresStore, settings: WorkerSettings | None = None, *, providers: Providers | None = None
+        self, store: RunStore, settings: WorkerSettings | None = None, *, providers: Providers | None = None
     ) -> None:
         self.settings = settings if settings is not None else WorkerSettings()
         self.settings.check()
-        self.queue = RunQueue(store)
+        queue = store.queue()
+        if queue is None:
+            problem = Problem(
+                code="store",
+                where="store",
+                message=f"a {type(store).__name__} has no queue: workers share runs through a PostgreSQL store",
+            )
+            raise UsageError("cannot start the worker", [problem])
+        self.queue = queue
         self.store = store
         self.providers = providers
         self.runs = Supervisor(store, providers=providers)
