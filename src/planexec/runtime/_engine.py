@@ -42,9 +42,9 @@ from planexec.plan import BindingError, CheckContext, Step, changes_world, rende
 from planexec.runtime._budget import BudgetHit, used_of
 from planexec.runtime._core import EngineConfig
 from planexec.runtime._humans import Humans
-from planexec.runtime._journal import Journal, _JournalFailed
+from planexec.runtime._journal import Journal, JournalFailed
 from planexec.runtime._model_calls import ModelCalls
-from planexec.runtime._planning import PlanDone, Planning, _Stop, crash_stop, error_stop
+from planexec.runtime._planning import PlanDone, Planning, Stop, crash_stop, error_stop
 from planexec.runtime._policies import PlanKind, PlanningPolicy, policy_of
 from planexec.runtime._recall import report_to_memory
 from planexec.runtime._recovery import restore
@@ -399,7 +399,7 @@ class Engine:
         wall = None if cap is None else max(0.0, cap - self.state.active_time)
         if not self.world.keeps_wall_time:
             wall = None  # the world serves its own wall-time stop
-        stop: _Stop | None = None
+        stop: Stop | None = None
         begin = True
         try:
             while stop is None:
@@ -408,7 +408,7 @@ class Engine:
                         self._deadline = deadline
                         try:
                             await self._loop(begin=begin)
-                        except _Stop as s:
+                        except Stop as s:
                             stop = s
                 except TimeoutError:
                     if not deadline.expired():
@@ -432,10 +432,10 @@ class Engine:
                 await self._close_journal()
                 raise
             await self._shutdown("run cancelled")
-            self._finish(_Stop(StopReason(kind="cancelled", detail="the run was cancelled")))
+            self._finish(Stop(StopReason(kind="cancelled", detail="the run was cancelled")))
             await self._close_journal()
             raise
-        except _JournalFailed as e:
+        except JournalFailed as e:
             stop = error_stop("log_failed", str(e))
         except UsageError as e:
             stop = error_stop("usage", str(e))
@@ -447,7 +447,7 @@ class Engine:
             if self.journal is not None and stop.reason.code != "log_failed":
                 try:
                     await self.journal.flush()  # a run whose log is incomplete cannot report success
-                except _JournalFailed as e:
+                except JournalFailed as e:
                     stop = error_stop("log_failed", str(e))
         except asyncio.CancelledError:  # cancelled while ending: it ended as decided, and its log says so
             self._finish(stop)
@@ -459,7 +459,7 @@ class Engine:
             await report_to_memory(self.config, self.run_id, self.state, self.events)
         return self.state
 
-    async def _out_of_time(self) -> _Stop | None:
+    async def _out_of_time(self) -> Stop | None:
         """The wall-time budget ran out: steps under way fail as timed out, and the run stops — or,
         when a human is asked to raise the cap, waits for the answer (None)."""
         limit = self.caps.wall_time or 0.0
@@ -484,7 +484,7 @@ class Engine:
             self._ask_to_raise(BudgetHit("wall_time", limit, round(used, 6)))
             return None
         detail = f"wall time of {limit:g}s used up"
-        return _Stop(StopReason(kind="budget_exhausted", budget="wall_time", detail=detail))
+        return Stop(StopReason(kind="budget_exhausted", budget="wall_time", detail=detail))
 
     def _started(self) -> RunStarted:
         cfg = self.config
@@ -505,9 +505,9 @@ class Engine:
         """Close the log of a run cancelled before its loop ever ran."""
         if not self.events:
             self.emit(self._started())
-        self._finish(_Stop(StopReason(kind="cancelled", detail="the run was cancelled before it started")))
+        self._finish(Stop(StopReason(kind="cancelled", detail="the run was cancelled before it started")))
 
-    def _finish(self, stop: _Stop) -> None:
+    def _finish(self, stop: Stop) -> None:
         if not self._finished:
             self._finished = True
             label = stop.provenance if stop.answer is not None else None
@@ -533,7 +533,7 @@ class Engine:
             return
         try:
             await self.journal.close()
-        except _JournalFailed as e:
+        except JournalFailed as e:
             # The last events could not be saved: the run must not look as if it had ended well.
             last = self.events[-1] if self.events else None
             if isinstance(last, RunFinished):
@@ -550,7 +550,7 @@ class Engine:
             await self._shutdown("", log=False)
             if self.journal is not None:
                 await self.journal.flush()  # the questions must be saved before the process may go
-        except _JournalFailed as e:
+        except JournalFailed as e:
             self._finish(error_stop("log_failed", str(e)))
             await self._close_journal()
             return self.state
@@ -596,7 +596,7 @@ class Engine:
         loop = asyncio.get_running_loop()
         while True:
             if self.journal is not None and self.journal.error is not None:
-                raise _JournalFailed(f"the run log could not be written: {self.journal.error}")
+                raise JournalFailed(f"the run log could not be written: {self.journal.error}")
             self._dispatch()
             if self._budget_blocked is not None and not self._running and self.raising is None:
                 self.budget_stop(self._budget_blocked)
@@ -644,7 +644,7 @@ class Engine:
         kind = self.policy.when_idle()
         self.planning.start(kind, "a step finished" if kind == "turn" else "every step finished")
 
-    def _handed_off(self) -> _Stop | None:
+    def _handed_off(self) -> Stop | None:
         """The run's end, when the plan's hand-off to a workflow has succeeded: the workflow's
         output, as text, is the final answer, with no further planner call. With an answer review
         set, the planner writes the answer from the record instead, and it is reviewed as usual."""
@@ -657,7 +657,7 @@ class Engine:
             if step.tool in workflows and rec is not None and rec.status == "succeeded":
                 detail = f"workflow {step.tool} finished the work (step {step.id})"
                 label = rec.output_provenance if self.trust.on else None
-                return _Stop(StopReason(kind="goal_met", detail=detail), handoff_answer(rec.output), label)
+                return Stop(StopReason(kind="goal_met", detail=detail), handoff_answer(rec.output), label)
         return None
 
     def _when_blocked(self) -> None:
@@ -889,7 +889,7 @@ class Engine:
                 violations=violations,
             )
         )
-        raise _Stop(StopReason(kind="refused", detail=detail, violations=violations))
+        raise Stop(StopReason(kind="refused", detail=detail, violations=violations))
 
     def _safe_to_rerun(self, done: StepDone) -> bool:
         """Whether a step a cap stopped may simply run again: it was refused before it started, it
@@ -901,7 +901,7 @@ class Engine:
 
     def _route_failure(self, step_id: str, error: StepError) -> None:
         if error.kind == "rejected":
-            raise _Stop(StopReason(kind="rejected", detail=f"step {step_id}: {error.message}"))
+            raise Stop(StopReason(kind="rejected", detail=f"step {step_id}: {error.message}"))
         rec = self.state.steps[step_id]
         if rec.step.tool is not None and rec.args is not None:
             key = canonical_call(rec.step.tool, rec.args)
@@ -915,7 +915,7 @@ class Engine:
 
     def replan_for_failures(self) -> None:
         if self.budget.replans is not None and self.state.replans >= self.budget.replans:
-            raise _Stop(
+            raise Stop(
                 StopReason(
                     kind="max_replans",
                     detail=f"the plan was patched {counted(self.state.replans, 'time')}, the most allowed; "
@@ -928,7 +928,7 @@ class Engine:
 
     def stall(self, rule: StallRule, detail: str) -> None:
         self.emit(StallDetected(at=self.now(), rule=rule, detail=detail))
-        raise _Stop(StopReason(kind="stalled", detail=detail))
+        raise Stop(StopReason(kind="stalled", detail=detail))
 
     def budget_stop(self, hit: BudgetHit, *, redo: tuple[str, Any] | None = None) -> None:
         """The run reached a cap: stop it, reporting what it has actually spent of that budget — or,
@@ -940,7 +940,7 @@ class Engine:
         final = BudgetHit(hit.budget, hit.limit, used, needed=hit.needed)
         self.emit(BudgetExhaustedEvent(at=self.now(), budget=hit.budget, limit=hit.limit, used=used, needed=hit.needed))
         if not self.raises_budget:
-            raise _Stop(StopReason(kind="budget_exhausted", budget=hit.budget, detail=str(final)))
+            raise Stop(StopReason(kind="budget_exhausted", budget=hit.budget, detail=str(final)))
         if redo is not None:
             self._after_raise.append(redo)
         if self._budget_blocked is None:
@@ -1008,7 +1008,7 @@ class Engine:
         if not decision.approved:
             by = decision.by or "a human"
             detail = f"{hit}; {by} did not raise it: {decision.reason or 'no reason given'}"
-            raise _Stop(StopReason(kind="budget_exhausted", budget=hit.budget, detail=detail))
+            raise Stop(StopReason(kind="budget_exhausted", budget=hit.budget, detail=detail))
         self.apply_raise(dict(decision.budget or {}))
         self._budget_blocked = None
         redo, self._after_raise = self._after_raise, []

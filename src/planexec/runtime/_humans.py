@@ -24,7 +24,7 @@ from planexec.runtime._budget import Budget
 from planexec.runtime._core import Core
 from planexec.runtime._journal import Journal
 from planexec.runtime._settings import ApprovalDecision, ApprovalRequest
-from planexec.runtime._trust import Trust, _TrustRefused
+from planexec.runtime._trust import Trust, TrustRefused
 from planexec.store import Redactor
 from planexec.tools import Tool
 from planexec.trust import Provenance, Violation
@@ -146,7 +146,7 @@ class Humans:
 
     async def gate(self, step: Step, args: dict[str, Any], labels: dict[str, Provenance] | None = None) -> str | None:
         """The confidence gate, step approvals and trust rules; raises ``StepFailure`` when the step
-        may not run (``_TrustRefused`` when it breaks a trust rule and is refused). ``args``: the
+        may not run (``TrustRefused`` when it breaks a trust rule and is refused). ``args``: the
         step's arguments as they will be sent, ``labels`` where each comes from (a human is shown
         exactly these). Returns who said yes, when a human let the step through.
 
@@ -167,7 +167,7 @@ class Humans:
         broken, untrusted = self._trust_findings(step, args, labels)
         policy = cfg.trust
         if broken and (not can_ask or (policy is not None and policy.on_violation == "refuse")):
-            raise _TrustRefused(broken)
+            raise TrustRefused(broken)
         unapproved = self._unapproved(step)
         patched = can_ask and self._patched(step)
         low = step.confidence is not None and step.confidence < cfg.limits.confidence_threshold

@@ -48,7 +48,7 @@ from planexec.models import (
 )
 from planexec.plan import Step
 from planexec.runtime._core import Core
-from planexec.runtime._world import _RecordedError
+from planexec.runtime._world import RecordedError
 from planexec.trust import Source
 
 __all__ = ["ModelCalls", "accepted_reply", "answerers"]
@@ -144,7 +144,7 @@ class ModelCalls:
         )
         try:
             known = await engine.world.model_answer(role, request.purpose, step_id, on_step)
-        except _RecordedError as e:
+        except RecordedError as e:
             if role != "executor":
                 raise
             raise StepFailure(StepError(kind="executor", message=f"the model failed: {e}")) from None

@@ -91,18 +91,18 @@ from planexec.runtime._budget import BudgetHit, used_of
 from planexec.runtime._core import Core
 from planexec.runtime._forecast import ACTING_CAPS, forecast_problem, forecast_steps, over_caps
 from planexec.runtime._humans import Humans
-from planexec.runtime._journal import _JournalFailed
+from planexec.runtime._journal import JournalFailed
 from planexec.runtime._policies import PlanKind, PlanningPolicy
 from planexec.runtime._recall import direct_plan, memory_answer, recall_for, with_example
 from planexec.runtime._scheduler import ReadyQueue
-from planexec.runtime._sealed import _AnswerUnfilled, carried_answer, default_template
+from planexec.runtime._sealed import AnswerUnfilled, carried_answer, default_template
 from planexec.runtime._settings import AnswerCheck, ApprovalDecision, ApprovalRequest
 from planexec.runtime._trust import Trust
-from planexec.runtime._world import _RecordedError
+from planexec.runtime._world import RecordedError
 from planexec.tools import ToolCrashed, Toolset, run_in_thread
 from planexec.trust import Provenance, Source
 
-__all__ = ["PlanDone", "Planning", "crash_stop", "error_stop"]
+__all__ = ["PlanDone", "Planning", "Stop", "crash_stop", "error_stop"]
 
 
 class _Loop(Core, Protocol):
@@ -158,7 +158,7 @@ class _Loop(Core, Protocol):
     ) -> ModelResponse: ...
 
 
-class _Stop(Exception):
+class Stop(Exception):
     """Internal signal: the run ends with ``reason`` (and ``answer`` when the goal was met)."""
 
     def __init__(
@@ -177,30 +177,30 @@ class _Stop(Exception):
         super().__init__(str(reason))
 
 
-def error_stop(code: ErrorCode, detail: str) -> _Stop:
+def error_stop(code: ErrorCode, detail: str) -> Stop:
     """The signal that ends a run with an error of kind ``code``."""
-    return _Stop(StopReason(kind="error", code=code, detail=detail))
+    return Stop(StopReason(kind="error", code=code, detail=detail))
 
 
-def crash_stop(crash: BaseException, *, planner: bool = False, problems: str = "") -> _Stop:
+def crash_stop(crash: BaseException, *, planner: bool = False, problems: str = "") -> Stop:
     """The stop for an error a planning round or a step could not route: its code says whose it was.
 
     ``problems``: what was wrong with the planner's last answers in the round, when any was
     refused: the root cause, named before whatever failed after it."""
-    if planner and problems and not isinstance(crash, _JournalFailed | ToolCrashed | ModelCrashed):
-        text = str(crash) if isinstance(crash, _RecordedError) else f"{type(crash).__name__}: {crash}"
+    if planner and problems and not isinstance(crash, JournalFailed | ToolCrashed | ModelCrashed):
+        text = str(crash) if isinstance(crash, RecordedError) else f"{type(crash).__name__}: {crash}"
         return error_stop("planner_output", f"the planner's output kept failing its checks: {problems} (then: {text})")
-    if isinstance(crash, _AnswerUnfilled):
+    if isinstance(crash, AnswerUnfilled):
         return error_stop("answer_template", str(crash))
     code: ErrorCode
-    if isinstance(crash, _JournalFailed):
+    if isinstance(crash, JournalFailed):
         code = "log_failed"
     elif isinstance(crash, ToolCrashed):
         code = "tool_crashed"
     elif isinstance(crash, ModelCrashed):
         code = "model_crashed"
     elif planner:
-        text = str(crash) if isinstance(crash, _RecordedError) else f"{type(crash).__name__}: {crash}"
+        text = str(crash) if isinstance(crash, RecordedError) else f"{type(crash).__name__}: {crash}"
         return error_stop("planner_failed", f"the planner failed: {text}")
     elif isinstance(crash, UsageError):
         code = "usage"
@@ -817,12 +817,12 @@ class Planning:
             self._gave_up(done.gave_up)
         if done.escalated is not None:
             code = done.escalated.code
-            raise _Stop(StopReason(kind="escalated", code=code, detail=done.escalated.detail))  # type: ignore[arg-type]
+            raise Stop(StopReason(kind="escalated", code=code, detail=done.escalated.detail))  # type: ignore[arg-type]
         if done.refused is not None:
             self._refused(done)
             return
         if done.rejected is not None:
-            raise _Stop(StopReason(kind="rejected", detail=f"a human rejected the plan: {done.rejected}"))
+            raise Stop(StopReason(kind="rejected", detail=f"a human rejected the plan: {done.rejected}"))
         result = done.result
         if isinstance(result, str):
             if self._news_before_answer():
@@ -835,7 +835,7 @@ class Planning:
                 detail = "the planner gave the final answer"
             if done.withheld:
                 detail += "; its untrusted parts withheld"
-            raise _Stop(StopReason(kind="goal_met", detail=detail), result, self._label_of(done), done.withheld)
+            raise Stop(StopReason(kind="goal_met", detail=detail), result, self._label_of(done), done.withheld)
         if isinstance(result, Turn):
             if result.stop:
                 if self._news_before_answer():
@@ -846,7 +846,7 @@ class Planning:
                 detail = result.thought or "the planner stopped"
                 if done.withheld:
                     detail += "; the answer withheld: it was written after reading untrusted text"
-                raise _Stop(
+                raise Stop(
                     StopReason(kind="goal_met", detail=detail), result.answer, self._label_of(done), done.withheld
                 )
             assert result.step is not None
@@ -1016,7 +1016,7 @@ class Planning:
         why = "; ".join(done.refused)
         if refusals >= review.max_rounds:
             detail = f"the final answer was refused {counted(refusals, 'time')}, the most allowed: {why}"
-            raise _Stop(StopReason(kind="escalated", code="answer_rejected", detail=detail))
+            raise Stop(StopReason(kind="escalated", code="answer_rejected", detail=detail))
         kind = engine.policy.round_after("answer_refused")
         self.start(kind, f"the final answer was refused: {why}")
 
@@ -1031,7 +1031,7 @@ class Planning:
                     at=engine.now(), budget="steps", limit=limit, used=engine.state.steps_started, needed=0.0
                 )
             )
-            raise _Stop(StopReason(kind="budget_exhausted", budget="steps", detail=step_budget[0].message))
+            raise Stop(StopReason(kind="budget_exhausted", budget="steps", detail=step_budget[0].message))
         over = [p for p in problems if p.code == "over_budget"]
         if over and len(over) == len(problems):
             name = over[0].where.removeprefix("budget.")
@@ -1041,7 +1041,7 @@ class Planning:
                 used = used_of(budget, engine.state, engine.now())
                 engine.emit(BudgetExhaustedEvent(at=engine.now(), budget=budget, limit=cap, used=used, needed=0.0))
                 detail = f"no plan the planner proposed fits the {name} budget: {over[0].message}"
-                raise _Stop(StopReason(kind="budget_exhausted", budget=budget, detail=detail))
+                raise Stop(StopReason(kind="budget_exhausted", budget=budget, detail=detail))
         repairs = engine.config.planner.max_repairs
         detail = f"the planner's output was still invalid after {counted(repairs, 'repair')}: " + "; ".join(
             map(str, problems)

@@ -47,7 +47,7 @@ from planexec.log import (
 )
 from planexec.models import ModelCrashed, ModelResponse
 from planexec.runtime._budget import BudgetHit
-from planexec.runtime._world import Outlet, StepOutcome, _RecordedError
+from planexec.runtime._world import Outlet, RecordedError, StepOutcome
 from planexec.trust import Violation
 
 if TYPE_CHECKING:
@@ -246,7 +246,7 @@ class RecordedWorld:
     async def model_answer(
         self, role: str, purpose: str, step_id: str | None, on_step: Callable[[Step], None] | None
     ) -> ModelResponse | None:
-        """The recorded answer (raising ``_RecordedError`` for a recorded failure), or None
+        """The recorded answer (raising ``RecordedError`` for a recorded failure), or None
         once the run goes on live."""
         if self.live or self._goes_live_for_model(role, purpose):
             return None
@@ -280,7 +280,7 @@ class RecordedWorld:
             error = event.error or "the model failed"
             if error.startswith(_CRASHED):  # the run stopped on it: it stops the replay the same way
                 raise ModelCrashed(event.model, None, message=error.removeprefix(_CRASHED))
-            raise _RecordedError(error)
+            raise RecordedError(error)
         return event.response
 
     async def step_outcome(self, step: Step) -> StepOutcome | None:

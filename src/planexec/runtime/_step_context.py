@@ -14,7 +14,7 @@ from planexec.log import StepAttemptFailed, ToolCalled, ToolProgress
 from planexec.models import Model, ModelRequest, ModelResponse, ToolCall
 from planexec.plan import Step
 from planexec.runtime._core import Core
-from planexec.runtime._trust import Trust, _TrustRefused
+from planexec.runtime._trust import Trust, TrustRefused
 from planexec.tools import Tool, Toolset
 from planexec.trust import Provenance, Violation
 
@@ -218,7 +218,7 @@ class StepCtx:
             if broken:
                 message = f"refused: {broken[0]}"
                 self._refuse_inner(tool, args, call_id, StepError(kind="untrusted", message=message), labels, broken)
-                raise _TrustRefused(broken)
+                raise TrustRefused(broken)
             if trust.asks_about_effects() and tool.side_effect:  # every argument's label is the call's
                 untrusted = trust.untrusted_effect(tool.name, {}, call, step_id=self.step.id, call_id=call_id)
         gated = tool.requires_approval or (

@@ -20,10 +20,10 @@ from planexec.models import ModelCrashed, cancelled_for_real
 from planexec.plan import BindingError, Step
 from planexec.runtime._budget import BudgetHit
 from planexec.runtime._humans import Humans
-from planexec.runtime._journal import Journal, _JournalFailed
+from planexec.runtime._journal import Journal, JournalFailed
 from planexec.runtime._planning import Planning
 from planexec.runtime._step_context import StepCtx, StepLoop
-from planexec.runtime._trust import Trust, _TrustRefused
+from planexec.runtime._trust import Trust, TrustRefused
 from planexec.runtime._world import StepOutcome
 from planexec.tools import ToolCrashed
 from planexec.trust import Provenance, Violation
@@ -173,9 +173,9 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
         uncertain = _held_because(step, e)
     except _RecordedHold as e:
         uncertain = e.reason
-    except _TrustRefused as e:
+    except TrustRefused as e:
         done.refused = e.violations
-    except (UsageError, _JournalFailed, ToolCrashed, ModelCrashed) as e:
+    except (UsageError, JournalFailed, ToolCrashed, ModelCrashed) as e:
         done.crash = e
     except Exception as e:
         done.error = StepError(kind="tool_error", message=f"{type(e).__name__}: {e}")
@@ -191,7 +191,7 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
     if uncertain is not None:
         try:
             approval_id = await _hold(engine, step, uncertain)
-        except _JournalFailed as e:
+        except JournalFailed as e:
             done.crash = e
         else:
             await run_step(engine, step, executor, token, approval_id)
@@ -248,7 +248,7 @@ def _known(outcome: StepOutcome, done: StepDone) -> None:
     if outcome.held is not None:
         raise _RecordedHold(outcome.held)
     if outcome.violations and outcome.error is not None and outcome.error.kind == "untrusted":
-        raise _TrustRefused(outcome.violations)
+        raise TrustRefused(outcome.violations)
     if outcome.budget is not None:
         raise outcome.budget
     if outcome.error is not None and outcome.error.kind != "acceptance":

@@ -34,7 +34,7 @@ from planexec.trust import (
     words,
 )
 
-__all__ = ["Trust", "_TrustRefused"]
+__all__ = ["Trust", "TrustRefused"]
 
 _NOT_STARTED_BY_ENGINE = frozenset({"rejected", "untrusted", "budget", "low_confidence"})
 """Failures whose text the engine wrote (or a human gave): their label is the developer's."""
@@ -47,7 +47,7 @@ _RECORD_WORDS = (
 """planexec's own words in what a planner is shown: a value that is one of them carries nothing new."""
 
 
-class _TrustRefused(Exception):
+class TrustRefused(Exception):
     """Internal: a call broke a trust rule and is not made; the run stops ``refused``."""
 
     def __init__(self, violations: tuple[Violation, ...]) -> None:

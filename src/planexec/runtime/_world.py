@@ -27,7 +27,7 @@ from planexec.trust import Violation
 if TYPE_CHECKING:
     from planexec.runtime._settings import RunContext
 
-__all__ = ["LiveWorld", "Outlet", "StepOutcome", "World"]
+__all__ = ["LiveWorld", "Outlet", "RecordedError", "StepOutcome", "World"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,7 +47,7 @@ class Outlet:
     idempotency_key: Callable[[Step], str]
 
 
-class _RecordedError(Exception):
+class RecordedError(Exception):
     """A model call that failed when the run was recorded; ``str`` is the recorded text."""
 
 
