@@ -17,7 +17,8 @@ from planexec.log import ApprovalRequested, StepHeld, StepRequeued, StopReason
 from planexec.plan import Step
 from planexec.runtime._budget import BudgetHit
 from planexec.runtime._core import Core
-from planexec.runtime._planning import Planning, Stop
+from planexec.runtime._planning import Planning
+from planexec.runtime._stops import Stop
 
 __all__ = ["restore"]
 

@@ -23,19 +23,21 @@ from planexec.runtime._humans import Humans
 from planexec.runtime._journal import Journal, JournalFailed
 from planexec.runtime._planning import Planning
 from planexec.runtime._step_context import StepCtx, StepLoop
+from planexec.runtime._step_gate import StepGate
 from planexec.runtime._trust import Trust, TrustRefused
 from planexec.runtime._world import StepOutcome
 from planexec.tools import ToolCrashed
 from planexec.trust import Provenance, Violation
 
-__all__ = ["StepDone", "ToolCrashed", "run_step"]
+__all__ = ["StepDone", "StepRunLoop", "ToolCrashed", "run_step"]
 
 
-class _Loop(StepLoop, Protocol):
+class StepRunLoop(StepLoop, Protocol):
     """What running a step sees of the loop, beyond a step's context."""
 
     journal: Journal | None
     humans: Humans
+    gate: StepGate
     planning: Planning
     trust: Trust
     queue: asyncio.Queue[Any]
@@ -45,8 +47,6 @@ class _Loop(StepLoop, Protocol):
     def retries_on_fail(self, step: Step) -> int: ...
 
     def reviews_on_fail(self, step: Step) -> bool: ...
-
-    def unreserve(self, step: Step) -> None: ...
 
 
 @dataclass(slots=True)
@@ -73,91 +73,30 @@ class _Settled(Exception):
     """Internal: a held step was settled by a human without running it."""
 
 
-async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, held: str | None) -> None:
+async def run_step(engine: StepRunLoop, step: Step, executor: Executor, token: int, held: str | None) -> None:
     """Carry out one step (or settle a held one) and report how it ended to the loop."""
     ctx = StepCtx(engine, step)
     done = StepDone(step_id=step.id, token=token, started=False)
-    reserved = held is None
+    reserve = _Reservation(engine, step, held is None)
     uncertain: str | None = None  # why the step is held: its call's effect became uncertain
     try:
         if held is not None:
-            decision = await engine.humans.await_effect(step, held)
-            if decision.choice == "done":
-                done.output, done.verdict, done.by_human = decision.output, PASSED, True
-                raise _Settled()
-            if decision.choice == "skip" or not decision.approved:
-                message = f"a human skipped the step after an uncertain effect: {decision.reason or 'no reason'}"
-                raise StepFailure(StepError(kind="tool_error", message=message))
-        compiled = engine.planning.compiled_args(step)
-        try:
-            args = compiled.resolve(engine.state.outputs, max_chars=engine.config.limits.max_output_chars)
-        except BindingError as e:
-            raise StepFailure(StepError(kind="binding", message=str(e), problems=tuple(e.problems))) from None
-        if compiled.root is not None:  # bound outputs, each within the limit, may add up past it
-            problem = json_problem(args, max_chars=engine.config.limits.max_output_chars, where="args")
-            if problem is not None:  # e.g. a large output bound many times over
-                message = f"the step's arguments cannot be kept: {problem.where}: {problem.message}"
-                raise StepFailure(StepError(kind="invalid_arguments", message=message, problems=(problem,)))
-        labels: dict[str, Provenance] | None = engine.trust.arguments(step, compiled) if engine.trust.on else None
-        if held is None and engine.humans.may_ask(step):
+            await _settle_held(engine, step, held, done)
+        args, labels = _arguments(engine, step)
+        if held is None and engine.gate.may_ask(step):
             # a human sees the arguments exactly as they will be sent, and where each comes from
-            confirmed_by = await engine.humans.gate(step, args, labels)
+            confirmed_by = await engine.gate.gate(step, args, labels)
             if confirmed_by is not None and labels is not None:
                 labels = {name: label.confirmed(confirmed_by) for name, label in labels.items()}
         # dispatched before a round that may replace the plan began: no effect until it is in force
         await engine.planning.until_free(step)
         done.started = True
-        if reserved:
-            reserved = False
-            engine.unreserve(step)
-        key = engine.idempotency_key(step) if step.tool is not None else None
-        await engine.world.turn(lambda e: isinstance(e, StepStarted) and e.step_id == step.id)
-        engine.emit(
-            StepStarted(
-                at=engine.now(),
-                step_id=step.id,
-                executor=executor.name,
-                tool=step.tool,
-                args=args,
-                idempotency_key=key,
-                provenance=labels,
-            )
-        )
-        if engine.journal is not None and engine.side_effecting(step):
-            await engine.journal.flush()  # the intent is saved before the effect can happen
-        retries = engine.retries_on_fail(step)
+        reserve.release()
+        await _started(engine, step, executor, args, labels)
         known = await engine.world.step_outcome(step)
-        while known is None:
-            if engine.telemetry is None:
-                done.output = await executor.run(step, args, ctx)
-            else:
-                with engine.telemetry.step(step.id):
-                    done.output = await executor.run(step, args, ctx)
-            if executor.kind == "model":  # a tool step's output was checked where the tool was called
-                limit = engine.config.limits.max_output_chars
-                problem = json_problem(done.output, max_chars=limit, where="output")
-                if problem is not None:
-                    message = f"the step's result cannot be kept: {problem.where}: {problem.message}"
-                    raise StepFailure(StepError(kind="invalid_output", message=message, problems=(problem,)))
-            acceptance = engine.config.acceptance
-            done.verdict = (
-                await acceptance.verdict(step, done.output, ctx, providers=engine.config.providers)
-                if acceptance.checks_anything(step)
-                else PASSED
-            )
-            done.confidence = ctx.confidence
-            if done.verdict is None or done.verdict.passed or retries <= 0:
-                break
-            retries -= 1
-            if step.tool is not None:  # the step's tool is called again: that call is checked like any other
-                engine.budget.check_tool_call(engine.state, engine.clock())
-            error = _refused(done.verdict)
-            engine.emit(
-                StepAttemptFailed(at=engine.now(), step_id=step.id, attempt=ctx.attempts, error=error, retry_in=0.0)
-            )
-            ctx.attempts += 1
-            ctx.confidence = None
-        if known is not None:
+        if known is None:
+            await _carry_out(engine, step, executor, args, ctx, done)
+        else:
             _known(known, done)
         if done.verdict is not None and not done.verdict.passed and engine.reviews_on_fail(step):
             done.verdict = await engine.humans.review(step, done.output, done.verdict)
@@ -184,8 +123,7 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
             raise
         done.crash = e
     finally:
-        if reserved:
-            engine.unreserve(step)
+        reserve.release()
     if not engine.world.serving:
         done.attempts = ctx.attempts
     if uncertain is not None:
@@ -197,6 +135,109 @@ async def run_step(engine: _Loop, step: Step, executor: Executor, token: int, he
             await run_step(engine, step, executor, token, approval_id)
             return
     engine.queue.put_nowait(done)
+
+
+class _Reservation:
+    """A dispatched step is counted as committed to until it starts (or will not)."""
+
+    __slots__ = ("_engine", "_held", "_step")
+
+    def __init__(self, engine: StepRunLoop, step: Step, held: bool) -> None:
+        self._engine, self._step, self._held = engine, step, held
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._engine.dispatcher.unreserve(self._step)
+
+
+async def _settle_held(engine: StepRunLoop, step: Step, held: str, done: StepDone) -> None:
+    """A step held after an uncertain effect: the human's answer says to retry it (return), to
+    skip it (``StepFailure``), or that it is done (``_Settled``, with the output they give)."""
+    decision = await engine.humans.await_effect(step, held)
+    if decision.choice == "done":
+        done.output, done.verdict, done.by_human = decision.output, PASSED, True
+        raise _Settled()
+    if decision.choice == "skip" or not decision.approved:
+        message = f"a human skipped the step after an uncertain effect: {decision.reason or 'no reason'}"
+        raise StepFailure(StepError(kind="tool_error", message=message))
+
+
+def _arguments(engine: StepRunLoop, step: Step) -> tuple[dict[str, Any], dict[str, Provenance] | None]:
+    """The step's arguments, its bindings resolved, and where each comes from (None: the run
+    labels nothing)."""
+    compiled = engine.planning.compiled_args(step)
+    limit = engine.config.limits.max_output_chars
+    try:
+        args = compiled.resolve(engine.state.outputs, max_chars=limit)
+    except BindingError as e:
+        raise StepFailure(StepError(kind="binding", message=str(e), problems=tuple(e.problems))) from None
+    if compiled.root is not None:  # bound outputs, each within the limit, may add up past it
+        problem = json_problem(args, max_chars=limit, where="args")
+        if problem is not None:  # e.g. a large output bound many times over
+            message = f"the step's arguments cannot be kept: {problem.where}: {problem.message}"
+            raise StepFailure(StepError(kind="invalid_arguments", message=message, problems=(problem,)))
+    labels = engine.trust.arguments(step, compiled) if engine.trust.on else None
+    return args, labels
+
+
+async def _started(
+    engine: StepRunLoop, step: Step, executor: Executor, args: dict[str, Any], labels: dict[str, Provenance] | None
+) -> None:
+    """Log the step's start — its intent, saved before any effect can happen."""
+    key = engine.idempotency_key(step) if step.tool is not None else None
+    await engine.world.turn(lambda e: isinstance(e, StepStarted) and e.step_id == step.id)
+    engine.emit(
+        StepStarted(
+            at=engine.now(),
+            step_id=step.id,
+            executor=executor.name,
+            tool=step.tool,
+            args=args,
+            idempotency_key=key,
+            provenance=labels,
+        )
+    )
+    if engine.journal is not None and engine.side_effecting(step):
+        await engine.journal.flush()  # the intent is saved before the effect can happen
+
+
+async def _carry_out(
+    engine: StepRunLoop, step: Step, executor: Executor, args: dict[str, Any], ctx: StepCtx, done: StepDone
+) -> None:
+    """Run the step on its executor and judge the result, again while a failed verdict has
+    retries left (``done`` carries the last attempt's output and verdict)."""
+    retries = engine.retries_on_fail(step)
+    while True:
+        if engine.telemetry is None:
+            done.output = await executor.run(step, args, ctx)
+        else:
+            with engine.telemetry.step(step.id):
+                done.output = await executor.run(step, args, ctx)
+        if executor.kind == "model":  # a tool step's output was checked where the tool was called
+            limit = engine.config.limits.max_output_chars
+            problem = json_problem(done.output, max_chars=limit, where="output")
+            if problem is not None:
+                message = f"the step's result cannot be kept: {problem.where}: {problem.message}"
+                raise StepFailure(StepError(kind="invalid_output", message=message, problems=(problem,)))
+        acceptance = engine.config.acceptance
+        done.verdict = (
+            await acceptance.verdict(step, done.output, ctx, providers=engine.config.providers)
+            if acceptance.checks_anything(step)
+            else PASSED
+        )
+        done.confidence = ctx.confidence
+        if done.verdict is None or done.verdict.passed or retries <= 0:
+            return
+        retries -= 1
+        if step.tool is not None:  # the step's tool is called again: that call is checked like any other
+            engine.budget.check_tool_call(engine.state, engine.clock())
+        error = _refused(done.verdict)
+        engine.emit(
+            StepAttemptFailed(at=engine.now(), step_id=step.id, attempt=ctx.attempts, error=error, retry_in=0.0)
+        )
+        ctx.attempts += 1
+        ctx.confidence = None
 
 
 class _RecordedHold(Exception):
@@ -214,7 +255,7 @@ def _held_because(step: Step, uncertain: EffectUncertain) -> str:
     )
 
 
-async def _hold(engine: _Loop, step: Step, reason: str) -> str:
+async def _hold(engine: StepRunLoop, step: Step, reason: str) -> str:
     """Hold ``step`` for a human after its call's effect became uncertain; the question's id."""
     approval_id = engine.new_id()
     await engine.world.turn(lambda e: isinstance(e, ApprovalRequested) and e.step_id == step.id)
