@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from planexec._util.plural import counted
 from planexec.errors import Problem, UsageError
-from planexec.executor import executor_profile
 from planexec.log import (
     Event,
     InformationAdded,
@@ -29,10 +28,9 @@ from planexec.log import (
     StallDetected,
     StallRule,
     StopReason,
-    ToolsChanged,
 )
 from planexec.models import Model, ModelRequest, ModelResponse
-from planexec.plan import CheckContext, Step, changes_world
+from planexec.plan import Step, changes_world
 from planexec.runtime._budget import BudgetHit
 from planexec.runtime._caps import Caps, Raised, raised_caps
 from planexec.runtime._core import EngineConfig
@@ -40,10 +38,10 @@ from planexec.runtime._dispatch import Dispatcher
 from planexec.runtime._humans import Humans
 from planexec.runtime._journal import Journal, JournalFailed
 from planexec.runtime._model_calls import ModelCalls
-from planexec.runtime._planning import PlanDone, Planning
+from planexec.runtime._planning import PlanDone, Planning, executor_docs, plan_checks
 from planexec.runtime._policies import PlanningPolicy, policy_of
 from planexec.runtime._recovery import restore
-from planexec.runtime._run_end import EndSegment, RunEnd, Suspend, handoff_answer
+from planexec.runtime._run_end import EndedOutside, RunEnd, Suspend, handoff_answer
 from planexec.runtime._scheduler import ReadyQueue
 from planexec.runtime._settings import ApprovalDecision
 from planexec.runtime._stalls import RepeatWatch
@@ -52,9 +50,9 @@ from planexec.runtime._step_results import StepResults
 from planexec.runtime._step_rules import StepRules
 from planexec.runtime._step_runner import StepDone, run_step
 from planexec.runtime._stops import Stop, error_stop
-from planexec.runtime._tool_specs import tools_changed, with_change
+from planexec.runtime._tool_specs import tools_changed
 from planexec.runtime._trust import Trust
-from planexec.runtime._world import LiveWorld, Outlet, World
+from planexec.runtime._world import Asking, LiveWorld, Outlet, ToolChange, World
 from planexec.store import RunStore
 from planexec.telemetry import run_telemetry
 from planexec.tools import Toolset
@@ -62,8 +60,6 @@ from planexec.trust import Source
 
 if TYPE_CHECKING:
     import random
-
-    from planexec.executor import Executor
 
 __all__ = ["Engine", "handoff_answer"]
 
@@ -76,14 +72,14 @@ class _News:
     """Queued when new information reached the log: the planner is to hear it."""
 
 
-class _Recorded:
-    """Replay: what remains of a segment that ended from outside (a wall-time stop, a
-    cancellation, a stopped process)."""
+class _EndedOutside:
+    """Queued when the world says the rest of this stretch of the run happened outside the loop:
+    ``rest`` logs it."""
 
-    __slots__ = ("events",)
+    __slots__ = ("rest",)
 
-    def __init__(self, events: list[Event]) -> None:
-        self.events = events
+    def __init__(self, rest: Callable[[], None]) -> None:
+        self.rest = rest
 
 
 class Engine:
@@ -102,14 +98,12 @@ class Engine:
         store: RunStore | None = None,
         history: list[Event] | None = None,
         world: World | None = None,
-        recorded: Mapping[str, Any] | None = None,
     ) -> None:
         self.world: World = world if world is not None else LiveWorld(config.context)
         """Everything outside the loop: the time, ids, models' answers, steps' outcomes, humans."""
-        if self.world.serving:  # a record: its tools as they were where it goes on
-            for event in history or []:
-                if isinstance(event, ToolsChanged):
-                    config = replace(config, tools=with_change(config.tools, event))
+        tools = self.world.tools_as_of(config.tools, history or [])
+        if tools is not config.tools:
+            config = replace(config, tools=tools)
         self.config = config
         self._tools_seen: Toolset = config.tools
         self.goal = goal
@@ -125,7 +119,7 @@ class Engine:
         self._listeners: list[Callable[[Event], None]] = []
         self._clock = config.context.clock
         self._rng_made: random.Random | None = None
-        self.queue: asyncio.Queue[StepDone | PlanDone | _Wake | _News | _Recorded | Raised] = asyncio.Queue()
+        self.queue: asyncio.Queue[StepDone | PlanDone | _Wake | _News | _EndedOutside | Raised] = asyncio.Queue()
         self.ready = ReadyQueue()
         self.helpers: set[asyncio.Task[None]] = set()
         """Tasks that end with the run (questions about caps, the world's own)."""
@@ -148,24 +142,29 @@ class Engine:
             store_redactor=getattr(store, "redactor", None),
         )
         """The run's spans, metrics and log records (None: nothing to make)."""
-        self._set_up_humans(recorded)
+        self._set_up_humans()
         self._set_up_parts()
 
-    def _set_up_humans(self, recorded: Mapping[str, Any] | None) -> None:
+    def _set_up_humans(self) -> None:
         """Whether humans can be asked, whether the run is left while only they can move it on, and
-        whether a cap the run reaches is put to them (a replay: as the recorded run decided)."""
+        whether a cap the run reaches is put to them (as the world has it: a record, as it was)."""
         approvals = self.config.approvals
-        self.can_ask_humans = approvals.approver is not None or (approvals.deferred and self.journal is not None)
-        """Whether questions can be asked at all (a callback, or a log to keep them in)."""
-        self.suspends = self.journal is not None and approvals.approver is None and approvals.when_waiting == "suspend"
-        """Whether the run is saved and left when only humans can move it on."""
+        can_ask = approvals.approver is not None or (approvals.deferred and self.journal is not None)
+        suspends = self.journal is not None and approvals.approver is None and approvals.when_waiting == "suspend"
         rule = self.config.limits.on_budget
-        self.raises_budget = self.can_ask_humans if rule == "ask" else rule == "auto" and approvals.approver is not None
+        asking = self.world.asking(
+            Asking(
+                can_ask=can_ask,
+                suspends=suspends,
+                raises_budget=can_ask if rule == "ask" else rule == "auto" and approvals.approver is not None,
+            )
+        )
+        self.can_ask_humans = asking.can_ask
+        """Whether questions can be asked at all (a callback, or a log to keep them in)."""
+        self.suspends = asking.suspends
+        """Whether the run is saved and left when only humans can move it on."""
+        self.raises_budget = asking.raises_budget
         """Whether a cap the run reaches is put to a human to raise (``Limits.on_budget``)."""
-        if recorded is not None:  # a replay decides as the recorded run did
-            self.can_ask_humans = bool(recorded.get("ask", self.can_ask_humans))
-            self.suspends = bool(recorded.get("suspends", self.suspends))
-            self.raises_budget = bool(recorded.get("raises", False))
 
     def _set_up_parts(self) -> None:
         """The loop's parts, each given the loop."""
@@ -188,7 +187,7 @@ class Engine:
             self, lambda step, executor, token, held: run_step(self, step, executor, token, held)
         )
         self.results = StepResults(self)
-        self.planning = Planning(self, _checks_of(config), _executor_docs(config))
+        self.planning = Planning(self, plan_checks(config), executor_docs(config))
         self.end = RunEnd(self)
         """How the run ends: stopped, suspended, cancelled, or as a record says."""
 
@@ -229,24 +228,23 @@ class Engine:
     def refresh_tools(self) -> None:
         """Before a planning round: take up the tools as they are now (an MCP server listed its
         tools again), logged as ``tools_changed``; a record serves the change it holds here."""
-        if self.world.serving:
-            recorded = self.world.tools_change()
-            if recorded is None:
-                return
-            self.emit(recorded)
-            self._use_tools(with_change(self.config.tools, recorded))
-            return
+        change = self.world.tools_change(self.config.tools, self._tools_now)
+        if change is not None:
+            event, tools = change
+            self.emit(event)
+            self._use_tools(tools)
+
+    def _tools_now(self) -> ToolChange | None:
+        """The change of the run's tools since they were last read, and the tools now."""
         source = self.config.current_tools
         if source is None:
-            return
+            return None
         tools = source()
         if tools is self._tools_seen:
-            return
+            return None
         self._tools_seen = tools
         change = tools_changed(self.config.tools, tools, at=self.now())
-        if change is not None:
-            self.emit(change)
-            self._use_tools(tools)
+        return None if change is None else (change, tools)
 
     def _use_tools(self, tools: Toolset) -> None:
         self.config = replace(self.config, tools=tools)
@@ -302,13 +300,13 @@ class Engine:
             emit=self.emit,
             heard=self.heard,
             answered=self.humans.answered_elsewhere,
-            end=self.end_as_recorded,
+            end=self._ended_outside,
             idempotency_key=self.idempotency_key,
         )
 
-    def end_as_recorded(self, events: list[Event]) -> None:
-        """Replay: the rest of this segment came from outside the engine; copy it and stop."""
-        self.queue.put_nowait(_Recorded(events))
+    def _ended_outside(self, rest: Callable[[], None]) -> None:
+        """The world says the rest of this stretch of the run happened outside the loop."""
+        self.queue.put_nowait(_EndedOutside(rest))
 
     def wake(self) -> None:
         self.queue.put_nowait(_Wake())
@@ -445,8 +443,8 @@ class Engine:
             stop = await self._until_stopped()
         except Suspend:
             return await self.end.suspend()
-        except EndSegment as end:
-            return await self.end.as_recorded(end.events)
+        except EndedOutside as ended:
+            return await self.end.ended_outside(ended.rest)
         except asyncio.CancelledError:
             await self.end.cancelled()
             raise
@@ -541,8 +539,8 @@ class Engine:
             self.planning.news()
         elif isinstance(done, Raised):
             self.caps.answered(done.decision)
-        elif isinstance(done, _Recorded):
-            raise EndSegment(done.events)
+        elif isinstance(done, _EndedOutside):
+            raise EndedOutside(done.rest)
 
     def _when_idle(self) -> None:
         """Nothing runs and nobody plans: replan, take the next turn, finish, or stop."""
@@ -570,27 +568,3 @@ class Engine:
 
     def _startable(self, step: Step) -> bool:
         return not self.planning.holds(step)
-
-
-def _checks_of(config: EngineConfig) -> CheckContext:
-    """What the run's plans are checked against."""
-    return CheckContext(
-        tools=config.tools,
-        executors={name: e.kind for name, e in config.executors.items()},
-        default_executor=config.default_executor,
-        predicates=tuple(config.acceptance.predicates),
-        workflows=config.workflows,
-        sealed=config.planner.sealed,
-        extractors=() if config.planner.extractor_name is None else (config.planner.extractor_name,),
-    )
-
-
-def _executor_docs(config: EngineConfig) -> dict[str, str]:
-    """What the planner is told about each executor (a record's profiles, where it has them)."""
-    profiles = config.executor_profiles or {}
-    executors: Mapping[str, Executor] = config.executors
-    return {
-        name: (profiles.get(name) or executor_profile(e)).text()
-        for name, e in executors.items()
-        if e.kind == "model" or name != "tools"
-    }

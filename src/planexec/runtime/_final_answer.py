@@ -113,13 +113,17 @@ class AnswerChecks:
         engine = self._engine
         review = engine.config.review
         assert review is not None
-        known = await engine.world.answer_checks()
-        if known is not None:
-            return None if known.passed else known.problems
+        reviewed = await engine.world.answer_checks(lambda: self._run_checks(answer))
+        engine.emit(reviewed)
+        return None if reviewed.passed else reviewed.problems
+
+    async def _run_checks(self, answer: str) -> AnswerReviewed:
+        engine = self._engine
+        review = engine.config.review
+        assert review is not None
         found = [await _run_check(check, answer) for check in review.checks]
         problems = tuple(p for p in found if p is not None)
-        self._reviewed(answer, "checks", problems)
-        return problems or None
+        return AnswerReviewed(at=engine.now(), answer=answer, passed=not problems, reviewer="checks", problems=problems)
 
     def _reviewed(self, answer: str, reviewer: Reviewer, problems: tuple[str, ...]) -> None:
         engine = self._engine

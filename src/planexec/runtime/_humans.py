@@ -107,13 +107,10 @@ class Humans:
         future: asyncio.Future[ApprovalDecision] = asyncio.get_running_loop().create_future()
         self._futures[approval_id] = future
         approver = engine.config.approvals.approver
-        known = engine.world.decision(approval_id)
-        if known is not None:
-            task = asyncio.create_task(known, name=f"approval:{approval_id}")
-            self._callbacks.add(task)
-            task.add_done_callback(self._callbacks.discard)
-        elif approver is not None:
-            task = asyncio.create_task(self._ask_callback(request), name=f"approval:{approval_id}")
+        asked = request
+        answer = engine.world.decision(approval_id, lambda: self._ask_callback(asked) if approver is not None else None)
+        if answer is not None:  # the approver callback, or the answer a record holds
+            task = asyncio.create_task(answer, name=f"approval:{approval_id}")
             self._callbacks.add(task)
             task.add_done_callback(self._callbacks.discard)
         elif engine.journal is not None:

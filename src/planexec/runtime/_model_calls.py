@@ -1,6 +1,7 @@
 """Model calls on a run's behalf: budgets checked before each, the answer (or the failure)
 logged after, calls in flight counted against the caps, streamed answers passed on as they come,
-and, where the world already knows an answer (a recorded run), that answer instead.
+and, where the world already knows an answer (a recorded run), that answer instead (see
+:mod:`planexec.runtime._world`).
 
 Each call is charged at the price of the model that answered it: the model's own ``price``, else the
 price the agent's :class:`~planexec.models.Providers` has for the model's name. A call to a model
@@ -48,7 +49,6 @@ from planexec.models import (
 )
 from planexec.plan import Step
 from planexec.runtime._core import Core
-from planexec.runtime._world import RecordedError
 from planexec.trust import Source
 
 __all__ = ["ModelCaller", "ModelCalls", "accepted_reply", "answerers"]
@@ -157,19 +157,22 @@ class ModelCalls:
         if request.cache_key is None:  # one prompt cache per run and role, where a provider routes by key
             request = replace(request, cache_key=f"planexec/{engine.run_id}/{role}"[:64])
         charge = self._admit(model, request)
-        try:
-            known = await engine.world.model_answer(role, request.purpose, step_id, on_step)
-        except RecordedError as e:
-            if role != "executor":
-                raise
-            raise StepFailure(StepError(kind="executor", message=f"the model failed: {e}")) from None
-        if known is not None:
-            return known
         call = _Call(role=role, model=model, request=request, step_id=step_id, read=read)
+        return await engine.world.model_answer(
+            role, request.purpose, step_id, on_step, lambda: self._live(call, charge, send)
+        )
+
+    async def _live(
+        self, call: _Call, charge: _Charge, send: Callable[[ModelRequest], Awaitable[ModelResponse]] | None
+    ) -> ModelResponse:
+        """Call the model (``send``: the way to, else its ``request``), counted as in flight
+        meanwhile; log its answer or its failure."""
+        engine = self._engine
+        model, request = call.model, call.request
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         telemetry = engine.telemetry
-        live = None if telemetry is None else telemetry.model_call(role, model.name, request)
+        live = None if telemetry is None else telemetry.model_call(call.role, model.name, request)
         self._count(charge, +1)
         error: Exception | None = None
         try:

@@ -45,10 +45,10 @@ class PlanForecasts:
     def problems(self, steps: Sequence[Step]) -> list[Problem]:
         """A plan problem when ``steps`` are forecast to pass a cost or token cap (a record says
         what it decided)."""
+        return self._engine.world.forecast_refusal(lambda: self._problems(steps))
+
+    def _problems(self, steps: Sequence[Step]) -> list[Problem]:
         engine = self._engine
-        known, recorded = engine.world.recorded_refusal()
-        if known:
-            return list(recorded)
         plan = self._next_plan(list(steps))
         forecast, over = self.of(plan.steps)
         acting = [name for name in over if name in ACTING_CAPS]
@@ -61,13 +61,9 @@ class PlanForecasts:
         """Log what the rest of ``plan`` is expected to cost from now (for a question about raising
         a cap; a record's, where it has one)."""
         engine = self._engine
-        known, recorded = engine.world.recorded_forecast()
-        if known:
-            if recorded is not None:
-                engine.emit(recorded)
-            return
-        forecast, over = self.of(plan.steps)
-        engine.emit(PlanForecast(at=engine.now(), plan_version=plan.version, forecast=forecast, over=over))
+        event = engine.world.forecast(None, lambda: self._event(plan))
+        if event is not None:
+            engine.emit(event)
 
     def forecast(self, plan: Plan) -> tuple[BudgetName, ...]:
         """Log plan version ``plan``'s cost forecast (once a version; a record's, as it has it);
@@ -75,12 +71,11 @@ class PlanForecasts:
         engine = self._engine
         state = engine.state
         if plan.version not in state.forecasts:
-            known, recorded = engine.world.recorded_forecast()
-            if known:
-                if recorded is None or recorded.plan_version != plan.version:
-                    return ()
-                engine.emit(recorded)
-            else:
-                forecast, over = self.of(plan.steps)
-                engine.emit(PlanForecast(at=engine.now(), plan_version=plan.version, forecast=forecast, over=over))
+            event = engine.world.forecast(plan.version, lambda: self._event(plan))
+            if event is not None:
+                engine.emit(event)
         return tuple(name for name in state.over_forecast.get(plan.version, ()) if name in ACTING_CAPS)
+
+    def _event(self, plan: Plan) -> PlanForecast:
+        forecast, over = self.of(plan.steps)
+        return PlanForecast(at=self._engine.now(), plan_version=plan.version, forecast=forecast, over=over)

@@ -24,15 +24,17 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from planexec.errors import Problem
+from planexec.executor import Executor, executor_profile
 from planexec.log import ApprovalRecord, PlannerOutputRejected, PlanningStarted, QuestionRule, StepStreamed
 from planexec.models import Model, ModelRequest, ModelResponse, cancelled_for_real
 from planexec.plan import CheckContext, CompiledArgs, IncrementalChecker, Plan, PlanDraft, Step, Turn, compile_args
 from planexec.planner import PlannerEscalated, PlannerGaveUp, PlanningContext, describe_heard, with_finished
 from planexec.runtime._budget import BudgetHit
+from planexec.runtime._core import EngineConfig
 from planexec.runtime._decisions import recorded_decision
 from planexec.runtime._final_answer import AnswerChecks, AnswerLoop, Guarded
 from planexec.runtime._humans import Humans
@@ -45,7 +47,7 @@ from planexec.runtime._settings import ApprovalDecision, ApprovalRequest
 from planexec.tools import Toolset
 from planexec.trust import Provenance, Source
 
-__all__ = ["PlanDone", "Planning", "PlanningLoop"]
+__all__ = ["PlanDone", "Planning", "PlanningLoop", "executor_docs", "plan_checks"]
 
 
 class PlanningLoop(VersionLoop, OutcomeLoop, AnswerLoop, Protocol):
@@ -464,6 +466,30 @@ class Planning:
 
 _REPLACING: frozenset[PlanKind | None] = frozenset({"failure", "after_step", "information", "review", "turn"})
 """Rounds that may replace the plan in force (the first plan and the final answer replace nothing)."""
+
+
+def plan_checks(config: EngineConfig) -> CheckContext:
+    """What the run's plans are checked against."""
+    return CheckContext(
+        tools=config.tools,
+        executors={name: e.kind for name, e in config.executors.items()},
+        default_executor=config.default_executor,
+        predicates=tuple(config.acceptance.predicates),
+        workflows=config.workflows,
+        sealed=config.planner.sealed,
+        extractors=() if config.planner.extractor_name is None else (config.planner.extractor_name,),
+    )
+
+
+def executor_docs(config: EngineConfig) -> dict[str, str]:
+    """What the planner is told about each executor (a record's profiles, where it has them)."""
+    profiles = config.executor_profiles or {}
+    executors: Mapping[str, Executor] = config.executors
+    return {
+        name: (profiles.get(name) or executor_profile(e)).text()
+        for name, e in executors.items()
+        if e.kind == "model" or name != "tools"
+    }
 
 
 def _approved(done: PlanDone, decision: ApprovalDecision) -> None:

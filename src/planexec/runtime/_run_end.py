@@ -1,13 +1,14 @@
 """How a run ends: stopped with a reason (its last events flushed, ``run_finished`` logged, plan
-memory told), suspended while only humans can move it on, cancelled, handed off to a workflow, or —
-in a replay — as the record says the stretch of it ended. Whatever happens on the way out, the log
+memory told), suspended while only humans can move it on, cancelled, handed off to a workflow, or
+as the world says the stretch of it ended outside the loop (a record's wall-time stop or stopped
+process). Whatever happens on the way out, the log
 is closed, and a log that could not be saved never looks as if the run ended well.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -16,7 +17,6 @@ from planexec.errors import BindingError
 from planexec.log import (
     Event,
     RunFinished,
-    RunResumed,
     RunStarted,
     RunState,
     RunSuspended,
@@ -33,20 +33,20 @@ from planexec.runtime._recall import report_to_memory
 from planexec.runtime._stops import Stop, error_stop
 from planexec.runtime._trust import Trust
 
-__all__ = ["EndLoop", "EndSegment", "RunEnd", "Suspend", "handoff_answer"]
+__all__ = ["EndLoop", "EndedOutside", "RunEnd", "Suspend", "handoff_answer"]
 
 
 class Suspend(Exception):
     """Only humans can move the run on, and it is to be saved and left."""
 
 
-class EndSegment(Exception):
-    """A record says the stretch of the run being replayed ended outside the loop: ``events``
-    is the rest of it, copied as it was."""
+class EndedOutside(Exception):
+    """The world says the rest of this stretch of the run happened outside the loop (a record's
+    wall-time stop, cancellation or stopped process): ``rest`` logs it."""
 
-    def __init__(self, events: list[Event]) -> None:
-        self.events = events
-        super().__init__("the recorded segment ended")
+    def __init__(self, rest: Callable[[], None]) -> None:
+        self.rest = rest
+        super().__init__("the stretch of the run ended outside the loop")
 
 
 def handoff_answer(output: Any) -> str:
@@ -153,14 +153,12 @@ class RunEnd:
         self._finish(Stop(StopReason(kind="cancelled", detail="the run was cancelled")))
         await self.close_journal()
 
-    async def as_recorded(self, events: list[Event]) -> RunState:
-        """A record says this stretch of the run ended outside the loop: copy the rest of it."""
+    async def ended_outside(self, rest: Callable[[], None]) -> RunState:
+        """The world says this stretch of the run ended outside the loop: stop what is under way
+        without logging it, have ``rest`` log what happened, and leave the run."""
         engine = self._engine
         await self.shutdown("", log=False)
-        for event in events:
-            if isinstance(event, RunResumed):
-                break
-            engine.emit(event)
+        rest()
         self.finished = engine.state.finished
         await self.close_journal()
         return engine.state

@@ -1,5 +1,5 @@
 """Carrying out one step: the gate, binding resolution, the intent written before any side effect,
-the executor, the acceptance verdict — or, in a replay, the recorded outcome — reported to the loop.
+the executor, the acceptance verdict — as the world has the step end — reported to the loop.
 
 A call whose effect became uncertain while it ran (:class:`~planexec.errors.EffectUncertain`: the
 machine running it died) is not repeated: the step is held for a human, as a resumed run holds an
@@ -93,11 +93,8 @@ async def run_step(engine: StepRunLoop, step: Step, executor: Executor, token: i
         done.started = True
         reserve.release()
         await _started(engine, step, executor, args, labels)
-        known = await engine.world.step_outcome(step)
-        if known is None:
-            await _carry_out(engine, step, executor, args, ctx, done)
-        else:
-            _known(known, done)
+        outcome = await engine.world.step_outcome(step, lambda: _carry_out(engine, step, executor, args, ctx, done))
+        _ended(outcome, done, ctx)
         if done.verdict is not None and not done.verdict.passed and engine.reviews_on_fail(step):
             done.verdict = await engine.humans.review(step, done.output, done.verdict)
         if done.verdict is not None and not done.verdict.passed:
@@ -110,7 +107,7 @@ async def run_step(engine: StepRunLoop, step: Step, executor: Executor, token: i
         done.budget = hit
     except EffectUncertain as e:
         uncertain = _held_because(step, e)
-    except _RecordedHold as e:
+    except _Held as e:
         uncertain = e.reason
     except TrustRefused as e:
         done.refused = e.violations
@@ -124,8 +121,7 @@ async def run_step(engine: StepRunLoop, step: Step, executor: Executor, token: i
         done.crash = e
     finally:
         reserve.release()
-    if not engine.world.serving:
-        done.attempts = ctx.attempts
+    done.attempts = ctx.attempts
     if uncertain is not None:
         try:
             approval_id = await _hold(engine, step, uncertain)
@@ -204,9 +200,9 @@ async def _started(
 
 async def _carry_out(
     engine: StepRunLoop, step: Step, executor: Executor, args: dict[str, Any], ctx: StepCtx, done: StepDone
-) -> None:
+) -> StepOutcome:
     """Run the step on its executor and judge the result, again while a failed verdict has
-    retries left (``done`` carries the last attempt's output and verdict)."""
+    retries left (``done`` carries the last attempt's output and verdict as they come)."""
     retries = engine.retries_on_fail(step)
     while True:
         if engine.telemetry is None:
@@ -228,7 +224,9 @@ async def _carry_out(
         )
         done.confidence = ctx.confidence
         if done.verdict is None or done.verdict.passed or retries <= 0:
-            return
+            return StepOutcome(
+                output=done.output, verdict=done.verdict, attempts=ctx.attempts, confidence=done.confidence
+            )
         retries -= 1
         if step.tool is not None:  # the step's tool is called again: that call is checked like any other
             engine.budget.check_tool_call(engine.state, engine.clock())
@@ -240,8 +238,9 @@ async def _carry_out(
         ctx.confidence = None
 
 
-class _RecordedHold(Exception):
-    """A recorded run held the step here, for the reason its log gives."""
+class _Held(Exception):
+    """The step's call was cut off with its effect uncertain, and the step is held for a human,
+    for this reason (as a recorded run's log gives it)."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -282,12 +281,13 @@ def _refused(verdict: Verdict) -> StepError:
     return StepError(kind="acceptance", message=f"acceptance checks failed: {reasons}")
 
 
-def _known(outcome: StepOutcome, done: StepDone) -> None:
-    """The step ended as the world knows it did (every recorded attempt at once)."""
+def _ended(outcome: StepOutcome, done: StepDone, ctx: StepCtx) -> None:
+    """The step ended as ``outcome`` says (a record's: every recorded attempt at once)."""
     done.output, done.verdict, done.attempts = outcome.output, outcome.verdict, outcome.attempts
     done.confidence = outcome.confidence
+    ctx.attempts = outcome.attempts
     if outcome.held is not None:
-        raise _RecordedHold(outcome.held)
+        raise _Held(outcome.held)
     if outcome.violations and outcome.error is not None and outcome.error.kind == "untrusted":
         raise TrustRefused(outcome.violations)
     if outcome.budget is not None:

@@ -211,16 +211,19 @@ class Trust:
         sets = self.rule_sets(tool)
         if not sets:
             return ()
-        known, recorded = self._engine.world.recorded_violations(step_id, call_id)
-        if known and any(_served(rule) for rules in sets for rule in rules.values()):
-            return recorded
         goal = GoalText(goal=self._engine.goal, constraints=self._engine.constraints)
-        found: list[Violation] = []
-        for rules in sets:
-            for v in check_call(tool, rules, args, labels, call, goal, step_id=step_id, call_id=call_id):
-                if v not in found:
-                    found.append(v)
-        return tuple(found)
+
+        def check() -> tuple[Violation, ...]:
+            found: list[Violation] = []
+            for rules in sets:
+                for v in check_call(tool, rules, args, labels, call, goal, step_id=step_id, call_id=call_id):
+                    if v not in found:
+                        found.append(v)
+            return tuple(found)
+
+        if any(_served(rule) for rules in sets for rule in rules.values()):  # rules a record stands in for
+            return self._engine.world.violations(step_id, call_id, check)
+        return check()
 
     def untrusted_effect(
         self,
