@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from planexec.executor import ModelExecutor
@@ -115,21 +115,65 @@ def _executor_model(config: EngineConfig, step: Step) -> tuple[str, Model | None
     return name, None, 1
 
 
+@dataclass(slots=True)
+class _Sum:
+    """A forecast as it is added up."""
+
+    ratio: float
+    specs: Mapping[str, Mapping[str, Any]]
+    providers: Providers
+    planner_calls: _Span = field(default_factory=_Span)
+    executor_calls: _Span = field(default_factory=_Span)
+    tool_calls: _Span = field(default_factory=_Span)
+    input_tokens: _Span = field(default_factory=_Span)
+    output_tokens: _Span = field(default_factory=_Span)
+    cost: _Span = field(default_factory=_Span)
+    basis: list[str] = field(default_factory=list)
+    unpriced: set[str] = field(default_factory=set)
+
+    def forecast(self) -> Forecast:
+        return Forecast(
+            planner_calls=(int(self.planner_calls.low), int(self.planner_calls.high)),
+            executor_calls=(int(self.executor_calls.low), int(self.executor_calls.high)),
+            tool_calls=(int(self.tool_calls.low), int(self.tool_calls.high)),
+            input_tokens=(round(self.input_tokens.low), round(self.input_tokens.high)),
+            output_tokens=(round(self.output_tokens.low), round(self.output_tokens.high)),
+            cost=(round(self.cost.low, 6), round(self.cost.high, 6)),
+            unpriced=tuple(sorted(self.unpriced)),
+            basis=tuple(self.basis),
+        )
+
+
 def forecast_steps(
     config: EngineConfig, state: RunState, budget: Budget, steps: Sequence[Step], *, policy: str, replan: str
 ) -> Forecast:
     """What ``steps`` (the plan version's, finished ones included) are expected to cost from now."""
     ratio, ratio_basis = _ratio(state)
-    specs = state.tool_specs
     done = {sid for sid, rec in state.steps.items() if rec.status == "succeeded"}
     todo = [s for s in steps if not (s.id in done and state.steps[s.id].step == s)]
-    basis: list[str] = []
-    unpriced: set[str] = set()
-    providers: Providers = config.providers
+    total = _Sum(ratio=ratio, specs=state.tool_specs, providers=config.providers)
+    _planner_share(total, config, state, budget, steps, todo, policy=policy, replan=replan)
+    _executor_share(total, config, state, todo)
+    total.basis.append(f"tool calls: one for each tool step; model-driven steps may make more; {ratio_basis}")
+    if total.unpriced:
+        total.basis.append(f"no price known for {', '.join(sorted(total.unpriced))}: their calls count as free")
+    return total.forecast()
 
-    # -- the planner: the final answer, and what patches or turns may still come -----------------
-    planner_model = config.planner.resolved_model(providers)
-    planner_prices = _prices_of(providers, planner_model, unpriced)
+
+def _planner_share(
+    total: _Sum,
+    config: EngineConfig,
+    state: RunState,
+    budget: Budget,
+    steps: Sequence[Step],
+    todo: Sequence[Step],
+    *,
+    policy: str,
+    replan: str,
+) -> None:
+    """The planner: the final answer, and what patches or turns may still come."""
+    planner_model = config.planner.resolved_model(total.providers)
+    planner_prices = _prices_of(total.providers, planner_model, total.unpriced)
     handed_off = any(s.tool in config.workflows for s in steps) and config.review is None
     finish = 0 if handed_off else 1
     replans_left = 0
@@ -137,7 +181,8 @@ def forecast_steps(
         replans_left = max(0, budget.replans - state.replans)
     elif replan != "never":
         replans_left = 3
-    if by_turns := PLANNER_POLICIES.get(policy).turns:
+    by_turns = PLANNER_POLICIES.get(policy).turns
+    if by_turns:
         low_calls = float(finish)
         steps_left = budget.steps - state.steps_started if budget.steps is not None else 10
         high_calls = float(finish + max(0, steps_left))
@@ -148,68 +193,55 @@ def forecast_steps(
         low_calls = float(finish)
         high_calls = float(finish + (replans_left if replan != "never" else 0))
     tally = state.tallies.get("planner")
-    estimate = (PLANNER_PROMPT_CHARS + _spec_chars(specs, list(specs)) + len(state.goal)) * ratio
+    estimate = (PLANNER_PROMPT_CHARS + _spec_chars(total.specs, list(total.specs)) + len(state.goal)) * total.ratio
     in_low, in_high, out_low, out_high = _per_call(tally, estimate)
-    record = config.planner.record_chars * len(todo) * ratio  # a finish request reads each step's result
+    record = config.planner.record_chars * len(todo) * total.ratio  # a finish request reads each step's result
     in_high += record
-    planner_calls = _Span(low_calls, high_calls)
-    input_tokens = _Span(low_calls * in_low, high_calls * in_high)
-    output_tokens = _Span(low_calls * out_low, high_calls * out_high)
-    cost = _Span(
+    total.planner_calls = _Span(low_calls, high_calls)
+    total.input_tokens = _Span(low_calls * in_low, high_calls * in_high)
+    total.output_tokens = _Span(low_calls * out_low, high_calls * out_high)
+    total.cost = _Span(
         *planner_prices.cost((low_calls * in_low, low_calls * out_low), (high_calls * in_high, high_calls * out_high))
     )
     if tally is not None and tally.calls:
-        basis.append(
+        total.basis.append(
             f"planner ({planner_model.name}): {tally.calls} answered calls in this run, "
             f"{tally.input_tokens // tally.calls:,} tokens in and {tally.output_tokens // tally.calls:,} out on average"
         )
     else:
-        basis.append(f"planner ({planner_model.name}): requests estimated from the goal and the tools")
+        total.basis.append(f"planner ({planner_model.name}): requests estimated from the goal and the tools")
     what = "a turn for each step the step cap allows" if by_turns else f"{replans_left} patches at most"
-    basis.append(f"planner calls: the final answer ({finish}), then up to {what}")
+    total.basis.append(f"planner calls: the final answer ({finish}), then up to {what}")
 
-    # -- the executors: each model-driven step, one call to its executor's turns at most ----------
-    executor_calls = _Span()
-    tool_calls = _Span()
+
+def _executor_share(total: _Sum, config: EngineConfig, state: RunState, todo: Sequence[Step]) -> None:
+    """The executors: each model-driven step, one call to its executor's turns at most."""
     etally = state.tallies.get("executor")
     for step in todo:
         if step.tool is not None:
-            tool_calls.add(1, 1)
+            total.tool_calls.add(1, 1)
             continue
         _name, model, turns = _executor_model(config, step)
         if model is None:
             continue
-        prices = _prices_of(providers, model, unpriced)
+        prices = _prices_of(total.providers, model, total.unpriced)
         chars = EXECUTOR_PROMPT_CHARS + len(step.description) + len(step.expected or "")
-        chars += len(json.dumps(step.args, default=str)) + _spec_chars(specs, step.allowed_tools)
-        e_in_low, e_in_high, e_out_low, e_out_high = _per_call(etally, chars * ratio)
+        chars += len(json.dumps(step.args, default=str)) + _spec_chars(total.specs, step.allowed_tools)
+        e_in_low, e_in_high, e_out_low, e_out_high = _per_call(etally, chars * total.ratio)
         calls_high = turns if step.allowed_tools else 1
-        executor_calls.add(1, calls_high)
-        input_tokens.add(e_in_low, calls_high * e_in_high)
-        output_tokens.add(e_out_low, calls_high * e_out_high)
-        cost.add(*prices.cost((e_in_low, e_out_low), (calls_high * e_in_high, calls_high * e_out_high)))
+        total.executor_calls.add(1, calls_high)
+        total.input_tokens.add(e_in_low, calls_high * e_in_high)
+        total.output_tokens.add(e_out_low, calls_high * e_out_high)
+        total.cost.add(*prices.cost((e_in_low, e_out_low), (calls_high * e_in_high, calls_high * e_out_high)))
         if step.allowed_tools:
-            tool_calls.add(0, (turns - 1) * len(step.allowed_tools))
-    if executor_calls.high:
+            total.tool_calls.add(0, (turns - 1) * len(step.allowed_tools))
+    if total.executor_calls.high:
         source = (
             f"{etally.calls} answered calls in this run"
             if etally is not None and etally.calls
             else "the steps' requests"
         )
-        basis.append(f"executors: one call for each model-driven step, up to its executor's turns ({source})")
-    basis.append(f"tool calls: one for each tool step; model-driven steps may make more; {ratio_basis}")
-    if unpriced:
-        basis.append(f"no price known for {', '.join(sorted(unpriced))}: their calls count as free")
-    return Forecast(
-        planner_calls=(int(planner_calls.low), int(planner_calls.high)),
-        executor_calls=(int(executor_calls.low), int(executor_calls.high)),
-        tool_calls=(int(tool_calls.low), int(tool_calls.high)),
-        input_tokens=(round(input_tokens.low), round(input_tokens.high)),
-        output_tokens=(round(output_tokens.low), round(output_tokens.high)),
-        cost=(round(cost.low, 6), round(cost.high, 6)),
-        unpriced=tuple(sorted(unpriced)),
-        basis=tuple(basis),
-    )
+        total.basis.append(f"executors: one call for each model-driven step, up to its executor's turns ({source})")
 
 
 def over_caps(forecast: Forecast, state: RunState, budget: Budget) -> tuple[BudgetName, ...]:

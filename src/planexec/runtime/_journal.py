@@ -27,10 +27,10 @@ from collections.abc import Callable, Sequence
 from planexec.log import ApprovalDecided, Event, InformationAdded
 from planexec.store import AppendConflict, RunStore
 
-__all__ = ["Journal"]
+__all__ = ["Journal", "JournalFailed"]
 
 
-class _JournalFailed(Exception):
+class JournalFailed(Exception):
     """The log could not be written; the run cannot go on durably."""
 
 
@@ -110,7 +110,7 @@ class Journal:
 
     def _raise(self) -> None:
         if self.error is not None:
-            raise _JournalFailed(f"the run log could not be written: {self.error}") from self.error
+            raise JournalFailed(f"the run log could not be written: {self.error}") from self.error
 
     async def _write_loop(self) -> None:
         while True:
@@ -146,7 +146,7 @@ class Journal:
                 if stored == len(batch):
                     return
                 batch = batch[stored:]
-        raise _JournalFailed(f"run {self.run_id}: the log kept changing under the writer")
+        raise JournalFailed(f"run {self.run_id}: the log kept changing under the writer")
 
     async def catch_up(self) -> None:
         """Read answers other processes wrote since this writer's last append."""
@@ -168,7 +168,7 @@ class Journal:
             return stored
         strangers = [e.kind for e in foreign if not isinstance(e, ApprovalDecided | InformationAdded)]
         if strangers:
-            raise _JournalFailed(f"another process is writing run {self.run_id} ({', '.join(strangers)})")
+            raise JournalFailed(f"another process is writing run {self.run_id} ({', '.join(strangers)})")
         self.persisted += len(foreign)
         self._on_foreign(foreign, unwritten - stored)
         return stored

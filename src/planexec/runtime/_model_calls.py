@@ -1,6 +1,7 @@
 """Model calls on a run's behalf: budgets checked before each, the answer (or the failure)
 logged after, calls in flight counted against the caps, streamed answers passed on as they come,
-and, where the world already knows an answer (a recorded run), that answer instead.
+and, where the world already knows an answer (a recorded run), that answer instead (see
+:mod:`planexec.runtime._world`).
 
 Each call is charged at the price of the model that answered it: the model's own ``price``, else the
 price the agent's :class:`~planexec.models.Providers` has for the model's name. A call to a model
@@ -15,8 +16,8 @@ import asyncio
 import json
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
-from typing import Any, get_args
+from dataclasses import dataclass, replace
+from typing import Any, NoReturn, Protocol, get_args
 
 from pydantic_core import to_json
 
@@ -48,10 +49,9 @@ from planexec.models import (
 )
 from planexec.plan import Step
 from planexec.runtime._core import Core
-from planexec.runtime._world import _RecordedError
 from planexec.trust import Source
 
-__all__ = ["ModelCalls", "accepted_reply", "answerers"]
+__all__ = ["ModelCaller", "ModelCalls", "accepted_reply", "answerers"]
 
 
 ATTEMPT_ERROR_CHARS = 2000
@@ -60,6 +60,33 @@ ATTEMPT_ERROR_CHARS = 2000
 OUTPUT_RESERVE = 1024
 """Output tokens a call in flight is counted for, against the output-token and cost caps, when its
 request sets no ``max_tokens``."""
+
+
+class ModelCaller(Protocol):
+    """The loop's way to call a model on the run's behalf (see :class:`ModelCalls`)."""
+
+    async def call_model(
+        self,
+        role: str,
+        model: Model,
+        request: ModelRequest,
+        step_id: str | None,
+        *,
+        on_step: Callable[[Step], None] | None = None,
+        read: tuple[Source, ...] = (),
+    ) -> ModelResponse: ...
+
+    async def call_model_streaming(
+        self,
+        role: str,
+        model: Model,
+        request: ModelRequest,
+        step_id: str | None,
+        on_text: Callable[[str], None],
+        on_step: Callable[[Step], None],
+        *,
+        read: tuple[Source, ...] = (),
+    ) -> ModelResponse: ...
 
 
 class ModelCalls:
@@ -127,57 +154,29 @@ class ModelCalls:
         Calls in flight count against the budgets, so calls made at once cannot overrun a cap.
         """
         engine = self._engine
-        providers = engine.config.providers
         if request.cache_key is None:  # one prompt cache per run and role, where a provider routes by key
             request = replace(request, cache_key=f"planexec/{engine.run_id}/{role}"[:64])
-        output = request.settings.max_tokens or OUTPUT_RESERVE
-        estimate, estimated_cost, output_cost = _most_a_call_costs(providers, model, request, output)
-        engine.budget.check_model_call(
-            engine.state,
-            engine.now(),
-            estimate,
-            in_flight=self._model_calls_in_flight,
-            in_flight_tokens=self._model_tokens_in_flight,
-            estimated_cost=estimated_cost,
-            in_flight_cost=self._model_cost_in_flight,
-            in_flight_output=self._model_output_in_flight,
+        charge = self._admit(model, request)
+        call = _Call(role=role, model=model, request=request, step_id=step_id, read=read)
+        return await engine.world.model_answer(
+            role, request.purpose, step_id, on_step, lambda: self._live(call, charge, send)
         )
-        try:
-            known = await engine.world.model_answer(role, request.purpose, step_id, on_step)
-        except _RecordedError as e:
-            if role != "executor":
-                raise
-            raise StepFailure(StepError(kind="executor", message=f"the model failed: {e}")) from None
-        if known is not None:
-            return known
+
+    async def _live(
+        self, call: _Call, charge: _Charge, send: Callable[[ModelRequest], Awaitable[ModelResponse]] | None
+    ) -> ModelResponse:
+        """Call the model (``send``: the way to, else its ``request``), counted as in flight
+        meanwhile; log its answer or its failure."""
+        engine = self._engine
+        model, request = call.model, call.request
         loop = asyncio.get_running_loop()
         t0 = loop.time()
-        self._model_calls_in_flight += 1
-        self._model_tokens_in_flight += estimate
-        self._model_cost_in_flight += estimated_cost + output_cost
-        self._model_output_in_flight += output
-        error: Exception | None = None
-
-        def attempt_failed(failed: FailedAttempt) -> None:
-            engine.emit(
-                ModelAttemptFailed(
-                    at=engine.now(),
-                    role=role,
-                    purpose=request.purpose,
-                    model=model.name,
-                    step_id=step_id,
-                    attempt=failed.attempt,
-                    status=failed.error.status,
-                    error=clip(str(failed.error), ATTEMPT_ERROR_CHARS),
-                    retry_in=failed.retry_in,
-                    retry_after=failed.error.retry_after,
-                )
-            )
-
         telemetry = engine.telemetry
-        live = None if telemetry is None else telemetry.model_call(role, model.name, request)
+        live = None if telemetry is None else telemetry.model_call(call.role, model.name, request)
+        self._count(charge, +1)
+        error: Exception | None = None
         try:
-            with use_providers(providers), failed_attempts_to(attempt_failed):
+            with use_providers(engine.config.providers), failed_attempts_to(self._attempt_failed_to(call)):
                 answer = await (send or model.request)(request)
             response = accepted_reply(answer, engine.config.limits.max_reply_chars, model)
         except Exception as e:
@@ -189,52 +188,127 @@ class ModelCalls:
                 raise
             error = ModelCrashed(model.name, e)
         finally:
-            self._model_calls_in_flight -= 1
-            self._model_tokens_in_flight -= estimate
-            self._model_cost_in_flight -= estimated_cost + output_cost
-            self._model_output_in_flight -= output
+            self._count(charge, -1)
         at, duration = engine.now(), loop.time() - t0
         if error is not None:
-            failed = ModelCalled(
-                at=at,
-                role=role,
-                purpose=request.purpose,
-                model=model.name,
-                step_id=step_id,
-                request_chars=request.chars,
-                duration=duration,
-                error=f"{type(error).__name__}: {error}",
-                read=read,
+            self._failed(call, at, duration, error, live)
+        return self._answered(call, at, duration, response, live)
+
+    def _admit(self, model: Model, request: ModelRequest) -> _Charge:
+        """Check the call against the budgets, counting every call in flight; what it is counted for."""
+        engine = self._engine
+        output = request.settings.max_tokens or OUTPUT_RESERVE
+        estimate, estimated_cost, output_cost = _most_a_call_costs(engine.config.providers, model, request, output)
+        engine.budget.check_model_call(
+            engine.state,
+            engine.now(),
+            estimate,
+            in_flight=self._model_calls_in_flight,
+            in_flight_tokens=self._model_tokens_in_flight,
+            estimated_cost=estimated_cost,
+            in_flight_cost=self._model_cost_in_flight,
+            in_flight_output=self._model_output_in_flight,
+        )
+        return _Charge(tokens=estimate, cost=estimated_cost + output_cost, output=output)
+
+    def _count(self, charge: _Charge, sign: int) -> None:
+        """Count a call as in flight (``+1``), or no longer (``-1``)."""
+        self._model_calls_in_flight += sign
+        self._model_tokens_in_flight += sign * charge.tokens
+        self._model_cost_in_flight += sign * charge.cost
+        self._model_output_in_flight += sign * charge.output
+
+    def _attempt_failed_to(self, call: _Call) -> Callable[[FailedAttempt], None]:
+        """Where a failed attempt of ``call`` is logged (``model_attempt_failed``)."""
+        engine = self._engine
+
+        def attempt_failed(failed: FailedAttempt) -> None:
+            engine.emit(
+                ModelAttemptFailed(
+                    at=engine.now(),
+                    role=call.role,
+                    purpose=call.request.purpose,
+                    model=call.model.name,
+                    step_id=call.step_id,
+                    attempt=failed.attempt,
+                    status=failed.error.status,
+                    error=clip(str(failed.error), ATTEMPT_ERROR_CHARS),
+                    retry_in=failed.retry_in,
+                    retry_after=failed.error.retry_after,
+                )
             )
-            engine.emit(failed)
-            if telemetry is not None:
-                telemetry.model_done(live, failed, None)
-            if isinstance(error, UsageError | ModelCrashed) or role != "executor":
-                raise error
-            raise StepFailure(
-                StepError(kind="executor", message=f"the model failed: {type(error).__name__}: {error}")
-            ) from error
-        cost = _charge(providers, model, response)
+
+        return attempt_failed
+
+    def _failed(self, call: _Call, at: float, duration: float, error: Exception, live: Any) -> NoReturn:
+        """Log the failed call, then raise: a model step fails, anything else is the caller's."""
+        engine = self._engine
+        request = call.request
+        failed = ModelCalled(
+            at=at,
+            role=call.role,
+            purpose=request.purpose,
+            model=call.model.name,
+            step_id=call.step_id,
+            request_chars=request.chars,
+            duration=duration,
+            error=f"{type(error).__name__}: {error}",
+            read=call.read,
+        )
+        engine.emit(failed)
+        if engine.telemetry is not None:
+            engine.telemetry.model_done(live, failed, None)
+        if isinstance(error, UsageError | ModelCrashed) or call.role != "executor":
+            raise error
+        raise StepFailure(
+            StepError(kind="executor", message=f"the model failed: {type(error).__name__}: {error}")
+        ) from error
+
+    def _answered(self, call: _Call, at: float, duration: float, response: ModelResponse, live: Any) -> ModelResponse:
+        """Charge the answer at the price of the model that gave it, and log it."""
+        engine = self._engine
+        request = call.request
+        cost = _charge(engine.config.providers, call.model, response)
         if cost != response.cost:
             response = replaced(response, cost=cost)
         called = ModelCalled(
             at=at,
-            role=role,
+            role=call.role,
             purpose=request.purpose,
-            model=model.name,
-            step_id=step_id,
+            model=call.model.name,
+            step_id=call.step_id,
             request_chars=request.chars,
             duration=duration,
             response=response,
             usage=response.usage,
             cost=cost,
             answered_by=response.answered_by,
-            read=read,
+            read=call.read,
         )
         engine.emit(called)
-        if telemetry is not None:
-            telemetry.model_done(live, called, response)
+        if engine.telemetry is not None:
+            engine.telemetry.model_done(live, called, response)
         return response
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One model call the run makes."""
+
+    role: str
+    model: Model
+    request: ModelRequest
+    step_id: str | None
+    read: tuple[Source, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Charge:
+    """What a call in flight is counted for against the caps."""
+
+    tokens: int
+    cost: float
+    output: int
 
 
 def answerers(model: Model) -> tuple[Model, ...]:

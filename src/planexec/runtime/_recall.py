@@ -45,11 +45,7 @@ async def recall_for(engine: Core, ctx: PlanningContext) -> PlanRecalled | None:
     state = engine.state
     if state.recalled is not None:
         return state.recalled
-    known, recorded = engine.world.recalled()
-    if known:
-        event = recorded
-    else:
-        event = await _ask(engine, ctx)
+    event = await engine.world.recall(lambda: _ask(engine, ctx))
     if event is not None:
         engine.emit(event)
     return event

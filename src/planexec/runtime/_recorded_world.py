@@ -14,12 +14,12 @@ the agent that forks it: from then on, this world asks the live one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from planexec.errors import Problem
-from planexec.executor import ErrorKind, StepError
+from planexec.executor import ErrorKind, StepError, StepFailure
 from planexec.log import (
     AnswerReviewed,
     ApprovalDecided,
@@ -47,7 +47,9 @@ from planexec.log import (
 )
 from planexec.models import ModelCrashed, ModelResponse
 from planexec.runtime._budget import BudgetHit
-from planexec.runtime._world import Outlet, StepOutcome, _RecordedError
+from planexec.runtime._tool_specs import with_change
+from planexec.runtime._world import Asking, Outlet, RecordedError, StepOutcome, ToolChange
+from planexec.tools import Toolset
 from planexec.trust import Violation
 
 if TYPE_CHECKING:
@@ -123,10 +125,6 @@ class RecordedWorld:
     # -- the world's questions ----------------------------------------------------------------
 
     @property
-    def serving(self) -> bool:
-        return not self.live
-
-    @property
     def keeps_wall_time(self) -> bool:
         return False  # a recorded wall-time stop is served where the log has it
 
@@ -144,6 +142,27 @@ class RecordedWorld:
 
     def resume_at(self, events: int) -> None:
         self.cursor = max(self.cursor, events)
+
+    def asking(self, humans: Asking) -> Asking:
+        """A replay asks humans, suspends and raises caps as the recorded run did."""
+        first = self.log[0]
+        recorded = first.config.get("approvals") if isinstance(first, RunStarted) else None
+        if recorded is None:
+            return humans
+        return Asking(
+            can_ask=bool(recorded.get("ask", humans.can_ask)),
+            suspends=bool(recorded.get("suspends", humans.suspends)),
+            raises_budget=bool(recorded.get("raises", False)),
+        )
+
+    def tools_as_of(self, tools: Toolset, history: list[Event]) -> Toolset:
+        """The tools as the log changed them up to where the run goes on."""
+        if self.live:
+            return tools
+        for event in history:
+            if isinstance(event, ToolsChanged):
+                tools = with_change(tools, event)
+        return tools
 
     def witness(self, event: Event) -> Event:
         if self.forking and not self.live:
@@ -244,12 +263,18 @@ class RecordedWorld:
             await self._until(wanted)
 
     async def model_answer(
-        self, role: str, purpose: str, step_id: str | None, on_step: Callable[[Step], None] | None
-    ) -> ModelResponse | None:
-        """The recorded answer (raising ``_RecordedError`` for a recorded failure), or None
-        once the run goes on live."""
+        self,
+        role: str,
+        purpose: str,
+        step_id: str | None,
+        on_step: Callable[[Step], None] | None,
+        live: Callable[[], Awaitable[ModelResponse]],
+    ) -> ModelResponse:
+        """The recorded answer — a recorded failure raises as the call did: ``ModelCrashed``, a
+        model step's ``StepFailure``, else ``RecordedError`` — or, once the run goes on live,
+        ``live``'s."""
         if self.live or self._goes_live_for_model(role, purpose):
-            return None
+            return await live()
 
         def mine(e: Event) -> bool:
             if on_step is not None and isinstance(e, StepStreamed):
@@ -280,14 +305,16 @@ class RecordedWorld:
             error = event.error or "the model failed"
             if error.startswith(_CRASHED):  # the run stopped on it: it stops the replay the same way
                 raise ModelCrashed(event.model, None, message=error.removeprefix(_CRASHED))
-            raise _RecordedError(error)
+            if role == "executor":  # the model step failed
+                raise StepFailure(StepError(kind="executor", message=f"the model failed: {error}"))
+            raise RecordedError(error)
         return event.response
 
-    async def step_outcome(self, step: Step) -> StepOutcome | None:
-        """Re-emit what happened inside the step, then hand back how it ended (None once the run
-        goes on live)."""
+    async def step_outcome(self, step: Step, live: Callable[[], Awaitable[StepOutcome]]) -> StepOutcome:
+        """Re-emit what happened inside the step, then hand back how it ended (``live``'s, once the
+        run goes on live)."""
         if self.live or self._goes_live_for_step(step):
-            return None
+            return await live()
         if self.fault is not None and self.fault.step_id == step.id and step.id not in self._served_faults:
             self._served_faults.add(step.id)
             self.fork_at = self.cursor  # from here on, the run is live
@@ -329,10 +356,12 @@ class RecordedWorld:
                 return BudgetHit(e.budget, e.limit, e.used, needed=e.needed)
         return BudgetHit("wall_time", 0.0, 0.0)  # a log cut short; the comparison reports it
 
-    def decision(self, approval_id: str) -> Coroutine[Any, Any, None] | None:
-        """Serve a human's recorded answer when the log reaches it (None once live: ask)."""
+    def decision(
+        self, approval_id: str, live: Callable[[], Coroutine[Any, Any, None] | None]
+    ) -> Coroutine[Any, Any, None] | None:
+        """Serve a human's recorded answer when the log reaches it (``live``'s once live)."""
         if self.live:
-            return None
+            return live()
         return self._decision(approval_id)
 
     async def _decision(self, approval_id: str) -> None:
@@ -341,58 +370,66 @@ class RecordedWorld:
         self.outlet.emit(event)
         self.outlet.answered([event])
 
-    async def answer_checks(self) -> AnswerReviewed | None:
+    async def answer_checks(self, live: Callable[[], Awaitable[AnswerReviewed]]) -> AnswerReviewed:
         """The checks are the developer's code: their recorded verdict is served as it was."""
         if self.live:
-            return None
+            return await live()
         event = await self._until(lambda e: isinstance(e, AnswerReviewed))
         assert isinstance(event, AnswerReviewed)
-        self.outlet.emit(event)
         return event
 
-    def recalled(self) -> tuple[bool, PlanRecalled | None]:
-        if self.live:
-            return False, None
-        event = self.log[self.cursor] if self.cursor < len(self.log) else None
-        return True, event if isinstance(event, PlanRecalled) else None
+    def _next_event(self) -> Event | None:
+        return self.log[self.cursor] if self.cursor < len(self.log) else None
 
-    def recorded_violations(self, step_id: str, call_id: str | None) -> tuple[bool, tuple[Violation, ...]]:
+    async def recall(self, live: Callable[[], Awaitable[PlanRecalled | None]]) -> PlanRecalled | None:
+        if self.live:
+            return await live()
+        event = self._next_event()
+        return event if isinstance(event, PlanRecalled) else None
+
+    def violations(
+        self, step_id: str, call_id: str | None, live: Callable[[], tuple[Violation, ...]]
+    ) -> tuple[Violation, ...]:
         """What the log says the step's call broke: the next question about the step, or its
         refusal, holds the violations; its start, none."""
         if self.live:
-            return False, ()
+            return live()
         for e in self.log[self.cursor :]:
             if call_id is not None:
                 if isinstance(e, ToolCalled) and e.step_id == step_id and e.call_id == call_id:
-                    return True, tuple(v for v in e.violations if v.rule == "argument_rule")
+                    return tuple(v for v in e.violations if v.rule == "argument_rule")
                 continue
             if isinstance(e, ApprovalRequested) and e.subject == "step" and e.step_id == step_id:
-                return True, tuple(v for v in e.violations if v.rule == "argument_rule")
+                return tuple(v for v in e.violations if v.rule == "argument_rule")
             if isinstance(e, StepFailed) and e.step_id == step_id:
-                return True, e.violations
+                return e.violations
             if isinstance(e, StepStarted) and e.step_id == step_id:
-                return True, ()
-        return True, ()
+                return ()
+        return ()
 
-    def tools_change(self) -> ToolsChanged | None:
-        if self.live or self.cursor >= len(self.log):
+    def tools_change(self, tools: Toolset, live: Callable[[], ToolChange | None]) -> ToolChange | None:
+        """The change of tools the log holds where the run now is: its event, and the recorded
+        tools after it."""
+        if self.live:
+            return live()
+        event = self._next_event()
+        return (event, with_change(tools, event)) if isinstance(event, ToolsChanged) else None
+
+    def forecast(self, version: int | None, live: Callable[[], PlanForecast]) -> PlanForecast | None:
+        if self.live:
+            return live()
+        event = self._next_event()
+        if not isinstance(event, PlanForecast) or (version is not None and event.plan_version != version):
             return None
-        event = self.log[self.cursor]
-        return event if isinstance(event, ToolsChanged) else None
+        return event
 
-    def recorded_forecast(self) -> tuple[bool, PlanForecast | None]:
+    def forecast_refusal(self, live: Callable[[], list[Problem]]) -> list[Problem]:
         if self.live:
-            return False, None
-        event = self.log[self.cursor] if self.cursor < len(self.log) else None
-        return True, event if isinstance(event, PlanForecast) else None
-
-    def recorded_refusal(self) -> tuple[bool, tuple[Problem, ...]]:
-        if self.live:
-            return False, ()
-        event = self.log[self.cursor] if self.cursor < len(self.log) else None
+            return live()
+        event = self._next_event()
         if not isinstance(event, PlannerOutputRejected):
-            return True, ()
-        return True, tuple(p for p in event.problems if p.code == "over_budget")
+            return []
+        return [p for p in event.problems if p.code == "over_budget"]
 
     async def _external_news(self, outlet: Outlet) -> None:
         """Information another process added to the run: emit it where the log has it. (No
@@ -420,7 +457,15 @@ class RecordedWorld:
             await self._until(lambda e: external(e) or isinstance(e, RunResumed))
         except _Divergence:
             return  # the engine reports it
-        outlet.end(self.log[self.cursor :])
+        rest = self.log[self.cursor :]
+
+        def copy() -> None:
+            for event in rest:
+                if isinstance(event, RunResumed):  # the recorded process stopped here
+                    break
+                outlet.emit(event)
+
+        outlet.end(copy)
 
 
 _CRASHED = f"{ModelCrashed.__name__}: "

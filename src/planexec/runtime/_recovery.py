@@ -17,7 +17,8 @@ from planexec.log import ApprovalRequested, StepHeld, StepRequeued, StopReason
 from planexec.plan import Step
 from planexec.runtime._budget import BudgetHit
 from planexec.runtime._core import Core
-from planexec.runtime._planning import Planning, _Stop
+from planexec.runtime._planning import Planning
+from planexec.runtime._stops import Stop
 
 __all__ = ["restore"]
 
@@ -52,7 +53,7 @@ def _budget_question(engine: _Loop) -> bool:
     reached = BudgetHit(name, hit.limit, hit.used, needed=hit.needed) if hit is not None else BudgetHit(name, 0, 0)
     if last.approved is False:
         detail = f"{reached}; {last.by or 'a human'} did not raise it: {last.decision_reason or 'no reason given'}"
-        raise _Stop(StopReason(kind="budget_exhausted", budget=name, detail=detail))
+        raise Stop(StopReason(kind="budget_exhausted", budget=name, detail=detail))
     if last.approved is None:
         engine.resume_raise(reached, last.approval_id)
         return True

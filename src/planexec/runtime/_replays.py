@@ -267,7 +267,6 @@ async def replay_log(
         config, wrappers = with_faults(config, faults)
         replayer.faults, replayer.wrappers = faults, wrappers
     new_id = run_id or (first.run_id if not forking else config.context.new_id())
-    recorded = first.config.get("approvals")
     engine: Engine | None = None
     history: list[Event] | None = None
     while True:
@@ -279,7 +278,6 @@ async def replay_log(
             store=store if forking else None,
             history=history,
             world=replayer,
-            recorded=recorded,
         )
         task = asyncio.create_task(engine.run(), name=f"replay:{new_id}")
         replayer.abort = functools.partial(_cancel, task)

@@ -20,10 +20,10 @@ from planexec.errors import BindingError
 from planexec.log import RunState
 from planexec.plan import ANSWER_CHARS, ANSWER_VALUE_CHARS, Plan, PlanDraft, fill_template
 
-__all__ = ["carried_answer", "default_template", "sealed_answer"]
+__all__ = ["AnswerUnfilled", "carried_answer", "default_template", "sealed_answer"]
 
 
-class _AnswerUnfilled(Exception):
+class AnswerUnfilled(Exception):
     """A sealed plan's answer template cannot be filled in from the outputs."""
 
 
@@ -35,16 +35,16 @@ def default_template(plan: Plan) -> str | None:
 def sealed_answer(state: RunState) -> str:
     """The final answer of a sealed run whose steps have all finished: the plan in force's answer
     template (else its last step's output) filled in from the outputs. Raises
-    :class:`_AnswerUnfilled` saying which placeholders cannot be filled, and why."""
+    :class:`AnswerUnfilled` saying which placeholders cannot be filled, and why."""
     plan = state.plan
     template = None if plan is None else plan.answer if plan.answer is not None else default_template(plan)
     if template is None:
-        raise _AnswerUnfilled("the run has no plan step to answer from")
+        raise AnswerUnfilled("the run has no plan step to answer from")
     try:
         return fill_template(template, state.outputs, max_value_chars=ANSWER_VALUE_CHARS, max_chars=ANSWER_CHARS)
     except BindingError as e:
         which = "; ".join(f"{p.where}: {p.message}" for p in e.problems)
-        raise _AnswerUnfilled(clip(f"the plan's answer template cannot be filled in: {which}", 2_000)) from None
+        raise AnswerUnfilled(clip(f"the plan's answer template cannot be filled in: {which}", 2_000)) from None
 
 
 def carried_answer(draft: PlanDraft, state: RunState, workflows: Collection[str]) -> str | None:

@@ -14,7 +14,8 @@ from planexec.log import StepAttemptFailed, ToolCalled, ToolProgress
 from planexec.models import Model, ModelRequest, ModelResponse, ToolCall
 from planexec.plan import Step
 from planexec.runtime._core import Core
-from planexec.runtime._trust import Trust, _TrustRefused
+from planexec.runtime._dispatch import Dispatcher
+from planexec.runtime._trust import Trust, TrustRefused
 from planexec.tools import Tool, Toolset
 from planexec.trust import Provenance, Violation
 
@@ -36,6 +37,7 @@ class StepLoop(Core, Protocol):
     """What a step's context sees of the loop, beyond :class:`Core`."""
 
     trust: Trust
+    dispatcher: Dispatcher
 
     @property
     def rng(self) -> random.Random: ...
@@ -43,12 +45,6 @@ class StepLoop(Core, Protocol):
     def clock(self) -> float: ...
 
     def idempotency_key(self, step: Step) -> str: ...
-
-    def check_inner_tool_call(self) -> None: ...
-
-    def inner_tool_calls_ended(self, count: int) -> None: ...
-
-    def inner_limit(self, tool: Tool) -> asyncio.Semaphore | None: ...
 
     async def call_model(
         self,
@@ -155,7 +151,7 @@ class StepCtx:
         def before_attempt(_attempt: int) -> None:
             nonlocal counted
             if inner:  # the step's own first call was checked and counted when it was dispatched
-                engine.check_inner_tool_call()
+                engine.dispatcher.check_inner_tool_call()
                 counted += 1
 
         def before_retry(attempt: int, error: StepError, delay: float) -> None:
@@ -175,7 +171,7 @@ class StepCtx:
             rng=lambda: engine.rng,
             max_output_chars=engine.config.limits.max_output_chars,
             cancel_grace=engine.config.limits.cancel_grace,
-            limit=engine.inner_limit(tool) if inner else None,
+            limit=engine.dispatcher.inner_limit(tool) if inner else None,
             before_attempt=before_attempt,
             before_retry=before_retry,
             on_progress=self._progress_to(call_id if inner else None),
@@ -189,7 +185,7 @@ class StepCtx:
                 telemetry.tool_abandoned(live)
             raise
         finally:
-            engine.inner_tool_calls_ended(counted)
+            engine.dispatcher.inner_tool_calls_ended(counted)
         if telemetry is not None:
             telemetry.tool_done(live, tool, outcome)
         if inner:
@@ -218,7 +214,7 @@ class StepCtx:
             if broken:
                 message = f"refused: {broken[0]}"
                 self._refuse_inner(tool, args, call_id, StepError(kind="untrusted", message=message), labels, broken)
-                raise _TrustRefused(broken)
+                raise TrustRefused(broken)
             if trust.asks_about_effects() and tool.side_effect:  # every argument's label is the call's
                 untrusted = trust.untrusted_effect(tool.name, {}, call, step_id=self.step.id, call_id=call_id)
         gated = tool.requires_approval or (

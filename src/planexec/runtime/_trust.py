@@ -34,7 +34,7 @@ from planexec.trust import (
     words,
 )
 
-__all__ = ["Trust", "_TrustRefused"]
+__all__ = ["Trust", "TrustRefused"]
 
 _NOT_STARTED_BY_ENGINE = frozenset({"rejected", "untrusted", "budget", "low_confidence"})
 """Failures whose text the engine wrote (or a human gave): their label is the developer's."""
@@ -47,7 +47,7 @@ _RECORD_WORDS = (
 """planexec's own words in what a planner is shown: a value that is one of them carries nothing new."""
 
 
-class _TrustRefused(Exception):
+class TrustRefused(Exception):
     """Internal: a call broke a trust rule and is not made; the run stops ``refused``."""
 
     def __init__(self, violations: tuple[Violation, ...]) -> None:
@@ -211,16 +211,19 @@ class Trust:
         sets = self.rule_sets(tool)
         if not sets:
             return ()
-        known, recorded = self._engine.world.recorded_violations(step_id, call_id)
-        if known and any(_served(rule) for rules in sets for rule in rules.values()):
-            return recorded
         goal = GoalText(goal=self._engine.goal, constraints=self._engine.constraints)
-        found: list[Violation] = []
-        for rules in sets:
-            for v in check_call(tool, rules, args, labels, call, goal, step_id=step_id, call_id=call_id):
-                if v not in found:
-                    found.append(v)
-        return tuple(found)
+
+        def check() -> tuple[Violation, ...]:
+            found: list[Violation] = []
+            for rules in sets:
+                for v in check_call(tool, rules, args, labels, call, goal, step_id=step_id, call_id=call_id):
+                    if v not in found:
+                        found.append(v)
+            return tuple(found)
+
+        if any(_served(rule) for rules in sets for rule in rules.values()):  # rules a record stands in for
+            return self._engine.world.violations(step_id, call_id, check)
+        return check()
 
     def untrusted_effect(
         self,

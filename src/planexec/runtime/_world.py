@@ -2,17 +2,19 @@
 
 The engine decides; the world supplies what it cannot decide — the time, new ids, models'
 answers, the outcomes of steps, humans' answers, and the verdicts of the developer's own checks.
-A :class:`LiveWorld` asks the real ones. A recorded world (``RecordedWorld``, for replays and
-forks) serves them from a run's log until the log runs out or a fork point is reached, and
-compares every event the engine decides with the one the log holds.
+The engine asks each question with the live way to answer it; a :class:`LiveWorld` takes that
+way. A recorded world (``RecordedWorld``, for replays and forks) serves the answers from a run's
+log until the log runs out or a fork point is reached, and compares every event the engine
+decides with the one the log holds.
 
-The loop asks the same questions of either world; it never asks which one it is in.
+The loop asks the same questions of either world, in the same way; it never asks which one it
+is in.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -22,12 +24,13 @@ from planexec.log import AnswerReviewed, Event, PlanForecast, PlanRecalled, Tool
 from planexec.models import ModelResponse
 from planexec.plan import Step
 from planexec.runtime._budget import BudgetHit
+from planexec.tools import Toolset
 from planexec.trust import Violation
 
 if TYPE_CHECKING:
     from planexec.runtime._settings import RunContext
 
-__all__ = ["LiveWorld", "Outlet", "StepOutcome", "World"]
+__all__ = ["Asking", "LiveWorld", "Outlet", "RecordedError", "StepOutcome", "ToolChange", "World"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -41,14 +44,31 @@ class Outlet:
     """New information is in the log: the planner is to hear it."""
     answered: Callable[[list[Event]], None]
     """Answers to open questions are in the log: the questions waiting for them are to wake."""
-    end: Callable[[list[Event]], None]
+    end: Callable[[Callable[[], None]], None]
     """The rest of this stretch of the run happened outside the loop (a wall-time stop, a
-    cancellation, a stopped process): copy these events and stop."""
+    cancellation, a stopped process): stop what is under way without logging it, call the
+    function given, which logs what happened, and leave the run."""
     idempotency_key: Callable[[Step], str]
 
 
-class _RecordedError(Exception):
+class RecordedError(Exception):
     """A model call that failed when the run was recorded; ``str`` is the recorded text."""
+
+
+@dataclass(frozen=True, slots=True)
+class Asking:
+    """What a run does about humans."""
+
+    can_ask: bool
+    """Whether questions can be asked at all (a callback, or a log to keep them in)."""
+    suspends: bool
+    """Whether the run is saved and left when only humans can move it on."""
+    raises_budget: bool
+    """Whether a cap the run reaches is put to a human to raise (``Limits.on_budget``)."""
+
+
+ToolChange = tuple[ToolsChanged, Toolset]
+"""A change of the run's tools: its event, and the tools after it."""
 
 
 @dataclass(slots=True)
@@ -69,14 +89,9 @@ class StepOutcome:
 
 
 class World(Protocol):
-    """Everything outside the loop. Each question that a world answers with ``None`` is one the
-    run answers live: it calls the model, runs the step, asks the human, runs the checks."""
-
-    @property
-    def serving(self) -> bool:
-        """Whether what happens comes from a record (the engine's decisions are then compared
-        with it, and what it served is not counted again)."""
-        ...
+    """Everything outside the loop. Each question comes with the live way to answer it (call the
+    model, run the step, ask the memory, run the checks): a world that already knows the answer
+    serves it instead, and compares what the engine decides with what it knows."""
 
     @property
     def keeps_wall_time(self) -> bool:
@@ -104,52 +119,71 @@ class World(Protocol):
         """Begin serving the run through ``outlet``; the tasks end with the run."""
         ...
 
+    def asking(self, humans: Asking) -> Asking:
+        """Whether the run asks humans, is left while only they can move it on, and puts a cap it
+        reaches to them, given what the run's set-up says (a record: as the recorded run did)."""
+        ...
+
+    def tools_as_of(self, tools: Toolset, history: list[Event]) -> Toolset:
+        """The run's tools where it goes on after ``history`` (a record: as the log changed them)."""
+        ...
+
+    def tools_change(self, tools: Toolset, live: Callable[[], ToolChange | None]) -> ToolChange | None:
+        """The change of the run's ``tools`` before a planning round, and the tools after it
+        (``live``: as the tools are now), or None."""
+        ...
+
     async def turn(self, wanted: Callable[[Event], bool]) -> None:
         """Wait until the run's next event may be one ``wanted`` (events that tasks emit after
         awaiting something come out in the recorded order, however the tasks wake)."""
         ...
 
     async def model_answer(
-        self, role: str, purpose: str, step_id: str | None, on_step: Callable[[Step], None] | None
-    ) -> ModelResponse | None:
-        """A model's answer that is already known, or None to call the model."""
+        self,
+        role: str,
+        purpose: str,
+        step_id: str | None,
+        on_step: Callable[[Step], None] | None,
+        live: Callable[[], Awaitable[ModelResponse]],
+    ) -> ModelResponse:
+        """A model's answer (``live``: call the model). A call that failed raises as it did;
+        a model step's failed call, ``StepFailure``."""
         ...
 
-    async def step_outcome(self, step: Step) -> StepOutcome | None:
-        """How ``step`` ended, when that is already known, or None to carry it out."""
+    async def step_outcome(self, step: Step, live: Callable[[], Awaitable[StepOutcome]]) -> StepOutcome:
+        """How ``step`` ended (``live``: carry it out)."""
         ...
 
-    def decision(self, approval_id: str) -> Coroutine[Any, Any, None] | None:
-        """A coroutine that logs a human's known answer when its time comes, or None to ask."""
+    def decision(
+        self, approval_id: str, live: Callable[[], Coroutine[Any, Any, None] | None]
+    ) -> Coroutine[Any, Any, None] | None:
+        """A coroutine that logs a human's answer when it comes (``live``: the approver callback's),
+        or None: the answer is to come from elsewhere (``Run.decide``, another process)."""
         ...
 
-    async def answer_checks(self) -> AnswerReviewed | None:
-        """The verdict of the answer's checks when it is already known, or None to run them."""
+    async def answer_checks(self, live: Callable[[], Awaitable[AnswerReviewed]]) -> AnswerReviewed:
+        """The verdict of the final answer's checks, to be logged (``live``: run them)."""
         ...
 
-    def tools_change(self) -> ToolsChanged | None:
-        """The change of tools a record holds where the run now is (None: none, or live)."""
+    def forecast(self, version: int | None, live: Callable[[], PlanForecast]) -> PlanForecast | None:
+        """A plan version's forecast, to be logged (``live``: make it), or None when a record has
+        none here (it was written before forecasts, or made none; ``version``: none for that
+        version)."""
         ...
 
-    def recorded_forecast(self) -> tuple[bool, PlanForecast | None]:
-        """A plan version's forecast, when a record knows it: ``(True, event)``, or ``(True, None)``
-        for a record with none here (it was written before forecasts, or made none); ``(False,
-        None)``: make one."""
+    def forecast_refusal(self, live: Callable[[], list[Problem]]) -> list[Problem]:
+        """The problems the planner's answer just given has for its forecast (``live``: check it)."""
         ...
 
-    def recorded_refusal(self) -> tuple[bool, tuple[Problem, ...]]:
-        """Whether a record refused the planner's answer just given for its forecast: ``(True,
-        problems)`` (none when it did not); ``(False, ())``: check it."""
+    async def recall(self, live: Callable[[], Awaitable[PlanRecalled | None]]) -> PlanRecalled | None:
+        """What plan memory offers where the run now is (``live``: ask the memory)."""
         ...
 
-    def recalled(self) -> tuple[bool, PlanRecalled | None]:
-        """What plan memory offered where the run now is, when a record knows it: ``(True,
-        event)``, or ``(True, None)`` for a record with no offer here; ``(False, None)``: ask."""
-        ...
-
-    def recorded_violations(self, step_id: str, call_id: str | None) -> tuple[bool, tuple[Violation, ...]]:
-        """The trust rules a record says step ``step_id``'s call broke (rules that are the
-        developer's code cannot be checked again): ``(True, violations)``; ``(False, ())``: check them."""
+    def violations(
+        self, step_id: str, call_id: str | None, live: Callable[[], tuple[Violation, ...]]
+    ) -> tuple[Violation, ...]:
+        """The trust rules step ``step_id``'s call breaks, for rules that are the developer's code
+        (a record says what they found: they cannot be checked again). ``live``: check them."""
         ...
 
 
@@ -160,10 +194,6 @@ class LiveWorld:
 
     def __init__(self, context: RunContext) -> None:
         self._context = context
-
-    @property
-    def serving(self) -> bool:
-        return False
 
     @property
     def keeps_wall_time(self) -> bool:
@@ -184,34 +214,49 @@ class LiveWorld:
     def start(self, outlet: Outlet) -> list[asyncio.Task[None]]:
         return []
 
+    def asking(self, humans: Asking) -> Asking:
+        return humans
+
+    def tools_as_of(self, tools: Toolset, history: list[Event]) -> Toolset:
+        return tools
+
+    def tools_change(self, tools: Toolset, live: Callable[[], ToolChange | None]) -> ToolChange | None:
+        return live()
+
     async def turn(self, wanted: Callable[[Event], bool]) -> None:
         return None
 
     async def model_answer(
-        self, role: str, purpose: str, step_id: str | None, on_step: Callable[[Step], None] | None
-    ) -> ModelResponse | None:
-        return None
+        self,
+        role: str,
+        purpose: str,
+        step_id: str | None,
+        on_step: Callable[[Step], None] | None,
+        live: Callable[[], Awaitable[ModelResponse]],
+    ) -> ModelResponse:
+        return await live()
 
-    async def step_outcome(self, step: Step) -> StepOutcome | None:
-        return None
+    async def step_outcome(self, step: Step, live: Callable[[], Awaitable[StepOutcome]]) -> StepOutcome:
+        return await live()
 
-    def decision(self, approval_id: str) -> Coroutine[Any, Any, None] | None:
-        return None
+    def decision(
+        self, approval_id: str, live: Callable[[], Coroutine[Any, Any, None] | None]
+    ) -> Coroutine[Any, Any, None] | None:
+        return live()
 
-    async def answer_checks(self) -> AnswerReviewed | None:
-        return None
+    async def answer_checks(self, live: Callable[[], Awaitable[AnswerReviewed]]) -> AnswerReviewed:
+        return await live()
 
-    def tools_change(self) -> ToolsChanged | None:
-        return None
+    def forecast(self, version: int | None, live: Callable[[], PlanForecast]) -> PlanForecast | None:
+        return live()
 
-    def recorded_forecast(self) -> tuple[bool, PlanForecast | None]:
-        return False, None
+    def forecast_refusal(self, live: Callable[[], list[Problem]]) -> list[Problem]:
+        return live()
 
-    def recorded_refusal(self) -> tuple[bool, tuple[Problem, ...]]:
-        return False, ()
+    async def recall(self, live: Callable[[], Awaitable[PlanRecalled | None]]) -> PlanRecalled | None:
+        return await live()
 
-    def recalled(self) -> tuple[bool, PlanRecalled | None]:
-        return False, None
-
-    def recorded_violations(self, step_id: str, call_id: str | None) -> tuple[bool, tuple[Violation, ...]]:
-        return False, ()
+    def violations(
+        self, step_id: str, call_id: str | None, live: Callable[[], tuple[Violation, ...]]
+    ) -> tuple[Violation, ...]:
+        return live()
