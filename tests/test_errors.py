@@ -115,6 +115,15 @@ INTERNAL_SIGNALS = {
     "planexec._util.regex.PatternError",
     "planexec._util.json_schema.TooCostly",
     "planexec.server._shared.ApiError",  # becomes the HTTP answer's error body
+    "planexec.runtime._journal.JournalFailed",  # the run ends with the typed stop log_failed
+    "planexec.runtime._run_end.Suspend",
+    "planexec.runtime._run_end.EndedOutside",
+    "planexec.runtime._sealed.AnswerUnfilled",
+    "planexec.runtime._stops.Stop",
+    "planexec.runtime._trust.TrustRefused",  # the run ends with the typed stop refused
+    "planexec.runtime._world.RecordedError",
+    "planexec.store._failures.Damaged",  # raised to callers as StoreError / LogUnreadable
+    "planexec.store._pgconn.TimedOut",  # raised to callers as StoreError
 }
 
 
