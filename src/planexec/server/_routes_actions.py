@@ -54,7 +54,9 @@ async def start_run(
     asked = {"agent": body.agent, "goal": body.goal, "constraints": body.constraints, "budget": caps}
     digest = request_digest(asked)
     if key is None:
-        pending = workers.start(agent, body.goal, constraints=body.constraints, budget=caps, key=None, digest=digest)
+        pending = await workers.start(
+            agent, body.goal, constraints=body.constraints, budget=caps, key=None, digest=digest
+        )
         return pending_summary(pending.run_id, agent.name, body.goal, pending.accepted_at)
     async with workers.key_lock(key):
         run_id = workers.run_id_for(key)
@@ -75,7 +77,9 @@ async def start_run(
                 )
             response.status_code = 200
             return await served.summary_of(run_id)
-        pending = workers.start(agent, body.goal, constraints=body.constraints, budget=caps, key=key, digest=digest)
+        pending = await workers.start(
+            agent, body.goal, constraints=body.constraints, budget=caps, key=key, digest=digest
+        )
         return pending_summary(pending.run_id, agent.name, body.goal, pending.accepted_at)
 
 

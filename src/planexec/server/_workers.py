@@ -7,10 +7,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from planexec.errors import UsageError
 from planexec.log import Event, RunStarted, RunState
 from planexec.runs import Supervisor, build_agent, load_run, recorded_spec, still_waiting
 from planexec.runtime import Agent, Approvals, Run
+from planexec.server._accepted import AcceptedRuns
 from planexec.server._agents import ServedAgent
 from planexec.store import RunStore, Told
 
@@ -27,8 +27,6 @@ __all__ = ["SERVE_KEY", "Pending", "Workers", "request_digest", "served_by"]
 SERVE_KEY = "serve"
 """Where in a run's metadata the server records itself: its instance id, the agent's name, and the
 idempotency key and request digest the run was started with."""
-COMPACT_AFTER = 10_000
-"""Lines in the file of accepted runs past which it is rewritten with the runs not begun yet."""
 RECOVER_SCAN = 10_000
 """At most this many unfinished runs are looked at when the server starts."""
 
@@ -78,10 +76,9 @@ class Workers:
         accepted: Path | None = None,
     ) -> None:
         self.store = store
-        self._accepted = accepted
+        self._accepted = AcceptedRuns(accepted, keep=lambda: set(self.pending))
         """A file where each accepted run is written before it is acknowledged (JSON Lines): a run
         accepted and not begun when the process stops or crashes is started by the next start."""
-        self._accepted_lines = 0
         self.agents = dict(agents)
         self.instance = instance
         self.runs = Supervisor(store, slots=workers)
@@ -122,7 +119,7 @@ class Workers:
             return uuid.uuid4().hex
         return "k" + hashlib.sha256(f"planexec-serve:{key}".encode()).hexdigest()[:31]
 
-    def start(
+    async def start(
         self,
         agent: ServedAgent,
         goal: str,
@@ -134,8 +131,9 @@ class Workers:
         run_id: str | None = None,
         remember: bool = True,
     ) -> Pending:
-        """Accept a goal: it starts as soon as a worker is free. Problems building the agent are
-        raised at once (:class:`~planexec.UsageError`), before anything is accepted."""
+        """Accept a goal: written down (unless ``remember`` is False), then started as soon as a
+        worker is free. Problems building the agent are raised at once
+        (:class:`~planexec.UsageError`), before anything is accepted."""
         run_id = run_id or self.run_id_for(key)
         built, every, metadata = agent.build(self.store, run_id, constraints=constraints, budget=budget)
         served = {"instance": self.instance, "agent": agent.name, "digest": digest}
@@ -152,7 +150,17 @@ class Workers:
             digest=digest,
         )
         if remember:
-            self._remember(pending, agent.name, constraints, budget)
+            line = {
+                "run_id": run_id,
+                "agent": agent.name,
+                "goal": goal,
+                "constraints": list(constraints),
+                "budget": dict(budget),
+                "key": key,
+                "digest": digest,
+                "accepted_at": pending.accepted_at,
+            }
+            await self._accepted.remember(line)
         self.pending[run_id] = pending
 
         async def begin() -> Run:
@@ -265,65 +273,11 @@ class Workers:
 
     # -- accepted, not begun ----------------------------------------------------------------------
 
-    def _remember(
-        self, pending: Pending, agent: str, constraints: Sequence[str], budget: Mapping[str, float | None]
-    ) -> None:
-        """Write the accepted run down (synced to disk) before the request is answered."""
-        if self._accepted is None:
-            return
-        line = {
-            "run_id": pending.run_id,
-            "agent": agent,
-            "goal": pending.goal,
-            "constraints": list(constraints),
-            "budget": dict(budget),
-            "key": pending.idempotency_key,
-            "digest": pending.digest,
-            "accepted_at": pending.accepted_at,
-        }
-        fd = os.open(self._accepted, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, (json.dumps(line, separators=(",", ":")) + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        self._accepted_lines += 1
-        if self._accepted_lines > COMPACT_AFTER and self._accepted_lines > 4 * len(self.pending):
-            self._compact({*self.pending, pending.run_id})
-
-    def _compact(self, keep: Collection[str]) -> None:
-        """Rewrite the file with the runs ``keep`` only (atomically: a crash leaves the old file or
-        the new one)."""
-        assert self._accepted is not None
-        kept = [line for line in self._read_accepted() if line.get("run_id") in keep]
-        part = self._accepted.with_name(self._accepted.name + ".new")
-        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in kept).encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(part, self._accepted)
-        self._accepted_lines = len(kept)
-
-    def _read_accepted(self) -> list[dict[str, Any]]:
-        if self._accepted is None or not self._accepted.exists():
-            return []
-        lines = []
-        for text in self._accepted.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                line = json.loads(text)
-            except ValueError:  # the last line of a crash cut short
-                continue
-            if isinstance(line, dict) and isinstance(line.get("run_id"), str):
-                lines.append(line)
-        return lines
-
     async def _start_accepted(self) -> list[str]:
         """Start the runs accepted before a stop or a crash that never began (not in the store)."""
         started: list[str] = []
         waiting: dict[str, dict[str, Any]] = {}
-        for line in self._read_accepted():
+        for line in self._accepted.read():
             run_id = line["run_id"]
             if self.runs.busy(run_id) or run_id in waiting or await self.store.last_seq(run_id) > 0:
                 continue
@@ -331,7 +285,7 @@ class Workers:
             if agent is None:  # no longer registered: nothing can run it
                 continue
             try:
-                self.start(
+                await self.start(
                     agent,
                     str(line.get("goal", "")),
                     constraints=[str(c) for c in line.get("constraints") or []],
@@ -345,8 +299,7 @@ class Workers:
                 continue
             waiting[run_id] = line
             started.append(run_id)
-        if self._accepted is not None and self._accepted.exists():
-            self._compact(waiting)
+        self._accepted.compact(waiting)
         return started
 
     # -- recovering -------------------------------------------------------------------------------
