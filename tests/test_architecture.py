@@ -110,7 +110,8 @@ def test_no_store_class_is_asked_for_outside_the_store() -> None:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance":
-                names = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)} if len(node.args) > 1 else set()
+                classes = node.args[1] if len(node.args) > 1 else ast.Constant(None)
+                names = {n.id for n in ast.walk(classes) if isinstance(n, ast.Name)}
                 if names & set(STORE_CLASSES):
                     found.append(f"{relative}:{node.lineno}")
     assert found == []

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from planexec import Agent, Planner, tool
-from planexec.log import PlanProposed, RunState, StepStarted, StepStreamed
+from planexec.log import PlanProposed, RunState, StepStarted, StepStreamed, StepSucceeded
 from planexec.models import ModelRequest, ModelResponse, StreamDelta, StreamingScriptedModel, Usage
 from planexec.runtime import replay_log
 from planexec.store import MemoryStore
@@ -144,4 +144,27 @@ async def test_a_run_with_streamed_steps_replays_exactly() -> None:
     assert [e for e in result.events if isinstance(e, StepStreamed)]
     log = [s.event for s in await store.read("s")]
     report = await replay_log(log)
+    assert report.matched, report.divergence
+
+
+async def test_a_step_that_ended_while_its_plan_was_being_checked_replays_in_the_same_order() -> None:
+    # Live, a streamed step can end between the planner's answer (model_called) and the plan version
+    # it makes (plan_proposed); which comes first depends on how the tasks woke. The replay takes
+    # them in the recorded order whatever the order its own tasks wake in.
+    started = asyncio.Event()
+    store = MemoryStore()
+    model = StreamingScriptedModel([PLAN, {"answer": "ok"}], chunks=12, latency=0.01)
+    await Agent(model, tools=tools(started, []), store=store).run("work", run_id="s")
+    log = [s.event for s in await store.read("s")]
+    kinds = [e.kind for e in log]
+    answered = kinds.index("model_called")
+    ended = max(i for i, e in enumerate(log[:answered]) if isinstance(e, StepSucceeded))  # the last streamed step's end
+    reordered = [*log[:ended], *log[ended + 1 : answered + 1], log[ended], *log[answered + 1 :]]
+    assert [e.kind for e in reordered[answered - 1 : answered + 2]] == [
+        "model_called",
+        "step_succeeded",
+        "plan_forecast",
+    ]
+    assert RunState.fold(reordered).finished
+    report = await replay_log(reordered)
     assert report.matched, report.divergence

@@ -19,6 +19,8 @@ the server, the engine and the store, not a model. Three figures:
   received minus the time the engine stamped on it (``at``; one clock, one machine), for the
   events that happened while their stream was open (a stream opened after a run began first reads
   what the log already holds): p50 and p99.
+  With ``--rate R`` the second batch is started at R runs a second instead of all at once, to see
+  what delivery costs when the server is not also saturated by a queue of runs.
 * **memory**: the server's resident set at start, and its peak (``VmHWM``) after both batches.
 
 There is no peer in this table: none of the frameworks of ``benchmarks/peers`` ships an HTTP
@@ -102,10 +104,15 @@ async def start_runs(
     label: str,
     in_flight: int = 16,
     started: asyncio.Queue[str | None] | None = None,
+    rate: float | None = None,
 ) -> list[str]:
     gate = asyncio.Semaphore(in_flight)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
 
     async def one(i: int) -> str:
+        if rate is not None:  # paced: run i is started i / rate seconds after the first
+            await asyncio.sleep(max(0.0, began + i / rate - loop.time()))
         async with gate:
             response = await client.post("/v1/runs", json={"agent": "adder", "goal": f"{label} {i}"})
             response.raise_for_status()
@@ -155,7 +162,7 @@ async def follow(client: httpx.AsyncClient, run_id: str, latencies: list[float],
     return False
 
 
-async def measure(runs: int, subscribers: int, workers: int) -> dict[str, Any]:
+async def measure(runs: int, subscribers: int, workers: int, rate: float | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="planexec-serve-bench-") as tmp:
         process, url = start_server(Path(tmp), workers)
         try:
@@ -183,7 +190,7 @@ async def measure(runs: int, subscribers: int, workers: int) -> dict[str, Any]:
 
                 followers = [asyncio.create_task(subscriber()) for _ in range(subscribers)]
                 began = time.perf_counter()
-                await start_runs(client, runs, "second", started=queue)
+                await start_runs(client, runs, "second", started=queue, rate=rate)
                 for _ in followers:
                     queue.put_nowait(None)
                 await asyncio.gather(*followers)
@@ -217,8 +224,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--subscribers", type=int, default=100)
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="start the followed batch at R runs a second (default: all at once)",
+    )
     args = parser.parse_args()
-    got = asyncio.run(measure(args.runs, args.subscribers, args.workers))
+    got = asyncio.run(measure(args.runs, args.subscribers, args.workers, args.rate))
     live = f"{got['live_events']:,} events that happened while their stream was open"
     rows = [
         (
@@ -227,7 +240,11 @@ def main() -> None:
         ),
         (f"runs finished per second ({got['workers']} workers, 3 steps each)", f"{got['finished_per_s']:,.1f}"),
         ("SSE streams complete, in order, nothing lost or repeated", f"{got['streams_complete']:,} of {got['runs']:,}"),
-        (f"events delivered to {got['subscribers']} concurrent subscribers", f"{got['events']:,}"),
+        (
+            f"events delivered to {got['subscribers']} concurrent subscribers"
+            + (f", runs started at {args.rate:g}/s" if args.rate else ""),
+            f"{got['events']:,}",
+        ),
         (
             f"delivery latency p50 / p99 (ms), over the {live}",
             f"{got['latency_p50_ms']:.1f} / {got['latency_p99_ms']:.1f}",

@@ -517,6 +517,15 @@ class Engine:
             self._take(await self._next(waiting_for_humans))
 
     async def _next(self, waiting_for_humans: bool) -> Any:
+        """What reports back next, in the order the world says (a replay takes a step's end before a
+        planning round's outcome where the recorded run did)."""
+        done = await self._reported(waiting_for_humans)
+        while isinstance(done, PlanDone) and self.world.steps_first(self.dispatcher.running):
+            later, done = done, await self._reported(waiting_for_humans)
+            self.queue.put_nowait(later)
+        return done
+
+    async def _reported(self, waiting_for_humans: bool) -> Any:
         """What reports back next; time spent waiting for a human does not count against wall time."""
         deadline = self.caps.deadline
         if not waiting_for_humans or deadline is None or deadline.when() is None:

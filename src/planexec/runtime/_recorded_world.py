@@ -14,7 +14,7 @@ the agent that forks it: from then on, this world asks the live one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Collection, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -377,6 +377,13 @@ class RecordedWorld:
         event = await self._until(lambda e: isinstance(e, AnswerReviewed))
         assert isinstance(event, AnswerReviewed)
         return event
+
+    def steps_first(self, running: Collection[str]) -> bool:
+        if self.live:
+            return False
+        event = self._next_event()
+        reported = isinstance(event, StepAttemptFailed | ToolCalled | ToolProgress | StepSucceeded | StepFailed)
+        return reported and getattr(event, "step_id", None) in running
 
     def _next_event(self) -> Event | None:
         return self.log[self.cursor] if self.cursor < len(self.log) else None

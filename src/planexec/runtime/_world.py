@@ -14,7 +14,7 @@ is in.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Collection, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -138,6 +138,11 @@ class World(Protocol):
         awaiting something come out in the recorded order, however the tasks wake)."""
         ...
 
+    def steps_first(self, running: Collection[str]) -> bool:
+        """Whether what the running steps ``running`` report comes before a planning round's
+        outcome (the recorded run heard a step end first, however the tasks wake now)."""
+        ...
+
     async def model_answer(
         self,
         role: str,
@@ -225,6 +230,9 @@ class LiveWorld:
 
     async def turn(self, wanted: Callable[[Event], bool]) -> None:
         return None
+
+    def steps_first(self, running: Collection[str]) -> bool:
+        return False  # live: whatever reports back first is first
 
     async def model_answer(
         self,
