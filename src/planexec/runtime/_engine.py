@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -175,7 +176,7 @@ class Engine:
         """The caps checked before each call (a world that serves its own wall-time stop lifts that cap)."""
         if not self.world.keeps_wall_time:
             self.budget = replace(self.caps.caps, wall_time=None)
-        self.rules = StepRules(lambda: self.config, lambda: self.can_ask_humans)
+        self.rules = StepRules(self)
         """What the run's configuration says about a step: its effects, retries, reviews."""
         self.trust = Trust(self, config.trust)
         """Trust labels and rules: what each value is labelled, which calls break a rule."""
@@ -183,9 +184,7 @@ class Engine:
         self.gate = StepGate(self)
         """The gate before a step runs: the confidence gate, approvals, trust rules."""
         self.models = ModelCalls(self)
-        self.dispatcher = Dispatcher(
-            self, lambda step, executor, token, held: run_step(self, step, executor, token, held)
-        )
+        self.dispatcher = Dispatcher(self, functools.partial(run_step, self))
         self.results = StepResults(self)
         self.planning = Planning(self, plan_checks(config), executor_docs(config))
         self.end = RunEnd(self)
@@ -514,18 +513,21 @@ class Engine:
             elif self.humans.blocked() and not self.ready.any_ready(self._startable):
                 self._when_blocked()
                 waiting_for_humans = True
-            self._take(await self._next(waiting_for_humans))
+            done = await self._next(waiting_for_humans)
+            if isinstance(done, PlanDone) and self.world.steps_first(self.dispatcher.running):
+                done = await self._after_steps(done, waiting_for_humans)
+            self._take(done)
+
+    async def _after_steps(self, done: PlanDone, waiting_for_humans: bool) -> Any:
+        """A planning round's outcome that the world says comes after what running steps report (a
+        replay takes a step's end first where the recorded run did): what reports back first."""
+        first: Any = done
+        while isinstance(first, PlanDone) and self.world.steps_first(self.dispatcher.running):
+            later, first = first, await self._next(waiting_for_humans)
+            self.queue.put_nowait(later)
+        return first
 
     async def _next(self, waiting_for_humans: bool) -> Any:
-        """What reports back next, in the order the world says (a replay takes a step's end before a
-        planning round's outcome where the recorded run did)."""
-        done = await self._reported(waiting_for_humans)
-        while isinstance(done, PlanDone) and self.world.steps_first(self.dispatcher.running):
-            later, done = done, await self._reported(waiting_for_humans)
-            self.queue.put_nowait(later)
-        return done
-
-    async def _reported(self, waiting_for_humans: bool) -> Any:
         """What reports back next; time spent waiting for a human does not count against wall time."""
         deadline = self.caps.deadline
         if not waiting_for_humans or deadline is None or deadline.when() is None:

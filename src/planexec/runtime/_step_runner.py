@@ -77,7 +77,7 @@ async def run_step(engine: StepRunLoop, step: Step, executor: Executor, token: i
     """Carry out one step (or settle a held one) and report how it ended to the loop."""
     ctx = StepCtx(engine, step)
     done = StepDone(step_id=step.id, token=token, started=False)
-    reserve = _Reservation(engine, step, held is None)
+    reserved = held is None  # a dispatched step is counted as committed to until it starts (or will not)
     uncertain: str | None = None  # why the step is held: its call's effect became uncertain
     try:
         if held is not None:
@@ -91,7 +91,9 @@ async def run_step(engine: StepRunLoop, step: Step, executor: Executor, token: i
         # dispatched before a round that may replace the plan began: no effect until it is in force
         await engine.planning.until_free(step)
         done.started = True
-        reserve.release()
+        if reserved:
+            reserved = False
+            engine.dispatcher.unreserve(step)
         await _started(engine, step, executor, args, labels)
         outcome = await engine.world.step_outcome(step, lambda: _carry_out(engine, step, executor, args, ctx, done))
         _ended(outcome, done, ctx)
@@ -120,7 +122,8 @@ async def run_step(engine: StepRunLoop, step: Step, executor: Executor, token: i
             raise
         done.crash = e
     finally:
-        reserve.release()
+        if reserved:
+            engine.dispatcher.unreserve(step)
     done.attempts = ctx.attempts
     if uncertain is not None:
         try:
@@ -131,20 +134,6 @@ async def run_step(engine: StepRunLoop, step: Step, executor: Executor, token: i
             await run_step(engine, step, executor, token, approval_id)
             return
     engine.queue.put_nowait(done)
-
-
-class _Reservation:
-    """A dispatched step is counted as committed to until it starts (or will not)."""
-
-    __slots__ = ("_engine", "_held", "_step")
-
-    def __init__(self, engine: StepRunLoop, step: Step, held: bool) -> None:
-        self._engine, self._step, self._held = engine, step, held
-
-    def release(self) -> None:
-        if self._held:
-            self._held = False
-            self._engine.dispatcher.unreserve(self._step)
 
 
 async def _settle_held(engine: StepRunLoop, step: Step, held: str, done: StepDone) -> None:
