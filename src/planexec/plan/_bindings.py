@@ -145,6 +145,13 @@ def render_text(value: Any) -> str:
     """
     if isinstance(value, str):
         return value
+    kind = type(value)
+    if kind is int:  # the common scalars, written as JSON writes them without its machinery
+        return _int_text(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if value is None:
+        return "null"
     try:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
     except RecursionError:
@@ -152,6 +159,14 @@ def render_text(value: Any) -> str:
     except (ValueError, TypeError) as e:  # a circular reference, an integer too long to write
         problem = Problem(code="not_json", where="", message=f"the value cannot be rendered as text: {e}")
     raise BindingError([problem])
+
+
+def _int_text(value: int) -> str:
+    try:
+        return int.__repr__(value)
+    except ValueError as e:  # an integer too long to write
+        problem = Problem(code="not_json", where="", message=f"the value cannot be rendered as text: {e}")
+        raise BindingError([problem]) from None
 
 
 _Trail = tuple["_Trail | None", str | int] | None
