@@ -143,19 +143,19 @@ class World(Protocol):
         outcome (the recorded run heard a step end first, however the tasks wake now)."""
         ...
 
-    async def model_answer(
+    def model_answer(
         self,
         role: str,
         purpose: str,
         step_id: str | None,
         on_step: Callable[[Step], None] | None,
         live: Callable[[], Awaitable[ModelResponse]],
-    ) -> ModelResponse:
+    ) -> Awaitable[ModelResponse]:
         """A model's answer (``live``: call the model). A call that failed raises as it did;
         a model step's failed call, ``StepFailure``."""
         ...
 
-    async def step_outcome(self, step: Step, live: Callable[[], Awaitable[StepOutcome]]) -> StepOutcome:
+    def step_outcome(self, step: Step, live: Callable[[], Awaitable[StepOutcome]]) -> Awaitable[StepOutcome]:
         """How ``step`` ended (``live``: carry it out)."""
         ...
 
@@ -234,18 +234,18 @@ class LiveWorld:
     def steps_first(self, running: Collection[str]) -> bool:
         return False  # live: whatever reports back first is first
 
-    async def model_answer(
+    def model_answer(
         self,
         role: str,
         purpose: str,
         step_id: str | None,
         on_step: Callable[[Step], None] | None,
         live: Callable[[], Awaitable[ModelResponse]],
-    ) -> ModelResponse:
-        return await live()
+    ) -> Awaitable[ModelResponse]:
+        return live()  # awaited by the caller: no coroutine of its own in between
 
-    async def step_outcome(self, step: Step, live: Callable[[], Awaitable[StepOutcome]]) -> StepOutcome:
-        return await live()
+    def step_outcome(self, step: Step, live: Callable[[], Awaitable[StepOutcome]]) -> Awaitable[StepOutcome]:
+        return live()
 
     def decision(
         self, approval_id: str, live: Callable[[], Coroutine[Any, Any, None] | None]
