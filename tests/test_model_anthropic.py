@@ -20,6 +20,7 @@ from planexec.models import (
     AnthropicModel,
     Message,
     Model,
+    ModelCallError,
     ModelRequest,
     ModelResponse,
     ModelRetryPolicy,
@@ -34,7 +35,7 @@ from planexec.models import (
     price_for,
     resolve_model,
 )
-from tests.http_fake import Event, FakeServer, Json, Reply, Sse, serve
+from tests.http_fake import Event, FakeServer, Json, Raw, Reply, Sse, serve
 
 MODEL = "claude-sonnet-4-6"
 KEY = "sk-ant-test"
@@ -591,3 +592,23 @@ async def test_tool_names_fit_the_api(server: FakeServer, model: AnthropicModel)
     tools = sent(server)["tools"]
     assert [t["name"] for t in tools] == ["final_answer", "final_answer_answer"]
     assert tools[0]["input_schema"] == {"type": "object"}
+
+
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        (Json("just a string"), "a body that is not a Messages response"),
+        (Json({"content": "none"}), "a body that is not a Messages response"),
+        (Raw(b"{not json"), "a body that is not JSON"),
+    ],
+    ids=["string", "content-not-a-list", "not-json"],
+)
+async def test_a_body_that_is_not_a_message_is_a_typed_error(
+    server: FakeServer, model: AnthropicModel, reply: Json | Raw, said: str
+) -> None:
+    server.reply(reply)
+    with pytest.raises(ModelCallError) as info:
+        await model.request(ask())
+    assert said in str(info.value)
+    assert not info.value.retryable
+    assert len(server.requests) == 1

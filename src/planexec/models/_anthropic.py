@@ -174,7 +174,7 @@ class AnthropicModel:
                 message = await client.messages.create(
                     model=self.model, **wire.params, extra_body=wire.extra_body, timeout=timeout
                 )
-            return _from_message(message, wire.output, self._price())
+            return _read_message(self.name, message, wire.output, self._price())
 
         return await call_with_retries(self.limits_key, attempt, self.retry)
 
@@ -311,6 +311,19 @@ class _Reply:
             finish_reason=finish,
             refusal=refusal,
         )
+
+
+def _read_message(name: str, message: Any, output: OutputTool | None, price: Price | None) -> ModelResponse:
+    """The response a Messages body holds; a body that is not one is a typed error, not retried
+    (the SDK hands over whatever JSON came back, a string or an object missing its parts)."""
+    try:
+        return _from_message(message, output, price)
+    except (AttributeError, TypeError, KeyError) as e:
+        raise ModelCallError(
+            f"{name}: a body that is not a Messages response ({type(e).__name__}: {e})",
+            provider=PROVIDER,
+            retryable=False,
+        ) from None
 
 
 def _from_message(message: anthropic.types.Message, output: OutputTool | None, price: Price | None) -> ModelResponse:
@@ -477,6 +490,8 @@ def _call_error(e: Exception, name: str = PROVIDER, key_env: str | None = None) 
     import anthropic
 
     timeout, transport = _transport_errors()
+    if isinstance(e, json.JSONDecodeError):  # the body the SDK parsed was not JSON
+        return ModelCallError(f"{name}: a body that is not JSON ({e})", provider=PROVIDER, retryable=False)
     if isinstance(e, anthropic.APITimeoutError | timeout):
         return ModelCallError(f"{name}: the request timed out", provider=PROVIDER, retryable=True)
     if isinstance(e, anthropic.APIConnectionError | transport):
