@@ -170,10 +170,14 @@ class AnthropicModel:
         timeout = request.settings.timeout or self.timeout
 
         async def attempt() -> ModelResponse:
-            with _translated_errors(self.name, self.api_key_env):
-                message = await client.messages.create(
-                    model=self.model, **wire.params, extra_body=wire.extra_body, timeout=timeout
-                )
+            try:
+                with _translated_errors(self.name, self.api_key_env):
+                    message = await client.messages.create(
+                        model=self.model, **wire.params, extra_body=wire.extra_body, timeout=timeout
+                    )
+            except json.JSONDecodeError as e:  # the whole answer's body was not JSON
+                said = f"{self.name}: a body that is not JSON ({e})"
+                raise ModelCallError(said, provider=PROVIDER, retryable=False) from None
             return _read_message(self.name, message, wire.output, self._price())
 
         return await call_with_retries(self.limits_key, attempt, self.retry)
@@ -490,8 +494,6 @@ def _call_error(e: Exception, name: str = PROVIDER, key_env: str | None = None) 
     import anthropic
 
     timeout, transport = _transport_errors()
-    if isinstance(e, json.JSONDecodeError):  # the body the SDK parsed was not JSON
-        return ModelCallError(f"{name}: a body that is not JSON ({e})", provider=PROVIDER, retryable=False)
     if isinstance(e, anthropic.APITimeoutError | timeout):
         return ModelCallError(f"{name}: the request timed out", provider=PROVIDER, retryable=True)
     if isinstance(e, anthropic.APIConnectionError | transport):
